@@ -1,0 +1,2 @@
+#include "server/cli.h"
+int gs_cmd_synth(int argc, char **argv) { (void)argc; (void)argv; return 1; }

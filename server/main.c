@@ -1,0 +1,46 @@
+/* server/main.c - graphserve's entry point: dispatches to a command. */
+#include "server/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+};
+
+static const struct command commands[] = {
+    {"inspect", gs_cmd_inspect, "print a GGUF file's metadata and tensor table"},
+    {"synth", gs_cmd_synth, "write a Llama-architecture GGUF with random weights"},
+};
+
+static void print_usage(FILE *f)
+{
+    fprintf(f, "usage: graphserve <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n'graphserve <command> --help' describes a command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        print_usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("graphserve 0.1.0\n");
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "graphserve: unknown command '%s'\n", argv[1]);
+    print_usage(stderr);
+    return 2;
+}
