@@ -1,2 +1,423 @@
+/*
+ * server/cmd/synth.c - `graphserve synth`: writes a Llama-architecture GGUF
+ * with RANDOM weights at any shape and in any weight type that has a
+ * quantizer, with a byte-level vocabulary.
+ *
+ * It exists so that graphserve can run, test and benchmark realistic shapes on
+ * a machine that has nothing but the repository: no downloads. Its output is
+ * noise, and every place that shows such a model says so (general.name and
+ * general.description carry "random weights").
+ *
+ * Weights: matrices ~ N(0, init_std) (init_std = 0.02 by default, as common
+ * Llama initialisations use), norm weights ~ 1 + N(0, 0.02), so that
+ * activations stay in the ranges real models see. The same --seed gives the
+ * same file.
+ *
+ * Vocabulary: SentencePiece-style ("llama") with <unk>, <s>, </s> and the 256
+ * byte tokens <0x00>..<0xFF>: any text encodes through byte fallback. Larger
+ * vocabularies are padded with unused tokens so the output matrix has the
+ * requested shape.
+ */
+#include "engine/gguf.h"
+#include "engine/quant.h"
 #include "server/cli.h"
-int gs_cmd_synth(int argc, char **argv) { (void)argc; (void)argv; return 1; }
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_BYTE_VOCAB 259 /* 3 specials + 256 byte tokens */
+
+static const char usage[] =
+    "-o FILE [options]\n"
+    "  -o, --output FILE     where to write the model\n"
+    "  --n-embd N            embedding width (default 64)\n"
+    "  --n-layer N           transformer blocks (default 2)\n"
+    "  --n-head N            attention heads (default 4)\n"
+    "  --n-head-kv N         key/value heads, divides n-head (default = n-head)\n"
+    "  --n-ff N              feed-forward width (default 4 * n-embd rounded to 32)\n"
+    "  --n-vocab N           vocabulary size, >= 259 (default 259)\n"
+    "  --n-ctx N             context length recorded in the file (default 512)\n"
+    "  --type T              weight type: f32 f16 bf16 q8_0 q4_0 q4_K q6_K ... or the\n"
+    "                        recipe q4_K_M (q4_K, with q6_K for output and ffn_down)\n"
+    "  --output-type T       type of output.weight (default: from --type)\n"
+    "  --tied                no output.weight: the output reuses token_embd\n"
+    "  --rope-base F         RoPE frequency base (default 10000)\n"
+    "  --init-std F          standard deviation of matrix weights (default 0.02)\n"
+    "  --seed N              random seed (default 1)\n"
+    "Weights are random: the model produces noise. It is for tests and benchmarks.\n";
+
+struct synth_cfg {
+    const char *out;
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+    enum gs_type type;      /* matrices */
+    enum gs_type out_type;  /* output.weight */
+    enum gs_type down_type; /* ffn_down */
+    enum gs_type embd_type; /* token_embd */
+    bool tied;
+    double rope_base, init_std;
+    uint64_t seed;
+};
+
+/* ---- random numbers: splitmix64 + Box-Muller, reproducible everywhere ------- */
+
+struct rng {
+    uint64_t s;
+    bool have_spare;
+    double spare;
+};
+
+static uint64_t rng_next(struct rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_uniform(struct rng *r) /* in (0, 1] */
+{
+    return ((double)(rng_next(r) >> 11) + 1.0) * 0x1p-53;
+}
+
+static double rng_normal(struct rng *r)
+{
+    if (r->have_spare) {
+        r->have_spare = false;
+        return r->spare;
+    }
+    double u = rng_uniform(r), v = rng_uniform(r);
+    double m = sqrt(-2.0 * log(u));
+    r->spare = m * sin(2 * M_PI * v);
+    r->have_spare = true;
+    return m * cos(2 * M_PI * v);
+}
+
+/* ---- tensors ------------------------------------------------------------------- */
+
+/*
+ * A K-quant needs rows that are a multiple of 256; small models (n_embd 64)
+ * cannot use one. Like common quantization tools, fall back to the nearest
+ * legacy type with a 32-element block, and say so.
+ */
+static enum gs_type fit_type(enum gs_type t, int64_t row, const char *name)
+{
+    const struct gs_type_traits *tt = gs_type_traits(t);
+    if (row % tt->block_size == 0)
+        return t;
+    enum gs_type fb = GS_TYPE_F16;
+    switch (t) {
+    case GS_TYPE_Q2_K:
+    case GS_TYPE_Q3_K:
+        fb = GS_TYPE_Q4_0;
+        break;
+    case GS_TYPE_Q4_K:
+        fb = GS_TYPE_Q5_0;
+        break;
+    case GS_TYPE_Q5_K:
+        fb = GS_TYPE_Q5_1;
+        break;
+    case GS_TYPE_Q6_K:
+        fb = GS_TYPE_Q8_0;
+        break;
+    default:
+        break;
+    }
+    if (row % gs_type_traits(fb)->block_size)
+        fb = GS_TYPE_F16;
+    fprintf(stderr, "graphserve synth: %s: row of %" PRId64 " is not a multiple of the %s block; "
+                    "using %s\n",
+            name, row, tt->name, gs_type_name(fb));
+    return fb;
+}
+
+enum fill { FILL_MATRIX, FILL_NORM };
+
+/* Generates one tensor [ne0, ne1], converts it to type t and adds it. */
+static enum gs_status add_tensor(struct gs_gguf_writer *w, const struct synth_cfg *c,
+                                 struct rng *r, const char *name, enum gs_type t, int64_t ne0,
+                                 int64_t ne1, enum fill fill, struct gs_err *err)
+{
+    uint32_t n_dims = ne1 > 1 ? 2 : 1;
+    t = fill == FILL_NORM ? GS_TYPE_F32 : fit_type(t, ne0, name);
+    uint64_t row_bytes;
+    enum gs_status rc = gs_type_row_bytes(t, ne0, &row_bytes);
+    if (rc)
+        return gs_err_set(err, rc, "%s: type %s cannot hold rows of %" PRId64, name,
+                          gs_type_name(t), ne0);
+    float *row = gs_alloc_array((size_t)ne0, sizeof(float));
+    uint8_t *data = gs_alloc_array((size_t)ne1, (size_t)row_bytes);
+    if (!row || !data) {
+        gs_free(row);
+        gs_free(data);
+        return gs_err_set(err, GS_NOMEM, "%s: no memory for %" PRId64 " x %" PRId64, name, ne0,
+                          ne1);
+    }
+    for (int64_t i = 0; i < ne1 && !rc; i++) {
+        for (int64_t j = 0; j < ne0; j++)
+            row[j] = fill == FILL_NORM ? (float)(1.0 + 0.02 * rng_normal(r))
+                                       : (float)(c->init_std * rng_normal(r));
+        rc = gs_quantize(t, row, data + (size_t)i * row_bytes, ne0);
+    }
+    if (rc) {
+        gs_free(row);
+        gs_free(data);
+        return gs_err_set(err, rc, "%s: type %s has no quantizer", name, gs_type_name(t));
+    }
+    struct gs_gguf_w_tensor wt = {.name = name, .type = t, .n_dims = n_dims,
+                                  .ne = {ne0, ne1, 1, 1}, .data = data,
+                                  .nbytes = row_bytes * (uint64_t)ne1};
+    rc = gs_gguf_w_tensor(w, &wt);
+    gs_free(row);
+    gs_free(data);
+    if (rc)
+        return gs_err_set(err, rc, "%s: cannot add tensor", name);
+    return GS_OK;
+}
+
+static enum gs_status add_vocab(struct gs_gguf_writer *w, int64_t n_vocab, struct gs_err *err)
+{
+    char **toks = gs_calloc((size_t)n_vocab, sizeof(char *));
+    float *scores = gs_calloc((size_t)n_vocab, sizeof(float));
+    int32_t *types = gs_calloc((size_t)n_vocab, sizeof(int32_t));
+    enum gs_status rc = GS_NOMEM;
+    if (!toks || !scores || !types)
+        goto out;
+    /* Token types as GGUF defines them: 1 normal, 2 unknown, 3 control, 5 unused, 6 byte. */
+    static const char *const specials[3] = {"<unk>", "<s>", "</s>"};
+    for (int64_t i = 0; i < n_vocab; i++) {
+        char buf[32];
+        if (i < 3) {
+            snprintf(buf, sizeof(buf), "%s", specials[i]);
+            types[i] = i == 0 ? 2 : 3;
+        } else if (i < N_BYTE_VOCAB) {
+            snprintf(buf, sizeof(buf), "<0x%02X>", (unsigned)(i - 3));
+            types[i] = 6;
+        } else {
+            snprintf(buf, sizeof(buf), "<unused%" PRId64 ">", i - N_BYTE_VOCAB);
+            types[i] = 5;
+        }
+        if (!(toks[i] = gs_strdup(buf)))
+            goto out;
+    }
+    if (gs_gguf_w_str(w, "tokenizer.ggml.model", "llama") ||
+        gs_gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks,
+                          (uint64_t)n_vocab) ||
+        gs_gguf_w_arr(w, "tokenizer.ggml.scores", GS_GGUF_F32, scores, (uint64_t)n_vocab) ||
+        gs_gguf_w_arr(w, "tokenizer.ggml.token_type", GS_GGUF_I32, types, (uint64_t)n_vocab) ||
+        gs_gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", 0) ||
+        gs_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 1) ||
+        gs_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2) ||
+        gs_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", true) ||
+        gs_gguf_w_bool(w, "tokenizer.ggml.add_eos_token", false))
+        goto out;
+    rc = GS_OK;
+out:
+    if (toks)
+        for (int64_t i = 0; i < n_vocab; i++)
+            gs_free(toks[i]);
+    gs_free(toks);
+    gs_free(scores);
+    gs_free(types);
+    if (rc)
+        gs_err_set(err, rc, "no memory for the vocabulary");
+    return rc;
+}
+
+static enum gs_status add_metadata(struct gs_gguf_writer *w, const struct synth_cfg *c)
+{
+    char name[160];
+    snprintf(name, sizeof(name),
+             "graphserve synth %" PRId64 "x%" PRId64 " %s (random weights)", c->n_embd,
+             c->n_layer, gs_type_name(c->type));
+    int64_t head_dim = c->n_embd / c->n_head;
+    enum gs_status rc = GS_OK;
+    rc |= gs_gguf_w_str(w, "general.architecture", "llama");
+    rc |= gs_gguf_w_str(w, "general.name", name);
+    rc |= gs_gguf_w_str(w, "general.description",
+                        "Random weights written by graphserve synth: for tests and benchmarks, "
+                        "its output is noise.");
+    rc |= gs_gguf_w_u32(w, "general.alignment", GS_GGUF_DEFAULT_ALIGNMENT);
+    rc |= gs_gguf_w_u32(w, "llama.context_length", (uint32_t)c->n_ctx);
+    rc |= gs_gguf_w_u32(w, "llama.embedding_length", (uint32_t)c->n_embd);
+    rc |= gs_gguf_w_u32(w, "llama.block_count", (uint32_t)c->n_layer);
+    rc |= gs_gguf_w_u32(w, "llama.feed_forward_length", (uint32_t)c->n_ff);
+    rc |= gs_gguf_w_u32(w, "llama.attention.head_count", (uint32_t)c->n_head);
+    rc |= gs_gguf_w_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_head_kv);
+    rc |= gs_gguf_w_u32(w, "llama.rope.dimension_count", (uint32_t)head_dim);
+    rc |= gs_gguf_w_u32(w, "llama.vocab_size", (uint32_t)c->n_vocab);
+    rc |= gs_gguf_w_f32(w, "llama.rope.freq_base", (float)c->rope_base);
+    rc |= gs_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    return rc ? GS_NOMEM : GS_OK;
+}
+
+static enum gs_status write_model(const struct synth_cfg *c, struct gs_err *err)
+{
+    struct gs_gguf_writer *w;
+    enum gs_status rc = gs_gguf_writer_new(NULL, &w, err);
+    if (rc)
+        return rc;
+    struct rng r = {.s = c->seed};
+    int64_t e = c->n_embd, hd = c->n_embd / c->n_head, kv = hd * c->n_head_kv;
+    rc = add_metadata(w, c);
+    if (rc)
+        gs_err_set(err, rc, "no memory for metadata");
+    if (!rc)
+        rc = add_vocab(w, c->n_vocab, err);
+    if (!rc)
+        rc = add_tensor(w, c, &r, "token_embd.weight", c->embd_type, e, c->n_vocab, FILL_MATRIX,
+                        err);
+    if (!rc)
+        rc = add_tensor(w, c, &r, "output_norm.weight", GS_TYPE_F32, e, 1, FILL_NORM, err);
+    if (!rc && !c->tied)
+        rc = add_tensor(w, c, &r, "output.weight", c->out_type, e, c->n_vocab, FILL_MATRIX, err);
+    for (int64_t l = 0; l < c->n_layer && !rc; l++) {
+        const struct {
+            const char *name;
+            enum gs_type type;
+            int64_t ne0, ne1;
+            enum fill fill;
+        } blk[] = {
+            {"attn_norm", GS_TYPE_F32, e, 1, FILL_NORM},
+            {"attn_q", c->type, e, e, FILL_MATRIX},
+            {"attn_k", c->type, e, kv, FILL_MATRIX},
+            {"attn_v", c->type, e, kv, FILL_MATRIX},
+            {"attn_output", c->type, e, e, FILL_MATRIX},
+            {"ffn_norm", GS_TYPE_F32, e, 1, FILL_NORM},
+            {"ffn_gate", c->type, e, c->n_ff, FILL_MATRIX},
+            {"ffn_up", c->type, e, c->n_ff, FILL_MATRIX},
+            {"ffn_down", c->down_type, c->n_ff, e, FILL_MATRIX},
+        };
+        for (size_t i = 0; i < GS_ARRAY_LEN(blk) && !rc; i++) {
+            char name[64];
+            snprintf(name, sizeof(name), "blk.%" PRId64 ".%s.weight", l, blk[i].name);
+            rc = add_tensor(w, c, &r, name, blk[i].type, blk[i].ne0, blk[i].ne1, blk[i].fill,
+                            err);
+        }
+    }
+    if (!rc)
+        rc = gs_gguf_writer_to_file(w, c->out, err);
+    gs_gguf_writer_free(w);
+    return rc;
+}
+
+/* Parses a type name or the q4_K_M recipe into c. */
+static bool parse_type(const char *s, struct synth_cfg *c)
+{
+    if (!strcasecmp(s, "q4_K_M")) {
+        c->type = GS_TYPE_Q4_K;
+        c->out_type = c->down_type = GS_TYPE_Q6_K;
+        c->embd_type = GS_TYPE_Q4_K;
+        return true;
+    }
+    enum gs_type t;
+    if (gs_type_from_name(s, &t) || !gs_type_traits(t)->supported) {
+        fprintf(stderr, "graphserve synth: unknown or unsupported type '%s'\n", s);
+        return false;
+    }
+    c->type = c->out_type = c->down_type = c->embd_type = t;
+    return true;
+}
+
+static int check_shape(const struct synth_cfg *c)
+{
+    if (c->n_embd % c->n_head)
+        return gs_cli_fail("synth", "--n-head %" PRId64 " does not divide --n-embd %" PRId64,
+                           c->n_head, c->n_embd);
+    if (c->n_head % c->n_head_kv)
+        return gs_cli_fail("synth", "--n-head-kv %" PRId64 " does not divide --n-head %" PRId64,
+                           c->n_head_kv, c->n_head);
+    if ((c->n_embd / c->n_head) % 2)
+        return gs_cli_fail("synth", "head size %" PRId64 " must be even for RoPE",
+                           c->n_embd / c->n_head);
+    return 0;
+}
+
+int gs_cmd_synth(int argc, char **argv)
+{
+    struct synth_cfg c = {.n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 0, .n_ff = 0,
+                          .n_vocab = N_BYTE_VOCAB, .n_ctx = 512, .type = GS_TYPE_F32,
+                          .out_type = GS_TYPE_F32, .down_type = GS_TYPE_F32,
+                          .embd_type = GS_TYPE_F32, .rope_base = 10000.0, .init_std = 0.02,
+                          .seed = 1};
+    const char *out_type = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t n;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: graphserve synth %s", usage);
+            return 0;
+        } else if (!strcmp(a, "--tied")) {
+            c.tied = true;
+            continue;
+        } else if (!v) {
+            return gs_cli_usage("synth", usage);
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            c.out = v;
+        } else if (!strcmp(a, "--type")) {
+            if (!parse_type(v, &c))
+                return 2;
+        } else if (!strcmp(a, "--output-type")) {
+            out_type = v;
+        } else if (!strcmp(a, "--rope-base")) {
+            if (!gs_cli_parse_f64(a, v, 1.0, 1e9, &c.rope_base))
+                return 2;
+        } else if (!strcmp(a, "--init-std")) {
+            if (!gs_cli_parse_f64(a, v, 0.0, 10.0, &c.init_std))
+                return 2;
+        } else {
+            static const struct {
+                const char *opt;
+                size_t field;
+                int64_t min, max;
+            } ints[] = {
+                {"--n-embd", offsetof(struct synth_cfg, n_embd), 2, 65536},
+                {"--n-layer", offsetof(struct synth_cfg, n_layer), 1, 1024},
+                {"--n-head", offsetof(struct synth_cfg, n_head), 1, 1024},
+                {"--n-head-kv", offsetof(struct synth_cfg, n_head_kv), 1, 1024},
+                {"--n-ff", offsetof(struct synth_cfg, n_ff), 1, 1 << 20},
+                {"--n-vocab", offsetof(struct synth_cfg, n_vocab), N_BYTE_VOCAB, 1 << 22},
+                {"--n-ctx", offsetof(struct synth_cfg, n_ctx), 1, 1 << 24},
+                {"--seed", offsetof(struct synth_cfg, seed), 0, INT64_MAX},
+            };
+            size_t k = 0;
+            while (k < GS_ARRAY_LEN(ints) && strcmp(a, ints[k].opt))
+                k++;
+            if (k == GS_ARRAY_LEN(ints))
+                return gs_cli_usage("synth", usage);
+            if (!gs_cli_parse_i64(a, v, ints[k].min, ints[k].max, &n))
+                return 2;
+            memcpy((char *)&c + ints[k].field, &n, sizeof(n));
+        }
+        i++;
+    }
+    if (!c.out)
+        return gs_cli_usage("synth", usage);
+    if (!c.n_head_kv)
+        c.n_head_kv = c.n_head;
+    if (!c.n_ff)
+        c.n_ff = (4 * c.n_embd + 31) / 32 * 32;
+    if (out_type) {
+        enum gs_type t;
+        if (gs_type_from_name(out_type, &t) || !gs_type_traits(t)->supported)
+            return gs_cli_fail("synth", "unknown or unsupported --output-type '%s'", out_type);
+        c.out_type = t;
+    }
+    int bad = check_shape(&c);
+    if (bad)
+        return bad;
+    struct gs_err err;
+    double t0 = gs_now_ms();
+    if (write_model(&c, &err))
+        return gs_cli_fail("synth", "%s", err.msg);
+    fprintf(stderr,
+            "graphserve synth: wrote %s (n_embd %" PRId64 ", %" PRId64 " layers, %" PRId64
+            " heads, %" PRId64 " kv heads, ffn %" PRId64 ", vocab %" PRId64
+            ", %s) in %.1f s. Its weights are random: the model produces noise.\n",
+            c.out, c.n_embd, c.n_layer, c.n_head, c.n_head_kv, c.n_ff, c.n_vocab,
+            gs_type_name(c.type), (gs_now_ms() - t0) / 1000.0);
+    return 0;
+}

@@ -1,0 +1,184 @@
+/*
+ * tests/server/test_cli.c - the `synth` and `inspect` commands, run as a user
+ * runs them: the real graphserve binary in a child process.
+ */
+#define _GNU_SOURCE
+#include "engine/gguf.h"
+#include "tests/common/testutil.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *exe(void)
+{
+    static char path[4096];
+    snprintf(path, sizeof(path), "%s", gs_test_build_path("server/graphserve"));
+    return path;
+}
+
+static int run(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int run(char **out, const char *fmt, ...)
+{
+    char *args;
+    va_list ap;
+    va_start(ap, fmt);
+    cr_assert(vasprintf(&args, fmt, ap) > 0);
+    va_end(ap);
+    char *cmd;
+    cr_assert(asprintf(&cmd, "%s %s", exe(), args) > 0);
+    int rc = gs_test_run(cmd, 1, out);
+    free(cmd);
+    free(args);
+    return rc;
+}
+
+/* synth writes the shape and types asked for, the reader accepts the file,
+ * and the file says its weights are random. */
+Test(cli_synth, writes_requested_shape_with_gqa_and_recipe)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/m.gguf", gs_test_tmpdir());
+    char *out;
+    int rc = run(&out, "synth -o %s --n-embd 256 --n-layer 3 --n-head 8 --n-head-kv 2 --n-ff 512 "
+                       "--n-vocab 300 --type q4_K_M --seed 7",
+                 path);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "random"), "synth must say the weights are random: %s", out);
+    free(out);
+
+    struct gs_gguf *g;
+    struct gs_err err;
+    cr_assert_eq(gs_gguf_open(path, &g, &err), GS_OK, "%s", err.msg);
+    uint32_t v;
+    cr_assert_eq(gs_gguf_get_u32(g, "llama.block_count", &v, &err), GS_OK);
+    cr_assert_eq(v, 3);
+    cr_assert_eq(gs_gguf_get_u32(g, "llama.attention.head_count_kv", &v, &err), GS_OK);
+    cr_assert_eq(v, 2);
+    struct gs_gguf_str name;
+    cr_assert_eq(gs_gguf_get_str(g, "general.name", &name, &err), GS_OK);
+    cr_assert(memmem(name.data, name.len, "random weights", 14));
+    const struct gs_gguf_tensor *k = gs_gguf_find_tensor(g, "blk.2.attn_k.weight");
+    cr_assert_not_null(k);
+    cr_assert_eq(k->ne[0], 256);
+    cr_assert_eq(k->ne[1], 64); /* 2 kv heads x head size 32 */
+    cr_assert_eq(k->type, GS_TYPE_Q4_K);
+    cr_assert_eq(gs_gguf_find_tensor(g, "output.weight")->type, GS_TYPE_Q6_K);
+    const struct gs_gguf_tensor *down = gs_gguf_find_tensor(g, "blk.0.ffn_down.weight");
+    cr_assert_eq(down->type, GS_TYPE_Q6_K);
+    cr_assert_eq(down->ne[0], 512);
+    cr_assert_eq(gs_gguf_find_tensor(g, "blk.1.ffn_norm.weight")->type, GS_TYPE_F32);
+    const struct gs_gguf_kv *toks;
+    cr_assert_eq(gs_gguf_get_arr(g, "tokenizer.ggml.tokens", GS_GGUF_STRING, &toks, &err), GS_OK);
+    cr_assert_eq(toks->v.arr.n, 300);
+    cr_assert(gs_gguf_str_eq(toks->v.arr.strs[3 + 'A'], "<0x41>"));
+    gs_gguf_close(g);
+}
+
+/* The same seed gives the same bytes; another seed gives other weights. */
+Test(cli_synth, is_reproducible_by_seed)
+{
+    const char *dir = gs_test_tmpdir();
+    char *out;
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(run(&out, "synth -o %s/s%d.gguf --type q8_0 --seed %d", dir, i, i < 2 ? 5 : 6),
+                     0, "%s", out);
+        free(out);
+    }
+    char p[3][4200];
+    size_t n[3];
+    char *b[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(p[i], sizeof(p[i]), "%s/s%d.gguf", dir, i);
+        b[i] = gs_test_read_file(p[i], &n[i]);
+    }
+    cr_assert_eq(n[0], n[1]);
+    cr_assert_eq(memcmp(b[0], b[1], n[0]), 0, "same seed, different files");
+    cr_assert_eq(n[0], n[2]);
+    cr_assert_neq(memcmp(b[0], b[2], n[0]), 0, "different seeds, same file");
+    for (int i = 0; i < 3; i++)
+        free(b[i]);
+}
+
+/* A K-quant on rows that are not a multiple of 256 falls back, and says so. */
+Test(cli_synth, falls_back_when_rows_do_not_fit_the_block)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/f.gguf", gs_test_tmpdir());
+    char *out;
+    cr_assert_eq(run(&out, "synth -o %s --n-embd 64 --type q4_K", path), 0);
+    cr_assert(strstr(out, "using q5_0"), "%s", out);
+    free(out);
+    struct gs_gguf *g;
+    struct gs_err err;
+    cr_assert_eq(gs_gguf_open(path, &g, &err), GS_OK, "%s", err.msg);
+    cr_assert_eq(gs_gguf_find_tensor(g, "blk.0.attn_q.weight")->type, GS_TYPE_Q5_0);
+    gs_gguf_close(g);
+}
+
+Test(cli_synth, refuses_inconsistent_shapes)
+{
+    char *out;
+    cr_assert_eq(run(&out, "synth -o /dev/null --n-embd 64 --n-head 6"), 1);
+    cr_assert(strstr(out, "--n-head 6 does not divide --n-embd 64"), "%s", out);
+    free(out);
+    cr_assert_eq(run(&out, "synth -o /dev/null --n-head 4 --n-head-kv 3"), 1);
+    cr_assert(strstr(out, "--n-head-kv 3 does not divide --n-head 4"), "%s", out);
+    free(out);
+    cr_assert_eq(run(&out, "synth -o /dev/null --n-vocab 10"), 2);
+    cr_assert(strstr(out, "--n-vocab"), "%s", out);
+    free(out);
+    cr_assert_eq(run(&out, "synth -o /dev/null --type iq2_xxs"), 2);
+    free(out);
+}
+
+/* inspect --json on a real model: metadata, tensor table and the digest. */
+Test(cli_inspect, json_lists_metadata_tensors_and_sha256)
+{
+    char *out;
+    const char *model = gs_test_shared_path("models/stories260K-Q4_0.gguf");
+    cr_assert_eq(run(&out, "inspect --json --sha256 %s", model), 0, "%s", out);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    cr_assert_not_null(j, "inspect --json is not JSON: %s", jerr.text);
+    /* the digest recorded with the golden files for this model */
+    json_t *golden = gs_test_load_json(gs_test_shared_path("golden/dequant/stories260K-Q4_0.json"));
+    cr_assert_str_eq(json_string_value(json_object_get(j, "sha256")),
+                     json_string_value(json_object_get(golden, "file_sha256")));
+    json_t *meta = json_object_get(j, "metadata");
+    json_t *tokens = json_object_get(meta, "tokenizer.ggml.tokens");
+    cr_assert_eq(json_integer_value(json_object_get(tokens, "n")), 512);
+    cr_assert_eq(json_array_size(json_object_get(tokens, "head")), 8, "long arrays summarised");
+    json_t *tensors = json_object_get(j, "tensors");
+    bool found = false;
+    for (size_t i = 0; i < json_array_size(tensors); i++) {
+        json_t *t = json_array_get(tensors, i);
+        if (strcmp(json_string_value(json_object_get(t, "name")), "blk.0.attn_k.weight"))
+            continue;
+        found = true;
+        cr_assert_str_eq(json_string_value(json_object_get(t, "type")), "q4_0");
+        cr_assert_eq(json_integer_value(json_array_get(json_object_get(t, "shape"), 0)), 64);
+        /* golden: data_offset_in_file is absolute; ours is relative to the data section */
+        json_t *gt = json_array_get(json_object_get(golden, "tensors"), 0);
+        cr_assert_str_eq(json_string_value(json_object_get(gt, "tensor")), "blk.0.attn_k.weight");
+        cr_assert_eq(json_integer_value(json_object_get(t, "offset")) +
+                         json_integer_value(json_object_get(j, "data_offset")),
+                     json_integer_value(json_object_get(gt, "data_offset_in_file")));
+    }
+    cr_assert(found);
+    json_decref(golden);
+    json_decref(j);
+    free(out);
+}
+
+Test(cli_inspect, refuses_a_file_that_is_not_gguf_with_a_message)
+{
+    char *out;
+    cr_assert_eq(run(&out, "inspect /etc/hostname"), 1);
+    cr_assert(strstr(out, "header magic"), "%s", out);
+    free(out);
+    cr_assert_eq(run(&out, "inspect /nonexistent.gguf"), 1);
+    cr_assert(strstr(out, "No such file"), "%s", out);
+    free(out);
+}
