@@ -1,0 +1,148 @@
+/* engine/backend/backend.c - the backend registry and checks shared by backends. */
+#include "engine/backend.h"
+
+#include <string.h>
+
+static const struct gs_be_ops *const backends[] = {
+    &gs_be_ref_ops,
+};
+
+const struct gs_be_ops *gs_be_find(const char *name)
+{
+    for (size_t i = 0; i < GS_ARRAY_LEN(backends); i++)
+        if (!strcmp(backends[i]->name, name))
+            return backends[i];
+    return NULL;
+}
+
+enum gs_status gs_be_init(struct gs_be *be, const char *name, const struct gs_be_cfg *cfg,
+                          struct gs_err *err)
+{
+    memset(be, 0, sizeof(*be));
+    const struct gs_be_ops *ops = gs_be_find(name);
+    if (!ops)
+        return gs_err_set(err, GS_NOTFOUND, "backend '%s' does not exist", name);
+    if (ops->api_version != GS_BE_API_VERSION)
+        return gs_err_set(err, GS_UNSUPPORTED, "backend '%s' has api version %d, want %d", name,
+                          ops->api_version, GS_BE_API_VERSION);
+    struct gs_be_cfg def = {0};
+    be->ops = ops;
+    enum gs_status st = ops->open(be, cfg ? cfg : &def, err);
+    if (st)
+        memset(be, 0, sizeof(*be));
+    return st;
+}
+
+void gs_be_deinit(struct gs_be *be)
+{
+    if (!be || !be->ops)
+        return;
+    be->ops->close(be);
+    memset(be, 0, sizeof(*be));
+}
+
+size_t gs_be_select_passes(const struct gs_be *be, const struct gs_pass *const *in, size_t n_in,
+                           const struct gs_pass **out, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < n_in && n < cap; i++) {
+        struct gs_node probe;
+        memset(&probe, 0, sizeof(probe));
+        probe.op = in[i]->produces;
+        probe.type = GS_TYPE_F32;
+        if (in[i]->produces == GS_OP_COUNT || gs_be_supports(be, &probe))
+            out[n++] = in[i];
+    }
+    return n;
+}
+
+enum gs_status gs_be_check_graph(const struct gs_be *be, const struct gs_graph *g,
+                                 struct gs_err *err)
+{
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const struct gs_node *n = &g->nodes[i];
+        if (!gs_be_supports(be, n))
+            return gs_err_set(err, GS_UNSUPPORTED, "backend %s cannot run node %u (%s, %s) '%s'",
+                              be->ops->name, i, gs_op_info(n->op)->name, gs_type_name(n->type),
+                              n->name);
+    }
+    return GS_OK;
+}
+
+/* ---- step validation -------------------------------------------------------- */
+
+static enum gs_status check_kv(const struct gs_step_io *io, const struct gs_graph *g,
+                               struct gs_err *err)
+{
+    const struct gs_kv_view *kv = io->kv;
+    bool needs_kv = false;
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const struct gs_node *n = &g->nodes[i];
+        if (n->op != GS_OP_KV_STORE)
+            continue;
+        needs_kv = true;
+        if (!kv || !kv->base)
+            return gs_err_set(err, GS_INVAL, "step: kv: the graph has attention but no cache");
+        if ((uint32_t)n->p.attn.layer >= kv->n_layer)
+            return gs_err_set(err, GS_INVAL, "step: kv: cache has %u layers, graph needs %d",
+                              kv->n_layer, n->p.attn.layer + 1);
+        if ((int64_t)kv->kv_dim != (int64_t)n->p.attn.n_head_kv * n->p.attn.head_dim)
+            return gs_err_set(err, GS_INVAL, "step: kv: cache rows of %u, layer %d needs %d",
+                              kv->kv_dim, n->p.attn.layer, n->p.attn.n_head_kv * n->p.attn.head_dim);
+    }
+    if (!needs_kv)
+        return GS_OK;
+    if ((kv->type != GS_TYPE_F32 && kv->type != GS_TYPE_F16) || kv->page_tokens == 0)
+        return gs_err_set(err, GS_INVAL, "step: kv: type %s / %u tokens per page unsupported",
+                          gs_type_name(kv->type), kv->page_tokens);
+    uint64_t elem = kv->type == GS_TYPE_F16 ? 2 : 4;
+    if (kv->page_bytes < (uint64_t)kv->n_layer * 2 * kv->page_tokens * kv->kv_dim * elem)
+        return gs_err_set(err, GS_INVAL, "step: kv: page_bytes %llu too small",
+                          (unsigned long long)kv->page_bytes);
+    for (uint32_t t = 0; t < io->n_tokens; t++) {
+        const struct gs_seq_pages *sp = &io->seqs[io->seq[t]];
+        uint32_t page = (uint32_t)io->pos[t] / kv->page_tokens;
+        if (page >= sp->n_pages || !sp->pages)
+            return gs_err_set(err, GS_INVAL,
+                              "step: token %u: position %d is past sequence %u's %u pages", t,
+                              io->pos[t], io->seq[t], sp->n_pages);
+        for (uint32_t i = 0; i <= page; i++)
+            if (sp->pages[i] >= kv->n_pages)
+                return gs_err_set(err, GS_INVAL, "step: sequence %u: page %u is %u, pool has %u",
+                                  io->seq[t], i, sp->pages[i], kv->n_pages);
+    }
+    return GS_OK;
+}
+
+enum gs_status gs_step_io_check(const struct gs_step_io *io, const struct gs_graph *g,
+                                const struct gs_shape *shape, struct gs_err *err)
+{
+    if (io->n_tokens == 0 || io->n_tokens > shape->n_tokens)
+        return gs_err_set(err, GS_INVAL, "step: n_tokens %u outside the plan's bucket 1..%u",
+                          io->n_tokens, shape->n_tokens);
+    if (!io->tokens || !io->pos || !io->seq || !io->seqs)
+        return gs_err_set(err, GS_INVAL, "step: tokens, pos, seq and seqs are required");
+    int64_t n_rows_embed = INT64_MAX;
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == GS_OP_EMBED)
+            n_rows_embed = GS_MIN(n_rows_embed, g->nodes[g->nodes[i].src[0]].ne[1]);
+    for (uint32_t t = 0; t < io->n_tokens; t++) {
+        if (io->tokens[t] < 0 || io->tokens[t] >= n_rows_embed)
+            return gs_err_set(err, GS_INVAL, "step: token %u: id %d outside the vocabulary", t,
+                              io->tokens[t]);
+        if (io->pos[t] < 0)
+            return gs_err_set(err, GS_INVAL, "step: token %u: negative position %d", t,
+                              io->pos[t]);
+        if (io->seq[t] >= io->n_seqs)
+            return gs_err_set(err, GS_INVAL, "step: token %u: sequence %u of %u", t, io->seq[t],
+                              io->n_seqs);
+    }
+    if (io->n_outputs > io->n_tokens || (io->n_outputs && (!io->out_rows || !io->logits)))
+        return gs_err_set(err, GS_INVAL, "step: %u outputs for %u tokens (or no buffers)",
+                          io->n_outputs, io->n_tokens);
+    for (uint32_t o = 0; o < io->n_outputs; o++)
+        if (io->out_rows[o] >= io->n_tokens || (o && io->out_rows[o] <= io->out_rows[o - 1]))
+            return gs_err_set(err, GS_INVAL, "step: out_rows[%u] = %u is out of order or range",
+                              o, io->out_rows[o]);
+    return check_kv(io, g, err);
+}

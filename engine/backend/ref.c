@@ -1,0 +1,477 @@
+/*
+ * engine/backend/ref.c - the reference backend: plain scalar C over F32.
+ *
+ * Weights are dequantized one row at a time as a kernel reads them, never as
+ * a whole model. Reductions accumulate in double. Nothing here is clever: this
+ * backend is the oracle that validation and every faster backend compare with.
+ *
+ * One deliberate imitation: with an F16 KV cache the attention dot products
+ * take their other operand (q, then the softmax weights) rounded to F16 too,
+ * which is what a mixed F16 product computes; it keeps greedy decoding
+ * identical to llama.cpp's F16-cache goldens.
+ */
+#include "engine/backend.h"
+#include "engine/compile.h"
+
+#include <math.h>
+#include <string.h>
+
+struct ref_plan {
+    float *scratch;  /* [scratch_bytes / 4] activations */
+    float *row_a;    /* [max weight row] dequantized weight row */
+    float *row_b;    /* [max activation row] per-token temporary */
+};
+
+/* The state of one run: plan, step and resolved row counts. */
+struct run {
+    const struct gs_plan *plan;
+    const struct gs_graph *g;
+    const struct gs_step_io *io;
+    struct ref_plan *rp;
+};
+
+static enum gs_status ref_open(struct gs_be *be, const struct gs_be_cfg *cfg, struct gs_err *err)
+{
+    be->ctx = NULL;
+    return GS_OK;
+}
+
+static void ref_close(struct gs_be *be)
+{
+}
+
+static bool ref_supports(const struct gs_be *be, const struct gs_node *n)
+{
+    if ((unsigned)n->op >= GS_OP_COUNT)
+        return false;
+    if (n->op != GS_OP_WEIGHT)
+        return n->type == GS_TYPE_F32;
+    const struct gs_type_traits *tt = gs_type_traits(n->type);
+    return n->type == GS_TYPE_F32 || (tt && tt->supported && tt->to_f32);
+}
+
+static void ref_plan_free(struct gs_be *be, struct gs_plan *p)
+{
+    struct ref_plan *rp = p->be_data;
+    if (rp) {
+        gs_free(rp->scratch);
+        gs_free(rp->row_a);
+        gs_free(rp->row_b);
+        gs_free(rp);
+    }
+    gs_plan_free(p);
+}
+
+static enum gs_status ref_compile(struct gs_be *be, const struct gs_graph *g,
+                                  const struct gs_shape *s, struct gs_plan **out,
+                                  struct gs_err *err)
+{
+    *out = NULL;
+    enum gs_status st = gs_be_check_graph(be, g, err);
+    if (st)
+        return st;
+    struct gs_plan *p;
+    st = gs_plan_layout(g, s, &p, err);
+    if (st)
+        return st;
+    int64_t max_w = 1, max_a = 1;
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i].op == GS_OP_WEIGHT)
+            max_w = GS_MAX(max_w, g->nodes[i].ne[0]);
+        else
+            max_a = GS_MAX(max_a, g->nodes[i].ne[0]);
+    }
+    struct ref_plan *rp = gs_calloc(1, sizeof(*rp));
+    p->be_data = rp;
+    if (!rp)
+        goto out_nomem;
+    rp->scratch = gs_malloc(p->scratch_bytes ? p->scratch_bytes : 1);
+    rp->row_a = gs_alloc_array((size_t)max_w, sizeof(float));
+    rp->row_b = gs_alloc_array((size_t)max_a, sizeof(float));
+    if (!rp->scratch || !rp->row_a || !rp->row_b)
+        goto out_nomem;
+    *out = p;
+    return GS_OK;
+out_nomem:
+    ref_plan_free(be, p);
+    return gs_err_set(err, GS_NOMEM, "ref: out of memory reserving %llu scratch bytes",
+                      (unsigned long long)p->scratch_bytes);
+}
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static float *value(const struct run *r, uint32_t id)
+{
+    return (float *)((char *)r->rp->scratch + r->plan->offset[id]);
+}
+
+/* Row r of a weight as F32: the stored row itself, or dequantized into buf. */
+static const float *weight_row(const struct gs_node *w, int64_t row, float *buf)
+{
+    uint64_t row_bytes = 0;
+    gs_type_row_bytes(w->type, w->ne[0], &row_bytes);
+    const char *src = (const char *)w->data + (uint64_t)row * row_bytes;
+    if (w->type == GS_TYPE_F32)
+        return (const float *)src;
+    gs_dequantize(w->type, src, buf, w->ne[0]);
+    return buf;
+}
+
+static int64_t rows_of(const struct run *r, const struct gs_node *n)
+{
+    switch (n->rows) {
+    case GS_ROWS_TOKENS:
+        return r->io->n_tokens;
+    case GS_ROWS_OUTPUTS:
+        return r->io->n_outputs;
+    case GS_ROWS_FIXED:
+        return n->ne[1];
+    case GS_ROWS_NONE:
+        break;
+    }
+    return 0;
+}
+
+/* Row `row` of any node (weight or activation) as F32. */
+static const float *row_of(const struct run *r, uint32_t id, int64_t row, float *buf)
+{
+    const struct gs_node *n = &r->g->nodes[id];
+    if (n->op == GS_OP_WEIGHT)
+        return weight_row(n, row, buf);
+    return value(r, id) + row * n->ne[0];
+}
+
+static float round_f16(float x)
+{
+    return gs_fp16_to_f32(gs_f32_to_fp16(x));
+}
+
+/* ---- kernels -------------------------------------------------------------- */
+
+static void k_embed(const struct run *r, const struct gs_node *n, float *out)
+{
+    const struct gs_node *table = &r->g->nodes[n->src[0]];
+    for (uint32_t t = 0; t < r->io->n_tokens; t++) {
+        const float *row = weight_row(table, r->io->tokens[t], r->rp->row_a);
+        memcpy(out + t * n->ne[0], row, (size_t)n->ne[0] * sizeof(float));
+    }
+}
+
+/* RMS_NORM, and RMS_NORM_MUL when the node has a weight source. */
+static void k_rms_norm(const struct run *r, const struct gs_node *n, float *out)
+{
+    const float *x = value(r, n->src[0]);
+    int64_t ne0 = n->ne[0], rows = rows_of(r, n);
+    for (int64_t i = 0; i < rows; i++) {
+        double sum = 0;
+        for (int64_t j = 0; j < ne0; j++)
+            sum += (double)x[i * ne0 + j] * x[i * ne0 + j];
+        float scale = 1.0f / sqrtf((float)(sum / ne0) + n->p.eps);
+        const float *w = NULL;
+        if (n->op == GS_OP_RMS_NORM_MUL) {
+            bool bcast = r->g->nodes[n->src[1]].rows == GS_ROWS_FIXED;
+            w = row_of(r, n->src[1], bcast ? 0 : i, r->rp->row_a);
+        }
+        for (int64_t j = 0; j < ne0; j++)
+            out[i * ne0 + j] = x[i * ne0 + j] * scale * (w ? w[j] : 1.0f);
+    }
+}
+
+static float silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+static float gelu(float x)
+{
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi), tanh approximation */
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+/* MUL, ADD, SWIGLU, SILU, GELU: row-local elementwise ops. */
+static void k_elementwise(const struct run *r, const struct gs_node *n, float *out)
+{
+    int64_t ne0 = n->ne[0], rows = rows_of(r, n);
+    const float *a = value(r, n->src[0]);
+    bool bcast = n->n_src > 1 && r->g->nodes[n->src[1]].rows == GS_ROWS_FIXED;
+    const float *b = bcast ? row_of(r, n->src[1], 0, r->rp->row_a) : NULL;
+    for (int64_t i = 0; i < rows; i++) {
+        if (n->n_src > 1 && !bcast)
+            b = value(r, n->src[1]) + i * ne0;
+        for (int64_t j = 0; j < ne0; j++) {
+            float x = a[i * ne0 + j], y;
+            switch (n->op) {
+            case GS_OP_MUL:
+                y = x * b[j];
+                break;
+            case GS_OP_ADD:
+                y = x + b[j];
+                break;
+            case GS_OP_SWIGLU:
+                y = silu(x) * b[j];
+                break;
+            case GS_OP_SILU:
+                y = silu(x);
+                break;
+            default: /* GS_OP_GELU */
+                y = gelu(x);
+                break;
+            }
+            out[i * ne0 + j] = y;
+        }
+    }
+}
+
+/* x [K x R] @ W [K x N] -> out [N x R] (+ residual for MATMUL_ADD).
+ * Each weight row is dequantized once and used for every token. */
+static void k_matmul(const struct run *r, const struct gs_node *n, float *out)
+{
+    const struct gs_node *w = &r->g->nodes[n->src[1]];
+    const float *x = value(r, n->src[0]);
+    const float *res = n->op == GS_OP_MATMUL_ADD ? value(r, n->src[2]) : NULL;
+    int64_t K = w->ne[0], N = w->ne[1], rows = rows_of(r, n);
+    for (int64_t o = 0; o < N; o++) {
+        const float *wr = weight_row(w, o, r->rp->row_a);
+        for (int64_t t = 0; t < rows; t++) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; k++)
+                acc += (double)wr[k] * x[t * K + k];
+            out[t * N + o] = (float)acc + (res ? res[t * N + o] : 0.0f);
+        }
+    }
+}
+
+static void k_rope(const struct run *r, const struct gs_node *n, float *out)
+{
+    const struct gs_rope_params *p = &n->p.rope;
+    const float *x = value(r, n->src[0]);
+    const float *ff = n->n_src > 1 ? r->g->nodes[n->src[1]].data : NULL;
+    int64_t ne0 = n->ne[0];
+    float theta_scale = powf(p->freq_base, -2.0f / (float)p->n_rot);
+    int half = p->n_rot / 2;
+    memcpy(out, x, (size_t)(ne0 * (int64_t)r->io->n_tokens) * sizeof(float));
+    for (uint32_t t = 0; t < r->io->n_tokens; t++) {
+        /* theta_i = pos * scale^i, built by repeated multiplication in float. */
+        float theta = (float)r->io->pos[t];
+        for (int i = 0; i < half; i++) {
+            float th = p->freq_scale * theta / (ff ? ff[i] : 1.0f);
+            float c = cosf(th), s = sinf(th);
+            theta *= theta_scale;
+            for (int h = 0; h < p->n_head; h++) {
+                int64_t base = t * ne0 + (int64_t)h * p->head_dim;
+                int64_t i0 = p->mode == GS_ROPE_NEOX ? i : 2 * i;
+                int64_t i1 = p->mode == GS_ROPE_NEOX ? i + half : 2 * i + 1;
+                float x0 = x[base + i0], x1 = x[base + i1];
+                out[base + i0] = x0 * c - x1 * s;
+                out[base + i1] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+/* Address of K (which = 0) or V (which = 1) of layer l at a sequence position. */
+static void *kv_at(const struct gs_step_io *io, uint32_t seq, int32_t pos, int layer, int which)
+{
+    const struct gs_kv_view *kv = io->kv;
+    uint32_t page = io->seqs[seq].pages[(uint32_t)pos / kv->page_tokens];
+    uint32_t slot = (uint32_t)pos % kv->page_tokens;
+    uint64_t elem = kv->type == GS_TYPE_F16 ? 2 : 4;
+    uint64_t row = ((uint64_t)(2 * layer + which) * kv->page_tokens + slot) * kv->kv_dim;
+    return (char *)kv->base + page * kv->page_bytes + row * elem;
+}
+
+static void kv_write(enum gs_type type, void *dst, const float *src, int64_t n)
+{
+    if (type == GS_TYPE_F16)
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = gs_f32_to_fp16(src[i]);
+    else
+        memcpy(dst, src, (size_t)n * sizeof(float));
+}
+
+static float kv_read(enum gs_type type, const void *src, int64_t i)
+{
+    return type == GS_TYPE_F16 ? gs_fp16_to_f32(((const uint16_t *)src)[i])
+                               : ((const float *)src)[i];
+}
+
+static void k_kv_store(const struct run *r, const struct gs_node *n)
+{
+    const struct gs_step_io *io = r->io;
+    int64_t kv_dim = (int64_t)n->p.attn.n_head_kv * n->p.attn.head_dim;
+    const float *k = value(r, n->src[0]), *v = value(r, n->src[1]);
+    for (uint32_t t = 0; t < io->n_tokens; t++) {
+        kv_write(io->kv->type, kv_at(io, io->seq[t], io->pos[t], n->p.attn.layer, 0),
+                 k + t * kv_dim, kv_dim);
+        kv_write(io->kv->type, kv_at(io, io->seq[t], io->pos[t], n->p.attn.layer, 1),
+                 v + t * kv_dim, kv_dim);
+    }
+}
+
+static float attn_score(const struct run *r, const struct gs_attn_params *p, const float *q,
+                        uint32_t seq, int32_t pos, int kv_head)
+{
+    enum gs_type kt = r->io->kv->type;
+    const char *k = kv_at(r->io, seq, pos, p->layer, 0);
+    k += (size_t)kv_head * p->head_dim * (kt == GS_TYPE_F16 ? 2 : 4);
+    double dot = 0;
+    for (int d = 0; d < p->head_dim; d++)
+        dot += (double)q[d] * kv_read(kt, k, d);
+    float s = (float)dot * p->scale;
+    if (p->softcap > 0)
+        s = p->softcap * tanhf(s / p->softcap);
+    return s;
+}
+
+/* Causal attention: token t attends to positions 0..pos[t] of its own sequence. */
+static void k_attn(const struct run *r, const struct gs_node *n, float *out)
+{
+    const struct gs_attn_params *p = &n->p.attn;
+    const struct gs_step_io *io = r->io;
+    enum gs_type kt = io->kv->type;
+    bool f16 = kt == GS_TYPE_F16;
+    const float *q = value(r, n->src[0]);
+    float *qh = r->rp->row_b;
+    int group = p->n_head / p->n_head_kv;
+    for (uint32_t t = 0; t < io->n_tokens; t++) {
+        uint32_t seq = io->seq[t];
+        int32_t last = io->pos[t];
+        for (int h = 0; h < p->n_head; h++) {
+            int kvh = h / group;
+            const float *qsrc = q + (int64_t)t * n->ne[0] + (int64_t)h * p->head_dim;
+            for (int d = 0; d < p->head_dim; d++)
+                qh[d] = f16 ? round_f16(qsrc[d]) : qsrc[d];
+            float mx = -INFINITY;
+            for (int32_t j = 0; j <= last; j++)
+                mx = fmaxf(mx, attn_score(r, p, qh, seq, j, kvh));
+            double sum = 0;
+            for (int32_t j = 0; j <= last; j++)
+                sum += exp((double)attn_score(r, p, qh, seq, j, kvh) - mx);
+            float *o = out + (int64_t)t * n->ne[0] + (int64_t)h * p->head_dim;
+            double acc[512];
+            int hd = p->head_dim;
+            for (int d0 = 0; d0 < hd; d0 += 512) {
+                int nd = GS_MIN(512, hd - d0);
+                for (int d = 0; d < nd; d++)
+                    acc[d] = 0;
+                for (int32_t j = 0; j <= last; j++) {
+                    float w = (float)(exp((double)attn_score(r, p, qh, seq, j, kvh) - mx) / sum);
+                    if (f16)
+                        w = round_f16(w);
+                    const char *v = kv_at(io, seq, j, p->layer, 1);
+                    v += (size_t)kvh * hd * (f16 ? 2 : 4);
+                    for (int d = 0; d < nd; d++)
+                        acc[d] += (double)w * kv_read(kt, v, d0 + d);
+                }
+                for (int d = 0; d < nd; d++)
+                    o[d0 + d] = (float)acc[d];
+            }
+        }
+    }
+}
+
+static void k_softmax(const struct run *r, const struct gs_node *n, float *out)
+{
+    const float *x = value(r, n->src[0]);
+    int64_t ne0 = n->ne[0], rows = rows_of(r, n);
+    const struct gs_softmax_params *p = &n->p.softmax;
+    for (int64_t i = 0; i < rows; i++) {
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < ne0; j++) {
+            float s = x[i * ne0 + j] * p->scale;
+            if (p->softcap > 0)
+                s = p->softcap * tanhf(s / p->softcap);
+            out[i * ne0 + j] = s;
+            mx = fmaxf(mx, s);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < ne0; j++)
+            sum += exp((double)out[i * ne0 + j] - mx);
+        for (int64_t j = 0; j < ne0; j++)
+            out[i * ne0 + j] = (float)(exp((double)out[i * ne0 + j] - mx) / sum);
+    }
+}
+
+static void k_outputs(const struct run *r, const struct gs_node *n, float *out)
+{
+    const float *x = value(r, n->src[0]);
+    for (uint32_t o = 0; o < r->io->n_outputs; o++)
+        memcpy(out + o * n->ne[0], x + r->io->out_rows[o] * n->ne[0],
+               (size_t)n->ne[0] * sizeof(float));
+}
+
+static void k_logits(const struct run *r, const struct gs_node *n)
+{
+    memcpy(r->io->logits, value(r, n->src[0]),
+           (size_t)(n->ne[0] * (int64_t)r->io->n_outputs) * sizeof(float));
+}
+
+static enum gs_status ref_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,
+                              struct gs_err *err)
+{
+    const struct gs_graph *g = p->graph;
+    enum gs_status st = gs_step_io_check(io, g, &p->shape, err);
+    if (st)
+        return st;
+    struct run r = {.plan = p, .g = g, .io = io, .rp = p->be_data};
+    for (uint32_t k = 0; k < p->n_order; k++) {
+        uint32_t id = p->order[k];
+        const struct gs_node *n = &g->nodes[id];
+        float *out = p->offset[id] == GS_PLAN_NO_OFFSET ? NULL : value(&r, id);
+        switch (n->op) {
+        case GS_OP_WEIGHT:
+            break;
+        case GS_OP_EMBED:
+            k_embed(&r, n, out);
+            break;
+        case GS_OP_RMS_NORM:
+        case GS_OP_RMS_NORM_MUL:
+            k_rms_norm(&r, n, out);
+            break;
+        case GS_OP_MUL:
+        case GS_OP_ADD:
+        case GS_OP_SWIGLU:
+        case GS_OP_SILU:
+        case GS_OP_GELU:
+            k_elementwise(&r, n, out);
+            break;
+        case GS_OP_MATMUL:
+        case GS_OP_MATMUL_ADD:
+            k_matmul(&r, n, out);
+            break;
+        case GS_OP_ROPE:
+            k_rope(&r, n, out);
+            break;
+        case GS_OP_KV_STORE:
+            k_kv_store(&r, n);
+            break;
+        case GS_OP_ATTN:
+            k_attn(&r, n, out);
+            break;
+        case GS_OP_SOFTMAX:
+            k_softmax(&r, n, out);
+            break;
+        case GS_OP_OUTPUTS:
+            k_outputs(&r, n, out);
+            break;
+        case GS_OP_LOGITS:
+            k_logits(&r, n);
+            break;
+        case GS_OP_COUNT:
+            return gs_err_set(err, GS_INVAL, "ref: node %u has no op", id);
+        }
+    }
+    return GS_OK;
+}
+
+const struct gs_be_ops gs_be_ref_ops = {
+    .api_version = GS_BE_API_VERSION,
+    .name = "ref",
+    .open = ref_open,
+    .close = ref_close,
+    .supports = ref_supports,
+    .compile = ref_compile,
+    .run = ref_run,
+    .plan_free = ref_plan_free,
+    .sync = NULL,
+};

@@ -1,0 +1,268 @@
+/*
+ * engine/graph.h - the graph IR: typed, shaped tensor nodes for one forward
+ * pass of a decoder-only transformer, a builder API for model builders,
+ * rewrite passes, and printing (text, DOT, JSON).
+ *
+ * Shapes. Every tensor is two-dimensional: ne[0] is the row length (the
+ * contiguous dimension), ne[1] the number of rows. Weights have a fixed row
+ * count. Activations have one row per token of the step (GS_ROWS_TOKENS) or
+ * one row per token that asked for logits (GS_ROWS_OUTPUTS); the actual count
+ * is only known when a plan is compiled for a shape bucket (engine/compile.h).
+ * Activations are always F32; weights keep their file type.
+ *
+ * Nodes are stored in topological order: a node's sources have smaller ids.
+ * Builders append; passes rewrite nodes in place (a fused node takes the place
+ * of the last node of the pattern) and dead-node elimination compacts the
+ * array. Nodes that act on the world (KV_STORE, LOGITS) are roots: they are
+ * never removed.
+ *
+ * Error handling in the builder is sticky: a builder call that fails (out of
+ * memory, shape mismatch) records the first error in the graph and returns
+ * GS_NODE_NONE; every later call that receives GS_NODE_NONE returns it too.
+ * A model builder checks gs_graph_status() once at the end.
+ *
+ * Ownership: a graph owns its nodes and an arena holding names. Weight nodes
+ * borrow their data pointer (normally from an open GGUF mapping), which must
+ * outlive the graph. Threads: a graph is built and rewritten by one thread;
+ * once built it is immutable and may be read (compiled, printed) from any.
+ */
+#ifndef GS_GRAPH_H
+#define GS_GRAPH_H
+
+#include "engine/base.h"
+#include "engine/quant.h"
+
+#include <stdio.h>
+
+#define GS_NODE_NONE UINT32_MAX
+#define GS_GRAPH_MAX_SRC 4
+
+/*
+ * The ops. Columns: name, number of sources, flags. Shapes use R for the row
+ * count of the step (tokens or outputs).
+ */
+#define GS_OP_MAP(X)                                                                               \
+    /* a weight from the model file: [ne0 x ne1], any supported type */                            \
+    X(WEIGHT, "weight", 0, GS_OPF_LEAF)                                                            \
+    /* rows of table [n_embd x n_vocab] picked by the step's token ids -> [n_embd x T] */          \
+    X(EMBED, "embed", 1, 0)                                                                        \
+    /* x / sqrt(mean(x^2) + eps), per row */                                                       \
+    X(RMS_NORM, "rms_norm", 1, GS_OPF_ELEMWISE)                                                    \
+    /* a * b elementwise; b may be a single row broadcast over a's rows */                        \
+    X(MUL, "mul", 2, GS_OPF_ELEMWISE)                                                              \
+    /* a + b elementwise; b may be a single row broadcast over a's rows */                        \
+    X(ADD, "add", 2, GS_OPF_ELEMWISE)                                                              \
+    /* x [K x R] times weight W [K x N] (one row of K per output) -> [N x R] */                   \
+    X(MATMUL, "matmul", 2, 0)                                                                      \
+    /* rotary embedding at the step's positions; optional src1: frequency factors */               \
+    X(ROPE, "rope", 1, 0)                                                                          \
+    /* writes k and v rows of layer params.attn.layer into each token's sequence pages */          \
+    X(KV_STORE, "kv_store", 2, GS_OPF_ROOT)                                                        \
+    /* causal attention of q over the token's sequence pages; src1 orders it after KV_STORE */    \
+    X(ATTN, "attn", 2, 0)                                                                          \
+    /* softmax(x * scale) per row, with optional softcap before it */                              \
+    X(SOFTMAX, "softmax", 1, 0)                                                                    \
+    X(SILU, "silu", 1, GS_OPF_ELEMWISE)                                                            \
+    X(GELU, "gelu", 1, GS_OPF_ELEMWISE)                                                            \
+    /* silu(a) * b */                                                                              \
+    X(SWIGLU, "swiglu", 2, GS_OPF_ELEMWISE)                                                        \
+    /* rms_norm(x) * w: fused by the rms_norm_mul pass */                                         \
+    X(RMS_NORM_MUL, "rms_norm_mul", 2, 0)                                                          \
+    /* x @ W + r: matmul with the residual add folded in, by the residual pass */                 \
+    X(MATMUL_ADD, "matmul_add", 3, 0)                                                              \
+    /* the rows of x whose tokens asked for logits -> [ne0 x n_outputs] */                         \
+    X(OUTPUTS, "outputs", 1, 0)                                                                    \
+    /* copies x [n_vocab x n_outputs] to the caller's logits buffer */                             \
+    X(LOGITS, "logits", 1, GS_OPF_ROOT)
+
+enum gs_op_flags {
+    GS_OPF_LEAF = 1 << 0,     /* no sources, no computation */
+    GS_OPF_ROOT = 1 << 1,     /* has an effect outside the graph: never eliminated */
+    GS_OPF_ELEMWISE = 1 << 2, /* row-local: output row r depends only on input row r */
+};
+
+enum gs_op {
+#define GS_OP_ENUM(name, text, n_src, flags) GS_OP_##name,
+    GS_OP_MAP(GS_OP_ENUM)
+#undef GS_OP_ENUM
+        GS_OP_COUNT
+};
+
+struct gs_op_info {
+    const char *name;
+    int n_src;
+    unsigned flags;
+};
+
+/* The op table; NULL for an out-of-range op. */
+const struct gs_op_info *gs_op_info(enum gs_op op);
+
+/* What the row count of a tensor is. */
+enum gs_rows {
+    GS_ROWS_FIXED = 0, /* ne[1] as stored (weights) */
+    GS_ROWS_TOKENS,    /* one row per token of the step */
+    GS_ROWS_OUTPUTS,   /* one row per token that asked for logits */
+    GS_ROWS_NONE,      /* the node has no value (KV_STORE, LOGITS) */
+};
+
+enum gs_rope_mode {
+    GS_ROPE_NORMAL = 0, /* rotate adjacent pairs (x[2i], x[2i+1]) */
+    GS_ROPE_NEOX = 2,   /* rotate pairs (x[i], x[i + n_rot/2]) */
+};
+
+struct gs_rope_params {
+    int32_t n_head;   /* heads in the row: row length is n_head * head_dim */
+    int32_t head_dim;
+    int32_t n_rot;    /* leading dims of each head that rotate (<= head_dim, even) */
+    enum gs_rope_mode mode;
+    float freq_base;  /* theta_i = pos * freq_scale * freq_base^(-2i/n_rot) */
+    float freq_scale; /* 1 / linear scaling factor */
+};
+
+struct gs_attn_params {
+    int32_t layer;     /* which layer's pages in the KV cache */
+    int32_t n_head;    /* query heads */
+    int32_t n_head_kv; /* key/value heads; n_head is a multiple of it (GQA) */
+    int32_t head_dim;
+    float scale;       /* applied to q.k before softcap and softmax */
+    float softcap;     /* 0: none; else scores become softcap * tanh(s / softcap) */
+};
+
+struct gs_softmax_params {
+    float scale;
+    float softcap; /* 0: none */
+};
+
+/* Op parameters. Zero-filled before use so that nodes compare with memcmp. */
+union gs_node_params {
+    float eps; /* RMS_NORM, RMS_NORM_MUL */
+    struct gs_rope_params rope;
+    struct gs_attn_params attn; /* KV_STORE (layer, n_head_kv, head_dim), ATTN */
+    struct gs_softmax_params softmax;
+};
+
+struct gs_node {
+    enum gs_op op;
+    enum gs_type type;    /* F32 for activations; the file type for weights */
+    enum gs_rows rows;
+    int64_t ne[2];        /* ne[0] row length; ne[1] rows when rows == GS_ROWS_FIXED, else 0 */
+    uint32_t n_src;
+    uint32_t src[GS_GRAPH_MAX_SRC]; /* node ids, all smaller than this node's id */
+    union gs_node_params p;
+    const void *data;     /* WEIGHT: borrowed tensor bytes; else NULL */
+    const char *name;     /* in the graph's arena; "" when unnamed */
+};
+
+/* A graph. Fields are read-only outside engine/graph. */
+struct gs_graph {
+    struct gs_node *nodes; /* [n_nodes], topological order; owned */
+    uint32_t n_nodes;
+    uint32_t cap_nodes;
+    int64_t n_vocab;       /* row length of the LOGITS node's input, 0 until set */
+    struct gs_err err;     /* first builder error (sticky); code GS_OK when none */
+    struct gs_graph_arena *arena; /* names; internal */
+};
+
+/* ---- lifetime ------------------------------------------------------------- */
+
+enum gs_status gs_graph_new(struct gs_graph **out, struct gs_err *err);
+void gs_graph_free(struct gs_graph *g); /* NULL is a no-op */
+
+/* A deep copy (nodes and names; weight data stays borrowed). */
+enum gs_status gs_graph_clone(const struct gs_graph *g, struct gs_graph **out, struct gs_err *err);
+
+/* The sticky builder status: GS_OK, or the first error (copied into err). */
+enum gs_status gs_graph_status(const struct gs_graph *g, struct gs_err *err);
+
+static inline const struct gs_node *gs_graph_node(const struct gs_graph *g, uint32_t id)
+{
+    return id < g->n_nodes ? &g->nodes[id] : NULL;
+}
+
+/* ---- builder -------------------------------------------------------------- */
+/* Each returns the new node's id, or GS_NODE_NONE (see the sticky error above). */
+
+uint32_t gs_graph_weight(struct gs_graph *g, const char *name, enum gs_type type, int64_t ne0,
+                         int64_t ne1, const void *data);
+uint32_t gs_graph_embed(struct gs_graph *g, uint32_t table);
+uint32_t gs_graph_rms_norm(struct gs_graph *g, uint32_t x, float eps);
+uint32_t gs_graph_mul(struct gs_graph *g, uint32_t a, uint32_t b);
+uint32_t gs_graph_add(struct gs_graph *g, uint32_t a, uint32_t b);
+uint32_t gs_graph_matmul(struct gs_graph *g, uint32_t x, uint32_t w);
+/* freq_factors: a weight of n_rot/2 F32 values dividing each frequency, or GS_NODE_NONE. */
+uint32_t gs_graph_rope(struct gs_graph *g, uint32_t x, const struct gs_rope_params *p,
+                       uint32_t freq_factors);
+uint32_t gs_graph_kv_store(struct gs_graph *g, uint32_t k, uint32_t v,
+                           const struct gs_attn_params *p);
+uint32_t gs_graph_attn(struct gs_graph *g, uint32_t q, uint32_t kv_store,
+                       const struct gs_attn_params *p);
+uint32_t gs_graph_softmax(struct gs_graph *g, uint32_t x, const struct gs_softmax_params *p);
+uint32_t gs_graph_silu(struct gs_graph *g, uint32_t x);
+uint32_t gs_graph_gelu(struct gs_graph *g, uint32_t x);
+uint32_t gs_graph_swiglu(struct gs_graph *g, uint32_t a, uint32_t b);
+uint32_t gs_graph_rms_norm_mul(struct gs_graph *g, uint32_t x, uint32_t w, float eps);
+uint32_t gs_graph_matmul_add(struct gs_graph *g, uint32_t x, uint32_t w, uint32_t r);
+uint32_t gs_graph_outputs(struct gs_graph *g, uint32_t x);
+uint32_t gs_graph_logits(struct gs_graph *g, uint32_t x);
+
+/* Names node id (printf-style, copied into the arena); returns id for chaining. */
+uint32_t gs_graph_name(struct gs_graph *g, uint32_t id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Node id of the LOGITS root, GS_NODE_NONE when the graph has none. */
+uint32_t gs_graph_logits_node(const struct gs_graph *g);
+
+/* ---- editing (used by passes) --------------------------------------------- */
+
+/* Number of sources across the graph that read node id. */
+uint32_t gs_graph_n_uses(const struct gs_graph *g, uint32_t id);
+
+/* Makes every source that reads `from` read `to` instead (to < every such reader). */
+void gs_graph_replace_uses(struct gs_graph *g, uint32_t from, uint32_t to);
+
+/* Removes the nodes with dead[i] true, renumbering the rest; returns the count removed. */
+uint32_t gs_graph_compact(struct gs_graph *g, const bool *dead);
+
+/* Checks the invariants (source ids in range and smaller, shapes consistent).
+ * Returns GS_FORMAT with the offending node named. */
+enum gs_status gs_graph_verify(const struct gs_graph *g, struct gs_err *err);
+
+/* ---- passes --------------------------------------------------------------- */
+
+/*
+ * A rewrite pass. A pass list is data (an array of pointers): a backend that
+ * lacks a fused op simply leaves the pass that produces it out of its list.
+ */
+struct gs_pass {
+    const char *name; /* "dce", "cse", "rms_norm_mul", "swiglu", "residual" */
+    const char *help;
+    enum gs_op produces; /* the op the pass introduces, GS_OP_COUNT if none */
+    /* Rewrites g in place; *n_changed counts rewritten or removed nodes. */
+    enum gs_status (*run)(struct gs_graph *g, uint32_t *n_changed, struct gs_err *err);
+};
+
+extern const struct gs_pass gs_pass_dce;
+extern const struct gs_pass gs_pass_cse;
+extern const struct gs_pass gs_pass_rms_norm_mul;
+extern const struct gs_pass gs_pass_swiglu;
+extern const struct gs_pass gs_pass_residual;
+
+/* Every pass, in the default order (fusions, then CSE, then DCE). */
+extern const struct gs_pass *const gs_passes_all[];
+extern const size_t gs_passes_all_len;
+
+/* Looks a pass up by name; NULL when unknown. */
+const struct gs_pass *gs_pass_find(const char *name);
+
+/* Runs passes in order, verifying the graph after each. */
+enum gs_status gs_graph_run_passes(struct gs_graph *g, const struct gs_pass *const *passes,
+                                   size_t n_passes, struct gs_err *err);
+
+/* ---- printing ------------------------------------------------------------- */
+
+enum gs_graph_format { GS_GRAPH_TEXT, GS_GRAPH_DOT, GS_GRAPH_JSON };
+
+/* Writes g to f: text is one node a line ("%12 = matmul(%10, %3) f32 [64 x T] Qcur-0"). */
+void gs_graph_print(const struct gs_graph *g, enum gs_graph_format fmt, FILE *f);
+
+#endif /* GS_GRAPH_H */

@@ -1,0 +1,82 @@
+/*
+ * engine/model.h - model builders: from an open GGUF file to the forward-pass
+ * graph of its architecture, plus the hyperparameters the rest of the engine
+ * needs (KV cache geometry, vocabulary size, special tokens).
+ *
+ * One builder per architecture family lives in engine/models/<family>.c and
+ * has a row in the table of engine/models/model.c. `llama` covers Llama 2/3,
+ * TinyLlama, SmolLM/SmolLM2 and Mistral without sliding window.
+ *
+ * Every hyperparameter and every tensor shape is checked before a graph is
+ * built: missing or inconsistent metadata (heads not dividing n_embd, kv heads
+ * not dividing heads, zero sizes, missing tensors, wrong shapes) is refused
+ * with GS_FORMAT and a message naming the key or tensor.
+ *
+ * Ownership: a struct gs_model owns its graph and borrows the GGUF file, which
+ * must stay open until gs_model_free. Threads: immutable once loaded.
+ */
+#ifndef GS_MODEL_H
+#define GS_MODEL_H
+
+#include "engine/base.h"
+#include "engine/gguf.h"
+#include "engine/graph.h"
+
+struct gs_model_hparams {
+    char arch[32];        /* general.architecture */
+    uint32_t n_vocab;     /* rows of token_embd.weight */
+    uint32_t n_ctx_train; /* <arch>.context_length (0 when absent) */
+    uint32_t n_embd;
+    uint32_t n_layer;
+    uint32_t n_head;
+    uint32_t n_head_kv;
+    uint32_t head_dim;    /* <arch>.attention.key_length, default n_embd / n_head */
+    uint32_t n_ff;
+    uint32_t n_rot;       /* <arch>.rope.dimension_count, default head_dim */
+    float rms_eps;
+    float rope_freq_base;  /* default 10000 */
+    float rope_freq_scale; /* 1 / rope.scaling.factor for linear scaling, else 1 */
+    enum gs_rope_mode rope_mode;
+    bool tied_output;     /* output.weight absent: logits use token_embd.weight */
+    int32_t bos_id;       /* -1 when absent */
+    int32_t eos_id;       /* -1 when absent */
+    bool add_bos;         /* tokenizer.ggml.add_bos_token, default true */
+};
+
+struct gs_model {
+    struct gs_model_hparams hp;
+    struct gs_graph *graph;      /* owned; before any pass */
+    const struct gs_gguf *file;  /* borrowed */
+};
+
+/*
+ * Builds the model described by an open file. *out is freed with
+ * gs_model_free. GS_UNSUPPORTED for an architecture without a builder,
+ * GS_FORMAT for bad metadata or tensors.
+ */
+enum gs_status gs_model_load(const struct gs_gguf *file, struct gs_model **out,
+                             struct gs_err *err);
+void gs_model_free(struct gs_model *m); /* NULL is a no-op */
+
+/* KV elements per token per layer for K (and for V): n_head_kv * head_dim. */
+static inline uint32_t gs_model_kv_dim(const struct gs_model *m)
+{
+    return m->hp.n_head_kv * m->hp.head_dim;
+}
+
+/* ---- for builders (engine/models/<family>.c) --------------------------------------- */
+
+/* A family's builder: fills m->hp and m->graph from m->file. */
+typedef enum gs_status (*gs_model_build_fn)(struct gs_model *m, struct gs_err *err);
+
+enum gs_status gs_model_build_llama(struct gs_model *m, struct gs_err *err);
+
+/*
+ * Adds the weight `name` to g after checking that the file has it with shape
+ * [ne0 x ne1] (ne1 = 1 for vectors) and a supported type. When optional and
+ * absent, *id is GS_NODE_NONE and GS_OK is returned.
+ */
+enum gs_status gs_model_weight(struct gs_model *m, const char *name, int64_t ne0, int64_t ne1,
+                               bool optional, uint32_t *id, struct gs_err *err);
+
+#endif /* GS_MODEL_H */

@@ -1,0 +1,84 @@
+/* engine/models/model.c - the table of model builders and helpers they share. */
+#include "engine/model.h"
+
+#include <string.h>
+
+struct family {
+    const char *arch; /* general.architecture */
+    gs_model_build_fn build;
+};
+
+static const struct family families[] = {
+    {"llama", gs_model_build_llama},
+};
+
+void gs_model_free(struct gs_model *m)
+{
+    if (!m)
+        return;
+    gs_graph_free(m->graph);
+    gs_free(m);
+}
+
+enum gs_status gs_model_load(const struct gs_gguf *file, struct gs_model **out,
+                             struct gs_err *err)
+{
+    *out = NULL;
+    struct gs_gguf_str arch;
+    enum gs_status st = gs_gguf_get_str(file, "general.architecture", &arch, err);
+    if (st)
+        return st;
+    const struct family *fam = NULL;
+    for (size_t i = 0; i < GS_ARRAY_LEN(families); i++)
+        if (gs_gguf_str_eq(arch, families[i].arch))
+            fam = &families[i];
+    if (!fam)
+        return gs_err_set(err, GS_UNSUPPORTED,
+                          "general.architecture: '%.*s' has no model builder", (int)GS_MIN(arch.len, 64),
+                          arch.data);
+    struct gs_model *m = gs_calloc(1, sizeof(*m));
+    if (!m)
+        return gs_err_set(err, GS_NOMEM, "model: out of memory");
+    m->file = file;
+    snprintf(m->hp.arch, sizeof(m->hp.arch), "%s", fam->arch);
+    st = gs_graph_new(&m->graph, err);
+    if (!st)
+        st = fam->build(m, err);
+    if (!st)
+        st = gs_graph_status(m->graph, err);
+    if (!st)
+        st = gs_graph_verify(m->graph, err);
+    if (st) {
+        gs_model_free(m);
+        return st;
+    }
+    *out = m;
+    return GS_OK;
+}
+
+enum gs_status gs_model_weight(struct gs_model *m, const char *name, int64_t ne0, int64_t ne1,
+                               bool optional, uint32_t *id, struct gs_err *err)
+{
+    *id = GS_NODE_NONE;
+    const struct gs_gguf_tensor *t = gs_gguf_find_tensor(m->file, name);
+    if (!t) {
+        if (optional)
+            return GS_OK;
+        return gs_err_set(err, GS_FORMAT, "tensor '%s' is missing", name);
+    }
+    /* Trailing dims of 1 are the same shape: [64] and [64 x 1]. */
+    int64_t rows = 1;
+    for (uint32_t d = 1; d < t->n_dims; d++)
+        rows *= t->ne[d];
+    if (t->ne[0] != ne0 || rows != ne1 || (t->n_dims > 2 && t->ne[2] * t->ne[3] != 1))
+        return gs_err_set(err, GS_FORMAT,
+                          "tensor '%s' has shape [%lld x %lld], the metadata implies [%lld x %lld]",
+                          name, (long long)t->ne[0], (long long)rows, (long long)ne0,
+                          (long long)ne1);
+    const struct gs_type_traits *tt = gs_type_traits(t->type);
+    if (!tt || !tt->supported || (t->type != GS_TYPE_F32 && !tt->to_f32))
+        return gs_err_set(err, GS_UNSUPPORTED, "tensor '%s': type %s is not supported", name,
+                          gs_type_name(t->type));
+    *id = gs_graph_weight(m->graph, name, t->type, ne0, ne1, t->data);
+    return gs_graph_status(m->graph, err);
+}

@@ -1,0 +1,108 @@
+/*
+ * kvcache/kvcache.h - the KV page pool and per-sequence page tables.
+ *
+ * The pool is one allocation of n_pages fixed-size pages. A page holds
+ * page_tokens token slots of K and V for every layer, laid out as
+ *   [layer][K, V][slot][kv_dim] elements of elem_bytes each,
+ * which is the layout engine/backend.h's struct gs_kv_view describes: the
+ * caller copies gs_kv_pool_layout() into the step.
+ *
+ * Pages are reference counted from the start: a page is free at refcount 0,
+ * and gs_kv_page_ref/unref let several sequences share one (prefix sharing).
+ * Each page also carries a content hash, chained from its parent page's hash
+ * (gs_kv_hash_tokens), so that a prefix cache can find full pages by content;
+ * a page that is shared (refcount > 1) must be copied before it is written
+ * (gs_kv_page_cow). Preemption is releasing a sequence's pages.
+ *
+ * The pool knows nothing of models beyond sizes.
+ *
+ * Ownership: the pool owns its memory and page metadata; a struct gs_kv_seq is
+ * caller-allocated and holds one reference to each page in its table until
+ * gs_kv_seq_release. Threads: one thread (the engine thread) at a time.
+ */
+#ifndef GS_KVCACHE_H
+#define GS_KVCACHE_H
+
+#include "engine/base.h"
+
+#define GS_KV_DEFAULT_PAGE_TOKENS 16
+#define GS_KV_PAGE_NONE UINT32_MAX
+#define GS_KV_HASH_SEED 0xcbf29ce484222325ull /* the parent hash of a sequence's first page */
+
+struct gs_kv_pool_cfg {
+    uint32_t n_layer;
+    uint32_t kv_dim;      /* elements of K (and of V) per token per layer */
+    uint32_t elem_bytes;  /* 4 (f32) or 2 (f16) */
+    uint32_t page_tokens; /* 0: GS_KV_DEFAULT_PAGE_TOKENS */
+    uint32_t n_pages;
+};
+
+/* The memory layout, for building the engine's view of the cache. */
+struct gs_kv_layout {
+    void *base;
+    uint32_t n_pages;
+    uint32_t page_tokens;
+    uint32_t n_layer;
+    uint32_t kv_dim;
+    uint32_t elem_bytes;
+    uint64_t page_bytes;
+};
+
+struct gs_kv_pool; /* opaque */
+
+/* ---- pool -------------------------------------------------------------------- */
+
+/* GS_INVAL names a zero or overflowing size; GS_NOMEM when memory is short. */
+enum gs_status gs_kv_pool_new(const struct gs_kv_pool_cfg *cfg, struct gs_kv_pool **out,
+                              struct gs_err *err);
+void gs_kv_pool_free(struct gs_kv_pool *pool); /* NULL is a no-op */
+
+struct gs_kv_layout gs_kv_pool_layout(const struct gs_kv_pool *pool);
+uint32_t gs_kv_pool_n_free(const struct gs_kv_pool *pool);
+uint32_t gs_kv_pool_page_tokens(const struct gs_kv_pool *pool);
+
+/* ---- pages ------------------------------------------------------------------- */
+
+/* Takes a free page with refcount 1 (hash cleared). GS_BUSY when none is free. */
+enum gs_status gs_kv_page_alloc(struct gs_kv_pool *pool, uint32_t *page, struct gs_err *err);
+/* Adds a reference to an allocated page. */
+void gs_kv_page_ref(struct gs_kv_pool *pool, uint32_t page);
+/* Drops a reference; the page returns to the free list at zero. */
+void gs_kv_page_unref(struct gs_kv_pool *pool, uint32_t page);
+uint32_t gs_kv_page_refcount(const struct gs_kv_pool *pool, uint32_t page);
+
+/* Content hash of a full page: tokens[0..n) chained from the parent page's hash. */
+uint64_t gs_kv_hash_tokens(uint64_t parent, const int32_t *tokens, uint32_t n);
+void gs_kv_page_set_hash(struct gs_kv_pool *pool, uint32_t page, uint64_t hash);
+/* false when the page has no hash (not full, or written since). */
+bool gs_kv_page_hash(const struct gs_kv_pool *pool, uint32_t page, uint64_t *hash);
+
+/*
+ * Makes *page writable by its holder: a page with refcount 1 stays; a shared
+ * page is copied into a fresh one (the holder's reference moves to the copy).
+ * GS_BUSY when no page is free.
+ */
+enum gs_status gs_kv_page_cow(struct gs_kv_pool *pool, uint32_t *page, struct gs_err *err);
+
+/* ---- sequences --------------------------------------------------------------- */
+
+struct gs_kv_seq {
+    uint32_t *pages;  /* [n_pages] page ids, owned (gs_malloc) */
+    uint32_t n_pages;
+    uint32_t cap_pages;
+    uint32_t n_tokens; /* positions 0..n_tokens-1 are covered */
+};
+
+void gs_kv_seq_init(struct gs_kv_seq *seq);
+
+/*
+ * Grows seq's table so that positions 0..n_tokens-1 have pages. All or
+ * nothing: on GS_BUSY (pool exhausted) or GS_NOMEM nothing was taken.
+ */
+enum gs_status gs_kv_seq_reserve(struct gs_kv_pool *pool, struct gs_kv_seq *seq,
+                                 uint32_t n_tokens, struct gs_err *err);
+
+/* Drops every page reference of seq and frees its table (seq is reusable). */
+void gs_kv_seq_release(struct gs_kv_pool *pool, struct gs_kv_seq *seq);
+
+#endif /* GS_KVCACHE_H */

@@ -1,0 +1,372 @@
+/*
+ * tests/engine/test_graph.c - the graph IR, its passes, printing and the
+ * compile step, on small hand-built graphs run by the ref backend.
+ */
+#include "engine/backend.h"
+#include "engine/compile.h"
+#include "engine/graph.h"
+#include "tests/common/testutil.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define D 8     /* model width */
+#define V 6     /* vocabulary */
+#define F 12    /* feed-forward width */
+#define T 5     /* tokens in the test step */
+
+/* Deterministic pseudo-random weights in [-1, 1). */
+static float w_embd[V * D], w_norm[D], w_up[F * D], w_gate[F * D], w_down[D * F], w_out[V * D];
+
+static void fill(float *x, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)(seed >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
+    }
+}
+
+static void init_weights(void)
+{
+    fill(w_embd, GS_ARRAY_LEN(w_embd), 1);
+    fill(w_norm, GS_ARRAY_LEN(w_norm), 2);
+    fill(w_up, GS_ARRAY_LEN(w_up), 3);
+    fill(w_gate, GS_ARRAY_LEN(w_gate), 4);
+    fill(w_down, GS_ARRAY_LEN(w_down), 5);
+    fill(w_out, GS_ARRAY_LEN(w_out), 6);
+}
+
+/*
+ * A small transformer-shaped graph without attention: embed, a norm, a SwiGLU
+ * feed-forward with a residual add, a duplicated norm (for CSE), an unused
+ * branch (for DCE), then logits.
+ */
+static struct gs_graph *build_mlp(void)
+{
+    init_weights();
+    struct gs_graph *g;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_graph_new(&g, &err), GS_OK);
+    uint32_t embd = gs_graph_weight(g, "token_embd.weight", GS_TYPE_F32, D, V, w_embd);
+    uint32_t norm_w = gs_graph_weight(g, "ffn_norm.weight", GS_TYPE_F32, D, 1, w_norm);
+    uint32_t up_w = gs_graph_weight(g, "ffn_up.weight", GS_TYPE_F32, D, F, w_up);
+    uint32_t gate_w = gs_graph_weight(g, "ffn_gate.weight", GS_TYPE_F32, D, F, w_gate);
+    uint32_t down_w = gs_graph_weight(g, "ffn_down.weight", GS_TYPE_F32, F, D, w_down);
+    uint32_t out_w = gs_graph_weight(g, "output.weight", GS_TYPE_F32, D, V, w_out);
+    uint32_t x = gs_graph_embed(g, embd);
+    uint32_t h = gs_graph_mul(g, gs_graph_rms_norm(g, x, 1e-5f), norm_w);
+    uint32_t gate = gs_graph_silu(g, gs_graph_matmul(g, h, gate_w));
+    uint32_t up = gs_graph_matmul(g, h, up_w);
+    uint32_t ff = gs_graph_matmul(g, gs_graph_mul(g, gate, up), down_w);
+    x = gs_graph_add(g, ff, x);
+    /* The same norm twice: CSE merges them. */
+    uint32_t n1 = gs_graph_rms_norm(g, x, 1e-5f);
+    uint32_t n2 = gs_graph_rms_norm(g, x, 1e-5f);
+    x = gs_graph_add(g, n1, n2);
+    gs_graph_gelu(g, x); /* read by nobody: DCE removes it */
+    x = gs_graph_outputs(g, x);
+    gs_graph_logits(g, gs_graph_matmul(g, x, out_w));
+    cr_assert_eq(gs_graph_status(g, &err), GS_OK, "%s", err.msg);
+    return g;
+}
+
+/* Runs g on the ref backend for T tokens, logits for every row, into out[T * V]. */
+static void run_graph(const struct gs_graph *g, float *out)
+{
+    struct gs_be be;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_be_init(&be, "ref", NULL, &err), GS_OK, "%s", err.msg);
+    struct gs_plan *p;
+    struct gs_shape s = {.n_tokens = 8};
+    cr_assert_eq(gs_be_compile(&be, g, &s, &p, &err), GS_OK, "%s", err.msg);
+    int32_t tokens[T] = {0, 3, 5, 1, 3};
+    int32_t pos[T] = {0, 1, 2, 3, 4};
+    uint32_t seq[T] = {0}, rows[T] = {0, 1, 2, 3, 4};
+    struct gs_seq_pages sp = {NULL, 0};
+    struct gs_step_io io = {.n_tokens = T, .tokens = tokens, .pos = pos, .seq = seq, .n_seqs = 1,
+                            .seqs = &sp, .n_outputs = T, .out_rows = rows, .logits = out};
+    cr_assert_eq(gs_be_run(&be, p, &io, &err), GS_OK, "%s", err.msg);
+    gs_be_plan_free(&be, p);
+    gs_be_deinit(&be);
+}
+
+static uint32_t count_op(const struct gs_graph *g, enum gs_op op)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        n += g->nodes[i].op == op;
+    return n;
+}
+
+static char *print_to_string(const struct gs_graph *g, enum gs_graph_format fmt)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cr_assert(f);
+    gs_graph_print(g, fmt, f);
+    fclose(f);
+    return buf;
+}
+
+/*
+ * Runs one pass on a copy of the MLP graph, prints it before and after (kept
+ * in the test log), checks that the outputs are identical, and returns the
+ * rewritten graph for pass-specific checks.
+ */
+static struct gs_graph *check_pass(const struct gs_pass *pass, struct gs_graph **before_out)
+{
+    struct gs_graph *before = build_mlp(), *after;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_graph_clone(before, &after, &err), GS_OK);
+    cr_assert_eq(gs_graph_run_passes(after, &pass, 1, &err), GS_OK, "%s", err.msg);
+    char *a = print_to_string(before, GS_GRAPH_TEXT), *b = print_to_string(after, GS_GRAPH_TEXT);
+    cr_log_info("pass %s\nbefore:\n%s\nafter:\n%s", pass->name, a, b);
+    free(a);
+    free(b);
+    float out_a[T * V], out_b[T * V];
+    run_graph(before, out_a);
+    run_graph(after, out_b);
+    for (int i = 0; i < T * V; i++)
+        cr_assert_float_eq(out_a[i], out_b[i], 1e-5f * (1 + fabsf(out_a[i])),
+                           "pass %s changed output %d: %g vs %g", pass->name, i, out_a[i],
+                           out_b[i]);
+    *before_out = before;
+    return after;
+}
+
+Test(graph_pass, dce_removes_unread_nodes_and_keeps_output)
+{
+    struct gs_graph *before, *after = check_pass(&gs_pass_dce, &before);
+    cr_assert_eq(count_op(before, GS_OP_GELU), 1);
+    cr_assert_eq(count_op(after, GS_OP_GELU), 0);
+    cr_assert_eq(after->n_nodes, before->n_nodes - 1);
+    gs_graph_free(before);
+    gs_graph_free(after);
+}
+
+Test(graph_pass, cse_merges_duplicate_norms)
+{
+    struct gs_graph *before, *after = check_pass(&gs_pass_cse, &before);
+    uint32_t dce_changed = 0;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_pass_dce.run(after, &dce_changed, &err), GS_OK);
+    /* the duplicate norm and the unread gelu */
+    cr_assert_eq(dce_changed, 2);
+    cr_assert_eq(count_op(after, GS_OP_RMS_NORM), count_op(before, GS_OP_RMS_NORM) - 1);
+    gs_graph_free(before);
+    gs_graph_free(after);
+}
+
+Test(graph_pass, rms_norm_mul_fuses_norm_and_weight)
+{
+    struct gs_graph *before, *after = check_pass(&gs_pass_rms_norm_mul, &before);
+    cr_assert_eq(count_op(after, GS_OP_RMS_NORM_MUL), 1);
+    /* The fused norm is dead now; the two unweighted norms stay. */
+    cr_assert_eq(count_op(before, GS_OP_MUL) - count_op(after, GS_OP_MUL), 1);
+    gs_graph_free(before);
+    gs_graph_free(after);
+}
+
+Test(graph_pass, swiglu_fuses_silu_times_up)
+{
+    struct gs_graph *before, *after = check_pass(&gs_pass_swiglu, &before);
+    cr_assert_eq(count_op(after, GS_OP_SWIGLU), 1);
+    cr_assert_eq(gs_graph_n_uses(after, 0) >= 1, true);
+    gs_graph_free(before);
+    gs_graph_free(after);
+}
+
+Test(graph_pass, residual_folds_add_into_matmul)
+{
+    struct gs_graph *before, *after = check_pass(&gs_pass_residual, &before);
+    cr_assert_eq(count_op(after, GS_OP_MATMUL_ADD), 1);
+    cr_assert_eq(count_op(before, GS_OP_ADD) - count_op(after, GS_OP_ADD), 1);
+    gs_graph_free(before);
+    gs_graph_free(after);
+}
+
+Test(graph_pass, all_passes_shrink_graph_and_keep_output)
+{
+    struct gs_graph *g = build_mlp(), *opt;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_graph_clone(g, &opt, &err), GS_OK);
+    cr_assert_eq(gs_graph_run_passes(opt, gs_passes_all, gs_passes_all_len, &err), GS_OK, "%s",
+                 err.msg);
+    float a[T * V], b[T * V];
+    run_graph(g, a);
+    run_graph(opt, b);
+    for (int i = 0; i < T * V; i++)
+        cr_assert_float_eq(a[i], b[i], 1e-5f * (1 + fabsf(a[i])));
+    /* silu+mul, norm+mul, matmul+add fused; duplicate norm and gelu gone */
+    cr_assert_eq(opt->n_nodes, g->n_nodes - 5, "%u -> %u nodes", g->n_nodes, opt->n_nodes);
+    gs_graph_free(g);
+    gs_graph_free(opt);
+}
+
+Test(graph_pass, fusion_skips_shared_intermediate)
+{
+    /* rms_norm read twice must not be fused away. */
+    init_weights();
+    struct gs_graph *g;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_graph_new(&g, &err), GS_OK);
+    uint32_t embd = gs_graph_weight(g, "e", GS_TYPE_F32, D, V, w_embd);
+    uint32_t nw = gs_graph_weight(g, "n", GS_TYPE_F32, D, 1, w_norm);
+    uint32_t x = gs_graph_embed(g, embd);
+    uint32_t n = gs_graph_rms_norm(g, x, 1e-5f);
+    uint32_t y = gs_graph_add(g, gs_graph_mul(g, n, nw), n);
+    gs_graph_logits(g, gs_graph_outputs(g, y));
+    uint32_t changed = 1;
+    cr_assert_eq(gs_pass_rms_norm_mul.run(g, &changed, &err), GS_OK);
+    cr_assert_eq(changed, 0);
+    gs_graph_free(g);
+}
+
+Test(graph_pass, find_by_name)
+{
+    for (size_t i = 0; i < gs_passes_all_len; i++)
+        cr_assert_eq(gs_pass_find(gs_passes_all[i]->name), gs_passes_all[i]);
+    cr_assert_null(gs_pass_find("no-such-pass"));
+}
+
+Test(graph_build, shape_mismatch_is_sticky_error)
+{
+    init_weights();
+    struct gs_graph *g;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_graph_new(&g, &err), GS_OK);
+    uint32_t embd = gs_graph_weight(g, "e", GS_TYPE_F32, D, V, w_embd);
+    uint32_t down = gs_graph_weight(g, "ffn_down.weight", GS_TYPE_F32, F, D, w_down);
+    uint32_t x = gs_graph_embed(g, embd);
+    uint32_t bad = gs_graph_matmul(g, x, down); /* rows of F, input rows of D */
+    cr_assert_eq(bad, GS_NODE_NONE);
+    cr_assert_eq(gs_graph_silu(g, bad), GS_NODE_NONE);
+    cr_assert_eq(gs_graph_status(g, &err), GS_INVAL);
+    cr_assert(strstr(err.msg, "ffn_down.weight"), "%s", err.msg);
+    gs_graph_free(g);
+}
+
+Test(graph_print, text_dot_json_name_every_node)
+{
+    struct gs_graph *g = build_mlp();
+    char *text = print_to_string(g, GS_GRAPH_TEXT);
+    uint32_t lines = 0;
+    for (char *p = text; *p; p++)
+        lines += *p == '\n';
+    cr_assert_eq(lines, g->n_nodes);
+    cr_assert(strstr(text, "= matmul(%"));
+    cr_assert(strstr(text, "f32 [8 x T]"), "%s", text);
+    cr_assert(strstr(text, "[8 x 12] ffn_up.weight"), "%s", text);
+    char *dot = print_to_string(g, GS_GRAPH_DOT);
+    cr_assert(!strncmp(dot, "digraph", 7));
+    char *js = print_to_string(g, GS_GRAPH_JSON);
+    json_error_t jerr;
+    json_t *j = json_loads(js, 0, &jerr);
+    cr_assert(j, "JSON does not parse: %s", jerr.text);
+    cr_assert_eq(json_array_size(json_object_get(j, "nodes")), g->n_nodes);
+    json_decref(j);
+    free(text);
+    free(dot);
+    free(js);
+    gs_graph_free(g);
+}
+
+/* ---- compile ---------------------------------------------------------------- */
+
+Test(compile_plan, live_values_never_overlap)
+{
+    struct gs_graph *g = build_mlp();
+    struct gs_err err = {0};
+    struct gs_shape s = {.n_tokens = 16};
+    struct gs_plan *p;
+    cr_assert_eq(gs_plan_layout(g, &s, &p, &err), GS_OK, "%s", err.msg);
+    /* Live range of a value: from its step to the step of its last reader. */
+    uint32_t n = g->n_nodes;
+    uint32_t *first = calloc(n, sizeof(*first)), *last = calloc(n, sizeof(*last));
+    for (uint32_t k = 0; k < p->n_order; k++) {
+        uint32_t id = p->order[k];
+        first[id] = last[id] = k;
+        for (uint32_t j = 0; j < g->nodes[id].n_src; j++)
+            last[g->nodes[id].src[j]] = k;
+    }
+    for (uint32_t a = 0; a < n; a++)
+        for (uint32_t b = a + 1; b < n; b++) {
+            if (p->offset[a] == GS_PLAN_NO_OFFSET || p->offset[b] == GS_PLAN_NO_OFFSET)
+                continue;
+            bool live_together = first[a] <= last[b] && first[b] <= last[a];
+            bool overlap = p->offset[a] < p->offset[b] + p->bytes[b] &&
+                           p->offset[b] < p->offset[a] + p->bytes[a];
+            cr_assert(!(live_together && overlap), "nodes %u and %u share scratch", a, b);
+            cr_assert_geq(p->scratch_bytes, p->offset[a] + p->bytes[a]);
+        }
+    cr_assert_lt(p->scratch_bytes, p->naive_bytes, "liveness saved nothing");
+    free(first);
+    free(last);
+    gs_plan_free(p);
+    gs_graph_free(g);
+}
+
+Test(compile_plan, cache_compiles_each_bucket_once)
+{
+    struct gs_graph *g = build_mlp();
+    struct gs_be be;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_be_init(&be, "ref", NULL, &err), GS_OK);
+    struct gs_plan_cache c;
+    gs_plan_cache_init(&c, &be, g);
+    struct gs_plan *p1, *p2, *p3;
+    cr_assert_eq(gs_plan_cache_get(&c, 5, &p1, &err), GS_OK);
+    cr_assert_eq(gs_plan_cache_get(&c, 7, &p2, &err), GS_OK);
+    cr_assert_eq(gs_plan_cache_get(&c, 9, &p3, &err), GS_OK);
+    cr_assert_eq(p1, p2);
+    cr_assert_neq(p1, p3);
+    cr_assert_eq(p1->shape.n_tokens, 8);
+    cr_assert_eq(p3->shape.n_tokens, 16);
+    cr_assert_eq(c.n_compiles, 2);
+    cr_assert_gt(p3->scratch_bytes, p1->scratch_bytes);
+    cr_assert_eq(gs_plan_cache_get(&c, 0, &p1, &err), GS_INVAL);
+    gs_plan_cache_deinit(&c);
+    gs_be_deinit(&be);
+    gs_graph_free(g);
+}
+
+Test(compile_plan, bucket_is_next_power_of_two)
+{
+    cr_assert_eq(gs_plan_bucket(1), 1);
+    cr_assert_eq(gs_plan_bucket(2), 2);
+    cr_assert_eq(gs_plan_bucket(3), 4);
+    cr_assert_eq(gs_plan_bucket(64), 64);
+    cr_assert_eq(gs_plan_bucket(65), 128);
+}
+
+Test(backend_ref, rejects_bad_step)
+{
+    struct gs_graph *g = build_mlp();
+    struct gs_be be;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_be_init(&be, "ref", NULL, &err), GS_OK);
+    struct gs_plan *p;
+    struct gs_shape s = {.n_tokens = 2};
+    cr_assert_eq(gs_be_compile(&be, g, &s, &p, &err), GS_OK);
+    int32_t tokens[3] = {0, V, 1}, pos[3] = {0, 1, 2};
+    uint32_t seq[3] = {0, 0, 0}, rows[1] = {0};
+    float logits[V];
+    struct gs_seq_pages sp = {NULL, 0};
+    struct gs_step_io io = {.n_tokens = 2, .tokens = tokens, .pos = pos, .seq = seq, .n_seqs = 1,
+                            .seqs = &sp, .n_outputs = 1, .out_rows = rows, .logits = logits};
+    cr_assert_eq(gs_be_run(&be, p, &io, &err), GS_INVAL);
+    cr_assert(strstr(err.msg, "vocabulary"), "%s", err.msg);
+    io.n_tokens = 3; /* past the bucket */
+    tokens[1] = 1;
+    cr_assert_eq(gs_be_run(&be, p, &io, &err), GS_INVAL);
+    io.n_tokens = 2;
+    cr_assert_eq(gs_be_run(&be, p, &io, &err), GS_OK, "%s", err.msg);
+    gs_be_plan_free(&be, p);
+    gs_be_deinit(&be);
+    cr_assert_eq(gs_be_init(&be, "no-such-backend", NULL, &err), GS_NOTFOUND);
+    gs_graph_free(g);
+}

@@ -1,0 +1,47 @@
+/*
+ * tests/engine/test_llama_util.h - a single-sequence rig for the llama suites:
+ * opens a model file, builds the graph (optionally rewritten by passes), and
+ * runs steps on the ref backend over a paged KV cache. Failures are Criterion
+ * assertions.
+ */
+#ifndef GS_TEST_LLAMA_UTIL_H
+#define GS_TEST_LLAMA_UTIL_H
+
+#include "engine/backend.h"
+#include "engine/compile.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "kvcache/kvcache.h"
+
+#include <jansson.h>
+
+struct llama_rig {
+    struct gs_gguf *file;
+    struct gs_model *model;
+    struct gs_be be;
+    struct gs_plan_cache cache;
+    struct gs_kv_pool *pool;
+    struct gs_kv_seq seq;
+    struct gs_kv_view kv;
+    uint32_t n_past;  /* tokens already in the cache */
+    float *logits;    /* [max_tokens][n_vocab] */
+    uint32_t max_tokens;
+};
+
+/* path is relative to the shared folder (models/x.gguf). */
+void llama_rig_open(struct llama_rig *r, const char *rel_path, enum gs_type kv_type,
+                    bool passes, uint32_t max_tokens);
+void llama_rig_close(struct llama_rig *r);
+
+/* Appends n tokens as one step; all_logits: every row gets logits, else the last.
+ * Returns r->logits (row i for token i, or row 0 for the last token). */
+const float *llama_rig_step(struct llama_rig *r, const int32_t *tokens, uint32_t n,
+                            bool all_logits);
+
+int32_t llama_argmax(const float *x, uint32_t n);
+double llama_pearson(const float *a, const double *b, uint32_t n);
+
+/* Reads a JSON array of ints into a malloc'ed int32 array; returns its length. */
+uint32_t llama_json_ids(json_t *arr, int32_t **out);
+
+#endif
