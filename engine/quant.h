@@ -96,10 +96,18 @@ enum gs_status gs_type_from_name(const char *name, enum gs_type *out);
 enum gs_status gs_type_row_bytes(int32_t t, int64_t n, uint64_t *out);
 
 /* Dequantizes n elements of type t (n a multiple of the block size). The type
- * must be supported; returns GS_UNSUPPORTED otherwise. */
+ * must be supported; returns GS_UNSUPPORTED otherwise, GS_INVAL for an unknown
+ * type id or an n that is negative or not a multiple of the block size. src
+ * needs no alignment. Results are bit-identical to ggml's reference
+ * dequantization. Allocates nothing. */
 enum gs_status gs_dequantize(enum gs_type t, const void *src, float *dst, int64_t n);
 
-/* Quantizes n floats into type t; GS_UNSUPPORTED when t has no quantizer. */
+/* Quantizes n floats into type t; GS_UNSUPPORTED when t has no quantizer,
+ * GS_INVAL as for gs_dequantize, GS_NUMERIC (nothing written) when t is
+ * block-quantized and src holds an Inf or NaN. Every byte of the destination
+ * is written, deterministically. Magnitudes whose block scale overflows f16
+ * (about 65504 times the format's largest quant) decode as Inf. Allocates
+ * nothing. */
 enum gs_status gs_quantize(enum gs_type t, const float *src, void *dst, int64_t n);
 
 #endif /* GS_QUANT_H */
