@@ -1,0 +1,183 @@
+/*
+ * scheduler/scheduler.h - continuous batching: admission, one batch per engine
+ * step, chunked prefill, preemption, cancellation, and the events that carry
+ * results back to the server.
+ *
+ * The scheduler owns the engine side of serving: the model's backend and plan
+ * cache, the KV page pool (kvcache/) with its prefix cache, and one sampler
+ * state per running sequence. Every step it builds one batch within
+ * cfg.max_batch_tokens and cfg.max_seqs: the decode token of every running
+ * sequence first, then chunks of pending prefills, so that a long new prompt
+ * never stalls streams that are already decoding.
+ *
+ * Two ways to drive it:
+ *   - threaded (the daemon): gs_sched_start() runs the step loop on its own
+ *     engine thread. The server thread submits and cancels; results come back
+ *     as events that the server drains with gs_sched_poll(). When events are
+ *     pending, the engine thread calls cfg.notify (the daemon passes a function
+ *     that calls uv_async_send), so the loop thread never polls.
+ *   - synchronous (tests, `graphserve run` with several prompts): never call
+ *     gs_sched_start(); call gs_sched_step() until gs_sched_idle().
+ *
+ * Thread rules: gs_sched_submit, gs_sched_cancel, gs_sched_poll and
+ * gs_sched_stats may be called from any one other thread (the loop thread)
+ * while the engine thread runs; everything else belongs to the thread that
+ * created the scheduler. The only shared state is the two queues inside (requests
+ * and cancellations in, events out) and the stats snapshot, each behind a mutex.
+ *
+ * Ownership: gs_sched_submit copies the request (prompt, sampling arrays). An
+ * event's data is borrowed until the next gs_sched_poll on that scheduler.
+ * The model, its GGUF file and the tokenizer are borrowed and must outlive the
+ * scheduler.
+ *
+ * Determinism: with greedy sampling, or a fixed seed, a sequence's tokens do
+ * not depend on what else shares its batches, on preemption, or on prefix-cache
+ * hits (tested on every backend).
+ */
+#ifndef GS_SCHEDULER_H
+#define GS_SCHEDULER_H
+
+#include "engine/base.h"
+#include "engine/model.h"
+#include "engine/sample.h"
+
+struct gs_sched_cfg {
+    const char *backend;        /* "ref", "cpu", ... */
+    int n_threads;              /* backend worker threads; 0: backend default */
+    uint64_t kv_cache_bytes;    /* KV pool size; 0: derived from the model and free memory */
+    uint32_t page_tokens;       /* tokens per KV page; 0: 16 */
+    enum gs_type kv_type;       /* GS_TYPE_F16 (default) or GS_TYPE_F32 */
+    uint32_t max_seqs;          /* running sequences per step; 0: 64 */
+    uint32_t max_batch_tokens;  /* tokens per step; 0: 512 */
+    uint32_t max_queue;         /* waiting requests before submit says GS_BUSY; 0: 256 */
+    uint32_t n_ctx;             /* longest sequence (prompt + output); 0: the model's */
+    bool prefix_cache;          /* reuse full pages of identical prompt prefixes */
+    /* Called on the engine thread after events were queued (may be NULL). */
+    void (*notify)(void *ctx);
+    void *notify_ctx;
+};
+
+/* What a client asked for, after the server parsed and tokenized it. */
+struct gs_sched_request {
+    uint64_t id;                  /* chosen by the caller, unique among live requests */
+    const int32_t *prompt;        /* [n_prompt] token ids, each < n_vocab; copied */
+    uint32_t n_prompt;            /* >= 1 */
+    uint32_t max_tokens;          /* tokens to generate at most (>= 1) */
+    bool ignore_eos;              /* keep going past end-of-generation tokens */
+    uint32_t n_top_logprobs;      /* 0..20 alternatives per token in events; 0: none */
+    bool want_logprobs;           /* report the chosen token's logprob */
+    struct gs_sample_params sampling; /* arrays inside are copied */
+};
+
+enum gs_finish {
+    GS_FINISH_NONE = 0, /* still running */
+    GS_FINISH_STOP,     /* a stop token (or the caller's stop string, via cancel) */
+    GS_FINISH_LENGTH,   /* max_tokens or the context length reached */
+    GS_FINISH_EOS,      /* an end-of-generation token of the vocabulary */
+    GS_FINISH_CANCELLED,/* gs_sched_cancel, e.g. the client went away */
+    GS_FINISH_ERROR,    /* numerical failure or engine error; see event.err */
+    GS_FINISH_ABORT,    /* the scheduler was shut down with the request unfinished */
+};
+
+const char *gs_finish_name(enum gs_finish f); /* "stop", "length", ... */
+
+/* Timings and counts of one request, reported with its last event. */
+struct gs_sched_req_stats {
+    double queue_ms;            /* submit to first scheduled */
+    double prefill_ms;          /* first scheduled to first token */
+    double decode_ms;           /* first token to finish */
+    uint32_t n_prompt;
+    uint32_t n_prompt_cached;   /* prompt tokens served from the prefix cache */
+    uint32_t n_recomputed;      /* tokens computed again after preemption */
+    uint32_t n_generated;
+    uint32_t n_preemptions;
+};
+
+enum gs_sched_event_kind {
+    GS_SCHED_EV_TOKEN,  /* one generated token */
+    GS_SCHED_EV_FINISH, /* the request ended; no more events for its id */
+};
+
+struct gs_sched_top {
+    int32_t token;
+    float logprob;
+};
+
+struct gs_sched_event {
+    enum gs_sched_event_kind kind;
+    uint64_t id;
+    /* TOKEN */
+    int32_t token;
+    float logprob;                 /* when want_logprobs */
+    uint32_t n_top;
+    const struct gs_sched_top *top; /* [n_top], borrowed until the next poll */
+    /* FINISH */
+    enum gs_finish finish;
+    struct gs_sched_req_stats stats;
+    enum gs_status err_code;       /* GS_OK unless finish == GS_FINISH_ERROR */
+    char err_msg[GS_ERR_MSG_LEN];
+};
+
+/* Engine-wide counters, a consistent snapshot for /metrics. */
+struct gs_sched_stats {
+    uint64_t n_steps;
+    uint64_t n_tokens_prompt;     /* prompt tokens computed (not cached) */
+    uint64_t n_tokens_generated;
+    uint64_t n_prefix_hit_tokens;
+    uint64_t n_preemptions;
+    uint64_t n_cancelled;
+    uint64_t n_errors;
+    uint32_t n_running;
+    uint32_t n_waiting;
+    uint32_t last_batch_tokens;
+    uint32_t pages_total, pages_used, pages_cached, pages_free;
+    uint64_t n_evictions;
+    uint64_t kv_bytes;
+};
+
+struct gs_sched;
+
+/*
+ * Creates a scheduler for model on backend cfg->backend: opens the backend,
+ * sizes the KV pool (printing nothing; gs_sched_stats tells). GS_NOTFOUND for
+ * an unknown backend, GS_INVAL for a config out of range, GS_NOMEM.
+ */
+enum gs_status gs_sched_new(const struct gs_sched_cfg *cfg, const struct gs_model *model,
+                            struct gs_sched **out, struct gs_err *err);
+
+/* Stops the engine thread if running, aborts what is left, frees everything. */
+void gs_sched_free(struct gs_sched *s);
+
+/*
+ * Queues a request. GS_BUSY when cfg.max_queue requests wait already (HTTP
+ * 429); GS_INVAL when the request can never run (prompt + max_tokens over the
+ * context, larger than the whole KV pool, a token id out of range): the message
+ * says which. Never blocks on the engine.
+ */
+enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request *req,
+                               struct gs_err *err);
+
+/* Ends request id before the next step and frees its pages; its FINISH event
+ * says GS_FINISH_CANCELLED. Unknown or finished ids are ignored. */
+void gs_sched_cancel(struct gs_sched *s, uint64_t id);
+
+/* Moves up to cap pending events into out; returns how many. */
+size_t gs_sched_poll(struct gs_sched *s, struct gs_sched_event *out, size_t cap);
+
+void gs_sched_stats(struct gs_sched *s, struct gs_sched_stats *out);
+
+/* ---- threaded mode ---------------------------------------------------------------- */
+
+enum gs_status gs_sched_start(struct gs_sched *s, struct gs_err *err);
+/* Finishes running requests within drain_ms, then aborts the rest
+ * (GS_FINISH_ABORT) and joins the engine thread. */
+void gs_sched_stop(struct gs_sched *s, uint32_t drain_ms);
+
+/* ---- synchronous mode ---------------------------------------------------------------- */
+
+/* Runs one engine step on the calling thread. */
+enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err);
+/* True when nothing is running or waiting. */
+bool gs_sched_idle(struct gs_sched *s);
+
+#endif /* GS_SCHEDULER_H */
