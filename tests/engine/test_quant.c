@@ -5,7 +5,13 @@
  * Every check loops over the traits table (or over a per-type row of expected
  * properties) instead of repeating itself per format. The expected geometry
  * below is the GGUF on-disk format as ggml defines it, not our own output.
+ *
+ * Against llama.cpp: dequantization must equal ggml's floats bit for bit (the
+ * shared goldens), the shared quantized models must dequantize to within each
+ * format's error of their f32 originals, and quantizing those originals must
+ * give back llama.cpp's bytes.
  */
+#include "engine/gguf.h"
 #include "engine/quant.h"
 #include "tests/common/testutil.h"
 
@@ -708,4 +714,150 @@ Test(quant_requant, reproduces_llama_cpp_blocks)
     cr_expect_gt(total[GS_TYPE_Q4_0], 0);
     cr_expect_eq(same[GS_TYPE_Q8_0], total[GS_TYPE_Q8_0], "q8_0 must requantize exactly");
     cr_expect_eq(same[GS_TYPE_Q4_0], total[GS_TYPE_Q4_0], "q4_0 must requantize exactly");
+}
+
+/* ---- llama.cpp models against their f32 originals ------------------------------ */
+
+/* Every quantized model in the shared folder and the f32 file it was made from. */
+static const struct {
+    const char *quantized, *original;
+} model_pairs[] = {
+    {"models/stories260K-F16.gguf", "models/stories260K.gguf"},
+    {"models/stories260K-Q4_0.gguf", "models/stories260K.gguf"},
+    {"models/stories260K-Q4_1.gguf", "models/stories260K.gguf"},
+    {"models/stories260K-Q5_0.gguf", "models/stories260K.gguf"},
+    {"models/stories260K-Q5_1.gguf", "models/stories260K.gguf"},
+    {"models/stories260K-Q8_0.gguf", "models/stories260K.gguf"},
+    {"models/stories260K-Q4_K_M-fallback.gguf", "models/stories260K.gguf"},
+    {"models/tiny-k-Q2_K.gguf", "models/tiny-k-F32.gguf"},
+    {"models/tiny-k-Q3_K_M.gguf", "models/tiny-k-F32.gguf"},
+    {"models/tiny-k-Q4_K.gguf", "models/tiny-k-F32.gguf"},
+    {"models/tiny-k-Q4_K_M.gguf", "models/tiny-k-F32.gguf"},
+    {"models/tiny-k-Q5_K.gguf", "models/tiny-k-F32.gguf"},
+    {"models/tiny-k-Q5_K_M.gguf", "models/tiny-k-F32.gguf"},
+    {"models/tiny-k-Q6_K.gguf", "models/tiny-k-F32.gguf"},
+    {"models/tiny-k-Q8_0.gguf", "models/tiny-k-F32.gguf"},
+};
+
+static double random_bound_of(enum gs_type t)
+{
+    for (size_t i = 0; i < sizeof(roundtrip_bounds) / sizeof(roundtrip_bounds[0]); i++) {
+        if (roundtrip_bounds[i].type == t)
+            return roundtrip_bounds[i].random_bound;
+    }
+    cr_assert_fail("no bound for %s", gs_type_name(t));
+    return 0;
+}
+
+static struct gs_gguf *open_model(const char *rel)
+{
+    struct gs_gguf *g = NULL;
+    struct gs_err err = {0};
+    const enum gs_status rc = gs_gguf_open(gs_test_shared_path(rel), &g, &err);
+    cr_assert_eq(rc, GS_OK, "%s: %s", rel, err.msg);
+    return g;
+}
+
+static int64_t n_elements(const struct gs_gguf_tensor *t)
+{
+    int64_t n = 1;
+    for (uint32_t d = 0; d < t->n_dims; d++)
+        n *= t->ne[d];
+    return n;
+}
+
+/* Per-type totals over all model tensors. */
+struct model_stats {
+    double worst_rmse[GS_TYPE_COUNT];
+    uint64_t n_tensors[GS_TYPE_COUNT];
+    uint64_t blocks_same[GS_TYPE_COUNT], blocks_total[GS_TYPE_COUNT];
+};
+
+/*
+ * One tensor: its dequantized values against the f32 original (relative RMS
+ * error within the type's Gaussian round-trip bound: trained weights are close
+ * to Gaussian per block), and our quantizer run on the original against
+ * llama.cpp's bytes.
+ */
+static void check_model_tensor(const char *file, const struct gs_gguf_tensor *qt,
+                               const struct gs_gguf_tensor *ot, struct model_stats *st)
+{
+    const enum gs_type type = qt->type;
+    const struct gs_type_traits *tt = gs_type_traits(type);
+    const int64_t n = n_elements(qt);
+    cr_assert_eq(n, n_elements(ot), "%s %.*s: shape differs from the original", file,
+                 (int)qt->name.len, qt->name.data);
+    float *orig = malloc((size_t)n * sizeof(float)), *deq = malloc((size_t)n * sizeof(float));
+    cr_assert(orig && deq);
+    cr_assert_eq(gs_dequantize(ot->type, ot->data, orig, n), GS_OK);
+    cr_assert_eq(gs_dequantize(type, qt->data, deq, n), GS_OK, "%s: %s", file, tt->name);
+    const double e = rel_rmse(orig, deq, n);
+    cr_expect_leq(e, random_bound_of(type), "%s %.*s (%s): rel RMS %.4g", file,
+                  (int)qt->name.len, qt->name.data, tt->name, e);
+    st->worst_rmse[type] = fmax(st->worst_rmse[type], e);
+    st->n_tensors[type]++;
+
+    if (type != GS_TYPE_F32) {
+        uint8_t *q = malloc(qt->nbytes);
+        cr_assert(q);
+        cr_assert_eq(gs_quantize(type, orig, q, n), GS_OK);
+        const uint8_t *want = qt->data;
+        for (uint64_t o = 0; o < qt->nbytes; o += (uint64_t)tt->block_bytes) {
+            st->blocks_same[type] += memcmp(q + o, want + o, (size_t)tt->block_bytes) == 0;
+            st->blocks_total[type]++;
+        }
+        free(q);
+    }
+    free(orig);
+    free(deq);
+}
+
+Test(quant_models, llama_cpp_models_dequantize_close_to_their_f32_originals, .timeout = 300)
+{
+    static struct model_stats st;
+    memset(&st, 0, sizeof(st));
+    for (size_t m = 0; m < sizeof(model_pairs) / sizeof(model_pairs[0]); m++) {
+        struct gs_gguf *orig = open_model(model_pairs[m].original);
+        struct gs_gguf *quant = open_model(model_pairs[m].quantized);
+        size_t n_quantized = 0;
+        for (uint64_t i = 0; i < gs_gguf_n_tensors(quant); i++) {
+            const struct gs_gguf_tensor *qt = gs_gguf_tensor_at(quant, i);
+            char name[256];
+            snprintf(name, sizeof(name), "%.*s", (int)qt->name.len, qt->name.data);
+            const struct gs_gguf_tensor *ot = gs_gguf_find_tensor(orig, name);
+            cr_assert(ot, "%s: %s is not in %s", model_pairs[m].quantized, name,
+                      model_pairs[m].original);
+            n_quantized += gs_type_traits(qt->type)->quantized || qt->type == GS_TYPE_F16;
+            check_model_tensor(model_pairs[m].quantized, qt, ot, &st);
+        }
+        cr_expect_gt(n_quantized, 0, "%s has no quantized tensor", model_pairs[m].quantized);
+        gs_gguf_close(quant);
+        gs_gguf_close(orig);
+    }
+    for (int32_t t = 0; t < GS_TYPE_COUNT; t++) {
+        if (!st.n_tensors[t])
+            continue;
+        cr_log_info("models %-5s: %3llu tensors, worst rel RMS %.3e (bound %.1e)",
+                    gs_type_name(t), (unsigned long long)st.n_tensors[t], st.worst_rmse[t],
+                    random_bound_of((enum gs_type)t));
+        if (st.blocks_total[t])
+            cr_log_info("models %-5s: quantizing the f32 original gives llama.cpp's bytes in "
+                        "%llu of %llu blocks (%.2f%%)",
+                        gs_type_name(t), (unsigned long long)st.blocks_same[t],
+                        (unsigned long long)st.blocks_total[t],
+                        100.0 * (double)st.blocks_same[t] / (double)st.blocks_total[t]);
+    }
+    /* llama-quantize without an importance matrix runs the reference
+     * quantizers; ours must reproduce every block it wrote. */
+    const enum gs_type covered[] = {GS_TYPE_F16,  GS_TYPE_Q4_0, GS_TYPE_Q4_1, GS_TYPE_Q5_0,
+                                    GS_TYPE_Q5_1, GS_TYPE_Q8_0, GS_TYPE_Q2_K, GS_TYPE_Q3_K,
+                                    GS_TYPE_Q4_K, GS_TYPE_Q5_K, GS_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof(covered) / sizeof(covered[0]); i++)
+        cr_expect_gt(st.blocks_total[covered[i]], 0, "no %s tensor", gs_type_name(covered[i]));
+    for (int32_t t = 0; t < GS_TYPE_COUNT; t++) {
+        cr_expect_eq(st.blocks_same[t], st.blocks_total[t],
+                     "%s: %llu of %llu blocks differ from llama.cpp", gs_type_name(t),
+                     (unsigned long long)(st.blocks_total[t] - st.blocks_same[t]),
+                     (unsigned long long)st.blocks_total[t]);
+    }
 }
