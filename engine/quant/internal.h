@@ -28,6 +28,7 @@
  * qs packs element j in the low nibble of byte j and element j+16 in the high
  * nibble; qh holds the fifth bit of element j in bit j of a little-endian u32. */
 #define GS_QK 32
+/* clang-format off */
 enum {
     GS_Q4_0_D = 0, GS_Q4_0_QS = 2, GS_Q4_0_BYTES = 18,
     GS_Q4_1_D = 0, GS_Q4_1_M = 2, GS_Q4_1_QS = 4, GS_Q4_1_BYTES = 20,
@@ -58,6 +59,8 @@ enum {
     GS_Q8_K_D = 0, GS_Q8_K_QS = 4, GS_Q8_K_BSUMS = 260, GS_Q8_K_BYTES = 292,
 };
 
+/* clang-format on */
+
 _Static_assert(GS_Q4_0_QS + GS_QK / 2 == GS_Q4_0_BYTES, "q4_0 layout");
 _Static_assert(GS_Q4_1_QS + GS_QK / 2 == GS_Q4_1_BYTES, "q4_1 layout");
 _Static_assert(GS_Q5_0_QS + GS_QK / 2 == GS_Q5_0_BYTES, "q5_0 layout");
@@ -84,8 +87,7 @@ static inline uint16_t gs_quant__ld16(const uint8_t *p)
 }
 static inline uint32_t gs_quant__ld32(const uint8_t *p)
 {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 static inline void gs_quant__st16(uint8_t *p, uint16_t v)
 {

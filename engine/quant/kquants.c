@@ -380,8 +380,7 @@ void gs_quant__q3_K_from_f32(const float *src, void *dst, int64_t n)
             if (d == 0.0f)
                 continue;
             for (int ii = 0; ii < 16; ++ii)
-                L[16 * j + ii] =
-                    (int8_t)(gs_quant__round_clamp(x[16 * j + ii] / d, -4, 3) + 4);
+                L[16 * j + ii] = (int8_t)(gs_quant__round_clamp(x[16 * j + ii] / d, -4, 3) + 4);
         }
 
         uint8_t *hmask = b + GS_Q3_K_HMASK;
@@ -464,8 +463,7 @@ static void k45_to_f32(const uint8_t *b, const uint8_t *scales, const uint8_t *q
  * requantized against the decoded scale and min. Writes d, dmin, scales and
  * the quants L[0..256).
  */
-static void k45_from_f32(const float *x, uint8_t *b, uint8_t *L, int nmax, float rmin,
-                         int nstep)
+static void k45_from_f32(const float *x, uint8_t *b, uint8_t *L, int nmax, float rmin, int nstep)
 {
     uint8_t Laux[32], ls[GS_QK_K / 32], lm[GS_QK_K / 32];
     float weights[32], mins[GS_QK_K / 32], scales[GS_QK_K / 32];
@@ -612,19 +610,17 @@ void gs_quant__q6_K_from_f32(const float *src, void *dst, int64_t n)
             if (d == 0.0f)
                 continue;
             for (int ii = 0; ii < 16; ++ii)
-                L[16 * j + ii] =
-                    (int8_t)(gs_quant__round_clamp(x[16 * j + ii] / d, -32, 31) + 32);
+                L[16 * j + ii] = (int8_t)(gs_quant__round_clamp(x[16 * j + ii] / d, -32, 31) + 32);
         }
 
         uint8_t *ql = b + GS_Q6_K_QL, *qh = b + GS_Q6_K_QH;
         for (int j = 0; j < GS_QK_K; j += 128, ql += 64, qh += 32) {
             for (int l = 0; l < 32; ++l) {
-                const int q1 = L[j + l], q2 = L[j + l + 32], q3 = L[j + l + 64],
-                          q4 = L[j + l + 96];
+                const int q1 = L[j + l], q2 = L[j + l + 32], q3 = L[j + l + 64], q4 = L[j + l + 96];
                 ql[l] = (uint8_t)((q1 & 0xf) | ((q3 & 0xf) << 4));
                 ql[l + 32] = (uint8_t)((q2 & 0xf) | ((q4 & 0xf) << 4));
-                qh[l] = (uint8_t)((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) |
-                                  ((q4 >> 4) << 6));
+                qh[l] =
+                    (uint8_t)((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
             }
         }
     }

@@ -19,6 +19,7 @@
  * dot product with a weight of that type: q8_0 for q4_0/q5_0/q8_0, q8_1 for
  * the formats with a minimum (q4_1/q5_1), q8_K for the super-block formats.
  */
+/* clang-format off */
 static const struct gs_type_traits type_traits[GS_TYPE_COUNT] = {
     [GS_TYPE_F32] = {.name = "f32", .supported = true, .block_size = 1, .block_bytes = 4,
                      KERNELS(f32), .vec_dot_type = GS_TYPE_F32},
@@ -95,6 +96,7 @@ static const struct gs_type_traits type_traits[GS_TYPE_COUNT] = {
     [GS_TYPE_F64] = {.name = "f64", .block_size = 1, .block_bytes = 8,
                      .vec_dot_type = GS_TYPE_F64},
 };
+/* clang-format on */
 
 const struct gs_type_traits *gs_type_traits(int32_t t)
 {

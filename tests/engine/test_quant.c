@@ -251,15 +251,13 @@ Test(quant_convert, refuses_bad_lengths_and_types_without_touching_memory)
         if (!tt)
             continue;
         if (!tt->supported) {
-            cr_expect_eq(gs_dequantize((enum gs_type)t, q, x, 256), GS_UNSUPPORTED, "%s",
-                         tt->name);
-            cr_expect_eq(gs_quantize((enum gs_type)t, x, q, 256), GS_UNSUPPORTED, "%s",
-                         tt->name);
+            cr_expect_eq(gs_dequantize((enum gs_type)t, q, x, 256), GS_UNSUPPORTED, "%s", tt->name);
+            cr_expect_eq(gs_quantize((enum gs_type)t, x, q, 256), GS_UNSUPPORTED, "%s", tt->name);
             continue;
         }
         if (tt->block_size > 1) {
-            cr_expect_eq(gs_dequantize((enum gs_type)t, q, x, tt->block_size - 1), GS_INVAL,
-                         "%s", tt->name);
+            cr_expect_eq(gs_dequantize((enum gs_type)t, q, x, tt->block_size - 1), GS_INVAL, "%s",
+                         tt->name);
             cr_expect_eq(gs_quantize((enum gs_type)t, x, q, tt->block_size + 1), GS_INVAL, "%s",
                          tt->name);
         }
@@ -300,8 +298,7 @@ static size_t check_golden_tensor(const char *file, json_t *t, const uint8_t *mo
     const char *type_name = json_string_value(json_object_get(t, "type"));
     json_t *shape = json_object_get(t, "shape");
     json_t *rows = json_object_get(t, "rows");
-    cr_assert(name && type_name && json_is_array(shape) && json_is_array(rows), "%s: fields",
-              file);
+    cr_assert(name && type_name && json_is_array(shape) && json_is_array(rows), "%s: fields", file);
     enum gs_type type;
     cr_assert_eq(gs_type_from_name(type_name, &type), GS_OK, "%s: type %s", file, type_name);
     const int64_t ne0 = json_integer_value(json_array_get(shape, 0));
@@ -510,15 +507,15 @@ Test(quant_roundtrip, gaussian_data_within_the_format_error)
         for (int j = 0; j < N_RT; j++)
             x[j] *= 1000.0f;
         const double e_large = round_trip(t, x, y, N_RT);
-        cr_expect_leq(e_large, roundtrip_bounds[i].random_bound, "%s large: %.4g",
-                      gs_type_name(t), e_large);
+        cr_expect_leq(e_large, roundtrip_bounds[i].random_bound, "%s large: %.4g", gs_type_name(t),
+                      e_large);
     }
 }
 
 /* Structured inputs each format must handle without blowing up. */
 enum pattern { ZEROS, CONSTANT, NEG_CONSTANT, OUTLIER, TINY, RAMP, ALTERNATING, N_PATTERNS };
-static const char *const pattern_names[] = {"zeros",  "constant", "negative constant", "outlier",
-                                            "tiny",   "ramp",     "alternating"};
+static const char *const pattern_names[] = {"zeros", "constant", "negative constant", "outlier",
+                                            "tiny",  "ramp",     "alternating"};
 
 static void fill_pattern(enum pattern p, float *x, int n)
 {
@@ -600,7 +597,8 @@ Test(quant_roundtrip, adversarial_blocks_stay_bounded)
                 break;
             case TINY:
                 cr_log_info("round trip %-5s tiny (|x| <= 3e-4) rel RMS %.3e", tn, e);
-                cr_expect_leq(e * rms(x, N), roundtrip_bounds[i].random_bound * rms(x, N) + floor_abs,
+                cr_expect_leq(e * rms(x, N),
+                              roundtrip_bounds[i].random_bound * rms(x, N) + floor_abs,
                               "%s tiny: rel %.3g", tn, e);
                 break;
             default:
@@ -792,8 +790,8 @@ static void check_model_tensor(const char *file, const struct gs_gguf_tensor *qt
     cr_assert_eq(gs_dequantize(ot->type, ot->data, orig, n), GS_OK);
     cr_assert_eq(gs_dequantize(type, qt->data, deq, n), GS_OK, "%s: %s", file, tt->name);
     const double e = rel_rmse(orig, deq, n);
-    cr_expect_leq(e, random_bound_of(type), "%s %.*s (%s): rel RMS %.4g", file,
-                  (int)qt->name.len, qt->name.data, tt->name, e);
+    cr_expect_leq(e, random_bound_of(type), "%s %.*s (%s): rel RMS %.4g", file, (int)qt->name.len,
+                  qt->name.data, tt->name, e);
     st->worst_rmse[type] = fmax(st->worst_rmse[type], e);
     st->n_tensors[type]++;
 
@@ -837,8 +835,8 @@ Test(quant_models, llama_cpp_models_dequantize_close_to_their_f32_originals, .ti
     for (int32_t t = 0; t < GS_TYPE_COUNT; t++) {
         if (!st.n_tensors[t])
             continue;
-        cr_log_info("models %-5s: %3llu tensors, worst rel RMS %.3e (bound %.1e)",
-                    gs_type_name(t), (unsigned long long)st.n_tensors[t], st.worst_rmse[t],
+        cr_log_info("models %-5s: %3llu tensors, worst rel RMS %.3e (bound %.1e)", gs_type_name(t),
+                    (unsigned long long)st.n_tensors[t], st.worst_rmse[t],
                     random_bound_of((enum gs_type)t));
         if (st.blocks_total[t])
             cr_log_info("models %-5s: quantizing the f32 original gives llama.cpp's bytes in "
