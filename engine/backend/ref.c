@@ -20,6 +20,7 @@ struct ref_plan {
     float *scratch;  /* [scratch_bytes / 4] activations */
     float *row_a;    /* [max weight row] dequantized weight row */
     float *row_b;    /* [max activation row] per-token temporary */
+    float *xq;       /* [bucket][max weight row] activations rounded for a matmul */
 };
 
 /* The state of one run: plan, step and resolved row counts. */
@@ -57,6 +58,7 @@ static void ref_plan_free(struct gs_be *be, struct gs_plan *p)
         gs_free(rp->scratch);
         gs_free(rp->row_a);
         gs_free(rp->row_b);
+        gs_free(rp->xq);
         gs_free(rp);
     }
     gs_plan_free(p);
@@ -88,7 +90,8 @@ static enum gs_status ref_compile(struct gs_be *be, const struct gs_graph *g,
     rp->scratch = gs_malloc(p->scratch_bytes ? p->scratch_bytes : 1);
     rp->row_a = gs_alloc_array((size_t)max_w, sizeof(float));
     rp->row_b = gs_alloc_array((size_t)max_a, sizeof(float));
-    if (!rp->scratch || !rp->row_a || !rp->row_b)
+    rp->xq = gs_alloc_array((size_t)max_w * s->n_tokens, sizeof(float));
+    if (!rp->scratch || !rp->row_a || !rp->row_b || !rp->xq)
         goto out_nomem;
     *out = p;
     return GS_OK;
@@ -222,6 +225,32 @@ static void k_elementwise(const struct run *r, const struct gs_node *n, float *o
     }
 }
 
+/*
+ * The activations a matmul against w sees: x itself for F32 weights, else x
+ * rounded through the weight's vec_dot_type (F16, Q8_0, Q8_1, Q8_K), the
+ * format llama.cpp quantizes activations to before a quantized dot product.
+ * Quantizing then dequantizing makes the F32 product of dequantized values
+ * equal that integer dot product up to float rounding.
+ */
+static const float *round_activations(const struct run *r, const struct gs_node *w,
+                                      const float *x, int64_t rows)
+{
+    const struct gs_type_traits *wt = gs_type_traits(w->type);
+    const struct gs_type_traits *vt = wt ? gs_type_traits(wt->vec_dot_type) : NULL;
+    int64_t K = w->ne[0];
+    if (w->type == GS_TYPE_F32 || !vt || wt->vec_dot_type == GS_TYPE_F32 || !vt->from_f32 ||
+        !vt->to_f32 || K % vt->block_size)
+        return x;
+    uint64_t row_bytes = 0;
+    gs_type_row_bytes(wt->vec_dot_type, K, &row_bytes);
+    /* The quantized row fits in the row_a buffer: row_bytes <= K * 4. */
+    for (int64_t t = 0; t < rows; t++) {
+        vt->from_f32(x + t * K, r->rp->row_a, K);
+        vt->to_f32(r->rp->row_a, r->rp->xq + t * K, K);
+    }
+    return r->rp->xq;
+}
+
 /* x [K x R] @ W [K x N] -> out [N x R] (+ residual for MATMUL_ADD).
  * Each weight row is dequantized once and used for every token. */
 static void k_matmul(const struct run *r, const struct gs_node *n, float *out)
@@ -230,6 +259,7 @@ static void k_matmul(const struct run *r, const struct gs_node *n, float *out)
     const float *x = value(r, n->src[0]);
     const float *res = n->op == GS_OP_MATMUL_ADD ? value(r, n->src[2]) : NULL;
     int64_t K = w->ne[0], N = w->ne[1], rows = rows_of(r, n);
+    x = round_activations(r, w, x, rows);
     for (int64_t o = 0; o < N; o++) {
         const float *wr = weight_row(w, o, r->rp->row_a);
         for (int64_t t = 0; t < rows; t++) {

@@ -24,7 +24,7 @@ static void check_golden(const struct golden_case *c)
 {
     char rel[256];
     snprintf(rel, sizeof(rel), "golden/completions/%s.json", c->golden);
-    json_t *j = gs_test_load_json(gs_test_shared_path(rel));
+    json_t *j = llama_load_golden(rel);
     int32_t *prompt, *completion;
     uint32_t n_prompt = llama_json_ids(json_object_get(j, "prompt_tokens"), &prompt);
     uint32_t n_gen = llama_json_ids(json_object_get(j, "completion_tokens"), &completion);
@@ -39,13 +39,15 @@ static void check_golden(const struct golden_case *c)
     /* Every prompt row against llama.cpp's prompt logits. */
     const float *logits = llama_rig_step(&r, prompt, n_prompt, true);
     json_t *pl = json_object_get(j, "prompt_logits");
-    double *ref = calloc(n_vocab, sizeof(*ref));
+    double *ref = calloc(n_vocab, sizeof(*ref)), min_rho = 1;
     for (uint32_t t = 0; t < n_prompt; t++) {
         for (uint32_t v = 0; v < n_vocab; v++)
             ref[v] = json_real_value(json_array_get(json_array_get(pl, t), v));
         double rho = llama_pearson(logits + (size_t)t * n_vocab, ref, n_vocab);
-        cr_expect_geq(rho, 0.9999, "%s: prompt row %u: pearson %.6f", c->golden, t, rho);
+        min_rho = rho < min_rho ? rho : min_rho;
     }
+    cr_log_info("%s: prompt logits pearson >= %.7f", c->golden, min_rho);
+    cr_assert(min_rho >= 0.9999, "%s: prompt logits pearson %.7f", c->golden, min_rho);
     int32_t next = llama_argmax(logits + (size_t)(n_prompt - 1) * n_vocab, n_vocab);
     for (uint32_t i = 0; i < n_gen; i++) {
         cr_assert_eq(next, completion[i], "%s: step %u: generated %d, golden %d", c->golden, i,

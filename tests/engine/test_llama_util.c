@@ -129,3 +129,12 @@ uint32_t llama_json_ids(json_t *arr, int32_t **out)
         (*out)[i] = (int32_t)json_integer_value(json_array_get(arr, i));
     return n;
 }
+
+json_t *llama_load_golden(const char *rel)
+{
+    json_error_t jerr;
+    const char *path = gs_test_shared_path(rel);
+    json_t *j = json_load_file(path, JSON_ALLOW_NUL, &jerr);
+    cr_assert(j, "cannot parse %s: %s (line %d)", path, jerr.text, jerr.line);
+    return j;
+}

@@ -41,6 +41,9 @@ const float *llama_rig_step(struct llama_rig *r, const int32_t *tokens, uint32_t
 int32_t llama_argmax(const float *x, uint32_t n);
 double llama_pearson(const float *a, const double *b, uint32_t n);
 
+/* Loads a golden JSON file under the shared folder; pieces may hold NUL bytes. */
+json_t *llama_load_golden(const char *rel);
+
 /* Reads a JSON array of ints into a malloc'ed int32 array; returns its length. */
 uint32_t llama_json_ids(json_t *arr, int32_t **out);
 
