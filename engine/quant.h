@@ -103,11 +103,12 @@ enum gs_status gs_type_row_bytes(int32_t t, int64_t n, uint64_t *out);
 enum gs_status gs_dequantize(enum gs_type t, const void *src, float *dst, int64_t n);
 
 /* Quantizes n floats into type t; GS_UNSUPPORTED when t has no quantizer,
- * GS_INVAL as for gs_dequantize, GS_NUMERIC (nothing written) when t is
- * block-quantized and src holds an Inf or NaN. Every byte of the destination
- * is written, deterministically. Magnitudes whose block scale overflows f16
- * (about 65504 times the format's largest quant) decode as Inf. Allocates
- * nothing. */
+ * GS_INVAL as for gs_dequantize. For block-quantized types, GS_NUMERIC when src
+ * holds an Inf or NaN (nothing written) or values too large for the format's
+ * f16 scales (dst written but unusable); magnitudes up to 30000 always fit.
+ * Otherwise every byte of the destination is written, deterministically, and
+ * the bytes equal llama.cpp's reference quantization (no importance matrix).
+ * Allocates nothing. */
 enum gs_status gs_quantize(enum gs_type t, const float *src, void *dst, int64_t n);
 
 #endif /* GS_QUANT_H */

@@ -172,6 +172,23 @@ enum gs_status gs_dequantize(enum gs_type t, const void *src, float *dst, int64_
     return GS_OK;
 }
 
+/* Whether every block of n elements at q decodes to finite values. */
+static bool decodes_finite(const struct gs_type_traits *tt, const void *q, int64_t n)
+{
+    float block[GS_QK_K];
+    if (GS_NEVER(tt->block_size > GS_QK_K))
+        return true;
+    const uint8_t *b = q;
+    for (int64_t i = 0; i < n; i += tt->block_size, b += tt->block_bytes) {
+        tt->to_f32(b, block, tt->block_size);
+        for (int32_t j = 0; j < tt->block_size; j++) {
+            if (!isfinite(block[j]))
+                return false;
+        }
+    }
+    return true;
+}
+
 enum gs_status gs_quantize(enum gs_type t, const float *src, void *dst, int64_t n)
 {
     enum gs_status status;
@@ -187,5 +204,10 @@ enum gs_status gs_quantize(enum gs_type t, const float *src, void *dst, int64_t 
         }
     }
     tt->from_f32(src, dst, n);
+    /* Values too large for a format's f16 scales (or its f16 minimum) give an
+     * infinite scale, and 0 * Inf decodes as NaN: refuse rather than hand back
+     * an encoding that poisons every dot product it enters. */
+    if (tt->quantized && !decodes_finite(tt, dst, n))
+        return GS_NUMERIC;
     return GS_OK;
 }

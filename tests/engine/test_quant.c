@@ -287,6 +287,25 @@ Test(quant_convert, refuses_non_finite_input_for_block_formats)
     }
 }
 
+Test(quant_convert, refuses_values_too_large_for_the_f16_scales)
+{
+    float x[256];
+    uint8_t q[1024];
+    for (int32_t t = 0; t < GS_TYPE_COUNT; t++) {
+        const struct gs_type_traits *tt = gs_type_traits(t);
+        if (!tt || !tt->supported || !tt->quantized)
+            continue;
+        /* Up to 30000 in magnitude, both signs and zeros: always encodable. */
+        for (int i = 0; i < 256; i++)
+            x[i] = (float)((i % 3) - 1) * 30000.0f * (float)(i % 17) / 16.0f;
+        cr_expect_eq(gs_quantize((enum gs_type)t, x, q, 256), GS_OK, "%s at 3e4", tt->name);
+        /* 1e9 overflows every f16 scale; only q8_K (f32 scale) holds it. */
+        x[5] = 1e9f;
+        const enum gs_status want = t == GS_TYPE_Q8_K ? GS_OK : GS_NUMERIC;
+        cr_expect_eq(gs_quantize((enum gs_type)t, x, q, 256), want, "%s at 1e9", tt->name);
+    }
+}
+
 /* ---- golden dequantization ------------------------------------------------------- */
 
 /* Compares the dequantized first rows of one tensor with floats computed by
