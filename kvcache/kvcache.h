@@ -58,6 +58,7 @@ enum gs_status gs_kv_pool_new(const struct gs_kv_pool_cfg *cfg, struct gs_kv_poo
 void gs_kv_pool_free(struct gs_kv_pool *pool); /* NULL is a no-op */
 
 struct gs_kv_layout gs_kv_pool_layout(const struct gs_kv_pool *pool);
+/* Pages an allocation can take: free ones plus cached ones it may evict. */
 uint32_t gs_kv_pool_n_free(const struct gs_kv_pool *pool);
 uint32_t gs_kv_pool_page_tokens(const struct gs_kv_pool *pool);
 
@@ -104,5 +105,32 @@ enum gs_status gs_kv_seq_reserve(struct gs_kv_pool *pool, struct gs_kv_seq *seq,
 
 /* Drops every page reference of seq and frees its table (seq is reusable). */
 void gs_kv_seq_release(struct gs_kv_pool *pool, struct gs_kv_seq *seq);
+
+/* ---- prefix cache -------------------------------------------------------------- */
+
+/*
+ * A full page whose hash was set with gs_kv_page_set_hash is registered in the
+ * pool's prefix map. When its last reference goes it is not freed but
+ * "cached": it keeps its contents, and gs_kv_prefix_lookup can hand it to a new
+ * sequence whose prompt hashes the same. Cached pages are evicted least
+ * recently used, and only when an allocation finds no free page. Writing to a
+ * page (gs_kv_page_cow on an unshared page) unregisters it.
+ */
+
+/* On a hit takes a reference to the page registered under hash (reviving it
+ * if cached) and returns true. */
+bool gs_kv_prefix_lookup(struct gs_kv_pool *pool, uint64_t hash, uint32_t *page);
+
+struct gs_kv_stats {
+    uint32_t pages_total;
+    uint32_t pages_used;   /* referenced by a sequence */
+    uint32_t pages_cached; /* unreferenced, kept for prefix hits */
+    uint32_t pages_free;
+    uint64_t n_evictions;  /* cached pages reclaimed for new allocations */
+    uint64_t n_hits;       /* pages served by gs_kv_prefix_lookup */
+    uint64_t page_bytes;
+};
+
+void gs_kv_pool_stats(const struct gs_kv_pool *pool, struct gs_kv_stats *out);
 
 #endif /* GS_KVCACHE_H */

@@ -3,11 +3,24 @@
 
 #include <string.h>
 
+/*
+ * A page is in exactly one of three states:
+ *   used    refcount > 0 (possibly registered in the prefix map as well)
+ *   cached  refcount == 0, registered in the prefix map, on the LRU list:
+ *           its contents are still valid and a lookup can revive it
+ *   free    refcount == 0, not registered, on the free list
+ * Allocation takes a free page first and evicts the least recently used cached
+ * page only when none is free, so cached prefixes live as long as possible.
+ */
 struct page_meta {
     uint32_t refcount;
-    uint32_t next_free; /* free-list link while refcount == 0 */
+    uint32_t next_free;  /* free-list link while free */
+    uint32_t lru_prev;   /* LRU links while cached */
+    uint32_t lru_next;
+    uint32_t map_next;   /* next page in the same prefix-map bucket while registered */
     uint64_t hash;
-    bool hashed;
+    bool hashed;         /* hash holds the page's content hash */
+    bool registered;     /* in the prefix map under hash */
 };
 
 struct gs_kv_pool {
@@ -16,7 +29,14 @@ struct gs_kv_pool {
     char *data;               /* [n_pages * page_bytes] */
     struct page_meta *meta;   /* [n_pages] */
     uint32_t free_head;
-    uint32_t n_free;
+    uint32_t n_free;          /* pages on the free list */
+    uint32_t lru_head;        /* least recently used cached page */
+    uint32_t lru_tail;
+    uint32_t n_cached;        /* pages on the LRU list */
+    uint32_t *buckets;        /* [n_buckets] prefix map heads */
+    uint32_t n_buckets;       /* a power of two */
+    uint64_t n_evictions;
+    uint64_t n_hits;          /* pages found by gs_kv_prefix_lookup */
 };
 
 enum gs_status gs_kv_pool_new(const struct gs_kv_pool_cfg *cfg, struct gs_kv_pool **out,
@@ -44,7 +64,11 @@ enum gs_status gs_kv_pool_new(const struct gs_kv_pool_cfg *cfg, struct gs_kv_poo
     p->page_bytes = page_bytes;
     p->data = gs_calloc(1, (size_t)total);
     p->meta = gs_calloc(c.n_pages, sizeof(*p->meta));
-    if (!p->data || !p->meta) {
+    p->n_buckets = 1;
+    while (p->n_buckets < c.n_pages)
+        p->n_buckets <<= 1;
+    p->buckets = gs_alloc_array(p->n_buckets, sizeof(*p->buckets));
+    if (!p->data || !p->meta || !p->buckets) {
         gs_kv_pool_free(p);
         return gs_err_set(err, GS_NOMEM, "kv pool: out of memory for %llu bytes",
                           (unsigned long long)total);
@@ -54,6 +78,9 @@ enum gs_status gs_kv_pool_new(const struct gs_kv_pool_cfg *cfg, struct gs_kv_poo
         p->meta[i].next_free = i + 1 < c.n_pages ? i + 1 : GS_KV_PAGE_NONE;
     p->free_head = 0;
     p->n_free = c.n_pages;
+    for (uint32_t i = 0; i < p->n_buckets; i++)
+        p->buckets[i] = GS_KV_PAGE_NONE;
+    p->lru_head = p->lru_tail = GS_KV_PAGE_NONE;
     *out = p;
     return GS_OK;
 }
@@ -64,6 +91,7 @@ void gs_kv_pool_free(struct gs_kv_pool *pool)
         return;
     gs_free(pool->data);
     gs_free(pool->meta);
+    gs_free(pool->buckets);
     gs_free(pool);
 }
 
@@ -83,7 +111,95 @@ struct gs_kv_layout gs_kv_pool_layout(const struct gs_kv_pool *pool)
 
 uint32_t gs_kv_pool_n_free(const struct gs_kv_pool *pool)
 {
-    return pool->n_free;
+    return pool->n_free + pool->n_cached;
+}
+
+void gs_kv_pool_stats(const struct gs_kv_pool *pool, struct gs_kv_stats *out)
+{
+    out->pages_total = pool->cfg.n_pages;
+    out->pages_free = pool->n_free;
+    out->pages_cached = pool->n_cached;
+    out->pages_used = pool->cfg.n_pages - pool->n_free - pool->n_cached;
+    out->n_evictions = pool->n_evictions;
+    out->n_hits = pool->n_hits;
+    out->page_bytes = pool->page_bytes;
+}
+
+/* ---- prefix map and LRU ------------------------------------------------------- */
+
+static uint32_t *bucket_of(struct gs_kv_pool *pool, uint64_t hash)
+{
+    return &pool->buckets[(hash ^ (hash >> 32)) & (pool->n_buckets - 1)];
+}
+
+static void map_remove(struct gs_kv_pool *pool, uint32_t page)
+{
+    struct page_meta *m = &pool->meta[page];
+    if (!m->registered)
+        return;
+    uint32_t *link = bucket_of(pool, m->hash);
+    while (*link != page && GS_ALWAYS(*link != GS_KV_PAGE_NONE))
+        link = &pool->meta[*link].map_next;
+    if (*link == page)
+        *link = m->map_next;
+    m->registered = false;
+    m->map_next = GS_KV_PAGE_NONE;
+}
+
+static uint32_t map_find(struct gs_kv_pool *pool, uint64_t hash)
+{
+    uint32_t p = *bucket_of(pool, hash);
+    while (p != GS_KV_PAGE_NONE && pool->meta[p].hash != hash)
+        p = pool->meta[p].map_next;
+    return p;
+}
+
+static void lru_remove(struct gs_kv_pool *pool, uint32_t page)
+{
+    struct page_meta *m = &pool->meta[page];
+    if (m->lru_prev != GS_KV_PAGE_NONE)
+        pool->meta[m->lru_prev].lru_next = m->lru_next;
+    else
+        pool->lru_head = m->lru_next;
+    if (m->lru_next != GS_KV_PAGE_NONE)
+        pool->meta[m->lru_next].lru_prev = m->lru_prev;
+    else
+        pool->lru_tail = m->lru_prev;
+    m->lru_prev = m->lru_next = GS_KV_PAGE_NONE;
+    pool->n_cached--;
+}
+
+static void lru_push(struct gs_kv_pool *pool, uint32_t page)
+{
+    struct page_meta *m = &pool->meta[page];
+    m->lru_next = GS_KV_PAGE_NONE;
+    m->lru_prev = pool->lru_tail;
+    if (pool->lru_tail != GS_KV_PAGE_NONE)
+        pool->meta[pool->lru_tail].lru_next = page;
+    else
+        pool->lru_head = page;
+    pool->lru_tail = page;
+    pool->n_cached++;
+}
+
+static void free_push(struct gs_kv_pool *pool, uint32_t page)
+{
+    pool->meta[page].next_free = pool->free_head;
+    pool->free_head = page;
+    pool->n_free++;
+}
+
+bool gs_kv_prefix_lookup(struct gs_kv_pool *pool, uint64_t hash, uint32_t *page)
+{
+    uint32_t p = map_find(pool, hash);
+    if (p == GS_KV_PAGE_NONE)
+        return false;
+    if (pool->meta[p].refcount == 0)
+        lru_remove(pool, p); /* revive a cached page */
+    pool->meta[p].refcount++;
+    pool->n_hits++;
+    *page = p;
+    return true;
 }
 
 uint32_t gs_kv_pool_page_tokens(const struct gs_kv_pool *pool)
@@ -94,12 +210,20 @@ uint32_t gs_kv_pool_page_tokens(const struct gs_kv_pool *pool)
 enum gs_status gs_kv_page_alloc(struct gs_kv_pool *pool, uint32_t *page, struct gs_err *err)
 {
     *page = GS_KV_PAGE_NONE;
-    if (pool->free_head == GS_KV_PAGE_NONE)
+    uint32_t id;
+    if (pool->free_head != GS_KV_PAGE_NONE) {
+        id = pool->free_head;
+        pool->free_head = pool->meta[id].next_free;
+        pool->n_free--;
+    } else if (pool->lru_head != GS_KV_PAGE_NONE) {
+        id = pool->lru_head; /* evict the least recently used cached prefix */
+        lru_remove(pool, id);
+        map_remove(pool, id);
+        pool->n_evictions++;
+    } else {
         return gs_err_set(err, GS_BUSY, "kv pool: all %u pages are in use", pool->cfg.n_pages);
-    uint32_t id = pool->free_head;
+    }
     struct page_meta *m = &pool->meta[id];
-    pool->free_head = m->next_free;
-    pool->n_free--;
     m->refcount = 1;
     m->next_free = GS_KV_PAGE_NONE;
     m->hashed = false;
@@ -122,10 +246,12 @@ void gs_kv_page_unref(struct gs_kv_pool *pool, uint32_t page)
     struct page_meta *m = &pool->meta[page];
     if (--m->refcount > 0)
         return;
+    if (m->registered) {
+        lru_push(pool, page); /* keep the contents for a later prefix hit */
+        return;
+    }
     m->hashed = false;
-    m->next_free = pool->free_head;
-    pool->free_head = page;
-    pool->n_free++;
+    free_push(pool, page);
 }
 
 uint32_t gs_kv_page_refcount(const struct gs_kv_pool *pool, uint32_t page)
@@ -151,10 +277,20 @@ uint64_t gs_kv_hash_tokens(uint64_t parent, const int32_t *tokens, uint32_t n)
 
 void gs_kv_page_set_hash(struct gs_kv_pool *pool, uint32_t page, uint64_t hash)
 {
-    if (GS_NEVER(page >= pool->cfg.n_pages))
+    if (GS_NEVER(page >= pool->cfg.n_pages || pool->meta[page].refcount == 0))
         return;
-    pool->meta[page].hash = hash;
-    pool->meta[page].hashed = true;
+    struct page_meta *m = &pool->meta[page];
+    map_remove(pool, page);
+    m->hash = hash;
+    m->hashed = true;
+    /* The first page registered under a hash stays the one lookups find; an
+     * identical page computed later is simply not shared. */
+    if (map_find(pool, hash) == GS_KV_PAGE_NONE) {
+        uint32_t *head = bucket_of(pool, hash);
+        m->map_next = *head;
+        *head = page;
+        m->registered = true;
+    }
 }
 
 bool gs_kv_page_hash(const struct gs_kv_pool *pool, uint32_t page, uint64_t *hash)
@@ -171,7 +307,9 @@ enum gs_status gs_kv_page_cow(struct gs_kv_pool *pool, uint32_t *page, struct gs
     if (GS_NEVER(old >= pool->cfg.n_pages || pool->meta[old].refcount == 0))
         return gs_err_set(err, GS_INVAL, "kv pool: page %u is not allocated", old);
     if (pool->meta[old].refcount == 1) {
-        pool->meta[old].hashed = false; /* about to be written */
+        /* about to be written: its contents will no longer match its hash */
+        map_remove(pool, old);
+        pool->meta[old].hashed = false;
         return GS_OK;
     }
     uint32_t fresh;
@@ -201,9 +339,9 @@ enum gs_status gs_kv_seq_reserve(struct gs_kv_pool *pool, struct gs_kv_seq *seq,
         seq->n_tokens = GS_MAX(seq->n_tokens, n_tokens);
         return GS_OK;
     }
-    if (need - seq->n_pages > pool->n_free)
+    if (need - seq->n_pages > gs_kv_pool_n_free(pool))
         return gs_err_set(err, GS_BUSY, "kv pool: %u more pages needed, %u free",
-                          need - seq->n_pages, pool->n_free);
+                          need - seq->n_pages, gs_kv_pool_n_free(pool));
     if (need > seq->cap_pages) {
         uint32_t *pages = gs_realloc(seq->pages, (size_t)need * sizeof(*pages));
         if (!pages)

@@ -100,7 +100,14 @@ Test(kv_pages, hash_chains_from_parent)
     cr_assert(gs_kv_page_hash(p, a, &got));
     cr_assert_eq(got, h1);
     gs_kv_page_unref(p, a);
-    cr_assert(!gs_kv_page_hash(p, a, &got), "a freed page forgets its hash");
+    cr_assert(gs_kv_page_hash(p, a, &got), "a released registered page is cached, hash kept");
+    uint32_t b, c;
+    cr_assert_eq(gs_kv_page_alloc(p, &b, &err), GS_OK);
+    cr_assert_eq(gs_kv_page_alloc(p, &c, &err), GS_OK); /* evicts a */
+    cr_assert_eq(c, a);
+    cr_assert(!gs_kv_page_hash(p, a, &got), "an evicted page forgets its hash");
+    gs_kv_page_unref(p, b);
+    gs_kv_page_unref(p, c);
     gs_kv_pool_free(p);
 }
 
