@@ -1,0 +1,282 @@
+/*
+ * config/config.h - every setting of `graphserve serve` in one validated
+ * struct, built from command-line flags, GRAPHSERVE_* environment variables
+ * and a JSON config file, in that order of precedence.
+ *
+ * One table (config/table.c) lists every option: its name, type, default,
+ * range, unit, whether a reload may change it, whether it is a secret, its
+ * help text and its field in struct gs_cfg. Everything else is generated from
+ * that table: the flag (--kv-cache-bytes), the environment variable
+ * (GRAPHSERVE_KV_CACHE_BYTES), the config-file key (kv_cache_bytes), --help,
+ * the Markdown reference in the README, --print-config and validation.
+ *
+ * Values:
+ *   bool    flag alone (--prefix-cache), --no-<name>, or --name=true|false;
+ *           env and flag values: true/false, 1/0, yes/no, on/off; file: JSON true/false.
+ *   int     decimal integer; file: JSON integer.
+ *   bytes   integer with an optional unit, case-insensitive: B, KiB/MiB/GiB/TiB
+ *           and K/M/G/T (powers of 1024), KB/MB/GB/TB (powers of 1000);
+ *           "512MiB", "2G", "1.5GiB", "65536"; file: JSON integer or such a string.
+ *   float   decimal number; file: JSON number.
+ *   string  any text; file: JSON string.
+ *   list    repeat the flag (--api-key A --api-key B); env: comma-separated;
+ *           file: JSON array of strings (or one string). A source that sets a
+ *           list replaces the lower sources' list; it does not append.
+ *   enum    one of the listed names; file: JSON string.
+ * A value out of its range, of the wrong type, an unknown flag, an unknown
+ * GRAPHSERVE_* variable or an unknown file key is refused with GS_INVAL and a
+ * message naming the key and its source:
+ *   "--port: 70000 is out of range [0, 65535]"
+ *   "env GRAPHSERVE_KV_CACHE_BYTES: '12XB' is not a size (e.g. 512MiB, 2G, 65536)"
+ *   "/etc/graphserve.json:4: unknown key 'kv_cache' (did you mean 'kv_cache_bytes'?)"
+ *
+ * Ownership: struct gs_cfg is caller-allocated; gs_cfg_load() fills it and
+ * gs_cfg_deinit() frees the strings it holds. Strings in it are owned by the
+ * struct and valid until the next gs_cfg_reload() (for reloadable fields) or
+ * gs_cfg_deinit().
+ *
+ * Threads: a gs_cfg belongs to one thread (the daemon's loop thread, which also
+ * runs the SIGHUP reload). Other threads get copies of what they need (the
+ * scheduler's struct gs_sched_cfg, see config/sched_cfg.h); the logger's level
+ * and format are atomics updated by gs_cfg_apply_log().
+ */
+#ifndef GS_CONFIG_H
+#define GS_CONFIG_H
+
+#include "config/log.h"
+#include "engine/base.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- value types ---------------------------------------------------------- */
+
+/* A list of owned strings, e.g. the API keys. */
+struct gs_cfg_strlist {
+    size_t n;
+    char **v; /* [n], each NUL-terminated */
+};
+
+/* Enum options are stored as these C enums; the value is the index of the
+ * name in the option's choice list. */
+enum gs_cfg_backend {
+    GS_CFG_BACKEND_REF = 0, /* "ref": scalar reference backend, the oracle */
+    GS_CFG_BACKEND_CPU = 1, /* "cpu": SIMD + threads */
+};
+
+enum gs_cfg_kv_type {
+    GS_CFG_KV_F16 = 0, /* "f16" */
+    GS_CFG_KV_F32 = 1, /* "f32" */
+};
+
+enum gs_cfg_chat_template {
+    GS_CFG_TEMPLATE_AUTO = 0, /* "auto": from the GGUF's tokenizer.chat_template */
+    GS_CFG_TEMPLATE_CHATML,   /* "chatml" */
+    GS_CFG_TEMPLATE_LLAMA2,   /* "llama2" */
+    GS_CFG_TEMPLATE_LLAMA3,   /* "llama3" */
+    GS_CFG_TEMPLATE_MISTRAL,  /* "mistral" */
+    GS_CFG_TEMPLATE_GEMMA,    /* "gemma" */
+    GS_CFG_TEMPLATE_PHI3,     /* "phi3" */
+    GS_CFG_TEMPLATE_ZEPHYR,   /* "zephyr" */
+    GS_CFG_TEMPLATE_PLAIN,    /* "plain": the documented fallback format */
+};
+
+/* What the command line asked for besides running. */
+enum gs_cfg_action {
+    GS_CFG_RUN = 0,          /* start serving */
+    GS_CFG_HELP,             /* -h/--help: print gs_cfg_help() and exit 0 */
+    GS_CFG_HELP_MARKDOWN,    /* --help-markdown: print gs_cfg_help_markdown() and exit 0 */
+    GS_CFG_PRINT_CONFIG,     /* --print-config: print gs_cfg_print() and exit 0 */
+};
+
+/* ---- the config ------------------------------------------------------------ */
+
+/*
+ * The effective configuration. Units are in the names; "0: ..." says what 0
+ * means where 0 is allowed. (R) marks fields a reload may change: the daemon
+ * must read those from this struct at each use, not cache them at start.
+ * Ranges and defaults: see the table (gs_cfg_help) or the README reference.
+ */
+struct gs_cfg {
+    enum gs_cfg_action action;
+
+    /* model and engine */
+    char *model;                /* -m/--model: GGUF path (required to serve; NULL if unset) */
+    enum gs_cfg_backend backend; /* default ref until the cpu backend lands */
+    int64_t threads;            /* -t: backend worker threads; 0: physical cores */
+    uint64_t kv_cache_bytes;    /* KV page pool; 0: derived from the model and free memory */
+    enum gs_cfg_kv_type kv_type;
+    int64_t page_tokens;        /* tokens per KV page */
+    int64_t max_seqs;           /* running sequences per engine step */
+    int64_t max_batch_tokens;   /* tokens per engine step */
+    int64_t max_queue;          /* waiting requests before 429 */
+    int64_t n_ctx;              /* -c: longest sequence; 0: the model's context length */
+    bool prefix_cache;          /* reuse KV pages of identical prompt prefixes */
+    enum gs_cfg_chat_template chat_template;
+
+    /* HTTP */
+    char *host;                 /* listen address */
+    int64_t port;               /* listen port; 0: any free port */
+
+    /* limits */
+    uint64_t max_body_bytes;    /* (R) request body cap, 413 above */
+    uint64_t max_header_bytes;  /* request line + headers cap */
+    int64_t conn_timeout_s;     /* idle connection timeout (slowloris) */
+    int64_t max_conns;          /* (R) open connections in total */
+    int64_t max_conns_per_ip;   /* (R) open connections per client address */
+    int64_t max_tokens;         /* (R) cap on a request's max_tokens */
+    int64_t drain_timeout_s;    /* (R) on SIGTERM: time for in-flight requests */
+
+    /* auth */
+    struct gs_cfg_strlist api_key; /* (R) accepted Bearer keys: --api-key values, then the
+                                    * lines of api_key_file; empty: no auth */
+    char *api_key_file;         /* (R) file with one key per line ('#' comments, blanks skipped) */
+
+    /* TLS */
+    char *tls_cert;             /* PEM certificate chain; with tls_key enables HTTPS */
+    char *tls_key;              /* PEM private key */
+    char *tls_client_ca;        /* PEM CA bundle; set: clients must present a certificate */
+    int64_t tls_handshake_timeout_s; /* a handshake not done by then is dropped */
+    int64_t max_tls_handshakes; /* concurrent handshakes in progress */
+
+    /* logging */
+    enum gs_log_level log_level;   /* (R) */
+    enum gs_log_format log_format; /* (R) */
+
+    /* validation */
+    double validate_rate;       /* (R) fraction of requests validated against ref, 0..1 */
+    int64_t validate_timeout_ms; /* (R) how long a response waits for its validation report */
+
+    /* the config file this was read from (flag or env only; NULL if none) */
+    char *config;
+
+    /* private: how the config was built, for gs_cfg_reload() */
+    struct gs_cfg__origin {
+        int argc;
+        char **argv;            /* owned copy of the command line */
+        uint8_t *src;           /* [n_opts] where each option's value came from */
+    } origin_;
+};
+
+/* ---- loading ----------------------------------------------------------------- */
+
+/*
+ * Builds cfg from defaults, then the config file (--config FILE or
+ * GRAPHSERVE_CONFIG), then the environment, then argv. argv[0] is the command
+ * name ("serve") and is skipped; positional arguments are refused. envp is a
+ * NULL-terminated "NAME=value" array; NULL means the process environment.
+ * Reads api_key_file and appends its keys to api_key. Checks paths (model,
+ * tls_*) are readable files and that tls_cert and tls_key come together.
+ *
+ * When argv asks for --help or --help-markdown, returns GS_OK at once with
+ * cfg->action set (nothing else is read, so help works with a broken config).
+ *
+ * GS_INVAL (message names key and source) for any refused value, GS_IO for an
+ * unreadable config or key file, GS_FORMAT for malformed JSON (with its line),
+ * GS_NOMEM. On failure cfg holds nothing that needs freeing, but calling
+ * gs_cfg_deinit() on it is harmless.
+ */
+enum gs_status gs_cfg_load(struct gs_cfg *cfg, int argc, char **argv, char **envp,
+                           struct gs_err *err);
+
+/* Validates one config file alone (`graphserve config check FILE`): the file
+ * over the defaults, with no flags and no environment. */
+enum gs_status gs_cfg_check_file(const char *path, struct gs_err *err);
+
+/* Frees what cfg holds and zeroes it. Safe on a zeroed or failed cfg. */
+void gs_cfg_deinit(struct gs_cfg *cfg);
+
+/* ---- reload (SIGHUP) --------------------------------------------------------- */
+
+#define GS_CFG_MAX_OPTS 64
+
+/* What a reload did. Names are the options' table names ("log-level"),
+ * static strings. */
+struct gs_cfg_reload_report {
+    size_t n_applied;
+    const char *applied[GS_CFG_MAX_OPTS];  /* reloadable options whose value changed */
+    size_t n_ignored;
+    const char *ignored[GS_CFG_MAX_OPTS];  /* other options whose value changed: need a restart */
+};
+
+/*
+ * Re-reads the environment (envp as in gs_cfg_load; NULL: the process's) and
+ * the config file named at load, re-applies the original command line on top
+ * (flags still win), validates everything, and then copies only the reloadable
+ * fields into cfg. Changes to other options are listed in rep->ignored and
+ * leave cfg untouched. When anything is refused, cfg is unchanged and the
+ * error is returned as for gs_cfg_load. Call gs_cfg_apply_log() afterwards to
+ * pass a new log level or format to the logger.
+ */
+enum gs_status gs_cfg_reload(struct gs_cfg *cfg, char **envp, struct gs_cfg_reload_report *rep,
+                             struct gs_err *err);
+
+/* Configures the logger from cfg->log_level and cfg->log_format. */
+void gs_cfg_apply_log(const struct gs_cfg *cfg);
+
+/* ---- output ---------------------------------------------------------------------- */
+
+/* The effective config as a JSON object keyed like the config file (so that it
+ * loads back), secrets as "***" when mask. Caller json_decref()s; NULL on
+ * allocation failure. Declared with void * to keep jansson out of this header;
+ * the result is a json_t *. */
+void *gs_cfg_to_json(const struct gs_cfg *cfg, bool mask);
+
+/* Prints gs_cfg_to_json(cfg, true), indented, to f. Returns false on failure. */
+bool gs_cfg_print(const struct gs_cfg *cfg, FILE *f);
+
+/* Prints every option grouped, with flag, env variable, default, range and
+ * help text, after the line "usage: graphserve serve [options]". */
+void gs_cfg_help(FILE *f);
+
+/* Prints the Markdown reference table (one row per option) for the README. */
+void gs_cfg_help_markdown(FILE *f);
+
+/* Names of enum values: gs_cfg_backend_name(GS_CFG_BACKEND_CPU) is "cpu",
+ * gs_cfg_template_name(...) "chatml". Never NULL. */
+const char *gs_cfg_backend_name(enum gs_cfg_backend b);
+const char *gs_cfg_kv_type_name(enum gs_cfg_kv_type t);
+const char *gs_cfg_template_name(enum gs_cfg_chat_template t);
+
+/* ---- the table (for tests and tools) ------------------------------------------- */
+
+enum gs_cfg_type {
+    GS_CFG_BOOL,
+    GS_CFG_INT,    /* int64_t field */
+    GS_CFG_BYTES,  /* uint64_t field */
+    GS_CFG_FLOAT,  /* double field */
+    GS_CFG_STR,    /* char * field, NULL when unset */
+    GS_CFG_LIST,   /* struct gs_cfg_strlist field */
+    GS_CFG_ENUM,   /* C enum field (int-sized), value = index in choices */
+};
+
+enum gs_cfg_flag {
+    GS_CFG_F_RELOAD = 1u << 0, /* a reload may change it */
+    GS_CFG_F_SECRET = 1u << 1, /* masked in --print-config and errors */
+    GS_CFG_F_NOFILE = 1u << 2, /* flag or env only (--config itself) */
+    GS_CFG_F_PATH = 1u << 3,   /* must name a readable file when set */
+};
+
+struct gs_cfg_opt {
+    const char *name;           /* "kv-cache-bytes": --name, GRAPHSERVE_NAME, file key name_ */
+    char short_flag;            /* 'm' for -m, 0 for none */
+    enum gs_cfg_type type;
+    size_t offset;              /* of the field in struct gs_cfg */
+    const char *group;          /* heading in --help and the reference */
+    const char *def;            /* default, as text parsed like a flag value; NULL: unset */
+    double min, max;            /* inclusive range for int, bytes, float */
+    const char *const *choices; /* enum names, NULL-terminated */
+    unsigned flags;             /* enum gs_cfg_flag */
+    const char *unit;           /* for the reference: "bytes", "s", "ms", NULL */
+    const char *help;           /* one sentence */
+};
+
+/* The table, in --help order. */
+const struct gs_cfg_opt *gs_cfg_opts(size_t *n);
+
+/* The option named name (table name, file key or flag without dashes), or NULL. */
+const struct gs_cfg_opt *gs_cfg_opt_find(const char *name);
+
+#endif /* GS_CONFIG_H */
