@@ -16,7 +16,7 @@ const char *gs_tok_piece(const struct gs_tok *t, int32_t id, unsigned flags, siz
     const char *p = t->piece_pool + e->piece_off;
     if (!(flags & GS_TOK_RENDER_SPECIAL) &&
         (e->attr & (GS_TOK__ATTR_CONTROL | GS_TOK__ATTR_UNKNOWN)))
-        return p; /* hidden: empty */
+        return ""; /* hidden */
     *len = e->piece_len;
     return p;
 }

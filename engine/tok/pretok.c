@@ -124,7 +124,7 @@ enum gs_status gs_tok__pre_compile(struct gs_tok *t, struct gs_err *err)
         if (!re) {
             PCRE2_UCHAR msg[128];
             pcre2_get_error_message(code, msg, sizeof(msg));
-            st = gs_err_set(err, code == PCRE2_ERROR_HEAPLIMIT || code == PCRE2_ERROR_NOMEMORY
+            st = gs_err_set(err, code == PCRE2_ERROR_HEAP_FAILED || code == PCRE2_ERROR_NOMEMORY
                                      ? GS_NOMEM
                                      : GS_UNSUPPORTED,
                             "tokenizer.ggml.pre '%s': regex %d: %s at %zu", t->pre_name, i,

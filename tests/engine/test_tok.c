@@ -1,0 +1,803 @@
+/*
+ * tests/engine/test_tok.c - the tokenizers against llama.cpp's own outputs.
+ *
+ * Conformance: every vocabulary in ../shared/models/vocab that has .inp/.out
+ * files (the inputs and ids of llama.cpp's test-tokenizer-0, which encodes
+ * with add_special = false and parse_special = false) and every case of
+ * ../shared/golden/tokenizer/<name>.tokenize.json (llama-tokenize's ids with and
+ * without BOS and parse_special, and its printed pieces) must come out
+ * identical. Both are parameterized over tables of files.
+ *
+ * Then: decoding round trips, the streaming decoder's UTF-8 guarantee, token
+ * types and EOG sets, hostile metadata (each a row: how to break a valid
+ * tokenizer, the status and the key the message must name), allocation
+ * failure at every step, the command-line tool, and speed on 1 MB inputs.
+ */
+#define _GNU_SOURCE
+#include "engine/tok.h"
+#include "tests/common/testutil.h"
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers -------------------------------------------------------------------- */
+
+static struct gs_tok *open_tok(const char *rel)
+{
+    struct gs_tok *t;
+    struct gs_err err = {0};
+    enum gs_status st = gs_tok_open(gs_test_shared_path(rel), &t, &err);
+    cr_assert_eq(st, GS_OK, "%s: %s", rel, err.msg);
+    return t;
+}
+
+static void encode(const struct gs_tok *t, const char *s, size_t n, unsigned flags, int32_t **ids,
+                   size_t *n_ids)
+{
+    struct gs_err err = {0};
+    cr_assert_eq(gs_tok_encode(t, s, n, flags, ids, n_ids, &err), GS_OK, "%s", err.msg);
+}
+
+/* Formats ids as "1 2 3" into buf (for failure messages). */
+static const char *ids_str(const int32_t *ids, size_t n, char *buf, size_t cap)
+{
+    size_t w = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && w + 16 < cap; i++)
+        w += (size_t)snprintf(buf + w, cap - w, "%s%d", i ? " " : "", ids[i]);
+    return buf;
+}
+
+static bool valid_utf8(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        size_t need = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+                                   : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        if (!need || i + need > n)
+            return false;
+        for (size_t k = 1; k < need; k++)
+            if ((p[i + k] & 0xC0) != 0x80)
+                return false;
+        if ((c == 0xE0 && p[i + 1] < 0xA0) || (c == 0xED && p[i + 1] > 0x9F) ||
+            (c == 0xF0 && p[i + 1] < 0x90) || (c == 0xF4 && p[i + 1] > 0x8F))
+            return false;
+        i += need;
+    }
+    return true;
+}
+
+/* The inputs of a .inp file: separated by "\n__ggml_vocab_test__\n"; a
+ * separator at the very end does not start another input (llama.cpp's
+ * test-tokenizer-0 reads them so). Returns the count; *starts and *lens are
+ * malloc'ed views into text. */
+static size_t split_inputs(const char *text, size_t len, const char ***starts, size_t **lens)
+{
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    size_t cap = 64, n = 0, pos = 0;
+    *starts = malloc(cap * sizeof(**starts));
+    *lens = malloc(cap * sizeof(**lens));
+    while (pos < len) {
+        if (n == cap) {
+            cap *= 2;
+            *starts = realloc(*starts, cap * sizeof(**starts));
+            *lens = realloc(*lens, cap * sizeof(**lens));
+        }
+        const char *m = memmem(text + pos, len - pos, sep, sizeof(sep) - 1);
+        size_t end = m ? (size_t)(m - text) : len;
+        (*starts)[n] = text + pos;
+        (*lens)[n++] = end - pos;
+        pos = m ? end + sizeof(sep) - 1 : len;
+    }
+    return n;
+}
+
+/* Parses one line of space-separated ids. */
+static size_t parse_ids(const char *line, int32_t *out, size_t cap)
+{
+    size_t n = 0;
+    char *end;
+    for (;;) {
+        while (*line == ' ')
+            line++;
+        if (*line == '\0' || *line == '\n')
+            return n;
+        long v = strtol(line, &end, 10);
+        cr_assert(end != line, "bad id list near '%.20s'", line);
+        cr_assert(n < cap);
+        out[n++] = (int32_t)v;
+        line = end;
+    }
+}
+
+/* ---- conformance: ../shared/models/vocab/<name>.inp and .out ------------------------------ */
+
+struct vocab_case {
+    char name[32];
+};
+
+/* Every vocabulary that ships llama.cpp test inputs; a test below checks that
+ * this list covers the folder. */
+static struct vocab_case vocab_cases[] = {
+    {"bert-bge"}, {"deepseek-coder"}, {"deepseek-llm"}, {"falcon"},    {"gemma-4"},
+    {"gpt-2"},    {"llama-bpe"},      {"llama-spm"},    {"mpt"},       {"phi-3"},
+    {"qwen2"},    {"qwen35"},         {"refact"},       {"starcoder"},
+};
+
+ParameterizedTestParameters(tok_vocab, ids_match_llama_cpp)
+{
+    return cr_make_param_array(struct vocab_case, vocab_cases, GS_ARRAY_LEN(vocab_cases));
+}
+
+ParameterizedTest(struct vocab_case *vc, tok_vocab, ids_match_llama_cpp, .timeout = 120)
+{
+    char rel[128];
+    snprintf(rel, sizeof(rel), "models/vocab/ggml-vocab-%s.gguf", vc->name);
+    struct gs_tok *t = open_tok(rel);
+    size_t inp_len, out_len;
+    snprintf(rel, sizeof(rel), "models/vocab/ggml-vocab-%s.gguf.inp", vc->name);
+    char *inp = gs_test_read_file(gs_test_shared_path(rel), &inp_len);
+    snprintf(rel, sizeof(rel), "models/vocab/ggml-vocab-%s.gguf.out", vc->name);
+    char *out = gs_test_read_file(gs_test_shared_path(rel), &out_len);
+
+    const char **starts;
+    size_t *lens;
+    size_t n = split_inputs(inp, inp_len, &starts, &lens);
+    cr_assert_gt(n, 10, "%s: too few inputs", vc->name);
+    char *line = out;
+    size_t failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        cr_assert(line && *line != '\0', "%s: .out has fewer lines than inputs",
+                  vc->name);
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        int32_t want[4096];
+        size_t n_want = parse_ids(line, want, GS_ARRAY_LEN(want));
+        int32_t *got;
+        size_t n_got;
+        encode(t, starts[i], lens[i], 0, &got, &n_got);
+        bool same = n_got == n_want && (n_got == 0 || !memcmp(got, want, n_got * sizeof(*got)));
+        if (!same) {
+            char a[512], b[512];
+            cr_log_error("%s input %zu '%.*s': want [%s] got [%s]", vc->name, i,
+                         (int)GS_MIN(lens[i], 60), starts[i], ids_str(want, n_want, a, sizeof(a)),
+                         ids_str(got, n_got, b, sizeof(b)));
+            failed++;
+        }
+        gs_free(got);
+        line = nl ? nl + 1 : NULL;
+    }
+    cr_expect_eq(failed, 0, "%s: %zu of %zu inputs differ from llama.cpp", vc->name, failed, n);
+    free(starts);
+    free(lens);
+    free(inp);
+    free(out);
+    gs_tok_free(t);
+}
+
+Test(tok_vocab, every_shared_vocab_with_inputs_is_listed)
+{
+    const char *dir = gs_test_shared_path("models/vocab");
+    DIR *d = opendir(dir);
+    cr_assert(d, "cannot list %s", dir);
+    struct dirent *e;
+    size_t found = 0;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l < 20 || strcmp(e->d_name + l - 9, ".gguf.inp") || strncmp(e->d_name, "ggml-vocab-", 11))
+            continue;
+        found++;
+        bool listed = false;
+        for (size_t i = 0; i < GS_ARRAY_LEN(vocab_cases); i++)
+            listed |= strlen(vocab_cases[i].name) == l - 20 &&
+                      !strncmp(vocab_cases[i].name, e->d_name + 11, l - 20);
+        cr_expect(listed, "%s has test inputs but is not in vocab_cases", e->d_name);
+    }
+    closedir(d);
+    cr_expect_eq(found, GS_ARRAY_LEN(vocab_cases));
+}
+
+/* Vocabularies without test inputs must still load and encode something. */
+Test(tok_vocab, vocabs_without_inputs_load)
+{
+    static const char *const names[] = {"baichuan", "gpt-neox"};
+    for (size_t i = 0; i < GS_ARRAY_LEN(names); i++) {
+        char rel[128];
+        snprintf(rel, sizeof(rel), "models/vocab/ggml-vocab-%s.gguf", names[i]);
+        struct gs_tok *t = open_tok(rel);
+        int32_t *ids;
+        size_t n;
+        encode(t, "Hello world", 11, GS_TOK_ADD_SPECIAL, &ids, &n);
+        cr_expect_gt(n, 1, "%s", names[i]);
+        gs_free(ids);
+        gs_tok_free(t);
+    }
+}
+
+/* ---- conformance: ../shared/golden/tokenizer/<name>.tokenize.json ----------------------- */
+
+struct golden_case {
+    char file[64];
+};
+
+static struct golden_case golden_cases[] = {
+    {"stories260K.tokenize.json"},         {"llama-2-tiny-random.tokenize.json"},
+    {"ggml-vocab-gpt-2.tokenize.json"},    {"ggml-vocab-llama-spm.tokenize.json"},
+    {"ggml-vocab-phi-3.tokenize.json"},    {"ggml-vocab-starcoder.tokenize.json"},
+};
+
+static bool ids_equal(json_t *want, const int32_t *got, size_t n)
+{
+    if (!json_is_array(want) || json_array_size(want) != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (json_integer_value(json_array_get(want, i)) != got[i])
+            return false;
+    return true;
+}
+
+/* A piece as llama-tokenize's output was stored: bytes that are not part of
+ * valid UTF-8 are written as \xNN. */
+static void piece_repr(const char *p, size_t n, char *out, size_t cap)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < n && w + 8 < cap;) {
+        size_t k;
+        for (k = 1; k <= 4 && i + k <= n; k++)
+            if (valid_utf8(p + i, k))
+                break;
+        if (k <= 4 && i + k <= n) {
+            memcpy(out + w, p + i, k);
+            w += k;
+            i += k;
+        } else {
+            w += (size_t)snprintf(out + w, cap - w, "\\x%02x", (unsigned char)p[i]);
+            i++;
+        }
+    }
+    out[w] = '\0';
+}
+
+ParameterizedTestParameters(tok_golden, matches_llama_tokenize)
+{
+    return cr_make_param_array(struct golden_case, golden_cases, GS_ARRAY_LEN(golden_cases));
+}
+
+ParameterizedTest(struct golden_case *gc, tok_golden, matches_llama_tokenize, .timeout = 120)
+{
+    char rel[128];
+    snprintf(rel, sizeof(rel), "golden/tokenizer/%s", gc->file);
+    json_t *root = gs_test_load_json(gs_test_shared_path(rel));
+    snprintf(rel, sizeof(rel), "models/%s", json_string_value(json_object_get(root, "model")));
+    struct gs_tok *t = open_tok(rel);
+    static const struct {
+        const char *key;
+        unsigned flags;
+    } variants[] = {
+        {"ids_add_special", GS_TOK_ADD_SPECIAL},
+        {"ids_no_special", 0},
+        {"ids_add_special_parse_special", GS_TOK_ADD_SPECIAL | GS_TOK_PARSE_SPECIAL},
+    };
+    json_t *cases = json_object_get(root, "cases");
+    cr_assert_gt(json_array_size(cases), 0);
+    size_t idx;
+    json_t *c;
+    json_array_foreach(cases, idx, c)
+    {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        size_t len = json_string_length(json_object_get(c, "text"));
+        for (size_t v = 0; v < GS_ARRAY_LEN(variants); v++) {
+            json_t *want = json_object_get(c, variants[v].key);
+            if (!want)
+                continue;
+            int32_t *ids;
+            size_t n;
+            encode(t, text, len, variants[v].flags, &ids, &n);
+            char buf[512];
+            cr_expect(ids_equal(want, ids, n), "%s '%s' %s: got [%s]", gc->file, text,
+                      variants[v].key, ids_str(ids, n, buf, sizeof(buf)));
+            gs_free(ids);
+        }
+        /* llama-tokenize printed one "id -> 'piece'" per line; the golden
+         * file holds that output split at newlines, so compare the joined
+         * text (pieces of "\n" span two lines). */
+        json_t *pieces = json_object_get(c, "pieces_no_special");
+        if (!pieces)
+            continue;
+        int32_t *ids;
+        size_t n;
+        encode(t, text, len, 0, &ids, &n);
+        char got[8192] = "", want[8192] = "";
+        size_t gw = 0, ww = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t pl;
+            const char *p = gs_tok_piece(t, ids[i], GS_TOK_RENDER_SPECIAL, &pl);
+            char repr[256];
+            piece_repr(p, pl, repr, sizeof(repr));
+            gw += (size_t)snprintf(got + gw, sizeof(got) - gw, "%6d -> '%s'\n", ids[i], repr);
+        }
+        size_t k;
+        json_t *line;
+        json_array_foreach(pieces, k, line)
+        {
+            ww += (size_t)snprintf(want + ww, sizeof(want) - ww, "%s\n", json_string_value(line));
+        }
+        cr_expect_str_eq(got, want, "%s '%s': pieces", gc->file, text);
+        gs_free(ids);
+    }
+    gs_tok_free(t);
+    json_decref(root);
+}
+
+/* ---- decoding ------------------------------------------------------------------------- */
+
+/* Lossless tokenizers: decode(encode(x)) == x for every shared input. WordPiece
+ * (lowercases, drops accents) is not lossless and is left out. */
+static struct vocab_case roundtrip_cases[] = {
+    {"llama-spm"}, {"phi-3"},   {"gpt-2"},     {"llama-bpe"}, {"qwen2"},
+    {"qwen35"},    {"falcon"},  {"starcoder"}, {"gemma-4"},   {"deepseek-coder"},
+};
+
+/* Decodes ids whole and one id at a time; checks that the stream hands out
+ * only valid UTF-8 and adds up to the whole. Returns the whole (malloc'ed). */
+static char *decode_both(const struct gs_tok *t, const int32_t *ids, size_t n, size_t *len)
+{
+    struct gs_err err = {0};
+    char *whole;
+    cr_assert_eq(gs_tok_decode(t, ids, n, GS_TOK_NO_CLEANUP, &whole, len, &err), GS_OK, "%s",
+                 err.msg);
+    struct gs_tok_decoder *d;
+    cr_assert_eq(gs_tok_decoder_new(t, 0, &d, &err), GS_OK);
+    char *stream = malloc(*len * 3 + 16);
+    size_t sn = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *o;
+        size_t ol;
+        cr_assert_eq(gs_tok_decoder_feed(d, ids[i], &o, &ol, &err), GS_OK, "%s", err.msg);
+        cr_assert(valid_utf8(o, ol), "decoder emitted invalid UTF-8 after id %d", ids[i]);
+        memcpy(stream + sn, o, ol);
+        sn += ol;
+    }
+    const char *o;
+    size_t ol;
+    gs_tok_decoder_flush(d, &o, &ol);
+    memcpy(stream + sn, o, ol);
+    sn += ol;
+    if (valid_utf8(whole, *len))
+        cr_expect(sn == *len && !memcmp(stream, whole, sn), "stream '%.*s' != whole '%s'",
+                  (int)sn, stream, whole);
+    free(stream);
+    gs_tok_decoder_free(d);
+    return whole;
+}
+
+ParameterizedTestParameters(tok_decode, round_trips_shared_inputs)
+{
+    return cr_make_param_array(struct vocab_case, roundtrip_cases, GS_ARRAY_LEN(roundtrip_cases));
+}
+
+ParameterizedTest(struct vocab_case *vc, tok_decode, round_trips_shared_inputs, .timeout = 120)
+{
+    char rel[128];
+    snprintf(rel, sizeof(rel), "models/vocab/ggml-vocab-%s.gguf", vc->name);
+    struct gs_tok *t = open_tok(rel);
+    snprintf(rel, sizeof(rel), "models/vocab/ggml-vocab-%s.gguf.inp", vc->name);
+    size_t inp_len;
+    char *inp = gs_test_read_file(gs_test_shared_path(rel), &inp_len);
+    const char **starts;
+    size_t *lens;
+    size_t n = split_inputs(inp, inp_len, &starts, &lens);
+    for (size_t i = 0; i < n; i++) {
+        int32_t *ids;
+        size_t n_ids, len;
+        encode(t, starts[i], lens[i], 0, &ids, &n_ids);
+        char *back = decode_both(t, ids, n_ids, &len);
+        cr_expect(len == lens[i] && !memcmp(back, starts[i], len), "%s: '%.*s' came back as '%s'",
+                  vc->name, (int)lens[i], starts[i], back);
+        gs_free(back);
+        gs_free(ids);
+    }
+    free(starts);
+    free(lens);
+    free(inp);
+    gs_tok_free(t);
+}
+
+Test(tok_decode, stream_holds_back_half_characters)
+{
+    struct gs_tok *t = open_tok("models/stories260K.gguf");
+    struct gs_err err = {0};
+    /* "é" is C3 A9: byte tokens <0xC3> <0xA9>; then a lone A9 can never
+     * start a character, and C3 followed by 'A' is broken. */
+    int32_t c3 = gs_tok_find(t, "<0xC3>", 6), a9 = gs_tok_find(t, "<0xA9>", 6);
+    int32_t a = gs_tok_find(t, "A", 1);
+    cr_assert(c3 >= 0 && a9 >= 0 && a >= 0);
+    struct gs_tok_decoder *d;
+    cr_assert_eq(gs_tok_decoder_new(t, 0, &d, &err), GS_OK);
+    const char *o;
+    size_t n;
+    cr_assert_eq(gs_tok_decoder_feed(d, c3, &o, &n, &err), GS_OK);
+    cr_expect_eq(n, 0, "half a character must be held back");
+    cr_assert_eq(gs_tok_decoder_feed(d, a9, &o, &n, &err), GS_OK);
+    cr_expect(n == 2 && !memcmp(o, "\xc3\xa9", 2));
+    cr_assert_eq(gs_tok_decoder_feed(d, a9, &o, &n, &err), GS_OK);
+    cr_expect(n == 3 && !memcmp(o, "\xef\xbf\xbd", 3), "a stray continuation byte is U+FFFD");
+    cr_assert_eq(gs_tok_decoder_feed(d, c3, &o, &n, &err), GS_OK);
+    cr_expect_eq(n, 0);
+    cr_assert_eq(gs_tok_decoder_feed(d, a, &o, &n, &err), GS_OK);
+    cr_expect(n == 4 && !memcmp(o, "\xef\xbf\xbd" "A", 4), "got %zu bytes", n);
+    cr_assert_eq(gs_tok_decoder_feed(d, c3, &o, &n, &err), GS_OK);
+    gs_tok_decoder_flush(d, &o, &n);
+    cr_expect(n == 3 && !memcmp(o, "\xef\xbf\xbd", 3), "an unfinished character ends as U+FFFD");
+    cr_expect_eq(gs_tok_decoder_feed(d, 100000, &o, &n, &err), GS_INVAL);
+    gs_tok_decoder_free(d);
+    gs_tok_free(t);
+}
+
+Test(tok_decode, removes_prefix_space_and_special_tokens)
+{
+    struct gs_tok *t = open_tok("models/vocab/ggml-vocab-llama-spm.gguf");
+    int32_t *ids;
+    size_t n, len;
+    char *text;
+    struct gs_err err = {0};
+    encode(t, "Hello world", 11, GS_TOK_ADD_SPECIAL, &ids, &n);
+    cr_assert_eq(ids[0], gs_tok_special(t)->bos);
+    cr_assert_eq(gs_tok_decode(t, ids + 1, n - 1, 0, &text, &len, &err), GS_OK);
+    cr_expect_str_eq(text, "Hello world");
+    gs_free(text);
+    cr_assert_eq(gs_tok_decode(t, ids, n, GS_TOK_RENDER_SPECIAL, &text, &len, &err), GS_OK);
+    cr_expect_str_eq(text, "<s> Hello world");
+    gs_free(text);
+    int32_t bad = -5;
+    cr_expect_eq(gs_tok_decode(t, &bad, 1, 0, &text, &len, &err), GS_INVAL);
+    gs_free(ids);
+    gs_tok_free(t);
+
+    /* GPT-2 asks for its spaces before punctuation to be cleaned up. */
+    t = open_tok("models/vocab/ggml-vocab-gpt-2.gguf");
+    encode(t, "Hi , there !", 12, 0, &ids, &n);
+    cr_assert_eq(gs_tok_decode(t, ids, n, 0, &text, &len, &err), GS_OK);
+    cr_expect_str_eq(text, "Hi, there!");
+    gs_free(text);
+    cr_assert_eq(gs_tok_decode(t, ids, n, GS_TOK_NO_CLEANUP, &text, &len, &err), GS_OK);
+    cr_expect_str_eq(text, "Hi , there !");
+    gs_free(text);
+    gs_free(ids);
+    gs_tok_free(t);
+}
+
+/* ---- token types and end of generation ---------------------------------------------- */
+
+Test(tok_vocab, types_and_eog)
+{
+    struct gs_tok *t = open_tok("models/stories260K.gguf");
+    const struct gs_tok_special *sp = gs_tok_special(t);
+    cr_expect_eq(gs_tok_model(t), GS_TOK_MODEL_SPM);
+    cr_expect_eq(gs_tok_n_vocab(t), 512);
+    cr_expect(sp->bos == 1 && sp->eos == 2 && sp->unk == 0 && sp->add_bos && !sp->add_eos);
+    cr_expect_eq(sp->sep, GS_TOK_NULL, "0xFFFFFFFF in the file means none");
+    cr_expect_eq(gs_tok_token_type(t, 0), GS_TOK_TYPE_UNKNOWN);
+    cr_expect_eq(gs_tok_token_type(t, 1), GS_TOK_TYPE_CONTROL);
+    cr_expect_eq(gs_tok_token_type(t, 3), GS_TOK_TYPE_BYTE);
+    cr_expect_eq(gs_tok_token_type(t, 300), GS_TOK_TYPE_NORMAL);
+    cr_expect_eq(gs_tok_token_type(t, 512), GS_TOK_TYPE_UNDEFINED);
+    cr_expect_eq(sp->nl, gs_tok_find(t, "<0x0A>", 6));
+    cr_expect(gs_tok_is_eog(t, 2) && !gs_tok_is_eog(t, 1) && !gs_tok_is_eog(t, -1));
+    size_t len;
+    cr_expect_eq(gs_tok_piece(t, 2, 0, &len)[0], '\0', "control tokens are hidden");
+    cr_expect_eq(len, 0);
+    gs_tok_piece(t, 2, GS_TOK_RENDER_SPECIAL, &len);
+    cr_expect_eq(len, 4, "</s> rendered");
+    cr_expect_null(gs_tok_piece(t, 512, 0, &len));
+    gs_tok_free(t);
+
+    /* Chat vocabularies: end-of-turn tokens are found by their text. */
+    static const struct {
+        const char *file, *eog;
+    } chats[] = {
+        {"models/vocab/ggml-vocab-qwen2.gguf", "<|im_end|>"},
+        {"models/vocab/ggml-vocab-llama-bpe.gguf", "<|eot_id|>"},
+        {"models/vocab/ggml-vocab-phi-3.gguf", "<|end|>"},
+        {"models/vocab/ggml-vocab-gemma-4.gguf", "<turn|>"},
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(chats); i++) {
+        t = open_tok(chats[i].file);
+        int32_t id = gs_tok_find(t, chats[i].eog, strlen(chats[i].eog));
+        cr_assert_geq(id, 0, "%s lacks %s", chats[i].file, chats[i].eog);
+        cr_expect(gs_tok_is_eog(t, id), "%s: %s is EOG", chats[i].file, chats[i].eog);
+        cr_expect(gs_tok_is_eog(t, gs_tok_special(t)->eos), "%s: eos is EOG", chats[i].file);
+        cr_expect_eq(gs_tok_token_type(t, id), GS_TOK_TYPE_CONTROL, "%s", chats[i].eog);
+        size_t n;
+        const int32_t *eog = gs_tok_eog_ids(t, &n);
+        for (size_t k = 1; k < n; k++)
+            cr_expect_lt(eog[k - 1], eog[k], "EOG ids ascending");
+        gs_tok_free(t);
+    }
+}
+
+/* ---- hostile metadata ------------------------------------------------------------------- */
+
+/* A small valid SPM tokenizer; each hostile row then adds or replaces keys. */
+static const char *const h_tokens[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b",
+                                       "ab", "\xe2\x96\x81" "a"};
+static const float h_scores[] = {0, 0, 0, -1, -2, -3, -1.5f, -0.5f};
+static const int32_t h_types[] = {2, 3, 3, 1, 1, 1, 1, 1};
+
+enum h_row {
+    H_VALID,
+    H_NO_TOKENS,
+    H_TOKENS_NOT_STRINGS,
+    H_NO_MODEL,
+    H_MODEL_UNKNOWN,
+    H_SCORES_SHORT,
+    H_TYPES_LONG,
+    H_BOS_RANGE,
+    H_EOS_RANGE,
+    H_UNK_RANGE,
+    H_DUP_TOKEN,
+    H_MERGE_UNKNOWN,
+    H_MERGE_NO_SPACE,
+    H_MERGES_MISSING,
+    H_PRE_UNKNOWN,
+    H_BOS_NONE_BUT_ADDED,
+    H_ROWS
+};
+
+static const struct {
+    enum gs_status status;
+    const char *key; /* the message must name it */
+} h_expect[H_ROWS] = {
+    [H_VALID] = {GS_OK, ""},
+    [H_NO_TOKENS] = {GS_FORMAT, "tokenizer.ggml.tokens"},
+    [H_TOKENS_NOT_STRINGS] = {GS_FORMAT, "tokenizer.ggml.tokens"},
+    [H_NO_MODEL] = {GS_FORMAT, "tokenizer.ggml.model"},
+    [H_MODEL_UNKNOWN] = {GS_UNSUPPORTED, "tokenizer.ggml.model"},
+    [H_SCORES_SHORT] = {GS_FORMAT, "tokenizer.ggml.scores"},
+    [H_TYPES_LONG] = {GS_FORMAT, "tokenizer.ggml.token_type"},
+    [H_BOS_RANGE] = {GS_FORMAT, "tokenizer.ggml.bos_token_id"},
+    [H_EOS_RANGE] = {GS_FORMAT, "tokenizer.ggml.eos_token_id"},
+    [H_UNK_RANGE] = {GS_FORMAT, "tokenizer.ggml.unknown_token_id"},
+    [H_DUP_TOKEN] = {GS_FORMAT, "tokenizer.ggml.tokens"},
+    [H_MERGE_UNKNOWN] = {GS_FORMAT, "tokenizer.ggml.merges[1]"},
+    [H_MERGE_NO_SPACE] = {GS_FORMAT, "tokenizer.ggml.merges[0]"},
+    [H_MERGES_MISSING] = {GS_FORMAT, "tokenizer.ggml.merges"},
+    [H_PRE_UNKNOWN] = {GS_UNSUPPORTED, "tokenizer.ggml.pre"},
+    [H_BOS_NONE_BUT_ADDED] = {GS_FORMAT, "tokenizer.ggml.bos_token_id"},
+};
+
+static void *hostile_file(enum h_row row, size_t *len)
+{
+    struct gs_gguf_writer *w;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_gguf_writer_new(NULL, &w, &err), GS_OK);
+    size_t n = GS_ARRAY_LEN(h_tokens);
+    bool bpe = row == H_MERGE_UNKNOWN || row == H_MERGE_NO_SPACE || row == H_MERGES_MISSING ||
+               row == H_PRE_UNKNOWN || row == H_BOS_NONE_BUT_ADDED;
+    if (row != H_NO_MODEL)
+        cr_assert_eq(gs_gguf_w_str(w, "tokenizer.ggml.model",
+                                   row == H_MODEL_UNKNOWN ? "sentencepiece-xl"
+                                   : bpe                  ? "gpt2"
+                                                          : "llama"),
+                     GS_OK);
+    if (row == H_TOKENS_NOT_STRINGS) {
+        uint32_t nums[3] = {1, 2, 3};
+        cr_assert_eq(gs_gguf_w_arr(w, "tokenizer.ggml.tokens", GS_GGUF_U32, nums, 3), GS_OK);
+    } else if (row == H_DUP_TOKEN) {
+        const char *dup[8];
+        memcpy(dup, h_tokens, sizeof(dup));
+        dup[5] = "a";
+        cr_assert_eq(gs_gguf_w_arr_str(w, "tokenizer.ggml.tokens", dup, n), GS_OK);
+    } else if (row != H_NO_TOKENS) {
+        cr_assert_eq(gs_gguf_w_arr_str(w, "tokenizer.ggml.tokens", h_tokens, n), GS_OK);
+    }
+    cr_assert_eq(gs_gguf_w_arr(w, "tokenizer.ggml.scores", GS_GGUF_F32, h_scores,
+                               row == H_SCORES_SHORT ? n - 2 : n),
+                 GS_OK);
+    if (row == H_TYPES_LONG) {
+        int32_t more[9] = {2, 3, 3, 1, 1, 1, 1, 1, 1};
+        cr_assert_eq(gs_gguf_w_arr(w, "tokenizer.ggml.token_type", GS_GGUF_I32, more, 9), GS_OK);
+    } else {
+        cr_assert_eq(gs_gguf_w_arr(w, "tokenizer.ggml.token_type", GS_GGUF_I32, h_types, n),
+                     GS_OK);
+    }
+    if (row == H_BOS_RANGE)
+        cr_assert_eq(gs_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 8), GS_OK);
+    if (row == H_EOS_RANGE)
+        cr_assert_eq(gs_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 1000000), GS_OK);
+    if (row == H_UNK_RANGE)
+        cr_assert_eq(gs_gguf_w_i32(w, "tokenizer.ggml.unknown_token_id", -7), GS_OK);
+    if (bpe && row != H_MERGES_MISSING) {
+        const char *merges[2] = {"a b", row == H_MERGE_UNKNOWN ? "ab zz" : "\xe2\x96\x81 a"};
+        if (row == H_MERGE_NO_SPACE)
+            merges[0] = "ab";
+        cr_assert_eq(gs_gguf_w_arr_str(w, "tokenizer.ggml.merges", merges, 2), GS_OK);
+    }
+    if (row == H_PRE_UNKNOWN)
+        cr_assert_eq(gs_gguf_w_str(w, "tokenizer.ggml.pre", "no-such-pretokenizer"), GS_OK);
+    if (bpe && row != H_BOS_NONE_BUT_ADDED)
+        cr_assert_eq(gs_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 1), GS_OK);
+    if (row == H_BOS_NONE_BUT_ADDED) {
+        cr_assert_eq(gs_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 0xFFFFFFFFu), GS_OK);
+        cr_assert_eq(gs_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", true), GS_OK);
+    }
+    void *buf;
+    cr_assert_eq(gs_gguf_writer_to_mem(w, &buf, len, &err), GS_OK);
+    gs_gguf_writer_free(w);
+    return buf;
+}
+
+ParameterizedTestParameters(tok_metadata, rejects_hostile_metadata)
+{
+    static int rows[H_ROWS];
+    for (int i = 0; i < H_ROWS; i++)
+        rows[i] = i;
+    return cr_make_param_array(int, rows, H_ROWS);
+}
+
+ParameterizedTest(int *row, tok_metadata, rejects_hostile_metadata)
+{
+    size_t len;
+    void *buf = hostile_file((enum h_row)*row, &len);
+    struct gs_gguf *g;
+    struct gs_err err = {0};
+    enum gs_status st = gs_gguf_open_mem(buf, len, &g, &err);
+    if (st == GS_OK) {
+        struct gs_tok *t = NULL;
+        st = gs_tok_new(g, &t, &err);
+        if (st == GS_OK) {
+            int32_t *ids;
+            size_t n;
+            encode(t, "a b ab", 6, GS_TOK_ADD_SPECIAL, &ids, &n);
+            cr_expect_gt(n, 0);
+            gs_free(ids);
+        }
+        cr_expect((st == GS_OK) == (t != NULL));
+        gs_tok_free(t);
+        gs_gguf_close(g);
+    }
+    cr_expect_eq(st, h_expect[*row].status, "row %d: status %s, message '%s'", *row,
+                 gs_status_str(st), err.msg);
+    cr_expect(strstr(err.msg, h_expect[*row].key), "row %d: message '%s' should name '%s'", *row,
+              err.msg, h_expect[*row].key);
+    gs_free(buf);
+}
+
+/* The small SPM vocabulary merges by score: "▁a" (-0.5) beats "ab" (-1.5). */
+Test(tok_metadata, small_spm_merges_by_score)
+{
+    size_t len;
+    void *buf = hostile_file(H_VALID, &len);
+    struct gs_gguf *g;
+    struct gs_tok *t;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_gguf_open_mem(buf, len, &g, &err), GS_OK, "%s", err.msg);
+    cr_assert_eq(gs_tok_new(g, &t, &err), GS_OK, "%s", err.msg);
+    gs_gguf_close(g);
+    int32_t *ids;
+    size_t n;
+    encode(t, "ab", 2, 0, &ids, &n);
+    cr_expect(n == 2 && ids[0] == 7 && ids[1] == 5, "'▁ab' -> '▁a' 'b'");
+    gs_free(ids);
+    gs_tok_free(t);
+    gs_free(buf);
+}
+
+/* ---- allocation failure ----------------------------------------------------------------- */
+
+/* Fails allocation N for N = 0, 1, ... until building and encoding succeed:
+ * every failure must come back as GS_NOMEM, never a crash or a leak. */
+static void oom_loop(const char *rel)
+{
+    struct gs_gguf *g;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_gguf_open(gs_test_shared_path(rel), &g, &err), GS_OK);
+    static const char text[] = "Hello world, it's 2024! <s> Ünïcödé";
+    long n;
+    for (n = 0; n < 100000; n++) {
+        struct gs_tok *t = NULL;
+        int32_t *ids = NULL;
+        size_t n_ids;
+        gs_alloc_fail_after(n);
+        enum gs_status st = gs_tok_new(g, &t, &err);
+        if (st == GS_OK)
+            st = gs_tok_encode(t, text, sizeof(text) - 1, GS_TOK_ADD_SPECIAL, &ids, &n_ids, &err);
+        gs_alloc_fail_after(-1);
+        gs_free(ids);
+        gs_tok_free(t);
+        if (st == GS_OK)
+            break;
+        cr_assert_eq(st, GS_NOMEM, "%s: allocation %ld failed with %s (%s)", rel, n,
+                     gs_status_str(st), err.msg);
+    }
+    cr_expect_gt(n, 3, "%s: the loop must have failed some allocations", rel);
+    gs_gguf_close(g);
+}
+
+Test(tok_oom, every_allocation_failure_is_nomem, .timeout = 300)
+{
+    oom_loop("models/stories260K.gguf");
+    oom_loop("models/vocab/ggml-vocab-gpt-2.gguf");
+}
+
+/* ---- the command-line tool ---------------------------------------------------------------- */
+
+Test(tok_cli, prints_ids_and_pieces)
+{
+    char exe[4096], cmd[8192], *out;
+    /* The path helpers share one static buffer: copy each result. */
+    snprintf(exe, sizeof(exe), "%s", gs_test_build_path("server/graphserve"));
+    snprintf(cmd, sizeof(cmd), "%s tokenize -m %s --no-bos 'Hello world'", exe,
+             gs_test_shared_path("models/stories260K.gguf"));
+    cr_assert_eq(gs_test_run(cmd, 0, &out), 0, "%s", cmd);
+    cr_expect_str_eq(out, "   346 -> ' He'\n   306 -> 'll'\n   414 -> 'o'\n   263 -> ' w'\n"
+                          "   304 -> 'or'\n   341 -> 'ld'\n");
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s tokenize -m %s --json --parse-special '<s>Hi</s>'", exe,
+             gs_test_shared_path("models/vocab/ggml-vocab-llama-spm.gguf"));
+    cr_assert_eq(gs_test_run(cmd, 0, &out), 0, "%s", cmd);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert(j, "not JSON: %s", out);
+    json_t *ids = json_object_get(j, "ids");
+    cr_expect_eq(json_array_size(ids), 4);
+    cr_expect_eq(json_integer_value(json_array_get(ids, 0)), 1);
+    cr_expect_eq(json_integer_value(json_array_get(ids, 1)), 1);
+    cr_expect_eq(json_integer_value(json_array_get(ids, 3)), 2);
+    cr_expect_str_eq(json_string_value(json_array_get(json_object_get(j, "pieces"), 3)), "</s>");
+    json_decref(j);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s tokenize -m /nonexistent.gguf hi", exe);
+    cr_expect_eq(gs_test_run(cmd, 1, &out), 1);
+    cr_expect(strstr(out, "/nonexistent.gguf"), "error names the file: %s", out);
+    free(out);
+}
+
+/* ---- speed ------------------------------------------------------------------------------- */
+
+static double encode_ms(const struct gs_tok *t, const char *s, size_t n, size_t *n_ids)
+{
+    int32_t *ids;
+    double t0 = gs_now_ms();
+    encode(t, s, n, 0, &ids, n_ids);
+    double ms = gs_now_ms() - t0;
+    gs_free(ids);
+    return ms;
+}
+
+Test(tok_speed, one_megabyte_in_well_under_a_second, .timeout = 120)
+{
+    const size_t mb = 1u << 20;
+    char *text = malloc(mb + 1), *flat = malloc(mb + 1);
+    static const char story[] = "Once upon a time, there was a little girl named Lily. She liked "
+                                "to play outside in the sun with her dog, 3 cats & 12 birds!\n";
+    for (size_t i = 0; i < mb; i++) {
+        text[i] = story[i % (sizeof(story) - 1)];
+        flat[i] = (char)('a' + (i * 7 + i / 13) % 26); /* no spaces at all */
+    }
+    struct gs_tok *spm = open_tok("models/stories260K.gguf");
+    struct gs_tok *bpe = open_tok("models/vocab/ggml-vocab-gpt-2.gguf");
+    size_t n;
+    double ms = encode_ms(spm, text, mb, &n);
+    cr_log_info("stories260K: 1 MiB of prose in %.1f ms (%zu tokens)", ms, n);
+    cr_expect_lt(ms, 1000.0, "1 MiB took %.1f ms", ms);
+    ms = encode_ms(spm, flat, mb, &n);
+    cr_log_info("stories260K: 1 MiB without spaces in %.1f ms (%zu tokens)", ms, n);
+    cr_expect_lt(ms, 2000.0, "1 MiB without spaces took %.1f ms", ms);
+    ms = encode_ms(bpe, text, mb, &n);
+    cr_log_info("gpt-2: 1 MiB of prose in %.1f ms (%zu tokens)", ms, n);
+    cr_expect_lt(ms, 2000.0, "1 MiB took %.1f ms", ms);
+    ms = encode_ms(bpe, flat, mb, &n);
+    cr_log_info("gpt-2: 1 MiB in one word in %.1f ms (%zu tokens)", ms, n);
+    cr_expect_lt(ms, 2000.0, "1 MiB without spaces took %.1f ms", ms);
+    gs_tok_free(spm);
+    gs_tok_free(bpe);
+    free(text);
+    free(flat);
+}
