@@ -211,6 +211,8 @@ struct gs_val_golden {
     bool stopped_eog;
     int32_t *completion_tokens;       /* [n_gen] */
     struct gs_val_golden_step *steps; /* [n_gen] */
+    /* settings.kv_cache_type ("f16", "f32"), "" when the file has none. */
+    char kv_cache_type[16];
 };
 
 /*
@@ -218,7 +220,7 @@ struct gs_val_golden {
  * must be present with the right JSON type and consistent shapes (rows of
  * n_vocab logits, n_prompt rows, n_generated steps and completion tokens,
  * ids in [0, n_vocab), step i's "i" = i, its token = completion_tokens[i] =
- * top5[0] id, finite logits). GS_FORMAT names the field ("steps[3].top5[1]:
+ * top5[0] id, finite logits; "settings" is optional). GS_FORMAT names the field ("steps[3].top5[1]:
  * expected [id, logit]"); GS_IO for an unreadable file; GS_NOMEM.
  */
 enum gs_status gs_val_golden_load(const char *path, struct gs_val_golden **out,

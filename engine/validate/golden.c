@@ -243,6 +243,17 @@ static enum gs_status parse_tree(json_t *root, struct gs_val_golden *g, struct g
         return gs_err_set(err, GS_FORMAT, "completion_tokens: %d tokens, n_generated is %d",
                           (int)n_comp, (int)g->n_gen);
 
+    json_t *settings = json_object_get(root, "settings");
+    if (settings) {
+        if (!json_is_object(settings))
+            return bad(err, "settings", "expected an object");
+        json_t *kv = json_object_get(settings, "kv_cache_type");
+        if (kv && (!json_is_string(kv) || json_string_length(kv) >= sizeof(g->kv_cache_type)))
+            return bad(err, "settings.kv_cache_type", "expected a short string");
+        if (kv)
+            snprintf(g->kv_cache_type, sizeof(g->kv_cache_type), "%s", json_string_value(kv));
+    }
+
     json_t *steps = json_object_get(root, "steps");
     if (!steps)
         return bad(err, "steps", "missing");

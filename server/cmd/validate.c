@@ -1,0 +1,499 @@
+/*
+ * server/cmd/validate.c - `graphserve validate`: how closely a backend's
+ * logits agree with llama.cpp's goldens, or two logit dumps with each other.
+ *
+ *   graphserve validate -m MODEL --golden FILE [--golden FILE ...] [options]
+ *     Runs each golden's prompt and completion tokens teacher-forced on the
+ *     backend (the prompt as one step, then one token per step, as llama.cpp
+ *     produced the golden) and compares every position: full rows for the
+ *     prompt, the recorded top-5 and margins for the decode steps.
+ *   graphserve validate --a FILE --b FILE [options]
+ *     Compares two logit matrices: goldens (their prompt_logits) or dumps
+ *     {"logits": [[...], ...]}; --a is judged against --b.
+ *
+ * Exit status: 0 when every comparison passes, 1 when one fails or cannot
+ * run, 2 on a usage error.
+ */
+#include "engine/backend.h"
+#include "engine/compile.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "engine/validate.h"
+#include "kvcache/kvcache.h"
+#include "server/cli.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char usage[] =
+    "-m MODEL --golden FILE [--golden FILE ...] [options]\n"
+    "       graphserve validate --a FILE --b FILE [options]\n"
+    "  -m, --model PATH     GGUF file, or a folder holding each golden's \"model\"\n"
+    "  --golden FILE        a golden completion (../shared/golden/completions/*.json)\n"
+    "  --backend NAME       backend to validate (default ref)\n"
+    "  --kv f16|f32         KV cache type (default: the golden's settings, else f16)\n"
+    "  --no-passes          run the graph as built, without rewrite passes\n"
+    "  --a FILE, --b FILE   compare two logit matrices (goldens or {\"logits\": [...]})\n"
+    "  --min-pearson X      smallest Pearson of any full row (default 0.999)\n"
+    "  --min-top1 X         smallest top-1 agreement rate (default 0.95)\n"
+    "  --top1-margin X      rows with a reference margin >= X must agree (default 0.5)\n"
+    "  --max-kl X           largest mean KL, nats; negative: off (default 0.01)\n"
+    "  --max-abs-err X      largest abs error; negative: off (default off)\n"
+    "  --rows               print every position, not only the summary\n"
+    "  --json               print one JSON object instead of text\n";
+
+struct opts {
+    const char *model;
+    const char *backend;
+    const char *kv;
+    const char **goldens;
+    int n_goldens;
+    const char *a, *b;
+    bool passes;
+    bool json;
+    unsigned print_flags;
+    struct gs_val_thresholds thr;
+};
+
+/* ---- evaluation ---------------------------------------------------------------- */
+
+/* Everything one teacher-forced evaluation holds; zeroed = nothing held. */
+struct eval {
+    struct gs_gguf *file;
+    struct gs_model *model;
+    struct gs_be be;
+    bool be_open;
+    struct gs_plan_cache cache;
+    bool cache_init;
+    struct gs_kv_pool *pool;
+    struct gs_kv_seq seq;
+    int32_t *pos;
+    uint32_t *seq_idx;
+    uint32_t *rows;
+};
+
+static void eval_close(struct eval *e)
+{
+    if (e->cache_init)
+        gs_plan_cache_deinit(&e->cache);
+    if (e->pool) {
+        gs_kv_seq_release(e->pool, &e->seq);
+        gs_kv_pool_free(e->pool);
+    }
+    if (e->be_open)
+        gs_be_deinit(&e->be);
+    gs_model_free(e->model);
+    gs_gguf_close(e->file);
+    gs_free(e->pos);
+    gs_free(e->seq_idx);
+    gs_free(e->rows);
+}
+
+static enum gs_status eval_open(struct eval *e, const struct opts *o, const char *model_path,
+                                enum gs_type kv_type, uint32_t n_tokens, struct gs_err *err)
+{
+    enum gs_status rc;
+    if ((rc = gs_gguf_open(model_path, &e->file, err)) != GS_OK ||
+        (rc = gs_model_load(e->file, &e->model, err)) != GS_OK) {
+        gs_err_prefix(err, "%s", model_path);
+        return rc;
+    }
+    if ((rc = gs_be_init(&e->be, o->backend, NULL, err)) != GS_OK)
+        return rc;
+    e->be_open = true;
+    if (o->passes) {
+        const struct gs_pass *sel[64];
+        size_t n = gs_be_select_passes(&e->be, gs_passes_all, gs_passes_all_len, sel,
+                                       GS_ARRAY_LEN(sel));
+        if ((rc = gs_graph_run_passes(e->model->graph, sel, n, err)) != GS_OK)
+            return rc;
+    }
+    if ((rc = gs_be_check_graph(&e->be, e->model->graph, err)) != GS_OK)
+        return rc;
+    gs_plan_cache_init(&e->cache, &e->be, e->model->graph);
+    e->cache_init = true;
+    struct gs_kv_pool_cfg pc = {
+        .n_layer = e->model->hp.n_layer,
+        .kv_dim = gs_model_kv_dim(e->model),
+        .elem_bytes = kv_type == GS_TYPE_F16 ? 2 : 4,
+        .page_tokens = GS_KV_DEFAULT_PAGE_TOKENS,
+        .n_pages = n_tokens / GS_KV_DEFAULT_PAGE_TOKENS + 1,
+    };
+    if ((rc = gs_kv_pool_new(&pc, &e->pool, err)) != GS_OK)
+        return rc;
+    gs_kv_seq_init(&e->seq);
+    if ((rc = gs_kv_seq_reserve(e->pool, &e->seq, n_tokens, err)) != GS_OK)
+        return rc;
+    e->pos = gs_alloc_array(n_tokens, sizeof(*e->pos));
+    e->seq_idx = gs_calloc(n_tokens, sizeof(*e->seq_idx));
+    e->rows = gs_alloc_array(n_tokens, sizeof(*e->rows));
+    if (!e->pos || !e->seq_idx || !e->rows)
+        return gs_err_set(err, GS_NOMEM, "step arrays: out of memory");
+    return GS_OK;
+}
+
+/* Runs tokens[0..n) at positions first.. as one step; logits of every token
+ * (all_rows) or of the last one land in out. */
+static enum gs_status eval_step(struct eval *e, const int32_t *tokens, uint32_t n, uint32_t first,
+                                bool all_rows, float *out, struct gs_err *err)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        e->pos[i] = (int32_t)(first + i);
+        e->rows[i] = i;
+    }
+    struct gs_kv_layout l = gs_kv_pool_layout(e->pool);
+    struct gs_kv_view kv = {
+        .base = l.base,
+        .type = l.elem_bytes == 2 ? GS_TYPE_F16 : GS_TYPE_F32,
+        .n_pages = l.n_pages,
+        .page_tokens = l.page_tokens,
+        .n_layer = l.n_layer,
+        .kv_dim = l.kv_dim,
+        .page_bytes = l.page_bytes,
+    };
+    struct gs_seq_pages sp = {e->seq.pages, e->seq.n_pages};
+    struct gs_step_io io = {
+        .n_tokens = n,
+        .tokens = tokens,
+        .pos = e->pos,
+        .seq = e->seq_idx,
+        .n_seqs = 1,
+        .seqs = &sp,
+        .kv = &kv,
+        .n_outputs = all_rows ? n : 1,
+        .out_rows = all_rows ? e->rows : &e->rows[n - 1],
+        .logits = out,
+    };
+    struct gs_plan *plan;
+    enum gs_status rc = gs_plan_cache_get(&e->cache, n, &plan, err);
+    if (rc == GS_OK)
+        rc = gs_be_run(&e->be, plan, &io, err);
+    return rc;
+}
+
+/*
+ * Evaluates g teacher-forced on the backend: the prompt as one step, then
+ * each completion token but the last as its own step. *served is
+ * [gs_val_golden_n_eval(g)][n_vocab], caller frees with gs_free.
+ */
+static enum gs_status eval_golden(const struct opts *o, const struct gs_val_golden *g,
+                                  const char *model_path, enum gs_type kv_type, float **served,
+                                  struct gs_err *err)
+{
+    struct eval e;
+    memset(&e, 0, sizeof(e));
+    int32_t n_eval = gs_val_golden_n_eval(g);
+    float *out = NULL;
+    enum gs_status rc = eval_open(&e, o, model_path, kv_type, (uint32_t)n_eval, err);
+    if (rc != GS_OK)
+        goto out;
+    if (e.model->hp.n_vocab != (uint32_t)g->n_vocab) {
+        rc = gs_err_set(err, GS_FORMAT, "%s has %u tokens, the golden %d: wrong model?",
+                        model_path, e.model->hp.n_vocab, (int)g->n_vocab);
+        goto out;
+    }
+    size_t nv = (size_t)g->n_vocab;
+    out = gs_alloc_array((size_t)n_eval * nv, sizeof(float));
+    if (!out) {
+        rc = gs_err_set(err, GS_NOMEM, "logits for %d positions: out of memory", (int)n_eval);
+        goto out;
+    }
+    rc = eval_step(&e, g->prompt_tokens, (uint32_t)g->n_prompt, 0, true, out, err);
+    for (int32_t i = g->n_prompt; i < n_eval && rc == GS_OK; i++) {
+        int32_t tok = gs_val_golden_token(g, i);
+        rc = eval_step(&e, &tok, 1, (uint32_t)i, false, out + (size_t)i * nv, err);
+    }
+out:
+    eval_close(&e);
+    if (rc != GS_OK) {
+        gs_free(out);
+        return rc;
+    }
+    *served = out;
+    return GS_OK;
+}
+
+/* The model for golden g: -m itself, or g's "model" inside the -m folder. */
+static void model_path_for(const struct opts *o, const struct gs_val_golden *g, char *buf,
+                           size_t cap)
+{
+    struct stat st;
+    if (stat(o->model, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(buf, cap, "%s/%s", o->model, g->model);
+    else
+        snprintf(buf, cap, "%s", o->model);
+}
+
+static bool kv_type_parse(const char *s, enum gs_type *t)
+{
+    if (!strcmp(s, "f16"))
+        *t = GS_TYPE_F16;
+    else if (!strcmp(s, "f32"))
+        *t = GS_TYPE_F32;
+    else
+        return false;
+    return true;
+}
+
+/* ---- output -------------------------------------------------------------------- */
+
+struct result {
+    const char *golden; /* the argument, borrowed */
+    char model[4096];
+    const char *kv;
+    struct gs_val_report *report; /* NULL when err is set */
+    struct gs_err err;
+};
+
+static json_t *result_json(const struct opts *o, const struct result *r)
+{
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:b}", "golden", r->golden, "model", r->model,
+                          "backend", o->backend, "kv", r->kv ? r->kv : "", "passes", o->passes);
+    if (!j)
+        return NULL;
+    if (r->report)
+        json_object_set_new(j, "report", gs_val_report_json(r->report, o->print_flags));
+    else
+        json_object_set_new(j, "error", json_string(r->err.msg));
+    return j;
+}
+
+static void result_print(const struct opts *o, const struct result *r)
+{
+    printf("== %s\n   model %s, backend %s, kv %s, passes %s\n", r->golden, r->model, o->backend,
+           r->kv ? r->kv : "-", o->passes ? "on" : "off");
+    if (r->report)
+        gs_val_report_print(r->report, stdout, o->print_flags);
+    else
+        printf("error          %s\nverdict        FAIL\n", r->err.msg);
+}
+
+/* ---- the two modes -------------------------------------------------------------- */
+
+static void run_golden(const struct opts *o, const char *path, struct result *r)
+{
+    struct gs_val_golden *g = NULL;
+    float *served = NULL;
+    enum gs_type kv_type = GS_TYPE_F16;
+    r->golden = path;
+    snprintf(r->model, sizeof(r->model), "%s", o->model);
+    if (gs_val_golden_load(path, &g, &r->err) != GS_OK)
+        return;
+    model_path_for(o, g, r->model, sizeof(r->model));
+    const char *kv = o->kv ? o->kv : g->kv_cache_type[0] ? g->kv_cache_type : "f16";
+    if (!kv_type_parse(kv, &kv_type)) {
+        gs_err_set(&r->err, GS_UNSUPPORTED, "kv cache type '%s' (want f16 or f32)", kv);
+        goto out;
+    }
+    r->kv = kv_type == GS_TYPE_F16 ? "f16" : "f32"; /* static: outlives g */
+    if (eval_golden(o, g, r->model, kv_type, &served, &r->err) != GS_OK)
+        goto out;
+    gs_val_golden_compare(g, served, gs_val_golden_n_eval(g), &o->thr, &r->report, &r->err);
+out:
+    gs_free(served);
+    gs_val_golden_free(g);
+}
+
+/* A logit matrix from a golden (prompt_logits) or a dump {"logits": [[...]]}. */
+static enum gs_status load_matrix(const char *path, float **out, int32_t *n_rows,
+                                  int32_t *n_vocab, struct gs_err *err)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_ALLOW_NUL, &jerr);
+    if (!root)
+        return gs_err_set(err, GS_FORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
+    enum gs_status rc = GS_OK;
+    if (json_object_get(root, "prompt_logits")) {
+        json_decref(root);
+        struct gs_val_golden *g;
+        if ((rc = gs_val_golden_load(path, &g, err)) != GS_OK)
+            return rc;
+        *n_rows = g->n_prompt;
+        *n_vocab = g->n_vocab;
+        *out = g->prompt_logits;
+        g->prompt_logits = NULL;
+        gs_val_golden_free(g);
+        return GS_OK;
+    }
+    json_t *m = json_object_get(root, "logits");
+    json_t *row0 = json_array_get(m, 0);
+    size_t rows = json_array_size(m), cols = json_array_size(row0);
+    if (!json_is_array(m) || rows == 0 || cols == 0 || rows > INT32_MAX || cols > INT32_MAX) {
+        rc = gs_err_set(err, GS_FORMAT, "%s: logits: expected a non-empty array of rows", path);
+        goto out;
+    }
+    float *x = gs_alloc_array(rows * cols, sizeof(float));
+    if (!x) {
+        rc = gs_err_set(err, GS_NOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    for (size_t i = 0; i < rows && rc == GS_OK; i++) {
+        json_t *row = json_array_get(m, i);
+        if (!json_is_array(row) || json_array_size(row) != cols) {
+            rc = gs_err_set(err, GS_FORMAT, "%s: logits[%zu]: expected %zu numbers", path, i,
+                            cols);
+            break;
+        }
+        for (size_t k = 0; k < cols; k++) {
+            json_t *v = json_array_get(row, k);
+            if (!json_is_number(v)) {
+                rc = gs_err_set(err, GS_FORMAT, "%s: logits[%zu][%zu]: expected a number", path,
+                                i, k);
+                break;
+            }
+            x[i * cols + k] = (float)json_number_value(v);
+        }
+    }
+    if (rc != GS_OK) {
+        gs_free(x);
+        goto out;
+    }
+    *out = x;
+    *n_rows = (int32_t)rows;
+    *n_vocab = (int32_t)cols;
+out:
+    json_decref(root);
+    return rc;
+}
+
+static void run_pair(const struct opts *o, struct result *r)
+{
+    float *a = NULL, *b = NULL;
+    int32_t na, nb, va, vb;
+    r->golden = o->a;
+    snprintf(r->model, sizeof(r->model), "%s", o->b);
+    if (load_matrix(o->a, &a, &na, &va, &r->err) != GS_OK ||
+        load_matrix(o->b, &b, &nb, &vb, &r->err) != GS_OK)
+        goto out;
+    if (na != nb || va != vb) {
+        gs_err_set(&r->err, GS_FORMAT, "shapes differ: %s is [%d][%d], %s is [%d][%d]", o->a,
+                   (int)na, (int)va, o->b, (int)nb, (int)vb);
+        goto out;
+    }
+    gs_val_compare(a, b, NULL, na, va, &o->thr, &r->report, &r->err);
+out:
+    gs_free(a);
+    gs_free(b);
+}
+
+/* ---- command line ---------------------------------------------------------------- */
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+    static const char cmd[] = "validate";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes = true;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: graphserve validate %s", usage);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true, takes = false;
+        } else if (!strcmp(a, "--rows")) {
+            o->print_flags |= GS_VAL_PRINT_ROWS, takes = false;
+        } else if (!strcmp(a, "--no-passes")) {
+            o->passes = false, takes = false;
+        } else if (!v) {
+            fprintf(stderr, "graphserve validate: %s needs a value\n", a);
+            return gs_cli_usage(cmd, usage);
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            o->model = v;
+        } else if (!strcmp(a, "--golden")) {
+            o->goldens[o->n_goldens++] = v;
+        } else if (!strcmp(a, "--backend")) {
+            o->backend = v;
+        } else if (!strcmp(a, "--kv")) {
+            o->kv = v;
+        } else if (!strcmp(a, "--a")) {
+            o->a = v;
+        } else if (!strcmp(a, "--b")) {
+            o->b = v;
+        } else if (!strcmp(a, "--min-pearson")) {
+            if (!gs_cli_parse_f64(a, v, -1, 1, &o->thr.min_pearson))
+                return 2;
+        } else if (!strcmp(a, "--min-top1")) {
+            if (!gs_cli_parse_f64(a, v, 0, 1, &o->thr.min_top1_rate))
+                return 2;
+        } else if (!strcmp(a, "--top1-margin")) {
+            if (!gs_cli_parse_f64(a, v, -INFINITY, INFINITY, &o->thr.top1_margin))
+                return 2;
+        } else if (!strcmp(a, "--max-kl")) {
+            if (!gs_cli_parse_f64(a, v, -INFINITY, INFINITY, &o->thr.max_mean_kl))
+                return 2;
+        } else if (!strcmp(a, "--max-abs-err")) {
+            if (!gs_cli_parse_f64(a, v, -INFINITY, INFINITY, &o->thr.max_abs_err))
+                return 2;
+        } else {
+            fprintf(stderr, "graphserve validate: unknown option '%s'\n", a);
+            return gs_cli_usage(cmd, usage);
+        }
+        if (takes)
+            i++;
+    }
+    bool pair = o->a || o->b;
+    if (pair && (!o->a || !o->b || o->n_goldens))
+        return gs_cli_usage(cmd, usage);
+    if (!pair && (!o->model || o->n_goldens == 0))
+        return gs_cli_usage(cmd, usage);
+    if (o->kv && strcmp(o->kv, "f16") && strcmp(o->kv, "f32")) {
+        fprintf(stderr, "graphserve validate: --kv expects f16 or f32, got '%s'\n", o->kv);
+        return 2;
+    }
+    if (!gs_be_find(o->backend)) {
+        fprintf(stderr, "graphserve validate: unknown backend '%s'\n", o->backend);
+        return 2;
+    }
+    return -1;
+}
+
+int gs_cmd_validate(int argc, char **argv)
+{
+    struct opts o = {.backend = "ref", .passes = true};
+    gs_val_thresholds_init(&o.thr);
+    o.goldens = gs_alloc_array((size_t)argc, sizeof(*o.goldens));
+    if (!o.goldens)
+        return gs_cli_fail("validate", "out of memory");
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) {
+        gs_free(o.goldens);
+        return rc;
+    }
+    int n = o.a ? 1 : o.n_goldens, n_pass = 0;
+    json_t *jall = o.json ? json_array() : NULL;
+    for (int i = 0; i < n; i++) {
+        struct result *r = gs_calloc(1, sizeof(*r));
+        if (!r) {
+            rc = gs_cli_fail("validate", "out of memory");
+            break;
+        }
+        if (o.a)
+            run_pair(&o, r);
+        else
+            run_golden(&o, o.goldens[i], r);
+        n_pass += r->report && r->report->pass;
+        if (jall)
+            json_array_append_new(jall, result_json(&o, r));
+        else
+            result_print(&o, r);
+        gs_val_report_free(r->report);
+        gs_free(r);
+    }
+    if (jall) {
+        json_t *root = json_pack("{s:b, s:i, s:i, s:o}", "pass", n_pass == n, "n_pass", n_pass,
+                                 "n", n, "results", jall);
+        if (root)
+            json_dumpf(root, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+        printf("\n");
+        json_decref(root);
+    } else if (n > 1) {
+        printf("validate: %d/%d pass\n", n_pass, n);
+    }
+    gs_free(o.goldens);
+    if (rc > 0)
+        return rc;
+    return n_pass == n ? 0 : 1;
+}
