@@ -14,6 +14,8 @@ static const struct command commands[] = {
     {"inspect", gs_cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"synth", gs_cmd_synth, "write a Llama-architecture GGUF with random weights"},
     {"tokenize", gs_cmd_tokenize, "print the token ids and pieces a model gives for a text"},
+    {"graph", gs_cmd_graph, "print a model's forward-pass graph before/after rewrite passes"},
+    {"run", gs_cmd_run, "generate text from a prompt on one sequence"},
     {"validate", gs_cmd_validate, "compare a backend's logits with golden logits"},
 };
 

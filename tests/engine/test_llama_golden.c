@@ -108,3 +108,31 @@ Test(llama_golden, passes_keep_greedy_completions)
     run_family("stories260K", "stories260K", GS_TYPE_F16, true);
     run_family("tiny-k-F32", "tiny-k-F32", GS_TYPE_F16, true);
 }
+
+/* Every prompt row's logits with all passes equal those without, teacher-forced. */
+static void check_passes_equal(const char *model)
+{
+    static const int32_t tokens[] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315};
+    uint32_t n = GS_ARRAY_LEN(tokens);
+    struct llama_rig plain, opt;
+    char rel[128];
+    snprintf(rel, sizeof(rel), "models/%s.gguf", model);
+    llama_rig_open(&plain, rel, GS_TYPE_F16, false, n);
+    llama_rig_open(&opt, rel, GS_TYPE_F16, true, n);
+    cr_assert_lt(opt.model->graph->n_nodes, plain.model->graph->n_nodes);
+    const float *a = llama_rig_step(&plain, tokens, n, true);
+    const float *b = llama_rig_step(&opt, tokens, n, true);
+    uint32_t n_vocab = plain.model->hp.n_vocab;
+    for (uint32_t i = 0; i < n * n_vocab; i++)
+        cr_assert_float_eq(a[i], b[i], 1e-5f, "%s: logit %u: %g without passes, %g with", model,
+                           i, a[i], b[i]);
+    llama_rig_close(&plain);
+    llama_rig_close(&opt);
+}
+
+Test(llama_golden, passes_keep_logits)
+{
+    check_passes_equal("stories260K");
+    check_passes_equal("stories260K-Q4_0");
+    check_passes_equal("tiny-k-Q4_K");
+}
