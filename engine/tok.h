@@ -136,8 +136,8 @@ const int32_t *gs_tok_eog_ids(const struct gs_tok *t, size_t *n);
  * Memory used is proportional to len; merges run from a priority queue, so
  * time is O(len log len) even for text without spaces.
  */
-enum gs_status gs_tok_encode(const struct gs_tok *t, const char *text, size_t len,
-                             unsigned flags, int32_t **ids, size_t *n_ids, struct gs_err *err);
+enum gs_status gs_tok_encode(const struct gs_tok *t, const char *text, size_t len, unsigned flags,
+                             int32_t **ids, size_t *n_ids, struct gs_err *err);
 
 /* ---- decoding -------------------------------------------------------------- */
 

@@ -74,8 +74,8 @@ static enum gs_status emit_unknown(const struct gs_tok *t, const char *p, size_t
     return GS_OK;
 }
 
-static enum gs_status encode_word(const struct gs_tok *t, struct gs_tok__scratch *s,
-                                  const char *p, size_t n, struct gs_tok__ids *out)
+static enum gs_status encode_word(const struct gs_tok *t, struct gs_tok__scratch *s, const char *p,
+                                  size_t n, struct gs_tok__ids *out)
 {
     if (t->pre->ignore_merges || (t->pre->raw_utf8 && all_newlines(p, n))) {
         if (word_form(t, &s->word, p, n) != GS_OK)
@@ -87,8 +87,8 @@ static enum gs_status encode_word(const struct gs_tok *t, struct gs_tok__scratch
     int32_t ns = 0;
     for (size_t off = 0; off < n; ns++) {
         size_t cl = t->pre->raw_utf8 ? GS_MIN(gs_tok__utf8_len((unsigned char)p[off]), n - off) : 1;
-        int32_t id = t->pre->raw_utf8 ? gs_tok__lookup(t, p + off, cl)
-                                      : t->byte_sym[(unsigned char)p[off]];
+        int32_t id =
+            t->pre->raw_utf8 ? gs_tok__lookup(t, p + off, cl) : t->byte_sym[(unsigned char)p[off]];
         s->syms[ns] = (struct gs_tok__sym){(uint32_t)off, (uint32_t)cl, ns - 1, -1, id};
         off += cl;
         s->syms[ns].next = off == n ? -1 : ns + 1;
@@ -113,8 +113,8 @@ static enum gs_status encode_word(const struct gs_tok *t, struct gs_tok__scratch
     }
     for (int32_t i = 0; i != -1; i = s->syms[i].next) {
         const struct gs_tok__sym *y = &s->syms[i];
-        enum gs_status st = y->id >= 0 ? gs_tok__ids_push(out, y->id)
-                                       : emit_unknown(t, p + y->off, y->len, out);
+        enum gs_status st =
+            y->id >= 0 ? gs_tok__ids_push(out, y->id) : emit_unknown(t, p + y->off, y->len, out);
         if (st != GS_OK)
             return st;
     }

@@ -51,7 +51,8 @@ static size_t clean_spaces(char *s, size_t n)
             char x1 = s[i + 1];
             if (x1 == 's' || x1 == 'm')
                 w--;
-            else if (i + 2 < n && ((x1 == 'r' && s[i + 2] == 'e') || (x1 == 'v' && s[i + 2] == 'e')))
+            else if (i + 2 < n &&
+                     ((x1 == 'r' && s[i + 2] == 'e') || (x1 == 'v' && s[i + 2] == 'e')))
                 w--;
         }
         s[w++] = x;
@@ -67,8 +68,9 @@ enum gs_status gs_tok_decode(const struct gs_tok *t, const int32_t *ids, size_t 
     *len = 0;
     for (size_t i = 0; i < n_ids; i++)
         if (ids[i] < 0 || (uint32_t)ids[i] >= t->n_vocab)
-            return gs_err_set(err, GS_INVAL, "detokenize: id %d at %zu out of range (vocabulary of %u)",
-                              ids[i], i, t->n_vocab);
+            return gs_err_set(err, GS_INVAL,
+                              "detokenize: id %d at %zu out of range (vocabulary of %u)", ids[i], i,
+                              t->n_vocab);
     /* The space SPM put before the text goes, except after a removed BOS
      * (llama.cpp keeps it there). */
     bool strip_space = t->sp.add_space_prefix;

@@ -110,9 +110,6 @@ static enum gs_status partition(const struct gs_tok *t, const char *text, size_t
         return st;
     if (t->n_special == 0)
         return GS_OK;
-    present = gs_calloc(t->n_vocab / 8 + 1, 1);
-    if (!present)
-        return GS_NOMEM;
     bool any = false;
     for (size_t i = 0; i < len; i++) {
         if (!bit_set(t->special_first, (unsigned char)text[i]))
@@ -122,6 +119,9 @@ static enum gs_status partition(const struct gs_tok *t, const char *text, size_t
             if (id < 0 || !(t->vocab[id].attr & GS_TOK__SPECIAL_ATTRS) ||
                 !special_allowed(t, id, parse_special))
                 continue;
+            /* Allocated on the first find, so plain text costs nothing. */
+            if (!present && !(present = gs_calloc(t->n_vocab / 8 + 1, 1)))
+                return GS_NOMEM;
             present[id >> 3] |= (uint8_t)(1u << (id & 7));
             any = true;
         }
@@ -191,8 +191,8 @@ static enum gs_status encode_fragments(const struct gs_tok *t, const char *text,
     return st;
 }
 
-enum gs_status gs_tok_encode(const struct gs_tok *t, const char *text, size_t len,
-                             unsigned flags, int32_t **ids, size_t *n_ids, struct gs_err *err)
+enum gs_status gs_tok_encode(const struct gs_tok *t, const char *text, size_t len, unsigned flags,
+                             int32_t **ids, size_t *n_ids, struct gs_err *err)
 {
     struct frags fr = {0};
     struct gs_tok__scratch s = {0};

@@ -32,12 +32,12 @@ enum {
 #define GS_TOK__SPECIAL_ATTRS (GS_TOK__ATTR_CONTROL | GS_TOK__ATTR_USER | GS_TOK__ATTR_UNKNOWN)
 
 struct gs_tok__entry {
-    uint32_t off, len;   /* text in pool */
-    uint32_t piece_off;  /* piece (rendered as special) in piece_pool */
+    uint32_t off, len;  /* text in pool */
+    uint32_t piece_off; /* piece (rendered as special) in piece_pool */
     uint32_t piece_len;
-    float score;         /* SPM merge priority */
-    uint8_t type;        /* enum gs_tok_type */
-    uint8_t attr;        /* GS_TOK__ATTR_* */
+    float score;  /* SPM merge priority */
+    uint8_t type; /* enum gs_tok_type */
+    uint8_t attr; /* GS_TOK__ATTR_* */
 };
 
 /* One row of the merge table: (left, right) -> rank, result. */
@@ -51,7 +51,7 @@ struct gs_tok__merge {
 /* A pre-tokenizer: the regexes llama.cpp applies, one after another, each
  * splitting every piece left by the previous one, plus per-variant flags. */
 struct gs_tok__pre {
-    const char *names;  /* '|'-separated tokenizer.ggml.pre values */
+    const char *names; /* '|'-separated tokenizer.ggml.pre values */
     const char *regex[GS_TOK__MAX_REGEX];
     bool clean_spaces;  /* decode removes " ," etc. */
     bool ignore_merges; /* a word that is a token is emitted whole */
@@ -81,9 +81,9 @@ struct gs_tok {
     int n_re;
 
     struct gs_tok_special sp;
-    bool add_sep;          /* WPM: SEP at the end */
+    bool add_sep; /* WPM: SEP at the end */
     bool clean_spaces;
-    bool escape_spaces;    /* BPE only */
+    bool escape_spaces; /* BPE only */
     bool wpm_lowercase, wpm_strip_accents;
 
     int32_t byte_tok[256]; /* SPM/gemma4 byte fallback: <0xXX>, else the 1-byte token */
@@ -96,7 +96,7 @@ struct gs_tok {
     uint8_t special_first[32]; /* bitmap of the first bytes of special texts */
     uint32_t *special_lens;    /* distinct special text lengths, ascending */
     size_t n_special_lens;
-    int32_t *eog;          /* ascending */
+    int32_t *eog; /* ascending */
     size_t n_eog;
 };
 
@@ -105,8 +105,7 @@ struct gs_tok {
 uint64_t gs_tok__hash_bytes(const char *s, size_t len);
 int32_t gs_tok__lookup(const struct gs_tok *t, const char *s, size_t len);
 /* The merge of (left, right), or NULL. */
-const struct gs_tok__merge *gs_tok__merge_find(const struct gs_tok *t, int32_t left,
-                                               int32_t right);
+const struct gs_tok__merge *gs_tok__merge_find(const struct gs_tok *t, int32_t left, int32_t right);
 static inline const char *gs_tok__text(const struct gs_tok *t, int32_t id)
 {
     return t->pool + t->vocab[id].off;

@@ -42,8 +42,8 @@
 /* names, regexes, clean_spaces, ignore_merges, add_bos, raw_utf8, escape_spaces */
 static const struct gs_tok__pre pre_table[] = {
     {"default", PRE_DEFAULT, true, false, false, false, false},
-    {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2|jina-v5-nano",
-     PRE_LLAMA3, true, true, true, false, false},
+    {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2|jina-v5-nano", PRE_LLAMA3,
+     true, true, true, false, false},
     {"dbrx|smaug-bpe", PRE_LLAMA3, true, false, false, false, false},
     {"deepseek-llm", PRE_DEEPSEEK_LLM, false, false, false, false, false},
     {"deepseek-coder", PRE_DEEPSEEK_CODER, false, false, false, false, false},
@@ -118,15 +118,16 @@ enum gs_status gs_tok__pre_compile(struct gs_tok *t, struct gs_err *err)
     for (int i = 0; i < GS_TOK__MAX_REGEX && t->pre->regex[i]; i++) {
         int code;
         PCRE2_SIZE at;
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)t->pre->regex[i], PCRE2_ZERO_TERMINATED,
-                                       PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &code, &at,
-                                       cc);
+        pcre2_code *re =
+            pcre2_compile((PCRE2_SPTR)t->pre->regex[i], PCRE2_ZERO_TERMINATED,
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &code, &at, cc);
         if (!re) {
             PCRE2_UCHAR msg[128];
             pcre2_get_error_message(code, msg, sizeof(msg));
-            st = gs_err_set(err, code == PCRE2_ERROR_HEAP_FAILED || code == PCRE2_ERROR_NOMEMORY
-                                     ? GS_NOMEM
-                                     : GS_UNSUPPORTED,
+            st = gs_err_set(err,
+                            code == PCRE2_ERROR_HEAP_FAILED || code == PCRE2_ERROR_NOMEMORY
+                                ? GS_NOMEM
+                                : GS_UNSUPPORTED,
                             "tokenizer.ggml.pre '%s': regex %d: %s at %zu", t->pre_name, i,
                             (const char *)msg, (size_t)at);
             goto out;
@@ -157,13 +158,13 @@ static enum gs_status splits_push(struct gs_tok__splits *s, size_t end)
 
 /* Finds the next match of re in subject[from..len); returns false when there
  * is none. Falls back from JIT to the interpreter if the JIT stack runs out. */
-static bool next_match(const pcre2_code *re, pcre2_match_data *md, const char *subject,
-                       size_t len, size_t from, size_t *ms, size_t *me)
+static bool next_match(const pcre2_code *re, pcre2_match_data *md, const char *subject, size_t len,
+                       size_t from, size_t *ms, size_t *me)
 {
     int rc = pcre2_match(re, (PCRE2_SPTR)subject, len, from, PCRE2_NO_UTF_CHECK, md, NULL);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-        rc = pcre2_match(re, (PCRE2_SPTR)subject, len, from, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                         md, NULL);
+        rc = pcre2_match(re, (PCRE2_SPTR)subject, len, from, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                         NULL);
     if (rc < 0)
         return false;
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);

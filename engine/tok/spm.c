@@ -29,8 +29,8 @@ static uint32_t float_order(float f)
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-static enum gs_status try_pair(const struct gs_tok *t, struct gs_tok__scratch *s,
-                               const char *text, int32_t left, int32_t right)
+static enum gs_status try_pair(const struct gs_tok *t, struct gs_tok__scratch *s, const char *text,
+                               int32_t left, int32_t right)
 {
     if (left < 0 || right < 0)
         return GS_OK;

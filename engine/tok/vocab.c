@@ -161,8 +161,8 @@ static enum gs_status opt_id(const struct gs_gguf *g, const char *key, uint32_t 
     if (v == -1)
         return GS_OK;
     if (v < 0 || v >= (int64_t)n_vocab)
-        return gs_err_set(err, GS_FORMAT, "%s: token id %lld out of range (vocabulary of %u)",
-                          key, (long long)v, n_vocab);
+        return gs_err_set(err, GS_FORMAT, "%s: token id %lld out of range (vocabulary of %u)", key,
+                          (long long)v, n_vocab);
     *id = (int32_t)v;
     return GS_OK;
 }
@@ -199,8 +199,7 @@ static enum gs_status alloc_hash(struct gs_tok *t)
 }
 
 /* Copies the token texts into one pool and indexes them. */
-static enum gs_status load_tokens(struct gs_tok *t, const struct gs_gguf_kv *kv,
-                                  struct gs_err *err)
+static enum gs_status load_tokens(struct gs_tok *t, const struct gs_gguf_kv *kv, struct gs_err *err)
 {
     static const char key[] = "tokenizer.ggml.tokens";
     if (kv->v.arr.type != GS_GGUF_STRING)
@@ -254,8 +253,8 @@ static enum gs_status load_tokens(struct gs_tok *t, const struct gs_gguf_kv *kv,
             }
             const struct gs_tok__entry *o = &t->vocab[slot - 1];
             if (o->len == e->len && memcmp(t->pool + o->off, text, e->len) == 0)
-                return gs_err_set(err, GS_FORMAT, "%s: token %u repeats the text of token %u",
-                                  key, i, slot - 1);
+                return gs_err_set(err, GS_FORMAT, "%s: token %u repeats the text of token %u", key,
+                                  i, slot - 1);
             h = (h + 1) & t->hash_mask;
         }
     }
@@ -277,8 +276,8 @@ static enum gs_status load_scores(struct gs_tok *t, const struct gs_gguf *g, str
         return gs_err_set(err, GS_FORMAT, "%s: %llu entries for %u tokens", key,
                           (unsigned long long)kv->v.arr.n, t->n_vocab);
     for (uint32_t i = 0; i < t->n_vocab; i++)
-        t->vocab[i].score = kv->v.arr.type == GS_GGUF_F32 ? gs_gguf_arr_f32(kv, i)
-                                                          : (float)gs_gguf_arr_i32(kv, i);
+        t->vocab[i].score =
+            kv->v.arr.type == GS_GGUF_F32 ? gs_gguf_arr_f32(kv, i) : (float)gs_gguf_arr_i32(kv, i);
     return GS_OK;
 }
 
@@ -408,7 +407,9 @@ static const struct text_rule text_rules[] = {
     {"<EOT>", ROLE_EOT, true},
     {"_<EOT>", ROLE_EOT, true},
     {"[EOT]", ROLE_EOT, true},
-    {"<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", ROLE_EOT, true},
+    {"<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+     ROLE_EOT, true},
     {"<end_of_utterance>", ROLE_EOT, true},
     {"<|eom_id|>", ROLE_EOM, true},
     {"<|return|>", ROLE_NONE, true},
@@ -476,9 +477,9 @@ static enum gs_status detect_roles(struct gs_tok *t, int32_t fim[3])
     t->eog = gs_alloc_array(n_rules + 8, sizeof(*t->eog));
     if (!t->eog)
         return GS_NOMEM;
-    int32_t *roles[] = {[ROLE_NONE] = NULL,      [ROLE_EOT] = &t->sp.eot,
-                        [ROLE_EOM] = &t->sp.eom,  [ROLE_FIM_PAD] = &fim[0],
-                        [ROLE_FIM_REP] = &fim[1], [ROLE_FIM_SEP] = &fim[2]};
+    int32_t *roles[] = {
+        [ROLE_NONE] = NULL,       [ROLE_EOT] = &t->sp.eot,  [ROLE_EOM] = &t->sp.eom,
+        [ROLE_FIM_PAD] = &fim[0], [ROLE_FIM_REP] = &fim[1], [ROLE_FIM_SEP] = &fim[2]};
     for (size_t i = 0; i < n_rules; i++) {
         int32_t id = find_cstr(t, text_rules[i].text);
         int32_t *slot = roles[text_rules[i].role];
@@ -515,8 +516,8 @@ static enum gs_status detect_roles(struct gs_tok *t, int32_t fim[3])
     int32_t calls = find_cstr(t, "<|calls|>"), flush = find_cstr(t, "<|flush|>");
     int32_t end = find_cstr(t, "<|end|>");
     if (end >= 0 && eog_has(t, end) &&
-        ((ret >= 0 && eog_has(t, ret) && ((call >= 0 && eog_has(t, call)) ||
-                                          (calls >= 0 && eog_has(t, calls)))) ||
+        ((ret >= 0 && eog_has(t, ret) &&
+          ((call >= 0 && eog_has(t, call)) || (calls >= 0 && eog_has(t, calls)))) ||
          (flush >= 0 && eog_has(t, flush) &&
           ((call >= 0 && eog_has(t, call)) || (calls >= 0 && eog_has(t, calls)))))) {
         eog_remove(t, end);
@@ -668,8 +669,8 @@ static enum gs_status piece_of(const struct gs_tok *t, uint32_t i, struct gs_tok
             uint32_t cp;
             size_t n = gs_tok__utf8_decode(s + k, e->len - k, &cp);
             int byte = -1;
-            if (cp < 0x100 && ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) ||
-                               cp >= 0xAE))
+            if (cp < 0x100 &&
+                ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || cp >= 0xAE))
                 byte = (int)cp;
             else if (cp >= 0x100 && cp < 0x100 + 68) {
                 /* The 68 remapped bytes, in order. */
@@ -747,7 +748,7 @@ static enum gs_status choose_model(struct gs_tok *t, const struct gs_gguf *g, st
 
     t->sp = (struct gs_tok_special){GS_TOK_NULL, GS_TOK_NULL, GS_TOK_NULL, GS_TOK_NULL,
                                     GS_TOK_NULL, GS_TOK_NULL, GS_TOK_NULL, GS_TOK_NULL,
-                                    GS_TOK_NULL, false, false, false};
+                                    GS_TOK_NULL, false,       false,       false};
     if (gs_gguf_str_eq(model, "llama")) {
         t->model = GS_TOK_MODEL_SPM;
         t->sp.bos = 1, t->sp.eos = 2, t->sp.unk = 0;
@@ -866,7 +867,8 @@ enum gs_status gs_tok_new(const struct gs_gguf *g, struct gs_tok **out, struct g
     int32_t fim[3] = {GS_TOK_NULL, GS_TOK_NULL, GS_TOK_NULL};
     const struct gs_gguf_kv *tokens;
     enum gs_status st;
-    if ((st = choose_model(t, g, err)) || (st = get_arr(g, "tokenizer.ggml.tokens", true, &tokens, err)) ||
+    if ((st = choose_model(t, g, err)) ||
+        (st = get_arr(g, "tokenizer.ggml.tokens", true, &tokens, err)) ||
         (st = load_tokens(t, tokens, err)) || (st = load_scores(t, g, err)) ||
         (st = load_types(t, g, err)))
         goto fail;

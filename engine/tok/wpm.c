@@ -29,8 +29,8 @@ static uint32_t nfd_first(uint32_t c)
 {
     utf8proc_int32_t buf[8];
     int last = 0;
-    utf8proc_ssize_t n = utf8proc_decompose_char((utf8proc_int32_t)c, buf, 8, UTF8PROC_DECOMPOSE,
-                                                 &last);
+    utf8proc_ssize_t n =
+        utf8proc_decompose_char((utf8proc_int32_t)c, buf, 8, UTF8PROC_DECOMPOSE, &last);
     return n >= 1 && n <= 8 ? (uint32_t)buf[0] : c;
 }
 

@@ -50,8 +50,11 @@ static json_t *piece_json(const char *p, size_t n)
     for (size_t i = 0; i < n;) {
         size_t step = 1;
         unsigned char c = (unsigned char)p[i];
-        size_t need = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
-                                   : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        size_t need = c < 0x80                 ? 1
+                      : c >= 0xC2 && c <= 0xDF ? 2
+                      : c >= 0xE0 && c <= 0xEF ? 3
+                      : c >= 0xF0 && c <= 0xF4 ? 4
+                                               : 0;
         if (need && i + need <= n) {
             size_t k = 1;
             while (k < need && ((unsigned char)p[i + k] & 0xC0) == 0x80)
