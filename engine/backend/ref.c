@@ -41,9 +41,14 @@ static void ref_close(struct gs_be *be)
 {
 }
 
+/* A kernel computes node n into out (NULL for nodes without a value). */
+typedef void (*kernel_fn)(const struct run *r, const struct gs_node *n, float *out);
+
+static const kernel_fn kernels[GS_OP_COUNT];
+
 static bool ref_supports(const struct gs_be *be, const struct gs_node *n)
 {
-    if ((unsigned)n->op >= GS_OP_COUNT)
+    if ((unsigned)n->op >= GS_OP_COUNT || (n->op != GS_OP_WEIGHT && !kernels[n->op]))
         return false;
     if (n->op != GS_OP_WEIGHT)
         return n->type == GS_TYPE_F32;
@@ -325,7 +330,7 @@ static float kv_read(enum gs_type type, const void *src, int64_t i)
                                : ((const float *)src)[i];
 }
 
-static void k_kv_store(const struct run *r, const struct gs_node *n)
+static void k_kv_store(const struct run *r, const struct gs_node *n, float *out)
 {
     const struct gs_step_io *io = r->io;
     int64_t kv_dim = (int64_t)n->p.attn.n_head_kv * n->p.attn.head_dim;
@@ -430,11 +435,31 @@ static void k_outputs(const struct run *r, const struct gs_node *n, float *out)
                (size_t)n->ne[0] * sizeof(float));
 }
 
-static void k_logits(const struct run *r, const struct gs_node *n)
+static void k_logits(const struct run *r, const struct gs_node *n, float *out)
 {
     memcpy(r->io->logits, value(r, n->src[0]),
            (size_t)(n->ne[0] * (int64_t)r->io->n_outputs) * sizeof(float));
 }
+
+/* One row per op; WEIGHT has no kernel and never appears in a plan's order. */
+static const kernel_fn kernels[GS_OP_COUNT] = {
+    [GS_OP_EMBED] = k_embed,
+    [GS_OP_RMS_NORM] = k_rms_norm,
+    [GS_OP_RMS_NORM_MUL] = k_rms_norm,
+    [GS_OP_MUL] = k_elementwise,
+    [GS_OP_ADD] = k_elementwise,
+    [GS_OP_SWIGLU] = k_elementwise,
+    [GS_OP_SILU] = k_elementwise,
+    [GS_OP_GELU] = k_elementwise,
+    [GS_OP_MATMUL] = k_matmul,
+    [GS_OP_MATMUL_ADD] = k_matmul,
+    [GS_OP_ROPE] = k_rope,
+    [GS_OP_KV_STORE] = k_kv_store,
+    [GS_OP_ATTN] = k_attn,
+    [GS_OP_SOFTMAX] = k_softmax,
+    [GS_OP_OUTPUTS] = k_outputs,
+    [GS_OP_LOGITS] = k_logits,
+};
 
 static enum gs_status ref_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,
                               struct gs_err *err)
@@ -447,49 +472,11 @@ static enum gs_status ref_run(struct gs_be *be, struct gs_plan *p, const struct 
     for (uint32_t k = 0; k < p->n_order; k++) {
         uint32_t id = p->order[k];
         const struct gs_node *n = &g->nodes[id];
-        float *out = p->offset[id] == GS_PLAN_NO_OFFSET ? NULL : value(&r, id);
-        switch (n->op) {
-        case GS_OP_WEIGHT:
-            break;
-        case GS_OP_EMBED:
-            k_embed(&r, n, out);
-            break;
-        case GS_OP_RMS_NORM:
-        case GS_OP_RMS_NORM_MUL:
-            k_rms_norm(&r, n, out);
-            break;
-        case GS_OP_MUL:
-        case GS_OP_ADD:
-        case GS_OP_SWIGLU:
-        case GS_OP_SILU:
-        case GS_OP_GELU:
-            k_elementwise(&r, n, out);
-            break;
-        case GS_OP_MATMUL:
-        case GS_OP_MATMUL_ADD:
-            k_matmul(&r, n, out);
-            break;
-        case GS_OP_ROPE:
-            k_rope(&r, n, out);
-            break;
-        case GS_OP_KV_STORE:
-            k_kv_store(&r, n);
-            break;
-        case GS_OP_ATTN:
-            k_attn(&r, n, out);
-            break;
-        case GS_OP_SOFTMAX:
-            k_softmax(&r, n, out);
-            break;
-        case GS_OP_OUTPUTS:
-            k_outputs(&r, n, out);
-            break;
-        case GS_OP_LOGITS:
-            k_logits(&r, n);
-            break;
-        case GS_OP_COUNT:
-            return gs_err_set(err, GS_INVAL, "ref: node %u has no op", id);
-        }
+        kernel_fn fn = (unsigned)n->op < GS_OP_COUNT ? kernels[n->op] : NULL;
+        if (!fn)
+            return gs_err_set(err, GS_UNSUPPORTED, "ref: node %u (%s) has no kernel", id,
+                              gs_op_info(n->op) ? gs_op_info(n->op)->name : "?");
+        fn(&r, n, p->offset[id] == GS_PLAN_NO_OFFSET ? NULL : value(&r, id));
     }
     return GS_OK;
 }

@@ -5,6 +5,8 @@
 #include "engine/backend.h"
 #include "engine/compile.h"
 #include "engine/graph.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
 #include "tests/common/testutil.h"
 
 #include <criterion/criterion.h>
@@ -73,7 +75,7 @@ static struct gs_graph *build_mlp(void)
     return g;
 }
 
-/* Runs g on the ref backend for T tokens, logits for every row, into out[T * V]. */
+/* Runs g on the ref backend for T tokens, logits for every row, into out[T * g->n_vocab]. */
 static void run_graph(const struct gs_graph *g, float *out)
 {
     struct gs_be be;
@@ -83,7 +85,7 @@ static void run_graph(const struct gs_graph *g, float *out)
     struct gs_shape s = {.n_tokens = 8};
     cr_assert_eq(gs_be_compile(&be, g, &s, &p, &err), GS_OK, "%s", err.msg);
     int32_t tokens[T] = {0, 3, 5, 1, 3};
-    int32_t pos[T] = {0, 1, 2, 3, 4};
+    int32_t pos[T] = {0, 1, 7, 30, 100};
     uint32_t seq[T] = {0}, rows[T] = {0, 1, 2, 3, 4};
     struct gs_seq_pages sp = {NULL, 0};
     struct gs_step_io io = {.n_tokens = T, .tokens = tokens, .pos = pos, .seq = seq, .n_seqs = 1,
@@ -369,4 +371,115 @@ Test(backend_ref, rejects_bad_step)
     gs_be_deinit(&be);
     cr_assert_eq(gs_be_init(&be, "no-such-backend", NULL, &err), GS_NOTFOUND);
     gs_graph_free(g);
+}
+
+/* ---- single ops against formulas ---------------------------------------------- */
+
+/* embed -> op -> logits, with the table as the "vocabulary": logits are the op's rows. */
+static void run_unary(uint32_t (*op)(struct gs_graph *, uint32_t, const void *), const void *arg,
+                      float *out)
+{
+    init_weights();
+    struct gs_graph *g;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_graph_new(&g, &err), GS_OK);
+    uint32_t x = gs_graph_embed(g, gs_graph_weight(g, "e", GS_TYPE_F32, D, V, w_embd));
+    gs_graph_logits(g, gs_graph_outputs(g, op(g, x, arg)));
+    cr_assert_eq(gs_graph_status(g, &err), GS_OK, "%s", err.msg);
+    run_graph(g, out); /* the "logits" are the op's rows, D wide */
+    gs_graph_free(g);
+}
+
+static uint32_t op_softmax(struct gs_graph *g, uint32_t x, const void *arg)
+{
+    return gs_graph_softmax(g, x, arg);
+}
+
+static uint32_t op_rope(struct gs_graph *g, uint32_t x, const void *arg)
+{
+    return gs_graph_rope(g, x, arg, GS_NODE_NONE);
+}
+
+static const int32_t test_tokens[T] = {0, 3, 5, 1, 3};
+static const int32_t test_pos[T] = {0, 1, 7, 30, 100};
+
+Test(backend_ref, softmax_with_scale_and_softcap)
+{
+    struct gs_softmax_params p = {.scale = 0.5f, .softcap = 2.0f};
+    float out[T * D];
+    run_unary(op_softmax, &p, out);
+    for (int t = 0; t < T; t++) {
+        const float *x = &w_embd[test_tokens[t] * D];
+        double e[D], sum = 0;
+        for (int j = 0; j < D; j++) {
+            e[j] = exp(2.0 * tanh(x[j] * 0.5 / 2.0));
+            sum += e[j];
+        }
+        for (int j = 0; j < D; j++)
+            cr_assert_float_eq(out[t * D + j], e[j] / sum, 1e-6, "row %d col %d", t, j);
+    }
+}
+
+static void check_rope(enum gs_rope_mode mode)
+{
+    struct gs_rope_params p = {.n_head = 2, .head_dim = 4, .n_rot = 4, .mode = mode,
+                               .freq_base = 100.0f, .freq_scale = 0.5f};
+    float out[T * D];
+    run_unary(op_rope, &p, out);
+    for (int t = 0; t < T; t++) {
+        const float *x = &w_embd[test_tokens[t] * D];
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < 2; i++) {
+                double theta = 0.5 * test_pos[t] * pow(100.0, -2.0 * i / 4);
+                int a = h * 4 + (mode == GS_ROPE_NEOX ? i : 2 * i);
+                int b = h * 4 + (mode == GS_ROPE_NEOX ? i + 2 : 2 * i + 1);
+                double ya = x[a] * cos(theta) - x[b] * sin(theta);
+                double yb = x[a] * sin(theta) + x[b] * cos(theta);
+                cr_assert_float_eq(out[t * D + a], ya, 1e-4, "row %d head %d pair %d", t, h, i);
+                cr_assert_float_eq(out[t * D + b], yb, 1e-4, "row %d head %d pair %d", t, h, i);
+            }
+    }
+}
+
+Test(backend_ref, rope_normal_rotates_adjacent_pairs)
+{
+    check_rope(GS_ROPE_NORMAL);
+}
+
+Test(backend_ref, rope_neox_rotates_half_split_pairs)
+{
+    check_rope(GS_ROPE_NEOX);
+}
+
+/* ---- out of memory ------------------------------------------------------------ */
+
+Test(graph_oom, load_passes_and_compile_fail_cleanly)
+{
+    struct gs_gguf *f;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_gguf_open(gs_test_shared_path("models/stories260K.gguf"), &f, &err), GS_OK);
+    struct gs_be be;
+    cr_assert_eq(gs_be_init(&be, "ref", NULL, &err), GS_OK);
+    int n_fail = 0;
+    for (long n = 0;; n++) {
+        struct gs_model *m = NULL;
+        struct gs_plan *p = NULL;
+        struct gs_shape s = {.n_tokens = 4};
+        gs_alloc_fail_after(n);
+        enum gs_status st = gs_model_load(f, &m, &err);
+        if (!st)
+            st = gs_graph_run_passes(m->graph, gs_passes_all, gs_passes_all_len, &err);
+        if (!st)
+            st = gs_be_compile(&be, m->graph, &s, &p, &err);
+        gs_alloc_fail_after(-1);
+        gs_be_plan_free(&be, p);
+        gs_model_free(m);
+        if (st == GS_OK)
+            break;
+        cr_assert_eq(st, GS_NOMEM, "allocation %ld: %s", n, err.msg);
+        n_fail++;
+    }
+    cr_assert_gt(n_fail, 3);
+    gs_be_deinit(&be);
+    gs_gguf_close(f);
 }
