@@ -1,0 +1,136 @@
+/*
+ * engine/cpu/cpu.h - the kernels and the worker pool behind the `cpu` backend
+ * (engine/backend/cpu.c). Nothing outside that backend and its tests includes
+ * this header.
+ *
+ * Kernels. Weights are multiplied in their file format. Activations are first
+ * quantized to the weight type's dot partner (the vec_dot_type of
+ * engine/quant.h: q8_0 for q4_0/q5_0/q8_0, q8_1 for q4_1/q5_1, q8_K for the
+ * K-quants, f16/bf16 for f16/bf16 weights, f32 for f32), with that type's
+ * reference quantizer, so the products are the integer dot products llama.cpp
+ * computes. One table row per weight type gives the kernels (ggml's
+ * type_traits_cpu); a new type is one row, no switch.
+ *
+ * Instruction sets. The table is chosen once, at first use, from what the CPU
+ * reports (AVX2+FMA+F16C on x86-64; scalar everywhere else), so one binary
+ * runs on any x86-64. gs_cpu_kernels_for() gives a specific table for tests.
+ *
+ * Worker pool. gs_cpu_pool runs one task on all its threads (the caller is
+ * thread 0) and returns when every thread is done: one barrier per op. Its
+ * threads are created once; running a task allocates nothing. Workers spin
+ * briefly between tasks (ops follow each other within microseconds) and then
+ * sleep on a condition variable.
+ *
+ * Ownership: tables are static and const. A pool is created and freed by its
+ * owner (the backend instance). Threads: kernels are pure functions of their
+ * arguments and may run on any thread; a pool is driven by one thread at a time.
+ */
+#ifndef GS_CPU_H
+#define GS_CPU_H
+
+#include "engine/base.h"
+#include "engine/quant.h"
+
+/* ---- kernels ----------------------------------------------------------------- */
+
+/*
+ * Dot product of one weight row w (n elements of the weight type) with one
+ * activation row x (n elements of the weight type's vec_dot_type):
+ * sum_i w[i] * x[i]. n is a multiple of both block sizes. No alignment needed.
+ */
+typedef float (*gs_cpu_dot_fn)(int64_t n, const void *w, const void *x);
+
+/*
+ * Tiled product: out[t * out_stride + r] = dot(w row r, x row t) for r < n_rows,
+ * t < n_tok. Weight rows are w_stride bytes apart, activation rows x_stride.
+ * Implementations reuse each weight block for all n_tok tokens while it is in
+ * cache (and in registers where the ISA allows).
+ */
+typedef void (*gs_cpu_gemm_fn)(int64_t n, const void *w, size_t w_stride, int n_rows,
+                               const void *x, size_t x_stride, int n_tok, float *out,
+                               size_t out_stride);
+
+struct gs_cpu_kernels {
+    gs_cpu_dot_fn dot;   /* NULL: the type cannot be multiplied */
+    gs_cpu_gemm_fn gemm; /* never NULL where dot is set */
+};
+
+enum gs_cpu_isa {
+    GS_CPU_ISA_SCALAR = 0,
+    GS_CPU_ISA_AVX2,    /* x86-64 with AVX2, FMA and F16C */
+    GS_CPU_ISA_COUNT
+};
+
+/* The best ISA this CPU supports (detected once, thread-safe). */
+enum gs_cpu_isa gs_cpu_isa_best(void);
+const char *gs_cpu_isa_name(enum gs_cpu_isa isa);
+
+/* The kernels of weight type t on the best ISA; NULL for an unknown type id.
+ * The row's dot is NULL when the type has no kernel. */
+const struct gs_cpu_kernels *gs_cpu_kernels(enum gs_type t);
+
+/* The kernels of t on a given ISA, for tests and benchmarks; NULL when the
+ * ISA is not supported by this CPU or this build, or t is unknown. Types an
+ * ISA does not specialise fall back to the scalar row. */
+const struct gs_cpu_kernels *gs_cpu_kernels_for(enum gs_cpu_isa isa, enum gs_type t);
+
+/* Per-ISA tables, [GS_TYPE_COUNT] rows each (kernels_scalar.c, kernels_avx2.c). */
+extern const struct gs_cpu_kernels gs_cpu__kernels_scalar[GS_TYPE_COUNT];
+/* Fills the rows the AVX2 file specialises (x86-64 builds only). */
+void gs_cpu__kernels_avx2_fill(struct gs_cpu_kernels *table);
+
+/* The AVX2 versions of the vector helpers below (kernels_avx2.c). */
+void gs_cpu__avx2_f32_to_f16(const float *x, uint16_t *y, int64_t n);
+void gs_cpu__avx2_f16_to_f32(const uint16_t *x, float *y, int64_t n);
+float gs_cpu__avx2_dot_f32(const float *a, const float *b, int64_t n);
+float gs_cpu__avx2_dot_f32_f16(const float *a, const uint16_t *b, int64_t n);
+void gs_cpu__avx2_scale_axpy_f32(float *y, float s, float v, const float *b, int64_t n);
+void gs_cpu__avx2_scale_axpy_f16(float *y, float s, float v, const uint16_t *b, int64_t n);
+
+/* The generic tiled product: dot over tokens in blocks, weight row by row. */
+void gs_cpu__gemm_generic(gs_cpu_dot_fn dot, int64_t n, const void *w, size_t w_stride,
+                          int n_rows, const void *x, size_t x_stride, int n_tok, float *out,
+                          size_t out_stride);
+
+/* ---- vector helpers (best ISA, scalar fallback) -------------------------------- */
+
+/* y[i] = f16(x[i]) and y[i] = f32(x[i]) for n values: KV cache rows. */
+void gs_cpu_f32_to_f16(const float *x, uint16_t *y, int64_t n);
+void gs_cpu_f16_to_f32(const uint16_t *x, float *y, int64_t n);
+/* sum_i a[i] * b[i] over f32 / over an f32 row and an f16 row. */
+float gs_cpu_dot_f32(const float *a, const float *b, int64_t n);
+float gs_cpu_dot_f32_f16(const float *a, const uint16_t *b, int64_t n);
+/* y[i] = y[i] * s + v * b[i], with b f32 or f16: the online-softmax update. */
+void gs_cpu_scale_axpy_f32(float *y, float s, float v, const float *b, int64_t n);
+void gs_cpu_scale_axpy_f16(float *y, float s, float v, const uint16_t *b, int64_t n);
+
+/* ---- worker pool ------------------------------------------------------------- */
+
+struct gs_cpu_pool; /* opaque */
+
+/* A task: thread ith of nth does its share. */
+typedef void (*gs_cpu_task_fn)(void *arg, int ith, int nth);
+
+/* Starts n_threads - 1 workers (the caller is the n_threads-th). n_threads 0:
+ * the number of physical cores. GS_INVAL for a negative count, GS_NOMEM. */
+enum gs_status gs_cpu_pool_new(int n_threads, struct gs_cpu_pool **out, struct gs_err *err);
+/* Stops and joins the workers; NULL is a no-op. */
+void gs_cpu_pool_free(struct gs_cpu_pool *pool);
+int gs_cpu_pool_threads(const struct gs_cpu_pool *pool);
+/* Runs fn(arg, ith, nth) on every thread; returns when all have returned. */
+void gs_cpu_pool_run(struct gs_cpu_pool *pool, gs_cpu_task_fn fn, void *arg);
+/* Physical cores of this machine (logical CPUs when unknown), >= 1. */
+int gs_cpu_physical_cores(void);
+
+/* [first, last) of n items for thread ith of nth, in whole multiples of align. */
+static inline void gs_cpu_split(int64_t n, int64_t align, int ith, int nth, int64_t *first,
+                                int64_t *last)
+{
+    int64_t units = (n + align - 1) / align;
+    int64_t per = (units + nth - 1) / nth;
+    int64_t a = GS_MIN(units, per * ith) * align, b = GS_MIN(units, per * (ith + 1)) * align;
+    *first = GS_MIN(a, n);
+    *last = GS_MIN(b, n);
+}
+
+#endif /* GS_CPU_H */

@@ -1,0 +1,139 @@
+/*
+ * engine/cpu/kernels.c - picks the kernel table for this CPU, once, and the
+ * vector helpers that dispatch on it.
+ */
+#include "engine/cpu/cpu.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define GS_CPU_X86 1
+#else
+#define GS_CPU_X86 0
+#endif
+
+static struct gs_cpu_kernels tables[GS_CPU_ISA_COUNT][GS_TYPE_COUNT];
+static bool isa_ok[GS_CPU_ISA_COUNT];
+static enum gs_cpu_isa isa_best = GS_CPU_ISA_SCALAR;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void detect(void)
+{
+    for (int i = 0; i < GS_CPU_ISA_COUNT; i++)
+        memcpy(tables[i], gs_cpu__kernels_scalar, sizeof(tables[i]));
+    isa_ok[GS_CPU_ISA_SCALAR] = true;
+#if GS_CPU_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c")) {
+        gs_cpu__kernels_avx2_fill(tables[GS_CPU_ISA_AVX2]);
+        isa_ok[GS_CPU_ISA_AVX2] = true;
+        isa_best = GS_CPU_ISA_AVX2;
+    }
+#endif
+}
+
+enum gs_cpu_isa gs_cpu_isa_best(void)
+{
+    pthread_once(&once, detect);
+    return isa_best;
+}
+
+const char *gs_cpu_isa_name(enum gs_cpu_isa isa)
+{
+    static const char *const names[GS_CPU_ISA_COUNT] = {"scalar", "avx2"};
+    return (unsigned)isa < GS_CPU_ISA_COUNT ? names[isa] : "unknown";
+}
+
+const struct gs_cpu_kernels *gs_cpu_kernels_for(enum gs_cpu_isa isa, enum gs_type t)
+{
+    pthread_once(&once, detect);
+    if ((unsigned)isa >= GS_CPU_ISA_COUNT || !isa_ok[isa] || (unsigned)t >= GS_TYPE_COUNT)
+        return NULL;
+    return &tables[isa][t];
+}
+
+const struct gs_cpu_kernels *gs_cpu_kernels(enum gs_type t)
+{
+    return gs_cpu_kernels_for(gs_cpu_isa_best(), t);
+}
+
+/* ---- vector helpers ------------------------------------------------------------------ */
+
+static inline bool avx2(void)
+{
+    return GS_CPU_X86 && gs_cpu_isa_best() == GS_CPU_ISA_AVX2;
+}
+
+void gs_cpu_f32_to_f16(const float *x, uint16_t *y, int64_t n)
+{
+#if GS_CPU_X86
+    if (avx2()) {
+        gs_cpu__avx2_f32_to_f16(x, y, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+        y[i] = gs_f32_to_fp16(x[i]);
+}
+
+void gs_cpu_f16_to_f32(const uint16_t *x, float *y, int64_t n)
+{
+#if GS_CPU_X86
+    if (avx2()) {
+        gs_cpu__avx2_f16_to_f32(x, y, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+        y[i] = gs_fp16_to_f32(x[i]);
+}
+
+float gs_cpu_dot_f32(const float *a, const float *b, int64_t n)
+{
+#if GS_CPU_X86
+    if (avx2())
+        return gs_cpu__avx2_dot_f32(a, b, n);
+#endif
+    float s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+float gs_cpu_dot_f32_f16(const float *a, const uint16_t *b, int64_t n)
+{
+#if GS_CPU_X86
+    if (avx2())
+        return gs_cpu__avx2_dot_f32_f16(a, b, n);
+#endif
+    float s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += a[i] * gs_fp16_to_f32(b[i]);
+    return s;
+}
+
+void gs_cpu_scale_axpy_f32(float *y, float s, float v, const float *b, int64_t n)
+{
+#if GS_CPU_X86
+    if (avx2()) {
+        gs_cpu__avx2_scale_axpy_f32(y, s, v, b, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+        y[i] = y[i] * s + v * b[i];
+}
+
+void gs_cpu_scale_axpy_f16(float *y, float s, float v, const uint16_t *b, int64_t n)
+{
+#if GS_CPU_X86
+    if (avx2()) {
+        gs_cpu__avx2_scale_axpy_f16(y, s, v, b, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+        y[i] = y[i] * s + v * gs_fp16_to_f32(b[i]);
+}

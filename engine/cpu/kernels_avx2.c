@@ -1,0 +1,477 @@
+/*
+ * engine/cpu/kernels_avx2.c - AVX2 + FMA + F16C kernels. This file is compiled
+ * with -mavx2 -mfma -mf16c (engine/cpu/meson.build) and only ever called after
+ * gs_cpu_isa_best() has seen those features, so a binary built here still runs
+ * on an x86-64 without them.
+ *
+ * Integer products use the usual AVX2 idiom for int8 x int8: maddubs takes an
+ * unsigned and a signed operand, so the signed weight moves its sign onto the
+ * activation (sign_epi8) and its magnitude becomes the unsigned side. Weights
+ * that are unsigned by construction (q4_K/q5_K/q6_K quants before their
+ * offset) go in directly, and the offset is applied through q8_K's block sums.
+ */
+#include "engine/cpu/cpu.h"
+#include "engine/quant/internal.h"
+
+#include <immintrin.h>
+
+/* Tokens per group of the register-blocked products. */
+#define TOK_TILE 4
+/* Tokens per cache block: activations of this many tokens stay in L2 while a
+ * thread's weight rows stream past them. */
+#define TOK_BLOCK 64
+
+static inline float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float ld_f16(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+static inline float ld_f32(const uint8_t *p)
+{
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+
+/* 32 nibbles of a 16-byte run: element j < 16 from the low nibble of byte j,
+ * element j >= 16 from the high nibble of byte j - 16. */
+static inline __m256i nibbles32(const uint8_t *qs)
+{
+    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* Eight int32 partial sums of w[i] * y[i] for signed int8 w and y. */
+static inline __m256i dot_i8(__m256i w, __m256i y)
+{
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* As dot_i8 with |w| and the signs already applied to y. */
+static inline __m256i dot_u8(__m256i uw, __m256i y)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(uw, y), _mm256_set1_epi16(1));
+}
+
+/* ---- 32-element formats ------------------------------------------------------------ */
+
+static float dot_q4_0(int64_t n, const void *vw, const void *vx)
+{
+    const uint8_t *w = vw, *x = vx;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / GS_QK; b++, w += GS_Q4_0_BYTES, x += GS_Q8_0_BYTES) {
+        const __m256i q = _mm256_sub_epi8(nibbles32(w + GS_Q4_0_QS), _mm256_set1_epi8(8));
+        const __m256i y = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
+        const __m256 d = _mm256_set1_ps(ld_f16(w + GS_Q4_0_D) * ld_f16(x + GS_Q8_0_D));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(q, y)), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float dot_q8_0(int64_t n, const void *vw, const void *vx)
+{
+    const uint8_t *w = vw, *x = vx;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / GS_QK; b++, w += GS_Q8_0_BYTES, x += GS_Q8_0_BYTES) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w + GS_Q8_0_QS));
+        const __m256i y = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
+        const __m256 d = _mm256_set1_ps(ld_f16(w + GS_Q8_0_D) * ld_f16(x + GS_Q8_0_D));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(q, y)), acc);
+    }
+    return hsum_ps(acc);
+}
+
+/* The fifth bits of a q5 block as 0x10 in each byte that has one. */
+static inline __m256i fifth_bits(const uint8_t *qh_bytes)
+{
+    uint32_t qh;
+    memcpy(&qh, qh_bytes, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll,
+                                           0x0101010101010101ll, 0x0000000000000000ll);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), shuf);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+static float dot_q5_0(int64_t n, const void *vw, const void *vx)
+{
+    const uint8_t *w = vw, *x = vx;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / GS_QK; b++, w += GS_Q5_0_BYTES, x += GS_Q8_0_BYTES) {
+        __m256i q = _mm256_or_si256(nibbles32(w + GS_Q5_0_QS), fifth_bits(w + GS_Q5_0_QH));
+        q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+        const __m256i y = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
+        const __m256 d = _mm256_set1_ps(ld_f16(w + GS_Q5_0_D) * ld_f16(x + GS_Q8_0_D));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(q, y)), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float dot_q4_1(int64_t n, const void *vw, const void *vx)
+{
+    const uint8_t *w = vw, *x = vx;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    for (int64_t b = 0; b < n / GS_QK; b++, w += GS_Q4_1_BYTES, x += GS_Q8_1_BYTES) {
+        const __m256i q = nibbles32(w + GS_Q4_1_QS);
+        const __m256i y = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_1_QS));
+        const __m256 d = _mm256_set1_ps(ld_f16(w + GS_Q4_1_D) * ld_f16(x + GS_Q8_1_D));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8(q, y)), acc);
+        summ += ld_f16(w + GS_Q4_1_M) * ld_f16(x + GS_Q8_1_S);
+    }
+    return hsum_ps(acc) + summ;
+}
+
+static float dot_q5_1(int64_t n, const void *vw, const void *vx)
+{
+    const uint8_t *w = vw, *x = vx;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    for (int64_t b = 0; b < n / GS_QK; b++, w += GS_Q5_1_BYTES, x += GS_Q8_1_BYTES) {
+        const __m256i q = _mm256_or_si256(nibbles32(w + GS_Q5_1_QS), fifth_bits(w + GS_Q5_1_QH));
+        const __m256i y = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_1_QS));
+        const __m256 d = _mm256_set1_ps(ld_f16(w + GS_Q5_1_D) * ld_f16(x + GS_Q8_1_D));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8(q, y)), acc);
+        summ += ld_f16(w + GS_Q5_1_M) * ld_f16(x + GS_Q8_1_S);
+    }
+    return hsum_ps(acc) + summ;
+}
+
+/* ---- K-quants against q8_K ------------------------------------------------------------ */
+
+static inline int bsum(const uint8_t *x, int g)
+{
+    int16_t v;
+    memcpy(&v, x + GS_Q8_K_BSUMS + 2 * g, 2);
+    return v;
+}
+
+static inline void k4_scales(const uint8_t *sc, int s[8], int m[8])
+{
+    for (int g = 0; g < 4; g++) {
+        s[g] = sc[g] & 63;
+        m[g] = sc[g + 4] & 63;
+    }
+    for (int g = 4; g < 8; g++) {
+        s[g] = (sc[g + 4] & 0xf) | ((sc[g - 4] >> 6) << 4);
+        m[g] = (sc[g + 4] >> 4) | ((sc[g] >> 6) << 4);
+    }
+}
+
+/* q4_K (off_qh 0) and q5_K. */
+static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int block_bytes,
+                            int off_qs, int off_qh)
+{
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int64_t b = 0; b < n / GS_QK_K; b++, w += block_bytes, x += GS_Q8_K_BYTES) {
+        int s[8], m[8];
+        k4_scales(w + GS_Q4_K_SCALES, s, m);
+        const float dx = ld_f32(x + GS_Q8_K_D);
+        int ms = 0;
+        for (int g = 0; g < 8; g++)
+            ms += m[g] * (bsum(x, 2 * g) + bsum(x, 2 * g + 1));
+        summ -= dx * ld_f16(w + GS_Q4_K_DMIN) * (float)ms;
+        const __m256i hb = off_qh ? _mm256_loadu_si256((const __m256i *)(w + off_qh))
+                                  : _mm256_setzero_si256();
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w + off_qs + 32 * j));
+            __m256i lo = _mm256_and_si256(q, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (off_qh) {
+                const __m256i one = _mm256_set1_epi8(1);
+                const __m256i b0 =
+                    _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j)), one);
+                const __m256i b1 =
+                    _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j + 1)), one);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
+            }
+            const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 64 * j));
+            const __m256i yhi =
+                _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 64 * j + 32));
+            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo),
+                                                  _mm256_set1_epi16((short)s[2 * j]));
+            const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi),
+                                                  _mm256_set1_epi16((short)s[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+        }
+        const __m256 d = _mm256_set1_ps(dx * ld_f16(w + GS_Q4_K_D));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc) + summ;
+}
+
+static float dot_q4_K(int64_t n, const void *w, const void *x)
+{
+    return dot_k45(n, w, x, GS_Q4_K_BYTES, GS_Q4_K_QS, 0);
+}
+
+static float dot_q5_K(int64_t n, const void *w, const void *x)
+{
+    return dot_k45(n, w, x, GS_Q5_K_BYTES, GS_Q5_K_QS, GS_Q5_K_QH);
+}
+
+static float dot_q6_K(int64_t n, const void *vw, const void *vx)
+{
+    const uint8_t *w = vw, *x = vx;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
+    for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q6_K_BYTES, x += GS_Q8_K_BYTES) {
+        const int8_t *sc = (const int8_t *)(w + GS_Q6_K_SCALES);
+        /* q - 32: the offset goes through the block sums. */
+        int off = 0;
+        for (int g = 0; g < 16; g++)
+            off += sc[g] * bsum(x, g);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w + GS_Q6_K_QL + 64 * h, *qh = w + GS_Q6_K_QH + 32 * h;
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(hv, m2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2), m2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m2), 4));
+            for (int k = 0; k < 4; k++) {
+                const int g = 8 * h + 2 * k;
+                const __m256i y =
+                    _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 128 * h + 32 * k));
+                const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], y), scv));
+            }
+        }
+        const float d = ld_f32(x + GS_Q8_K_D) * ld_f16(w + GS_Q6_K_D);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        summ -= 32.0f * d * (float)off;
+    }
+    return hsum_ps(acc) + summ;
+}
+
+/* ---- plain floats ------------------------------------------------------------------------ */
+
+static float dot_f32(int64_t n, const void *vw, const void *vx)
+{
+    const float *w = vw, *x = vx;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(a0, a1));
+    for (; i < n; i++)
+        sum += w[i] * x[i];
+    return sum;
+}
+
+static inline __m256 ld8_f16(const void *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+static inline __m256 ld8_bf16(const void *p)
+{
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+static float dot_f16(int64_t n, const void *vw, const void *vx)
+{
+    const uint16_t *w = vw, *x = vx;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_fmadd_ps(ld8_f16(w + i), ld8_f16(x + i), a0);
+        a1 = _mm256_fmadd_ps(ld8_f16(w + i + 8), ld8_f16(x + i + 8), a1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(a0, a1));
+    for (; i < n; i++)
+        sum += _cvtsh_ss(w[i]) * _cvtsh_ss(x[i]);
+    return sum;
+}
+
+static float dot_bf16(int64_t n, const void *vw, const void *vx)
+{
+    const uint16_t *w = vw, *x = vx;
+    __m256 a0 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(ld8_bf16(w + i), ld8_bf16(x + i), a0);
+    float sum = hsum_ps(a0);
+    for (; i < n; i++)
+        sum += gs_bf16_to_f32(w[i]) * gs_bf16_to_f32(x[i]);
+    return sum;
+}
+
+/* ---- tiled products -------------------------------------------------------------------------
+ * q4_0 and q8_0 (the types prefill time is spent on in Q4_0/Q8_0 models): each
+ * weight block is unpacked once and multiplied with TOK_TILE tokens in
+ * registers. Other types use the cache-blocked generic loop. */
+
+static inline __m256i q4_0_block(const uint8_t *b)
+{
+    return _mm256_sub_epi8(nibbles32(b + GS_Q4_0_QS), _mm256_set1_epi8(8));
+}
+
+static inline __m256i q8_0_block(const uint8_t *b)
+{
+    return _mm256_loadu_si256((const __m256i *)(b + GS_Q8_0_QS));
+}
+
+#define GEMM_Q80(name, wbytes, unpack)                                                           \
+    static void gemm_##name(int64_t n, const void *vw, size_t ws, int nr, const void *vx,        \
+                            size_t xs, int nt, float *out, size_t os)                            \
+    {                                                                                            \
+        const int64_t nb = n / GS_QK;                                                            \
+        for (int t0 = 0; t0 < nt; t0 += TOK_BLOCK) {                                             \
+            const int t1 = GS_MIN(nt, t0 + TOK_BLOCK);                                           \
+            for (int r = 0; r < nr; r++) {                                                       \
+                const uint8_t *wr = (const uint8_t *)vw + (size_t)r * ws;                        \
+                int t = t0;                                                                      \
+                for (; t + TOK_TILE <= t1; t += TOK_TILE) {                                      \
+                    const uint8_t *x0 = (const uint8_t *)vx + (size_t)t * xs;                    \
+                    __m256 acc[TOK_TILE];                                                        \
+                    for (int k = 0; k < TOK_TILE; k++)                                           \
+                        acc[k] = _mm256_setzero_ps();                                            \
+                    for (int64_t b = 0; b < nb; b++) {                                           \
+                        const uint8_t *wb = wr + b * (wbytes);                                   \
+                        const __m256i q = unpack(wb);                                            \
+                        const __m256i aq = _mm256_sign_epi8(q, q);                               \
+                        const float dw = ld_f16(wb);                                             \
+                        for (int k = 0; k < TOK_TILE; k++) {                                     \
+                            const uint8_t *xb = x0 + (size_t)k * xs + b * GS_Q8_0_BYTES;         \
+                            const __m256i y = _mm256_sign_epi8(                                  \
+                                _mm256_loadu_si256((const __m256i *)(xb + GS_Q8_0_QS)), q);      \
+                            const __m256 d = _mm256_set1_ps(dw * ld_f16(xb));                    \
+                            acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8(aq, y)),       \
+                                                     acc[k]);                                    \
+                        }                                                                        \
+                    }                                                                            \
+                    for (int k = 0; k < TOK_TILE; k++)                                           \
+                        out[(size_t)(t + k) * os + r] = hsum_ps(acc[k]);                         \
+                }                                                                                \
+                for (; t < t1; t++)                                                              \
+                    out[(size_t)t * os + r] =                                                    \
+                        dot_##name(n, wr, (const uint8_t *)vx + (size_t)t * xs);                 \
+            }                                                                                    \
+        }                                                                                        \
+    }
+GEMM_Q80(q4_0, GS_Q4_0_BYTES, q4_0_block)
+GEMM_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block)
+#undef GEMM_Q80
+
+#define GEMM_OF(name)                                                                              \
+    static void gemm_##name(int64_t n, const void *w, size_t ws, int nr, const void *x,           \
+                            size_t xs, int nt, float *out, size_t os)                              \
+    {                                                                                              \
+        gs_cpu__gemm_generic(dot_##name, n, w, ws, nr, x, xs, nt, out, os);                       \
+    }
+GEMM_OF(q4_1)
+GEMM_OF(q5_0)
+GEMM_OF(q5_1)
+GEMM_OF(q4_K)
+GEMM_OF(q5_K)
+GEMM_OF(q6_K)
+GEMM_OF(f32)
+GEMM_OF(f16)
+GEMM_OF(bf16)
+#undef GEMM_OF
+
+void gs_cpu__kernels_avx2_fill(struct gs_cpu_kernels *t)
+{
+#define ROW(ty, name) t[ty] = (struct gs_cpu_kernels){.dot = dot_##name, .gemm = gemm_##name}
+    ROW(GS_TYPE_F32, f32);
+    ROW(GS_TYPE_F16, f16);
+    ROW(GS_TYPE_BF16, bf16);
+    ROW(GS_TYPE_Q4_0, q4_0);
+    ROW(GS_TYPE_Q4_1, q4_1);
+    ROW(GS_TYPE_Q5_0, q5_0);
+    ROW(GS_TYPE_Q5_1, q5_1);
+    ROW(GS_TYPE_Q8_0, q8_0);
+    ROW(GS_TYPE_Q4_K, q4_K);
+    ROW(GS_TYPE_Q5_K, q5_K);
+    ROW(GS_TYPE_Q6_K, q6_K);
+#undef ROW
+}
+
+/* ---- vector helpers -------------------------------------------------------------------------- */
+
+void gs_cpu__avx2_f32_to_f16(const float *x, uint16_t *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        y[i] = gs_f32_to_fp16(x[i]);
+}
+
+void gs_cpu__avx2_f16_to_f32(const uint16_t *x, float *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, ld8_f16(x + i));
+    for (; i < n; i++)
+        y[i] = gs_fp16_to_f32(x[i]);
+}
+
+float gs_cpu__avx2_dot_f32(const float *a, const float *b, int64_t n)
+{
+    return dot_f32(n, a, b);
+}
+
+float gs_cpu__avx2_dot_f32_f16(const float *a, const uint16_t *b, int64_t n)
+{
+    __m256 a0 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), ld8_f16(b + i), a0);
+    float sum = hsum_ps(a0);
+    for (; i < n; i++)
+        sum += a[i] * gs_fp16_to_f32(b[i]);
+    return sum;
+}
+
+void gs_cpu__avx2_scale_axpy_f32(float *y, float s, float v, const float *b, int64_t n)
+{
+    const __m256 vs = _mm256_set1_ps(s), vv = _mm256_set1_ps(v);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vv, _mm256_loadu_ps(b + i),
+                                                _mm256_mul_ps(vs, _mm256_loadu_ps(y + i))));
+    for (; i < n; i++)
+        y[i] = y[i] * s + v * b[i];
+}
+
+void gs_cpu__avx2_scale_axpy_f16(float *y, float s, float v, const uint16_t *b, int64_t n)
+{
+    const __m256 vs = _mm256_set1_ps(s), vv = _mm256_set1_ps(v);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vv, ld8_f16(b + i),
+                                                _mm256_mul_ps(vs, _mm256_loadu_ps(y + i))));
+    for (; i < n; i++)
+        y[i] = y[i] * s + v * gs_fp16_to_f32(b[i]);
+}

@@ -1,0 +1,282 @@
+/*
+ * tests/engine/test_cpu_kernels.c - every dot and tiled kernel of the cpu
+ * backend, on every ISA this machine has, against the scalar reference:
+ * dequantize the weight row and the quantized activation row and take the
+ * float dot product in double. Sizes include odd block counts; tiled
+ * products run batch sizes 1..64. Thresholds are normalized mean squared
+ * errors per type (integer products are exact up to float rounding).
+ */
+#include "engine/cpu/cpu.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const enum gs_type weight_types[] = {
+    GS_TYPE_F32,  GS_TYPE_F16,  GS_TYPE_BF16, GS_TYPE_Q4_0, GS_TYPE_Q4_1,
+    GS_TYPE_Q5_0, GS_TYPE_Q5_1, GS_TYPE_Q8_0, GS_TYPE_Q2_K, GS_TYPE_Q3_K,
+    GS_TYPE_Q4_K, GS_TYPE_Q5_K, GS_TYPE_Q6_K,
+};
+
+static uint64_t rng_state = 42;
+
+static float frand(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
+}
+
+/* A quantized matrix of rows x n, its dequantized copy, and the same for
+ * activations in the weight's vec_dot_type. */
+struct operands {
+    enum gs_type wt, xt;
+    int64_t n;
+    int rows, toks;
+    size_t w_stride, x_stride;
+    uint8_t *w, *x;
+    float *wf, *xf;
+};
+
+static void operands_make(struct operands *o, enum gs_type wt, int64_t n, int rows, int toks)
+{
+    const struct gs_type_traits *tt = gs_type_traits(wt);
+    uint64_t wb, xb;
+    o->wt = wt;
+    o->xt = tt->vec_dot_type;
+    o->n = n;
+    o->rows = rows;
+    o->toks = toks;
+    cr_assert_eq(gs_type_row_bytes(wt, n, &wb), GS_OK);
+    cr_assert_eq(gs_type_row_bytes(o->xt, n, &xb), GS_OK);
+    o->w_stride = wb;
+    o->x_stride = xb;
+    o->w = malloc(wb * rows);
+    o->x = malloc(xb * toks);
+    o->wf = malloc(sizeof(float) * n * rows);
+    o->xf = malloc(sizeof(float) * n * toks);
+    float *tmp = malloc(sizeof(float) * n);
+    for (int r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < n; i++)
+            tmp[i] = frand() * (1.0f + (float)(i % 7)) * 0.3f;
+        cr_assert_eq(gs_quantize(wt, tmp, o->w + r * wb, n), GS_OK);
+        cr_assert_eq(gs_dequantize(wt, o->w + r * wb, o->wf + r * n, n), GS_OK);
+    }
+    for (int t = 0; t < toks; t++) {
+        for (int64_t i = 0; i < n; i++)
+            tmp[i] = frand() * 2.0f;
+        cr_assert_eq(gs_quantize(o->xt, tmp, o->x + t * xb, n), GS_OK);
+        cr_assert_eq(gs_dequantize(o->xt, o->x + t * xb, o->xf + t * n, n), GS_OK);
+    }
+    free(tmp);
+}
+
+static void operands_free(struct operands *o)
+{
+    free(o->w);
+    free(o->x);
+    free(o->wf);
+    free(o->xf);
+}
+
+static double ref_dot(const struct operands *o, int r, int t)
+{
+    double s = 0;
+    for (int64_t i = 0; i < o->n; i++)
+        s += (double)o->wf[r * o->n + i] * o->xf[t * o->n + i];
+    return s;
+}
+
+/* NMSE limits: float accumulation of exact integer block sums. Products with
+ * q8_1 activations also carry q8_1's block sum, which the format stores as an
+ * f16 (relative error up to 2^-11 on the minimum's term). */
+static double nmse_limit(enum gs_type t)
+{
+    if (gs_type_traits(t)->vec_dot_type == GS_TYPE_Q8_1)
+        return 1e-5;
+    return t == GS_TYPE_F32 || t == GS_TYPE_F16 || t == GS_TYPE_BF16 ? 1e-10 : 1e-9;
+}
+
+static int64_t sizes_for(enum gs_type t, int64_t out[4])
+{
+    const int32_t bs = gs_type_traits(gs_type_traits(t)->vec_dot_type)->block_size;
+    const int32_t bw = gs_type_traits(t)->block_size;
+    const int64_t b = bw > bs ? bw : bs;
+    if (b == 1) {
+        out[0] = 1, out[1] = 37, out[2] = 64, out[3] = 1001;
+        return 4;
+    }
+    out[0] = b, out[1] = 3 * b, out[2] = 7 * b, out[3] = 11 * b;
+    return 4;
+}
+
+Test(cpu_kernels, dot_matches_dequantized_reference_on_every_isa)
+{
+    for (int isa = 0; isa < GS_CPU_ISA_COUNT; isa++) {
+        for (size_t k = 0; k < GS_ARRAY_LEN(weight_types); k++) {
+            enum gs_type t = weight_types[k];
+            const struct gs_cpu_kernels *kr = gs_cpu_kernels_for((enum gs_cpu_isa)isa, t);
+            if (!kr)
+                continue;
+            cr_assert(kr->dot && kr->gemm, "%s has no kernel", gs_type_name(t));
+            int64_t sizes[4];
+            int64_t ns = sizes_for(t, sizes);
+            for (int64_t s = 0; s < ns; s++) {
+                struct operands o;
+                operands_make(&o, t, sizes[s], 5, 3);
+                double num = 0, den = 0;
+                for (int r = 0; r < o.rows; r++) {
+                    for (int tk = 0; tk < o.toks; tk++) {
+                        double want = ref_dot(&o, r, tk);
+                        double got = kr->dot(o.n, o.w + r * o.w_stride, o.x + tk * o.x_stride);
+                        num += (got - want) * (got - want);
+                        den += want * want;
+                    }
+                }
+                double nmse = num / den;
+                cr_expect(nmse < nmse_limit(t), "%s/%s n=%lld: nmse %.3g",
+                          gs_cpu_isa_name((enum gs_cpu_isa)isa), gs_type_name(t),
+                          (long long)o.n, nmse);
+                operands_free(&o);
+            }
+        }
+    }
+}
+
+Test(cpu_kernels, gemm_equals_dot_for_batches_1_to_64)
+{
+    for (int isa = 0; isa < GS_CPU_ISA_COUNT; isa++) {
+        for (size_t k = 0; k < GS_ARRAY_LEN(weight_types); k++) {
+            enum gs_type t = weight_types[k];
+            const struct gs_cpu_kernels *kr = gs_cpu_kernels_for((enum gs_cpu_isa)isa, t);
+            if (!kr)
+                continue;
+            int64_t sizes[4];
+            sizes_for(t, sizes);
+            struct operands o;
+            operands_make(&o, t, sizes[1], 7, 64);
+            float *out = malloc(sizeof(float) * 64 * 9);
+            for (int nt = 1; nt <= 64; nt += (nt < 8 ? 1 : 9)) {
+                for (size_t i = 0; i < 64 * 9; i++)
+                    out[i] = NAN;
+                /* out_stride 9 > rows: the kernel must leave the gap alone. */
+                kr->gemm(o.n, o.w, o.w_stride, o.rows, o.x, o.x_stride, nt, out, 9);
+                for (int tk = 0; tk < nt; tk++) {
+                    for (int r = 0; r < o.rows; r++) {
+                        float want = kr->dot(o.n, o.w + r * o.w_stride, o.x + tk * o.x_stride);
+                        float got = out[tk * 9 + r];
+                        cr_assert(fabsf(got - want) <= 1e-5f * (1 + fabsf(want)),
+                                  "%s/%s batch %d: out[%d][%d] = %g, dot %g",
+                                  gs_cpu_isa_name((enum gs_cpu_isa)isa), gs_type_name(t), nt, tk,
+                                  r, got, want);
+                    }
+                    cr_assert(isnan(out[tk * 9 + 7]) && isnan(out[tk * 9 + 8]));
+                }
+            }
+            free(out);
+            operands_free(&o);
+        }
+    }
+}
+
+Test(cpu_kernels, vector_helpers_match_scalar)
+{
+    enum { N = 203 };
+    float a[N], b[N], y[N], yr[N], back[N];
+    uint16_t h[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = frand();
+        b[i] = frand() * 3;
+        y[i] = yr[i] = frand();
+    }
+    gs_cpu_f32_to_f16(b, h, N);
+    gs_cpu_f16_to_f32(h, back, N);
+    double d32 = 0, d16 = 0;
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(h[i], gs_f32_to_fp16(b[i]), "f16 of %g at %d", b[i], i);
+        cr_assert_eq(back[i], gs_fp16_to_f32(h[i]));
+        d32 += (double)a[i] * b[i];
+        d16 += (double)a[i] * back[i];
+    }
+    cr_assert(fabs(gs_cpu_dot_f32(a, b, N) - d32) < 1e-4);
+    cr_assert(fabs(gs_cpu_dot_f32_f16(a, h, N) - d16) < 1e-4);
+    gs_cpu_scale_axpy_f32(y, 0.5f, 2.0f, b, N);
+    for (int i = 0; i < N; i++)
+        cr_assert(fabsf(y[i] - (yr[i] * 0.5f + 2.0f * b[i])) < 1e-5f);
+    gs_cpu_scale_axpy_f16(yr, 0.25f, -1.0f, h, N);
+    for (int i = 0; i < N; i++)
+        cr_assert(fabsf(yr[i] - ((y[i] - 2.0f * b[i]) * 2.0f * 0.25f - back[i])) < 1e-4f);
+}
+
+Test(cpu_kernels, unknown_type_has_no_row_and_unsupported_isa_is_null)
+{
+    cr_assert_null(gs_cpu_kernels((enum gs_type)GS_TYPE_COUNT));
+    cr_assert_null(gs_cpu_kernels_for(GS_CPU_ISA_COUNT, GS_TYPE_F32));
+    cr_assert_null(gs_cpu_kernels(GS_TYPE_IQ2_XXS)->dot);
+    cr_assert_not_null(gs_cpu_kernels_for(GS_CPU_ISA_SCALAR, GS_TYPE_Q4_K)->dot);
+}
+
+/* ---- pool ------------------------------------------------------------------------------- */
+
+struct count_task {
+    _Atomic int calls;
+    _Atomic long sum;
+    int seen_nth;
+};
+
+static void count_fn(void *arg, int ith, int nth)
+{
+    struct count_task *c = arg;
+    atomic_fetch_add(&c->calls, 1);
+    atomic_fetch_add(&c->sum, ith);
+    c->seen_nth = nth;
+}
+
+Test(cpu_pool, runs_every_thread_once_per_task_and_waits)
+{
+    for (int n = 1; n <= 4; n++) {
+        struct gs_cpu_pool *pool;
+        struct gs_err err = {0};
+        cr_assert_eq(gs_cpu_pool_new(n, &pool, &err), GS_OK, "%s", err.msg);
+        cr_assert_eq(gs_cpu_pool_threads(pool), n);
+        for (int rep = 0; rep < 2000; rep++) {
+            struct count_task c = {0};
+            gs_cpu_pool_run(pool, count_fn, &c);
+            /* Returning means every share is done. */
+            cr_assert_eq(atomic_load(&c.calls), n);
+            cr_assert_eq(atomic_load(&c.sum), (long)n * (n - 1) / 2);
+            cr_assert_eq(c.seen_nth, n);
+        }
+        gs_cpu_pool_free(pool);
+    }
+}
+
+Test(cpu_pool, rejects_bad_counts_and_defaults_to_cores)
+{
+    struct gs_cpu_pool *pool;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_cpu_pool_new(-1, &pool, &err), GS_INVAL);
+    cr_assert_null(pool);
+    cr_assert_eq(gs_cpu_pool_new(0, &pool, &err), GS_OK);
+    cr_assert_eq(gs_cpu_pool_threads(pool), gs_cpu_physical_cores());
+    gs_cpu_pool_free(pool);
+    gs_cpu_pool_free(NULL);
+}
+
+Test(cpu_pool, split_covers_range_in_aligned_pieces)
+{
+    for (int nth = 1; nth <= 5; nth++) {
+        for (int64_t n = 0; n < 100; n += 7) {
+            int64_t next = 0;
+            for (int i = 0; i < nth; i++) {
+                int64_t a, b;
+                gs_cpu_split(n, 4, i, nth, &a, &b);
+                cr_assert_eq(a, next);
+                cr_assert(b >= a && (a % 4 == 0 || a == n));
+                next = b;
+            }
+            cr_assert_eq(next, n);
+        }
+    }
+}
