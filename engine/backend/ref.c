@@ -100,10 +100,10 @@ static enum gs_status ref_compile(struct gs_be *be, const struct gs_graph *g,
         goto out_nomem;
     *out = p;
     return GS_OK;
-out_nomem:
+out_nomem:;
+    unsigned long long bytes = p->scratch_bytes;
     ref_plan_free(be, p);
-    return gs_err_set(err, GS_NOMEM, "ref: out of memory reserving %llu scratch bytes",
-                      (unsigned long long)p->scratch_bytes);
+    return gs_err_set(err, GS_NOMEM, "ref: out of memory reserving %llu scratch bytes", bytes);
 }
 
 /* ---- helpers -------------------------------------------------------------- */
