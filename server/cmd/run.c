@@ -4,7 +4,7 @@
  * [--kv-type f32|f16] [--page-tokens N] [--batch N] [--json]`: one sequence,
  * evaluated step by step on a backend over the paged KV cache, text streamed
  * to stdout as it is produced. --json prints prompt and output ids, the
- * finish reason and timings instead.
+ * finish reason, the planned scratch bytes and timings instead.
  */
 #include "engine/backend.h"
 #include "engine/compile.h"
@@ -222,7 +222,7 @@ static bool is_eog(const struct runner *r, int32_t id)
 
 static void print_json(const int32_t *prompt, size_t n_prompt, const int32_t *out, size_t n_out,
                        const char *text, size_t text_len, const char *finish, double prompt_ms,
-                       double gen_ms)
+                       double gen_ms, uint64_t scratch_bytes)
 {
     json_t *jp = json_array(), *jo = json_array();
     for (size_t i = 0; i < n_prompt; i++)
@@ -230,9 +230,10 @@ static void print_json(const int32_t *prompt, size_t n_prompt, const int32_t *ou
     for (size_t i = 0; i < n_out; i++)
         json_array_append_new(jo, json_integer(out[i]));
     double per_token = n_out ? gen_ms / (double)n_out : 0;
-    json_t *j = json_pack("{s:o, s:o, s:s#, s:s, s:{s:f, s:f, s:f, s:f}}", "prompt_tokens", jp,
+    json_t *j = json_pack("{s:o, s:o, s:s#, s:s, s:I, s:{s:f, s:f, s:f, s:f}}", "prompt_tokens", jp,
                           "output_tokens", jo, "text", text ? text : "", (int)text_len,
-                          "finish_reason", finish, "timings", "prompt_ms", prompt_ms,
+                          "finish_reason", finish, "scratch_bytes", (json_int_t)scratch_bytes,
+                          "timings", "prompt_ms", prompt_ms,
                           "per_token_ms", per_token, "tokens_per_s",
                           gen_ms > 0 ? 1000.0 * (double)n_out / gen_ms : 0.0,
                           "prompt_tokens_per_s",
@@ -363,7 +364,8 @@ int gs_cmd_run(int argc, char **argv)
     }
     double t2 = gs_now_ms();
     if (o.json)
-        print_json(prompt, n_prompt, out, n_out, text, text_len, finish, t1 - t0, t2 - t1);
+        print_json(prompt, n_prompt, out, n_out, text, text_len, finish, t1 - t0, t2 - t1,
+                   gs_plan_cache_scratch_bytes(&r.cache));
     else
         fputc('\n', stdout);
     rc = 0;
