@@ -26,8 +26,9 @@
  * format are atomics: gs_log_configure() from a SIGHUP reload takes effect on
  * the next line of every thread.
  *
- * Ownership: nothing is allocated; lines longer than GS_LOG_LINE_MAX are cut
- * and end with truncated=true.
+ * Ownership: nothing is allocated. One value is cut at 2 KiB; pairs that do
+ * not fit in GS_LOG_LINE_MAX are left out and the line ends with
+ * truncated=true, so that even a cut JSON line parses.
  */
 #ifndef GS_LOG_H
 #define GS_LOG_H

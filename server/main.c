@@ -17,6 +17,7 @@ static const struct command commands[] = {
     {"graph", gs_cmd_graph, "print a model's forward-pass graph before/after rewrite passes"},
     {"run", gs_cmd_run, "generate text from a prompt on one sequence"},
     {"validate", gs_cmd_validate, "compare a backend's logits with golden logits"},
+    {"config", gs_cmd_config, "validate a config file; print the effective config or reference"},
 };
 
 static void print_usage(FILE *f)

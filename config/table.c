@@ -1,0 +1,241 @@
+/*
+ * config/table.c - the one table of graphserve's options. Adding an option is
+ * one row here plus its field in struct gs_cfg; the flag, environment
+ * variable, file key, --help, the README reference, --print-config,
+ * validation and reload all follow from the row.
+ *
+ * Defaults are text parsed by the same code as a flag value, so a default is
+ * checked against its own range (tests/config checks every row).
+ */
+#include "config/internal.h"
+
+#include <ctype.h>
+#include <string.h>
+
+static const char *const backend_choices[] = {"ref", "cpu", NULL};
+static const char *const kv_type_choices[] = {"f16", "f32", NULL};
+static const char *const template_choices[] = {"auto",  "chatml", "llama2", "llama3", "mistral",
+                                               "gemma", "phi3",   "zephyr", "plain",  NULL};
+static const char *const log_level_choices[] = {"debug", "info", "warn", "error", NULL};
+static const char *const log_format_choices[] = {"logfmt", "json", NULL};
+
+#define KiB 1024.0
+#define MiB (1024.0 * KiB)
+#define GiB (1024.0 * MiB)
+#define TiB (1024.0 * GiB)
+
+#define F(field) offsetof(struct gs_cfg, field)
+#define R GS_CFG_F_RELOAD
+#define SECRET GS_CFG_F_SECRET
+#define PATH GS_CFG_F_PATH
+
+static const char g_model[] = "model and engine";
+static const char g_http[] = "HTTP";
+static const char g_limits[] = "limits";
+static const char g_auth[] = "authentication";
+static const char g_tls[] = "TLS";
+static const char g_log[] = "logging";
+static const char g_val[] = "validation";
+static const char g_file[] = "config file";
+
+/* clang-format off */
+static const struct gs_cfg_opt opts[] = {
+    /* name, short, type, field, group, default, min, max, choices, flags, unit, help */
+    {"model", 'm', GS_CFG_STR, F(model), g_model, NULL, 0, 0, NULL, PATH, NULL,
+     "GGUF model file to serve (required)."},
+    {"backend", 0, GS_CFG_ENUM, F(backend), g_model, "ref", 0, 0, backend_choices, 0, NULL,
+     "Compute backend: ref is the scalar reference (the validation oracle), cpu the fast "
+     "SIMD one. The default becomes cpu once that backend is complete."},
+    {"threads", 't', GS_CFG_INT, F(threads), g_model, "0", 0, 1024, NULL, 0, "threads",
+     "Backend worker threads; 0 uses one per physical core."},
+    {"kv-cache-bytes", 0, GS_CFG_BYTES, F(kv_cache_bytes), g_model, "0", 0, TiB, NULL, 0,
+     "bytes", "Size of the KV page pool; 0 derives it from the model and free memory."},
+    {"kv-type", 0, GS_CFG_ENUM, F(kv_type), g_model, "f16", 0, 0, kv_type_choices, 0, NULL,
+     "Element type of cached keys and values."},
+    {"page-tokens", 0, GS_CFG_INT, F(page_tokens), g_model, "16", 1, 1024, NULL, 0, "tokens",
+     "Tokens per KV page; a sequence wastes at most one partly filled page."},
+    {"max-seqs", 0, GS_CFG_INT, F(max_seqs), g_model, "64", 1, 4096, NULL, 0, "sequences",
+     "Sequences running at once in one engine step."},
+    {"max-batch-tokens", 0, GS_CFG_INT, F(max_batch_tokens), g_model, "512", 1, 65536, NULL, 0,
+     "tokens", "Tokens per engine step (decodes first, then prefill chunks); at least max-seqs."},
+    {"max-queue", 0, GS_CFG_INT, F(max_queue), g_model, "256", 1, 1000000, NULL, 0, "requests",
+     "Requests waiting for admission before new ones get 429."},
+    {"n-ctx", 'c', GS_CFG_INT, F(n_ctx), g_model, "0", 0, 1048576, NULL, 0, "tokens",
+     "Longest sequence, prompt plus output; 0 uses the model's context length."},
+    {"prefix-cache", 0, GS_CFG_BOOL, F(prefix_cache), g_model, "true", 0, 0, NULL, 0, NULL,
+     "Reuse the KV pages of identical prompt prefixes across requests."},
+    {"chat-template", 0, GS_CFG_ENUM, F(chat_template), g_model, "auto", 0, 0, template_choices,
+     0, NULL, "Chat template; auto picks it from the model's tokenizer.chat_template."},
+
+    {"host", 0, GS_CFG_STR, F(host), g_http, "127.0.0.1", 0, 0, NULL, 0, NULL,
+     "Address to listen on; 0.0.0.0 or :: listens on every interface."},
+    {"port", 0, GS_CFG_INT, F(port), g_http, "8080", 0, 65535, NULL, 0, NULL,
+     "TCP port to listen on; 0 picks a free port."},
+
+    {"max-body-bytes", 0, GS_CFG_BYTES, F(max_body_bytes), g_limits, "2MiB", KiB, GiB, NULL, R,
+     "bytes", "Largest request body; larger ones get 413."},
+    {"max-header-bytes", 0, GS_CFG_BYTES, F(max_header_bytes), g_limits, "16KiB", KiB, MiB, NULL,
+     0, "bytes", "Largest request line plus headers."},
+    {"conn-timeout-s", 0, GS_CFG_INT, F(conn_timeout_s), g_limits, "30", 1, 3600, NULL, 0, "s",
+     "A connection idle this long (no bytes either way) is closed; stops slowloris clients."},
+    {"max-conns", 0, GS_CFG_INT, F(max_conns), g_limits, "256", 1, 65536, NULL, R, "connections",
+     "Open client connections in total."},
+    {"max-conns-per-ip", 0, GS_CFG_INT, F(max_conns_per_ip), g_limits, "64", 1, 65536, NULL, R,
+     "connections", "Open client connections per client address."},
+    {"max-tokens", 0, GS_CFG_INT, F(max_tokens), g_limits, "4096", 1, 1048576, NULL, R, "tokens",
+     "Cap on a request's max_tokens; larger requests get 400."},
+    {"drain-timeout-s", 0, GS_CFG_INT, F(drain_timeout_s), g_limits, "30", 0, 3600, NULL, R, "s",
+     "On SIGTERM, time given to in-flight requests before they end with finish_reason abort."},
+
+    {"api-key", 0, GS_CFG_LIST, F(api_key), g_auth, NULL, 0, 0, NULL, R | SECRET, NULL,
+     "Accepted Bearer key for /v1 and /metrics; repeat for several. None: no authentication."},
+    {"api-key-file", 0, GS_CFG_STR, F(api_key_file), g_auth, NULL, 0, 0, NULL, R | PATH, NULL,
+     "File of accepted keys, one per line ('#' comments and blank lines skipped)."},
+
+    {"tls-cert", 0, GS_CFG_STR, F(tls_cert), g_tls, NULL, 0, 0, NULL, PATH, NULL,
+     "PEM certificate chain; with tls-key, serve HTTPS only."},
+    {"tls-key", 0, GS_CFG_STR, F(tls_key), g_tls, NULL, 0, 0, NULL, PATH, NULL,
+     "PEM private key of tls-cert."},
+    {"tls-client-ca", 0, GS_CFG_STR, F(tls_client_ca), g_tls, NULL, 0, 0, NULL, PATH, NULL,
+     "PEM CA bundle; when set, clients must present a certificate it signed."},
+    {"tls-handshake-timeout-s", 0, GS_CFG_INT, F(tls_handshake_timeout_s), g_tls, "10", 1, 300,
+     NULL, 0, "s", "A TLS handshake not finished by then is dropped."},
+    {"max-tls-handshakes", 0, GS_CFG_INT, F(max_tls_handshakes), g_tls, "64", 1, 4096, NULL, 0,
+     "handshakes", "TLS handshakes in progress at once; further connections wait."},
+
+    {"log-level", 0, GS_CFG_ENUM, F(log_level), g_log, "info", 0, 0, log_level_choices, R, NULL,
+     "Least severe level written to stderr."},
+    {"log-format", 0, GS_CFG_ENUM, F(log_format), g_log, "logfmt", 0, 0, log_format_choices, R,
+     NULL, "Log line format: logfmt (key=value) or json (one object per line)."},
+
+    {"validate-rate", 0, GS_CFG_FLOAT, F(validate_rate), g_val, "0", 0, 1, NULL, R, "fraction",
+     "Fraction of requests re-evaluated on ref and compared, besides those that ask."},
+    {"validate-timeout-ms", 0, GS_CFG_INT, F(validate_timeout_ms), g_val, "10000", 0, 600000,
+     NULL, R, "ms", "How long a response waits for its validation report; 0 never waits."},
+
+    {"config", 0, GS_CFG_STR, F(config), g_file, NULL, 0, 0, NULL, PATH | GS_CFG_F_NOFILE, NULL,
+     "JSON config file; flags and GRAPHSERVE_* variables override its keys."},
+};
+/* clang-format on */
+
+_Static_assert(GS_ARRAY_LEN(opts) <= GS_CFG_MAX_OPTS, "raise GS_CFG_MAX_OPTS");
+_Static_assert(sizeof(enum gs_cfg_backend) == sizeof(int), "enum fields are int-sized");
+_Static_assert(sizeof(enum gs_cfg_kv_type) == sizeof(int), "enum fields are int-sized");
+_Static_assert(sizeof(enum gs_cfg_chat_template) == sizeof(int), "enum fields are int-sized");
+_Static_assert(sizeof(enum gs_log_level) == sizeof(int), "enum fields are int-sized");
+_Static_assert(sizeof(enum gs_log_format) == sizeof(int), "enum fields are int-sized");
+
+const struct gs_cfg_opt *gs_cfg_opts(size_t *n)
+{
+    *n = GS_ARRAY_LEN(opts);
+    return opts;
+}
+
+size_t gs_cfg__index(const struct gs_cfg_opt *o)
+{
+    return (size_t)(o - opts);
+}
+
+/* Compares a spelling with the table name, treating '-' and '_' alike when
+ * loose; the file key must use '_', the flag '-'. */
+static bool name_eq(const char *table, const char *s, char sep)
+{
+    for (; *table && *s; table++, s++) {
+        char want = *table == '-' ? sep : *table;
+        if (*s != want)
+            return false;
+    }
+    return !*table && !*s;
+}
+
+const struct gs_cfg_opt *gs_cfg_opt_find(const char *name)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < GS_ARRAY_LEN(opts); i++)
+        if (name_eq(opts[i].name, name, '-') || name_eq(opts[i].name, name, '_'))
+            return &opts[i];
+    return NULL;
+}
+
+const char *gs_cfg__env_name(const struct gs_cfg_opt *o, char *buf, size_t cap)
+{
+    size_t n = (size_t)snprintf(buf, cap, "GRAPHSERVE_%s", o->name);
+    for (size_t i = 0; i < n && i < cap; i++)
+        buf[i] = buf[i] == '-' ? '_' : (char)toupper((unsigned char)buf[i]);
+    return buf;
+}
+
+const char *gs_cfg__file_key(const struct gs_cfg_opt *o, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", o->name);
+    for (char *p = buf; *p; p++)
+        if (*p == '-')
+            *p = '_';
+    return buf;
+}
+
+/* Levenshtein distance, capped: names are short. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return 99;
+    size_t prev[64], cur[64];
+    for (size_t j = 0; j <= lb; j++)
+        prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = GS_MIN(sub, GS_MIN(del, ins));
+        }
+        memcpy(prev, cur, sizeof(prev));
+    }
+    return prev[lb];
+}
+
+const struct gs_cfg_opt *gs_cfg__suggest(const char *name, int style)
+{
+    const struct gs_cfg_opt *best = NULL;
+    size_t best_d = 4;
+    char key[64];
+    for (size_t i = 0; i < GS_ARRAY_LEN(opts); i++) {
+        const char *cand = style ? gs_cfg__file_key(&opts[i], key, sizeof(key)) : opts[i].name;
+        size_t d = edit_distance(name, cand);
+        /* A prefix of a longer name ("kv-cache") is a likely truncation. */
+        if (strlen(name) >= 3 && !strncmp(cand, name, strlen(name)))
+            d = GS_MIN(d, 1);
+        if (d < best_d) {
+            best_d = d;
+            best = &opts[i];
+        }
+    }
+    return best;
+}
+
+const char *gs_cfg__choice(const struct gs_cfg_opt *o, int i)
+{
+    if (!o->choices || i < 0)
+        return "?";
+    for (int k = 0; o->choices[k]; k++)
+        if (k == i)
+            return o->choices[k];
+    return "?";
+}
+
+const char *gs_cfg_backend_name(enum gs_cfg_backend b)
+{
+    return gs_cfg__choice(gs_cfg_opt_find("backend"), (int)b);
+}
+
+const char *gs_cfg_kv_type_name(enum gs_cfg_kv_type t)
+{
+    return gs_cfg__choice(gs_cfg_opt_find("kv-type"), (int)t);
+}
+
+const char *gs_cfg_template_name(enum gs_cfg_chat_template t)
+{
+    return gs_cfg__choice(gs_cfg_opt_find("chat-template"), (int)t);
+}
