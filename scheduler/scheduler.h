@@ -52,6 +52,8 @@ struct gs_sched_cfg {
     uint32_t max_queue;         /* waiting requests before submit says GS_BUSY; 0: 256 */
     uint32_t n_ctx;             /* longest sequence (prompt + output); 0: the model's */
     bool prefix_cache;          /* reuse full pages of identical prompt prefixes */
+    const int32_t *eog;         /* end-of-generation token ids (copied); NULL: the model's eos */
+    uint32_t n_eog;
     /* Called on the engine thread after events were queued (may be NULL). */
     void (*notify)(void *ctx);
     void *notify_ctx;
@@ -165,6 +167,9 @@ void gs_sched_cancel(struct gs_sched *s, uint64_t id);
 size_t gs_sched_poll(struct gs_sched *s, struct gs_sched_event *out, size_t cap);
 
 void gs_sched_stats(struct gs_sched *s, struct gs_sched_stats *out);
+
+/* The context length requests are checked against (prompt + max_tokens). */
+uint32_t gs_sched_n_ctx(const struct gs_sched *s);
 
 /* ---- threaded mode ---------------------------------------------------------------- */
 

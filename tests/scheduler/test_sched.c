@@ -1,0 +1,419 @@
+/*
+ * tests/scheduler/test_sched.c - continuous batching on the real engine
+ * (stories260K on the ref backend): outputs that do not depend on batch
+ * company, preemption on a pool too small for everyone, cancellation, the
+ * prefix cache, admission errors, and the threaded mode.
+ *
+ * "Alone" means a scheduler with max_seqs 1 and a roomy pool: the sequence is
+ * the only one in every step it takes part in.
+ */
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "kvcache/kvcache.h"
+#include "scheduler/scheduler.h"
+#include "tests/common/testutil.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_GEN 48
+
+struct rig {
+    struct gs_gguf *file;
+    struct gs_model *model;
+};
+
+static void rig_open(struct rig *r)
+{
+    struct gs_err err;
+    cr_assert_eq(gs_gguf_open(gs_test_shared_path("models/stories260K.gguf"), &r->file, &err),
+                 GS_OK, "%s", err.msg);
+    cr_assert_eq(gs_model_load(r->file, &r->model, &err), GS_OK, "%s", err.msg);
+}
+
+static void rig_close(struct rig *r)
+{
+    gs_model_free(r->model);
+    gs_gguf_close(r->file);
+}
+
+static struct gs_sched *new_sched(struct rig *r, uint32_t max_seqs, uint32_t n_pages,
+                                  uint32_t max_batch, bool prefix)
+{
+    /* stories260K: 5 layers x kv_dim 32 x f16 x 2 (K,V) x 16 tokens = 10240 bytes a page */
+    uint64_t page_bytes = 5ull * 2 * 16 * 32 * 2;
+    struct gs_sched_cfg cfg = {.backend = "ref", .kv_cache_bytes = n_pages * page_bytes,
+                               .kv_type = GS_TYPE_F16, .max_seqs = max_seqs,
+                               .max_batch_tokens = max_batch, .n_ctx = 512,
+                               .prefix_cache = prefix};
+    struct gs_sched *s;
+    struct gs_err err;
+    cr_assert_eq(gs_sched_new(&cfg, r->model, &s, &err), GS_OK, "%s", err.msg);
+    struct gs_sched_stats st;
+    gs_sched_stats(s, &st);
+    cr_assert_eq(st.pages_total, n_pages);
+    return s;
+}
+
+struct job {
+    int32_t prompt[200];
+    uint32_t n_prompt;
+    uint32_t max_tokens;
+    uint64_t seed;
+    float temperature;
+    /* results */
+    int32_t out[MAX_GEN];
+    uint32_t n_out;
+    enum gs_finish finish;
+    struct gs_sched_req_stats stats;
+    bool cancel_after; /* cancel once it has produced cancel_at tokens */
+    uint32_t cancel_at;
+    bool cancel_sent;
+};
+
+static void submit(struct gs_sched *s, struct job *j, uint64_t id)
+{
+    struct gs_sched_request req = {.id = id, .prompt = j->prompt, .n_prompt = j->n_prompt,
+                                   .max_tokens = j->max_tokens, .ignore_eos = true};
+    gs_sample_params_init(&req.sampling);
+    req.sampling.temperature = j->temperature;
+    req.sampling.seed = j->seed;
+    struct gs_err err;
+    cr_assert_eq(gs_sched_submit(s, &req, &err), GS_OK, "%s", err.msg);
+    j->n_out = 0;
+    j->finish = GS_FINISH_NONE;
+    j->cancel_sent = false;
+}
+
+/* Steps until idle, routing events to jobs[id]. */
+static void run_to_idle(struct gs_sched *s, struct job *jobs, uint32_t n_jobs)
+{
+    struct gs_sched_event ev[64];
+    struct gs_err err;
+    for (int guard = 0; !gs_sched_idle(s); guard++) {
+        cr_assert_lt(guard, 100000, "scheduler made no progress");
+        cr_assert_eq(gs_sched_step(s, &err), GS_OK, "%s", err.msg);
+        size_t n;
+        while ((n = gs_sched_poll(s, ev, 64)) > 0) {
+            for (size_t i = 0; i < n; i++) {
+                cr_assert_lt(ev[i].id, n_jobs);
+                struct job *j = &jobs[ev[i].id];
+                cr_assert_eq(j->finish, GS_FINISH_NONE, "event after finish");
+                if (ev[i].kind == GS_SCHED_EV_TOKEN) {
+                    cr_assert_lt(j->n_out, MAX_GEN);
+                    j->out[j->n_out++] = ev[i].token;
+                    if (j->cancel_after && j->n_out >= j->cancel_at && !j->cancel_sent) {
+                        gs_sched_cancel(s, ev[i].id);
+                        j->cancel_sent = true;
+                    }
+                } else {
+                    j->finish = ev[i].finish;
+                    j->stats = ev[i].stats;
+                }
+            }
+        }
+    }
+    /* drain what the last step emitted */
+    struct gs_sched_event rest[64];
+    size_t n = gs_sched_poll(s, rest, 64);
+    cr_assert_eq(n, 0);
+}
+
+static void random_job(struct job *j, unsigned *seed, uint32_t max_prompt)
+{
+    j->n_prompt = 1 + (uint32_t)rand_r(seed) % max_prompt;
+    j->prompt[0] = 1; /* BOS */
+    for (uint32_t i = 1; i < j->n_prompt; i++)
+        j->prompt[i] = 3 + rand_r(seed) % 500;
+    j->max_tokens = 1 + (uint32_t)rand_r(seed) % MAX_GEN;
+    j->seed = (uint64_t)rand_r(seed);
+    j->temperature = (rand_r(seed) % 2) ? 0.0f : 0.9f;
+}
+
+/* Each job run alone, for reference. */
+static void run_alone(struct rig *r, struct job *jobs, struct job *alone, uint32_t n)
+{
+    struct gs_sched *s = new_sched(r, 1, 64, 256, false);
+    for (uint32_t i = 0; i < n; i++) {
+        alone[i] = jobs[i];
+        alone[i].cancel_after = false;
+        submit(s, &alone[i], 0);
+        run_to_idle(s, &alone[i], 1);
+        cr_assert_eq(alone[i].finish, GS_FINISH_LENGTH);
+        cr_assert_eq(alone[i].n_out, alone[i].max_tokens);
+    }
+    gs_sched_free(s);
+}
+
+static void assert_all_pages_free(struct gs_sched *s)
+{
+    struct gs_sched_stats st;
+    gs_sched_stats(s, &st);
+    cr_assert_eq(st.pages_used, 0, "%u pages still referenced after every request ended",
+                 st.pages_used);
+    cr_assert_eq(st.pages_free + st.pages_cached, st.pages_total);
+    cr_assert_eq(st.n_running, 0);
+    cr_assert_eq(st.n_waiting, 0);
+}
+
+/* A prompt alone and the same prompt among 7 others produce the same tokens,
+ * greedy and seeded. */
+Test(sched, output_does_not_depend_on_batch_company)
+{
+    struct rig r;
+    rig_open(&r);
+    unsigned seed = 11;
+    struct job jobs[8], alone[8];
+    for (int i = 0; i < 8; i++)
+        random_job(&jobs[i], &seed, 40);
+    run_alone(&r, jobs, alone, 8);
+    struct gs_sched *s = new_sched(&r, 8, 64, 512, false);
+    for (uint64_t i = 0; i < 8; i++)
+        submit(s, &jobs[i], i);
+    run_to_idle(s, jobs, 8);
+    for (int i = 0; i < 8; i++) {
+        cr_assert_eq(jobs[i].finish, GS_FINISH_LENGTH);
+        cr_assert_eq(jobs[i].n_out, alone[i].n_out);
+        cr_assert_arr_eq(jobs[i].out, alone[i].out, jobs[i].n_out * sizeof(int32_t),
+                         "job %d (temperature %.1f) differs in a batch", i, jobs[i].temperature);
+    }
+    struct gs_sched_stats st;
+    gs_sched_stats(s, &st);
+    cr_assert_gt(st.n_steps, 0);
+    assert_all_pages_free(s);
+    gs_sched_free(s);
+    rig_close(&r);
+}
+
+/* Many sequences on a pool too small to hold them all: preemptions happen and
+ * are counted, every sequence still produces its alone output, and no page
+ * leaks. Small token budgets force chunked prefill too. */
+static void stress(bool prefix, bool cancels, unsigned seed0)
+{
+    struct rig r;
+    rig_open(&r);
+    unsigned seed = seed0;
+    enum { N = 24 };
+    struct job jobs[N], alone[N];
+    for (int i = 0; i < N; i++) {
+        random_job(&jobs[i], &seed, 120);
+        if (cancels && rand_r(&seed) % 3 == 0) {
+            jobs[i].cancel_after = true;
+            jobs[i].cancel_at = 1 + (uint32_t)rand_r(&seed) % jobs[i].max_tokens;
+        }
+    }
+    run_alone(&r, jobs, alone, N);
+    /* 24 pages of 16 tokens: the largest job (~170 tokens) needs 11 */
+    struct gs_sched *s = new_sched(&r, 16, 24, 64, prefix);
+    for (uint64_t i = 0; i < N; i++)
+        submit(s, &jobs[i], i);
+    run_to_idle(s, jobs, N);
+    uint32_t preempted = 0, recomputed = 0;
+    for (int i = 0; i < N; i++) {
+        struct job *j = &jobs[i];
+        preempted += j->stats.n_preemptions;
+        if (j->cancel_after && j->finish == GS_FINISH_CANCELLED) {
+            cr_assert_geq(j->n_out, j->cancel_at);
+            cr_assert_leq(j->n_out, alone[i].n_out);
+        } else {
+            cr_assert_eq(j->finish, GS_FINISH_LENGTH, "job %d ended with %s", i,
+                         gs_finish_name(j->finish));
+            cr_assert_eq(j->n_out, alone[i].n_out);
+        }
+        cr_assert_arr_eq(j->out, alone[i].out, j->n_out * sizeof(int32_t),
+                         "job %d differs from its alone run (%u preemptions)", i,
+                         j->stats.n_preemptions);
+        /* a sequence preempted before computing anything recomputes nothing */
+        cr_assert_leq(j->stats.n_recomputed, (j->stats.n_preemptions + 1) * (j->n_prompt + j->n_out));
+        if (!j->stats.n_preemptions)
+            cr_assert_eq(j->stats.n_recomputed, 0);
+        recomputed += j->stats.n_recomputed;
+    }
+    cr_assert_gt(recomputed, 0, "some preemption should have thrown computed work away");
+    struct gs_sched_stats st;
+    gs_sched_stats(s, &st);
+    cr_assert_gt(st.n_preemptions, 0, "the pool was meant to be too small");
+    cr_assert_eq(st.n_preemptions, preempted);
+    assert_all_pages_free(s);
+    gs_sched_free(s);
+    rig_close(&r);
+}
+
+Test(sched, preemption_keeps_outputs_and_frees_every_page)
+{
+    stress(false, false, 3);
+}
+
+Test(sched, preemption_with_prefix_cache_and_random_cancellations)
+{
+    stress(true, true, 5);
+}
+
+/* A second request that shares a prefix prefills only the new tokens, and
+ * produces what it produces without the cache. */
+Test(sched, prefix_cache_reuses_full_pages)
+{
+    struct rig r;
+    rig_open(&r);
+    struct job a = {.n_prompt = 70, .max_tokens = 8}, b, b_alone;
+    for (uint32_t i = 0; i < a.n_prompt; i++)
+        a.prompt[i] = 3 + (int32_t)(i * 37 % 500);
+    b = a;
+    b.n_prompt = 90;
+    for (uint32_t i = 70; i < 90; i++)
+        b.prompt[i] = 3 + (int32_t)(i * 11 % 500);
+    b_alone = b;
+    run_alone(&r, &b, &b_alone, 1);
+
+    struct gs_sched *s = new_sched(&r, 4, 32, 512, true);
+    submit(s, &a, 0);
+    run_to_idle(s, &a, 1);
+    cr_assert_eq(a.stats.n_prompt_cached, 0);
+    struct job jobs[2] = {a, b};
+    submit(s, &jobs[1], 1);
+    run_to_idle(s, jobs, 2);
+    /* 70 shared tokens = 4 full pages of 16 */
+    cr_assert_eq(jobs[1].stats.n_prompt_cached, 64, "cached %u", jobs[1].stats.n_prompt_cached);
+    cr_assert_arr_eq(jobs[1].out, b_alone.out, b_alone.n_out * sizeof(int32_t));
+    struct gs_sched_stats st;
+    gs_sched_stats(s, &st);
+    cr_assert_eq(st.n_prefix_hit_tokens, 64);
+    cr_assert_gt(st.pages_cached, 0, "released full pages stay cached");
+    assert_all_pages_free(s);
+
+    /* Same prompt again: all full pages but the one holding the last token hit. */
+    struct job again[1] = {b};
+    submit(s, &again[0], 0);
+    run_to_idle(s, again, 1);
+    cr_assert_eq(again[0].stats.n_prompt_cached, 80);
+    cr_assert_arr_eq(again[0].out, b_alone.out, b_alone.n_out * sizeof(int32_t));
+    gs_sched_free(s);
+    rig_close(&r);
+}
+
+Test(sched, refuses_what_can_never_run)
+{
+    struct rig r;
+    rig_open(&r);
+    struct gs_sched *s = new_sched(&r, 2, 4, 64, false);
+    int32_t prompt[100] = {1};
+    struct gs_sched_request req = {.id = 1, .prompt = prompt, .n_prompt = 100, .max_tokens = 100};
+    gs_sample_params_init(&req.sampling);
+    struct gs_err err;
+    cr_assert_eq(gs_sched_submit(s, &req, &err), GS_INVAL);
+    cr_assert(strstr(err.msg, "the whole pool has 4"), "%s", err.msg);
+    req.n_prompt = 10;
+    req.max_tokens = 600;
+    cr_assert_eq(gs_sched_submit(s, &req, &err), GS_INVAL);
+    cr_assert(strstr(err.msg, "context_length_exceeded"), "%s", err.msg);
+    req.max_tokens = 4;
+    prompt[3] = 512;
+    cr_assert_eq(gs_sched_submit(s, &req, &err), GS_INVAL);
+    cr_assert(strstr(err.msg, "prompt[3]"), "%s", err.msg);
+    prompt[3] = 5;
+    req.sampling.top_p = 2.0f;
+    cr_assert_eq(gs_sched_submit(s, &req, &err), GS_INVAL);
+    cr_assert(strstr(err.msg, "top_p"), "%s", err.msg);
+    gs_sched_free(s);
+    rig_close(&r);
+}
+
+Test(sched, full_queue_says_busy)
+{
+    struct rig r;
+    rig_open(&r);
+    struct gs_sched_cfg cfg = {.backend = "ref", .kv_type = GS_TYPE_F16, .max_queue = 3,
+                               .n_ctx = 256};
+    struct gs_sched *s;
+    struct gs_err err;
+    cr_assert_eq(gs_sched_new(&cfg, r.model, &s, &err), GS_OK, "%s", err.msg);
+    int32_t prompt[4] = {1, 5, 6, 7};
+    struct gs_sched_request req = {.prompt = prompt, .n_prompt = 4, .max_tokens = 2};
+    gs_sample_params_init(&req.sampling);
+    for (uint64_t i = 0; i < 3; i++) {
+        req.id = i;
+        cr_assert_eq(gs_sched_submit(s, &req, &err), GS_OK, "%s", err.msg);
+    }
+    req.id = 3;
+    cr_assert_eq(gs_sched_submit(s, &req, &err), GS_BUSY);
+    cr_assert(strstr(err.msg, "queue is full"), "%s", err.msg);
+    /* freeing with queued requests aborts them without leaking */
+    gs_sched_free(s);
+    rig_close(&r);
+}
+
+/* ---- threaded mode ---------------------------------------------------------------- */
+
+struct notifier {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n;
+};
+
+static void on_notify(void *ctx)
+{
+    struct notifier *nt = ctx;
+    pthread_mutex_lock(&nt->mu);
+    nt->n++;
+    pthread_cond_signal(&nt->cv);
+    pthread_mutex_unlock(&nt->mu);
+}
+
+Test(sched, engine_thread_streams_events_and_notifies)
+{
+    struct rig r;
+    rig_open(&r);
+    struct notifier nt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    struct gs_sched_cfg cfg = {.backend = "ref", .kv_type = GS_TYPE_F16, .n_ctx = 256,
+                               .notify = on_notify, .notify_ctx = &nt, .prefix_cache = true};
+    struct gs_sched *s;
+    struct gs_err err;
+    cr_assert_eq(gs_sched_new(&cfg, r.model, &s, &err), GS_OK, "%s", err.msg);
+    cr_assert_eq(gs_sched_start(s, &err), GS_OK);
+    struct job jobs[4], alone[4];
+    unsigned seed = 9;
+    for (int i = 0; i < 4; i++)
+        random_job(&jobs[i], &seed, 30);
+    run_alone(&r, jobs, alone, 4);
+    for (uint64_t i = 0; i < 4; i++)
+        submit(s, &jobs[i], i);
+    int finished = 0;
+    while (finished < 4) {
+        pthread_mutex_lock(&nt.mu);
+        while (nt.n == 0)
+            pthread_cond_wait(&nt.cv, &nt.mu);
+        nt.n = 0;
+        pthread_mutex_unlock(&nt.mu);
+        struct gs_sched_event ev[32];
+        size_t n;
+        while ((n = gs_sched_poll(s, ev, 32)) > 0)
+            for (size_t i = 0; i < n; i++) {
+                struct job *j = &jobs[ev[i].id];
+                if (ev[i].kind == GS_SCHED_EV_TOKEN)
+                    j->out[j->n_out++] = ev[i].token;
+                else {
+                    j->finish = ev[i].finish;
+                    finished++;
+                }
+            }
+    }
+    for (int i = 0; i < 4; i++)
+        cr_assert_arr_eq(jobs[i].out, alone[i].out, alone[i].n_out * sizeof(int32_t));
+    /* a long request still running at stop is aborted */
+    struct job longjob = {.n_prompt = 1, .prompt = {1}, .max_tokens = 200};
+    struct gs_sched_request req = {.id = 9, .prompt = longjob.prompt, .n_prompt = 1,
+                                   .max_tokens = 200, .ignore_eos = true};
+    gs_sample_params_init(&req.sampling);
+    cr_assert_eq(gs_sched_submit(s, &req, &err), GS_OK);
+    gs_sched_stop(s, 0);
+    struct gs_sched_event ev[256];
+    size_t n = gs_sched_poll(s, ev, 256);
+    cr_assert_gt(n, 0);
+    cr_assert_eq(ev[n - 1].kind, GS_SCHED_EV_FINISH);
+    cr_assert_eq(ev[n - 1].finish, GS_FINISH_ABORT);
+    cr_assert_eq(gs_sched_submit(s, &req, &err), GS_BUSY, "no submissions after stop");
+    gs_sched_free(s);
+    rig_close(&r);
+}
