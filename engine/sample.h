@@ -38,11 +38,15 @@
  *
  * Random stream: xoshiro256** seeded through splitmix64 from params.seed. The
  * stream is bit-identical on every platform; a draw walks the surviving
- * candidates in a fixed order (descending logit, then ascending id, when a
- * filter sorted them; ascending id otherwise) and accumulates probabilities in
+ * candidates in an order that depends only on the logits and the parameters
+ * (the filters' selection is deterministic) and accumulates probabilities in
  * double. The same seed, logits and history therefore give the same tokens on
  * every platform, up to last-ulp differences between libm exp() functions,
  * which matter only when a uniform draw lands within ~1e-16 of a boundary.
+ *
+ * Cost: one pass over the row for greedy without bias or penalties; expected
+ * O(n_vocab) with top-k / top-p (selection by partitioning, not sorting),
+ * O(n_vocab log n_vocab) at worst.
  *
  * Non-finite input: NaN or +Inf anywhere in the logits makes gs_sample_next()
  * return GS_NUMERIC without choosing. -Inf is a valid logit meaning "never"

@@ -328,55 +328,106 @@ static void sift_worst(struct cand *c, int32_t k, int32_t i)
 }
 
 /*
- * Permutes c[0..n) so that c[0..k) are the k best-ranked candidates in rank
- * order. O(n log k): a heap of the k best so far, rooted at the worst of them,
- * then heapsorted in place. (Not qsort: glibc's may allocate, and the sampler
- * must not.)
+ * Sorts c[0..n) into rank order by heapsort: O(n log n) worst case, no
+ * allocation (glibc's qsort may allocate, and the sampler must not).
  */
-static void select_best(struct cand *c, int32_t n, int32_t k)
+static void sort_rank(struct cand *c, int32_t n)
 {
-    if (k > n)
-        k = n;
-    for (int32_t i = k / 2 - 1; i >= 0; i--)
-        sift_worst(c, k, i);
-    for (int32_t i = k; i < n; i++) {
-        if (ranks_before(&c[i], &c[0])) {
-            swap_cand(&c[0], &c[i]);
-            sift_worst(c, k, 0);
-        }
-    }
-    for (int32_t end = k - 1; end > 0; end--) {
+    for (int32_t i = n / 2 - 1; i >= 0; i--)
+        sift_worst(c, n, i);
+    for (int32_t end = n - 1; end > 0; end--) {
         swap_cand(&c[0], &c[end]);
         sift_worst(c, end, 0);
     }
 }
 
 /*
+ * Partitions c[lo..hi) (hi - lo >= 3) around the median of its first, middle
+ * and last candidates; returns the pivot's final index p: c[lo..p) rank
+ * before it, c[p+1..hi) after. Rank is a total order (ids break ties), so
+ * equal logits cannot pile up on one side.
+ */
+static int32_t partition(struct cand *c, int32_t lo, int32_t hi)
+{
+    int32_t mid = lo + (hi - lo) / 2, last = hi - 1;
+    if (ranks_before(&c[mid], &c[lo]))
+        swap_cand(&c[mid], &c[lo]);
+    if (ranks_before(&c[last], &c[lo]))
+        swap_cand(&c[last], &c[lo]);
+    if (ranks_before(&c[last], &c[mid]))
+        swap_cand(&c[last], &c[mid]);
+    swap_cand(&c[mid], &c[last]);
+    struct cand pivot = c[last];
+    int32_t store = lo;
+    for (int32_t i = lo; i < last; i++)
+        if (ranks_before(&c[i], &pivot))
+            swap_cand(&c[i], &c[store++]);
+    swap_cand(&c[store], &c[last]);
+    return store;
+}
+
+/* Partition rounds before giving up on quickselect for a heapsort, so that a
+ * hostile row cannot make selection quadratic. */
+#define MAX_PARTITION_ROUNDS 64
+
+/*
+ * Permutes c[0..n) so that c[0..k) are the k best-ranked candidates, in no
+ * particular order. Expected O(n) (quickselect), O(n log n) at worst.
+ */
+static void select_best(struct cand *c, int32_t n, int32_t k)
+{
+    int32_t lo = 0, hi = n;
+    for (int rounds = 0; hi - lo >= 3 && rounds < MAX_PARTITION_ROUNDS; rounds++) {
+        int32_t p = partition(c, lo, hi);
+        if (p == k - 1 || p == k)
+            return;
+        if (p > k)
+            hi = p;
+        else
+            lo = p + 1;
+    }
+    if (lo < k && k < hi)
+        sort_rank(c + lo, hi - lo);
+}
+
+/*
  * Keeps the smallest rank-ordered prefix whose probability at temperature 1
- * reaches top_p (at least one token). Sorting all n is the slow part, so the
- * best 64, 128, ... are selected until their mass suffices; a selected prefix
- * is exactly the prefix of the full order. Returns the new count; c is left
- * in rank order.
+ * reaches top_p (at least one token). Instead of sorting all n, partition
+ * rounds narrow down where the prefix ends, as quickselect does, tracking
+ * the mass still needed; only a small final region is sorted. The kept
+ * candidates are moved to c[0..return).
  */
 static int32_t filter_top_p(struct cand *c, int32_t n, float max, double top_p)
 {
     double total = 0.0;
-    for (int32_t i = 0; i < n; i++)
-        total += exp((double)c[i].logit - (double)max);
-    double want = top_p * total;
-    for (int32_t k = 64;; k *= 2) {
-        if (k > n)
-            k = n;
-        select_best(c, n, k);
-        double cum = 0.0;
-        for (int32_t i = 0; i < k; i++) {
-            cum += exp((double)c[i].logit - (double)max);
-            if (cum >= want)
-                return i + 1;
-        }
-        if (k == n)
-            return n; /* rounding kept the sum a hair below want: keep all */
+    for (int32_t i = 0; i < n; i++) {
+        c[i].p = (float)exp((double)c[i].logit - (double)max);
+        total += (double)c[i].p;
     }
+    double need = top_p * total;
+    int32_t lo = 0, hi = n;
+    for (int rounds = 0; hi - lo > 16 && rounds < MAX_PARTITION_ROUNDS; rounds++) {
+        int32_t p = partition(c, lo, hi);
+        double better = 0.0;
+        for (int32_t i = lo; i < p; i++)
+            better += (double)c[i].p;
+        if (better >= need) {
+            hi = p;
+            continue;
+        }
+        need -= better;
+        if ((double)c[p].p >= need)
+            return p + 1;
+        need -= (double)c[p].p;
+        lo = p + 1;
+    }
+    sort_rank(c + lo, hi - lo);
+    for (int32_t i = lo; i < hi; i++) {
+        need -= (double)c[i].p;
+        if (need <= 0.0)
+            return i + 1;
+    }
+    return hi; /* rounding left need a hair above 0: keep the region */
 }
 
 /* Keeps candidates whose probability is >= min_p times the best one's. */
@@ -412,6 +463,24 @@ static int32_t draw(struct gs_sample_state *st, struct cand *c, int32_t n, float
     return c[last].id; /* only reachable through rounding at the very end */
 }
 
+/* Fills out for the chosen token and records it in the history. */
+static void finish(struct gs_sample_state *st, const float *logits, int32_t n_vocab, float raw_max,
+                   int32_t token, struct gs_sample_out *out)
+{
+    out->token = token;
+    out->stop = gs_sample_is_stop(st, token);
+    out->logprob = NAN;
+    out->n_top = 0;
+    if (st->p.logprobs || st->p.top_logprobs > 0) {
+        double lse = gs_sample__log_sum_exp(logits, n_vocab, raw_max);
+        out->logprob = (float)((double)logits[token] - (double)raw_max - lse);
+        out->n_top = GS_MIN(st->p.top_logprobs, n_vocab);
+        gs_sample__top(logits, n_vocab, out->n_top, raw_max, lse, out->top);
+    }
+    window_push(st, token);
+    generated_push(st, token);
+}
+
 enum gs_status gs_sample_next(struct gs_sample_state *st, const float *logits, int32_t n_vocab,
                               struct gs_sample_out *out, struct gs_err *err)
 {
@@ -424,6 +493,15 @@ enum gs_status gs_sample_next(struct gs_sample_state *st, const float *logits, i
     enum gs_status rc = gs_sample__scan(logits, n_vocab, &raw_max, err);
     if (rc != GS_OK)
         return rc;
+
+    if (st->p.temperature == 0.0f && st->p.n_bias == 0 && !st->ring && !st->gen_count) {
+        /* Plain greedy: the first logit equal to the maximum. */
+        int32_t token = 0;
+        while (logits[token] != raw_max)
+            token++;
+        finish(st, logits, n_vocab, raw_max, token, out);
+        return GS_OK;
+    }
 
     struct cand *c = st->cand;
     for (int32_t i = 0; i < n_vocab; i++) {
@@ -471,17 +549,6 @@ enum gs_status gs_sample_next(struct gs_sample_state *st, const float *logits, i
         token = draw(st, c, n, max, (double)st->p.temperature);
     }
 
-    out->token = token;
-    out->stop = gs_sample_is_stop(st, token);
-    out->logprob = NAN;
-    out->n_top = 0;
-    if (st->p.logprobs || st->p.top_logprobs > 0) {
-        double lse = gs_sample__log_sum_exp(logits, n_vocab, raw_max);
-        out->logprob = (float)((double)logits[token] - (double)raw_max - lse);
-        out->n_top = GS_MIN(st->p.top_logprobs, n_vocab);
-        gs_sample__top(logits, n_vocab, out->n_top, raw_max, lse, out->top);
-    }
-    window_push(st, token);
-    generated_push(st, token);
+    finish(st, logits, n_vocab, raw_max, token, out);
     return GS_OK;
 }

@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/sample.h"
@@ -430,6 +431,100 @@ Test(sample_top_p, flat_large_row_keeps_about_p_of_tokens)
     }
     cr_assert(max_id >= 240 && max_id < 250, "largest id drawn %d", max_id);
     gs_sample_state_free(st);
+}
+
+/* Reference for the large-row filters: ids of row sorted best first. */
+static const float *sort_row;
+static int cmp_desc(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (sort_row[x] != sort_row[y])
+        return sort_row[x] > sort_row[y] ? -1 : 1;
+    return x < y ? -1 : 1;
+}
+
+/* Draws many tokens at a high temperature, so that every survivor of the
+ * filters (which look at temperature-1 probabilities) is drawn often, and
+ * checks the drawn set is exactly ids[0..n_keep). */
+static void check_survivors(struct gs_sample_params *p, const float *row, int32_t n,
+                            const int32_t *order, int32_t n_keep)
+{
+    p->temperature = 1000.0f;
+    struct gs_sample_state *st = new_state(p, n);
+    int *counts = calloc((size_t)n, sizeof(*counts));
+    histogram(st, row, n, n_keep * 40, counts);
+    for (int32_t r = 0; r < n; r++) {
+        int32_t id = order[r];
+        if (r < n_keep)
+            cr_assert(counts[id] > 0, "rank %d (id %d) never drawn, keep %d", r, id, n_keep);
+        else
+            cr_assert_eq(counts[id], 0, "rank %d (id %d) drawn, keep %d", r, id, n_keep);
+    }
+    free(counts);
+    gs_sample_state_free(st);
+}
+
+Test(sample_top_k, large_row_keeps_exactly_the_k_best)
+{
+    enum { N = 1000 };
+    static float row[N];
+    static int32_t order[N];
+    for (int i = 0; i < N; i++) {
+        row[i] = rand_logit() * 0.3f;
+        order[i] = i;
+    }
+    row[17] = row[18] = row[19]; /* ties are ranked by id */
+    sort_row = row;
+    qsort(order, N, sizeof(*order), cmp_desc);
+    static const int32_t ks[] = {1, 2, 7, 100, 400, 999};
+    for (size_t i = 0; i < GS_ARRAY_LEN(ks); i++) {
+        struct gs_sample_params p;
+        gs_sample_params_init(&p);
+        p.top_k = ks[i];
+        p.seed = 40 + i;
+        check_survivors(&p, row, N, order, ks[i]);
+    }
+}
+
+Test(sample_top_p, large_row_keeps_the_sorted_prefix)
+{
+    enum { N = 1000 };
+    static float row[N];
+    static int32_t order[N];
+    for (int i = 0; i < N; i++) {
+        row[i] = rand_logit() * 0.3f;
+        order[i] = i;
+    }
+    sort_row = row;
+    qsort(order, N, sizeof(*order), cmp_desc);
+    double total = 0;
+    for (int i = 0; i < N; i++)
+        total += exp((double)row[i] - row[order[0]]);
+    static const float ps[] = {0.01f, 0.3f, 0.6f};
+    for (size_t i = 0; i < GS_ARRAY_LEN(ps); i++) {
+        double cum = 0;
+        int32_t keep = 0;
+        while (cum < (double)ps[i] * total)
+            cum += exp((double)row[order[keep++]] - row[order[0]]);
+        struct gs_sample_params p;
+        gs_sample_params_init(&p);
+        p.top_p = ps[i];
+        p.seed = 50 + i;
+        check_survivors(&p, row, N, order, keep);
+        /* top-k first, then top-p over the survivors, renormalised. */
+        p.top_k = 200;
+        cum = 0;
+        total = 0;
+        for (int r = 0; r < 200; r++)
+            total += exp((double)row[order[r]] - row[order[0]]);
+        keep = 0;
+        while (cum < (double)ps[i] * total)
+            cum += exp((double)row[order[keep++]] - row[order[0]]);
+        check_survivors(&p, row, N, order, keep);
+        total = 0;
+        for (int r = 0; r < N; r++)
+            total += exp((double)row[r] - row[order[0]]);
+    }
 }
 
 Test(sample_min_p, drops_tokens_below_fraction_of_best)
