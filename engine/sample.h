@@ -82,10 +82,10 @@
 #include "engine/base.h"
 
 /* Limits checked by gs_sample_params_check(). */
-#define GS_SAMPLE_TOP_LOGPROBS_MAX 20        /* OpenAI's top_logprobs limit */
+#define GS_SAMPLE_TOP_LOGPROBS_MAX  20        /* OpenAI's top_logprobs limit */
 #define GS_SAMPLE_REPEAT_LAST_N_MAX (1 << 20) /* tokens of history for repetition */
-#define GS_SAMPLE_N_BIAS_MAX 4096            /* logit_bias entries */
-#define GS_SAMPLE_N_STOP_MAX 4096            /* stop token ids */
+#define GS_SAMPLE_N_BIAS_MAX        4096      /* logit_bias entries */
+#define GS_SAMPLE_N_STOP_MAX        4096      /* stop token ids */
 
 /* One logit_bias entry: bias is added to the token's logit; -INFINITY bans it. */
 struct gs_sample_bias {
@@ -144,8 +144,8 @@ struct gs_sample_params {
 
 /* Result of one gs_sample_next() call. */
 struct gs_sample_out {
-    int32_t token;  /* the chosen token id, in [0, n_vocab) */
-    bool stop;      /* token is one of params.stop_tokens */
+    int32_t token; /* the chosen token id, in [0, n_vocab) */
+    bool stop;     /* token is one of params.stop_tokens */
     /* Log-softmax of the RAW logits (before bias, penalties, filters and
      * temperature, as OpenAI reports it) at token. NAN unless params.logprobs
      * or params.top_logprobs > 0. */
@@ -217,8 +217,8 @@ enum gs_status gs_sample_accept(struct gs_sample_state *st, int32_t token, struc
  * which OpenAI defines over sampled tokens. Ids are checked first; on
  * GS_INVAL nothing is recorded.
  */
-enum gs_status gs_sample_accept_prompt(struct gs_sample_state *st, const int32_t *tokens,
-                                       int32_t n, struct gs_err *err);
+enum gs_status gs_sample_accept_prompt(struct gs_sample_state *st, const int32_t *tokens, int32_t n,
+                                       struct gs_err *err);
 
 /* Returns true if token is one of the state's stop tokens. */
 bool gs_sample_is_stop(const struct gs_sample_state *st, int32_t token);

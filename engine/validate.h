@@ -56,7 +56,7 @@
 
 #include "engine/base.h"
 
-#define GS_VAL_TOPK 10        /* K of the top-k overlap on full rows */
+#define GS_VAL_TOPK        10 /* K of the top-k overlap on full rows */
 #define GS_VAL_PARTIAL_MAX 20 /* longest partial reference list */
 
 /* ---- thresholds -------------------------------------------------------------- */
@@ -81,22 +81,22 @@ void gs_val_thresholds_init(struct gs_val_thresholds *t);
 
 /* Which source of a row held NaN or Inf (bit set). */
 #define GS_VAL_NONFINITE_SERVED 1u
-#define GS_VAL_NONFINITE_REF 2u
+#define GS_VAL_NONFINITE_REF    2u
 
 /* The figures of one position. */
 struct gs_val_row {
-    int32_t pos;          /* the caller's label: position in the token sequence */
-    bool full;            /* reference row was full: pearson and kl are set */
-    uint32_t nonfinite;   /* GS_VAL_NONFINITE_* bits; if any, figures below are 0 */
-    int32_t top1_served;  /* argmax of the served row */
-    int32_t top1_ref;     /* argmax of the reference row */
+    int32_t pos;         /* the caller's label: position in the token sequence */
+    bool full;           /* reference row was full: pearson and kl are set */
+    uint32_t nonfinite;  /* GS_VAL_NONFINITE_* bits; if any, figures below are 0 */
+    int32_t top1_served; /* argmax of the served row */
+    int32_t top1_ref;    /* argmax of the reference row */
     bool top1_match;
-    double ref_margin;    /* reference top-1 minus top-2 logit */
-    int32_t topk;         /* K used for topk_overlap */
-    double topk_overlap;  /* in [0, 1] */
-    double pearson;       /* in [-1, 1]; full rows only */
-    double max_abs_err;   /* >= 0 */
-    double kl;            /* >= 0, nats; full rows only */
+    double ref_margin;   /* reference top-1 minus top-2 logit */
+    int32_t topk;        /* K used for topk_overlap */
+    double topk_overlap; /* in [0, 1] */
+    double pearson;      /* in [-1, 1]; full rows only */
+    double max_abs_err;  /* >= 0 */
+    double kl;           /* >= 0, nats; full rows only */
 };
 
 struct gs_val_report {
@@ -104,8 +104,8 @@ struct gs_val_report {
     struct gs_val_thresholds thr;
     struct gs_val_row *rows; /* [n_rows], owned, in the order added */
     int32_t n_rows;
-    int32_t n_full;          /* rows with a full reference */
-    int32_t n_nonfinite;     /* rows with NaN/Inf in either source */
+    int32_t n_full;      /* rows with a full reference */
+    int32_t n_nonfinite; /* rows with NaN/Inf in either source */
 
     /* Set by gs_val_finish(), over finite rows (full ones for Pearson/KL).
      * An aggregate over no row is 0; see the counts. */
@@ -182,10 +182,10 @@ json_t *gs_val_report_json(const struct gs_val_report *r, unsigned flags);
 /* One greedy decode step of a golden: the token llama.cpp chose and the best
  * few logits at that point. */
 struct gs_val_golden_step {
-    int32_t token;   /* chosen token = top_ids[0] */
-    float logit;     /* its logit */
-    float margin;    /* logit minus the runner-up's, >= 0 */
-    int32_t n_top;   /* entries in top_ids/top_logits, 1..GS_VAL_PARTIAL_MAX */
+    int32_t token; /* chosen token = top_ids[0] */
+    float logit;   /* its logit */
+    float margin;  /* logit minus the runner-up's, >= 0 */
+    int32_t n_top; /* entries in top_ids/top_logits, 1..GS_VAL_PARTIAL_MAX */
     int32_t top_ids[GS_VAL_PARTIAL_MAX];
     float top_logits[GS_VAL_PARTIAL_MAX];
 };
@@ -197,16 +197,16 @@ struct gs_val_golden_step {
  * position, whose full row is last_logits).
  */
 struct gs_val_golden {
-    char *model;          /* GGUF file name, e.g. "stories260K.gguf" */
-    char *prompt;         /* prompt text */
+    char *model;  /* GGUF file name, e.g. "stories260K.gguf" */
+    char *prompt; /* prompt text */
     int32_t n_vocab;
     int32_t bos_id, eos_id;
     bool add_bos;
     int32_t n_prompt;
-    int32_t *prompt_tokens;   /* [n_prompt] */
-    float *prompt_logits;     /* [n_prompt][n_vocab] */
-    float *last_logits;       /* [n_vocab]: logits after the last prompt token */
-    int32_t n_gen;            /* n_generated */
+    int32_t *prompt_tokens; /* [n_prompt] */
+    float *prompt_logits;   /* [n_prompt][n_vocab] */
+    float *last_logits;     /* [n_vocab]: logits after the last prompt token */
+    int32_t n_gen;          /* n_generated */
     int32_t n_predict;
     bool stopped_eog;
     int32_t *completion_tokens;       /* [n_gen] */
@@ -223,8 +223,7 @@ struct gs_val_golden {
  * top5[0] id, finite logits; "settings" is optional). GS_FORMAT names the field ("steps[3].top5[1]:
  * expected [id, logit]"); GS_IO for an unreadable file; GS_NOMEM.
  */
-enum gs_status gs_val_golden_load(const char *path, struct gs_val_golden **out,
-                                  struct gs_err *err);
+enum gs_status gs_val_golden_load(const char *path, struct gs_val_golden **out, struct gs_err *err);
 
 /* The same from JSON text (len bytes, not necessarily NUL-terminated). */
 enum gs_status gs_val_golden_parse(const char *text, size_t len, struct gs_val_golden **out,

@@ -65,8 +65,7 @@ void gs_sample__top(const float *logits, int32_t n, int32_t k, float max, double
         top[j].logprob = (float)((double)logits[top[j].token] - (double)max - lse);
 }
 
-enum gs_status gs_sample_log_softmax(const float *logits, int32_t n, float *out,
-                                     struct gs_err *err)
+enum gs_status gs_sample_log_softmax(const float *logits, int32_t n, float *out, struct gs_err *err)
 {
     float max;
     if (!logits || !out || n <= 0)

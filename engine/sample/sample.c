@@ -88,8 +88,8 @@ enum gs_status gs_sample_params_check(const struct gs_sample_params *p, int32_t 
                           GS_SAMPLE_N_BIAS_MAX);
     for (int32_t i = 0; i < p->n_bias; i++) {
         if (p->bias[i].token < 0 || p->bias[i].token >= n_vocab)
-            return gs_err_set(err, GS_INVAL, "logit_bias[%d].token: %d is outside [0, %d)",
-                              (int)i, (int)p->bias[i].token, (int)n_vocab);
+            return gs_err_set(err, GS_INVAL, "logit_bias[%d].token: %d is outside [0, %d)", (int)i,
+                              (int)p->bias[i].token, (int)n_vocab);
         float b = p->bias[i].bias;
         if (isnan(b) || b == INFINITY)
             return gs_err_set(err, GS_INVAL, "logit_bias[%d].bias: %g is not finite or -inf",
@@ -240,8 +240,8 @@ enum gs_status gs_sample_accept(struct gs_sample_state *st, int32_t token, struc
     return GS_OK;
 }
 
-enum gs_status gs_sample_accept_prompt(struct gs_sample_state *st, const int32_t *tokens,
-                                       int32_t n, struct gs_err *err)
+enum gs_status gs_sample_accept_prompt(struct gs_sample_state *st, const int32_t *tokens, int32_t n,
+                                       struct gs_err *err)
 {
     if (n < 0 || (n > 0 && !tokens))
         return gs_err_set(err, GS_INVAL, "prompt tokens: bad count %d", (int)n);
@@ -293,8 +293,8 @@ static void apply_presence(struct gs_sample_state *st)
         return;
     for (int32_t i = 0; i < st->n_gen_ids; i++) {
         int32_t t = st->gen_ids[i];
-        st->cand[t].logit -= (float)st->gen_count[t] * st->p.frequency_penalty +
-                             st->p.presence_penalty;
+        st->cand[t].logit -=
+            (float)st->gen_count[t] * st->p.frequency_penalty + st->p.presence_penalty;
     }
 }
 

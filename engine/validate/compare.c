@@ -2,8 +2,8 @@
  * engine/validate/compare.c - per-position figures, aggregates and the
  * verdict of a validation report (engine/validate.h).
  */
-#include "engine/validate.h"
 #include "engine/sample.h"
+#include "engine/validate.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -210,8 +210,8 @@ enum gs_status gs_val_add_top(struct gs_val_report *r, int32_t pos, const float 
 {
     int32_t n = r->n_vocab;
     if (n_ref < 1 || n_ref > GS_VAL_PARTIAL_MAX || n_ref > n)
-        return gs_err_set(err, GS_INVAL, "position %d: %d reference entries, want 1..%d",
-                          (int)pos, (int)n_ref, (int)GS_MIN(GS_VAL_PARTIAL_MAX, n));
+        return gs_err_set(err, GS_INVAL, "position %d: %d reference entries, want 1..%d", (int)pos,
+                          (int)n_ref, (int)GS_MIN(GS_VAL_PARTIAL_MAX, n));
     for (int32_t j = 0; j < n_ref; j++) {
         if (ref_ids[j] < 0 || ref_ids[j] >= n)
             return gs_err_set(err, GS_INVAL, "position %d: reference id[%d] = %d outside [0, %d)",
@@ -222,8 +222,8 @@ enum gs_status gs_val_add_top(struct gs_val_report *r, int32_t pos, const float 
                               (int)pos, (int)j, (int)j - 1);
     }
     if (ref_margin < 0)
-        return gs_err_set(err, GS_INVAL, "position %d: reference margin %g is negative",
-                          (int)pos, ref_margin);
+        return gs_err_set(err, GS_INVAL, "position %d: reference margin %g is negative", (int)pos,
+                          ref_margin);
     struct gs_val_row *row = row_push(r, pos, err);
     if (!row)
         return GS_NOMEM;
@@ -349,8 +349,8 @@ enum gs_status gs_val_compare(const float *served, const float *ref, const float
         return rc;
     for (int32_t i = 0; i < n_pos; i++) {
         size_t off = (size_t)i * (size_t)n_vocab;
-        rc = gs_val_add_full(r, i, served + off, ref + off, margins ? (double)margins[i] : NAN,
-                             err);
+        rc =
+            gs_val_add_full(r, i, served + off, ref + off, margins ? (double)margins[i] : NAN, err);
         if (rc != GS_OK) {
             gs_val_report_free(r);
             return rc;

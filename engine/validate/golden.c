@@ -16,8 +16,8 @@ static enum gs_status bad(struct gs_err *err, const char *field, const char *wha
     return gs_err_set(err, GS_FORMAT, "%s: %s", field, what);
 }
 
-static enum gs_status get_int(json_t *obj, const char *key, int64_t min, int64_t max,
-                              int64_t *out, struct gs_err *err)
+static enum gs_status get_int(json_t *obj, const char *key, int64_t min, int64_t max, int64_t *out,
+                              struct gs_err *err)
 {
     json_t *v = json_object_get(obj, key);
     if (!v)
@@ -107,8 +107,7 @@ static enum gs_status token_array(json_t *obj, const char *key, int32_t n_vocab,
         return gs_err_set(err, GS_NOMEM, "%s: out of memory", key);
     for (size_t i = 0; i < len; i++) {
         json_t *v = json_array_get(arr, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) >= n_vocab)
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= n_vocab)
             return gs_err_set(err, GS_FORMAT, "%s[%zu]: expected a token id in [0, %d)", key, i,
                               (int)n_vocab);
         (*out)[i] = (int32_t)json_integer_value(v);
@@ -269,8 +268,7 @@ static enum gs_status parse_tree(json_t *root, struct gs_val_golden *g, struct g
             return rc;
         if (g->steps[i].token != g->completion_tokens[i])
             return gs_err_set(err, GS_FORMAT, "steps[%d].token: %d, completion_tokens[%d] is %d",
-                              (int)i, (int)g->steps[i].token, (int)i,
-                              (int)g->completion_tokens[i]);
+                              (int)i, (int)g->steps[i].token, (int)i, (int)g->completion_tokens[i]);
     }
     return GS_OK;
 }
@@ -298,8 +296,7 @@ enum gs_status gs_val_golden_parse(const char *text, size_t len, struct gs_val_g
     return GS_OK;
 }
 
-enum gs_status gs_val_golden_load(const char *path, struct gs_val_golden **out,
-                                  struct gs_err *err)
+enum gs_status gs_val_golden_load(const char *path, struct gs_val_golden **out, struct gs_err *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -365,8 +362,8 @@ enum gs_status gs_val_golden_compare(const struct gs_val_golden *g, const float 
                                      struct gs_val_report **out, struct gs_err *err)
 {
     if (n_eval != gs_val_golden_n_eval(g) || !served)
-        return gs_err_set(err, GS_INVAL, "served logits: %d rows, the golden needs %d",
-                          (int)n_eval, (int)gs_val_golden_n_eval(g));
+        return gs_err_set(err, GS_INVAL, "served logits: %d rows, the golden needs %d", (int)n_eval,
+                          (int)gs_val_golden_n_eval(g));
     struct gs_val_report *r;
     enum gs_status rc = gs_val_report_new(g->n_vocab, thr, &r, err);
     if (rc != GS_OK)

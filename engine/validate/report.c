@@ -99,10 +99,10 @@ json_t *gs_val_report_json(const struct gs_val_report *r, unsigned flags)
         n_full_finite += r->rows[i].full && !r->rows[i].nonfinite;
     bool any = n_finite > 0, any_full = n_full_finite > 0;
 
-    json_t *thr = json_pack("{s:f, s:f, s:f, s:f, s:f}", "min_pearson", r->thr.min_pearson,
-                            "min_top1_rate", r->thr.min_top1_rate, "top1_margin",
-                            r->thr.top1_margin, "max_mean_kl", r->thr.max_mean_kl, "max_abs_err",
-                            r->thr.max_abs_err);
+    json_t *thr =
+        json_pack("{s:f, s:f, s:f, s:f, s:f}", "min_pearson", r->thr.min_pearson, "min_top1_rate",
+                  r->thr.min_top1_rate, "top1_margin", r->thr.top1_margin, "max_mean_kl",
+                  r->thr.max_mean_kl, "max_abs_err", r->thr.max_abs_err);
     json_t *o = json_object();
     if (!thr || !o)
         goto out_nomem;
@@ -113,12 +113,12 @@ json_t *gs_val_report_json(const struct gs_val_report *r, unsigned flags)
     bad |= json_object_set_new(o, "n_positions", json_integer(r->n_rows));
     bad |= json_object_set_new(o, "n_full", json_integer(r->n_full));
     bad |= json_object_set_new(o, "n_nonfinite", json_integer(r->n_nonfinite));
-    bad |= json_object_set_new(o, "first_divergence", r->first_divergence >= 0
-                                                          ? json_integer(r->first_divergence)
-                                                          : json_null());
-    bad |= json_object_set_new(o, "first_nonfinite", r->first_nonfinite >= 0
-                                                         ? json_integer(r->first_nonfinite)
-                                                         : json_null());
+    bad |= json_object_set_new(o, "first_divergence",
+                               r->first_divergence >= 0 ? json_integer(r->first_divergence)
+                                                        : json_null());
+    bad |= json_object_set_new(o, "first_nonfinite",
+                               r->first_nonfinite >= 0 ? json_integer(r->first_nonfinite)
+                                                       : json_null());
     bad |= json_object_set_new(o, "n_top1_match", json_integer(r->n_top1_match));
     bad |= json_object_set_new(o, "top1_rate", real_or_null(r->top1_rate, any));
     bad |= json_object_set_new(o, "mean_topk_overlap", real_or_null(r->mean_topk_overlap, any));

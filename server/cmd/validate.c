@@ -14,11 +14,11 @@
  * Exit status: 0 when every comparison passes, 1 when one fails or cannot
  * run, 2 on a usage error.
  */
+#include "engine/validate.h"
 #include "engine/backend.h"
 #include "engine/compile.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
-#include "engine/validate.h"
 #include "kvcache/kvcache.h"
 #include "server/cli.h"
 
@@ -106,8 +106,8 @@ static enum gs_status eval_open(struct eval *e, const struct opts *o, const char
     e->be_open = true;
     if (o->passes) {
         const struct gs_pass *sel[64];
-        size_t n = gs_be_select_passes(&e->be, gs_passes_all, gs_passes_all_len, sel,
-                                       GS_ARRAY_LEN(sel));
+        size_t n =
+            gs_be_select_passes(&e->be, gs_passes_all, gs_passes_all_len, sel, GS_ARRAY_LEN(sel));
         if ((rc = gs_graph_run_passes(e->model->graph, sel, n, err)) != GS_OK)
             return rc;
     }
@@ -191,8 +191,8 @@ static enum gs_status eval_golden(const struct opts *o, const struct gs_val_gold
     if (rc != GS_OK)
         goto out;
     if (e.model->hp.n_vocab != (uint32_t)g->n_vocab) {
-        rc = gs_err_set(err, GS_FORMAT, "%s has %u tokens, the golden %d: wrong model?",
-                        model_path, e.model->hp.n_vocab, (int)g->n_vocab);
+        rc = gs_err_set(err, GS_FORMAT, "%s has %u tokens, the golden %d: wrong model?", model_path,
+                        e.model->hp.n_vocab, (int)g->n_vocab);
         goto out;
     }
     size_t nv = (size_t)g->n_vocab;
@@ -298,8 +298,8 @@ out:
 }
 
 /* A logit matrix from a golden (prompt_logits) or a dump {"logits": [[...]]}. */
-static enum gs_status load_matrix(const char *path, float **out, int32_t *n_rows,
-                                  int32_t *n_vocab, struct gs_err *err)
+static enum gs_status load_matrix(const char *path, float **out, int32_t *n_rows, int32_t *n_vocab,
+                                  struct gs_err *err)
 {
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_ALLOW_NUL, &jerr);
@@ -333,15 +333,14 @@ static enum gs_status load_matrix(const char *path, float **out, int32_t *n_rows
     for (size_t i = 0; i < rows && rc == GS_OK; i++) {
         json_t *row = json_array_get(m, i);
         if (!json_is_array(row) || json_array_size(row) != cols) {
-            rc = gs_err_set(err, GS_FORMAT, "%s: logits[%zu]: expected %zu numbers", path, i,
-                            cols);
+            rc = gs_err_set(err, GS_FORMAT, "%s: logits[%zu]: expected %zu numbers", path, i, cols);
             break;
         }
         for (size_t k = 0; k < cols; k++) {
             json_t *v = json_array_get(row, k);
             if (!json_is_number(v)) {
-                rc = gs_err_set(err, GS_FORMAT, "%s: logits[%zu][%zu]: expected a number", path,
-                                i, k);
+                rc = gs_err_set(err, GS_FORMAT, "%s: logits[%zu][%zu]: expected a number", path, i,
+                                k);
                 break;
             }
             x[i * cols + k] = (float)json_number_value(v);
@@ -483,8 +482,8 @@ int gs_cmd_validate(int argc, char **argv)
         gs_free(r);
     }
     if (jall) {
-        json_t *root = json_pack("{s:b, s:i, s:i, s:o}", "pass", n_pass == n, "n_pass", n_pass,
-                                 "n", n, "results", jall);
+        json_t *root = json_pack("{s:b, s:i, s:i, s:o}", "pass", n_pass == n, "n_pass", n_pass, "n",
+                                 n, "results", jall);
         if (root)
             json_dumpf(root, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
         printf("\n");

@@ -546,8 +546,9 @@ Test(sample_min_p, drops_tokens_below_fraction_of_best)
 
 /* ---- penalties and bias -------------------------------------------------------------- */
 
-static int32_t greedy_after(const struct gs_sample_params *base, const int32_t *prompt, int n_prompt,
-                            const int32_t *gen, int n_gen, const float *row, int32_t n)
+static int32_t greedy_after(const struct gs_sample_params *base, const int32_t *prompt,
+                            int n_prompt, const int32_t *gen, int n_gen, const float *row,
+                            int32_t n)
 {
     struct gs_sample_params p = *base;
     p.temperature = 0.0f;
@@ -746,13 +747,12 @@ Test(sample_numeric, nan_and_inf_are_refused)
     cr_assert_eq(o.token, -7, "out written on failure");
     cr_assert_eq(gs_sample_next(st, (float[]){0, 1, 2, INFINITY}, 4, &o, &err), GS_NUMERIC);
     cr_assert(strstr(err.msg, "logits[3]"), "%s", err.msg);
-    cr_assert_eq(gs_sample_next(st, (float[]){-INFINITY, -INFINITY, -INFINITY, -INFINITY}, 4,
-                                &o, &err),
-                 GS_NUMERIC);
+    cr_assert_eq(
+        gs_sample_next(st, (float[]){-INFINITY, -INFINITY, -INFINITY, -INFINITY}, 4, &o, &err),
+        GS_NUMERIC);
     /* -inf entries are simply impossible tokens. */
     for (int i = 0; i < 200; i++) {
-        cr_assert_eq(gs_sample_next(st, (float[]){-INFINITY, 0, -INFINITY, 0}, 4, &o, &err),
-                     GS_OK);
+        cr_assert_eq(gs_sample_next(st, (float[]){-INFINITY, 0, -INFINITY, 0}, 4, &o, &err), GS_OK);
         cr_assert(o.token == 1 || o.token == 3);
     }
     gs_sample_state_free(st);
@@ -943,7 +943,8 @@ Test(sample_logprob, matches_llama_cpp_server_logprobs)
      * position (the last prompt token). */
     json_t *comp = gs_test_load_json(
         gs_test_shared_path("golden/completions/stories260K__once-upon-a-time.json"));
-    json_t *srv = gs_test_load_json(gs_test_shared_path("golden/server/v1_completions__logprobs3.json"));
+    json_t *srv =
+        gs_test_load_json(gs_test_shared_path("golden/server/v1_completions__logprobs3.json"));
     json_t *last = json_object_get(comp, "last_logits");
     int32_t n = (int32_t)json_array_size(last);
     cr_assert_eq(n, 512);
@@ -951,9 +952,9 @@ Test(sample_logprob, matches_llama_cpp_server_logprobs)
     for (int32_t i = 0; i < n; i++)
         row[i] = (float)json_number_value(json_array_get(last, (size_t)i));
     json_t *first = json_array_get(
-        json_object_get(json_object_get(json_array_get(json_object_get(srv, "choices"), 0),
-                                        "logprobs"),
-                        "content"),
+        json_object_get(
+            json_object_get(json_array_get(json_object_get(srv, "choices"), 0), "logprobs"),
+            "content"),
         0);
     json_t *want_top = json_object_get(first, "top_logprobs");
     cr_assert_eq(json_array_size(want_top), 3);
@@ -971,8 +972,8 @@ Test(sample_logprob, matches_llama_cpp_server_logprobs)
     for (int i = 0; i < 3; i++) {
         json_t *w = json_array_get(want_top, (size_t)i);
         cr_assert_eq(o.top[i].token, json_integer_value(json_object_get(w, "id")), "rank %d", i);
-        cr_assert_float_eq(o.top[i].logprob, json_number_value(json_object_get(w, "logprob")),
-                           1e-5, "rank %d", i);
+        cr_assert_float_eq(o.top[i].logprob, json_number_value(json_object_get(w, "logprob")), 1e-5,
+                           "rank %d", i);
     }
     gs_sample_state_free(st);
     json_decref(comp);

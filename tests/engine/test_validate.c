@@ -329,10 +329,8 @@ Test(val_partial, rejects_bad_reference_lists)
     cr_assert_eq(gs_val_add_top(r, 0, served, (int32_t[]){3, 2}, (float[]){1, 2}, 2, 1, &err),
                  GS_INVAL);
     cr_assert(strstr(err.msg, "logit[1]"), "%s", err.msg);
-    cr_assert_eq(gs_val_add_top(r, 0, served, (int32_t[]){3}, (float[]){1}, 0, 1, &err),
-                 GS_INVAL);
-    cr_assert_eq(gs_val_add_top(r, 0, served, (int32_t[]){3}, (float[]){1}, 1, -1, &err),
-                 GS_INVAL);
+    cr_assert_eq(gs_val_add_top(r, 0, served, (int32_t[]){3}, (float[]){1}, 0, 1, &err), GS_INVAL);
+    cr_assert_eq(gs_val_add_top(r, 0, served, (int32_t[]){3}, (float[]){1}, 1, -1, &err), GS_INVAL);
     cr_assert(strstr(err.msg, "margin"), "%s", err.msg);
     cr_assert_eq(r->n_rows, 0);
     gs_val_report_free(r);
@@ -383,8 +381,8 @@ static void check_golden_shape(const char *path)
     cr_assert_eq(g->prompt_tokens[0], g->add_bos ? g->bos_id : g->prompt_tokens[0], "%s", path);
     size_t nv = (size_t)g->n_vocab;
     /* last_logits is the last prompt row. */
-    cr_assert_arr_eq(g->last_logits, g->prompt_logits + (g->n_prompt - 1) * nv,
-                     nv * sizeof(float), "%s", path);
+    cr_assert_arr_eq(g->last_logits, g->prompt_logits + (g->n_prompt - 1) * nv, nv * sizeof(float),
+                     "%s", path);
     /* Greedy: step 0 is the argmax of last_logits, with the recorded margin. */
     int32_t best = 0;
     for (size_t i = 1; i < nv; i++)
@@ -567,8 +565,7 @@ Test(val_golden, malformed_goldens_name_the_field)
         {"\"steps\":[{", "\"steps\":[7,{", "steps: expected an array of n_generated = 2"},
         {"{\"i\":0", "[{\"i\":0", "line"},
         {"\"add_bos\"", "\"settings\":[],\"add_bos\"", "settings: expected an object"},
-        {"\"add_bos\"", "\"settings\":{\"kv_cache_type\":1},\"add_bos\"",
-         "settings.kv_cache_type"},
+        {"\"add_bos\"", "\"settings\":{\"kv_cache_type\":1},\"add_bos\"", "settings.kv_cache_type"},
     };
     for (size_t i = 0; i < GS_ARRAY_LEN(cases); i++) {
         char *text = replace_once(tiny_golden, cases[i].from, cases[i].to);
@@ -577,8 +574,8 @@ Test(val_golden, malformed_goldens_name_the_field)
         enum gs_status rc = gs_val_golden_parse(text, strlen(text), &g, &err);
         cr_assert_eq(rc, GS_FORMAT, "case %zu (%s) accepted", i, cases[i].to);
         cr_assert_null(g);
-        cr_assert(strstr(err.msg, cases[i].field), "case %zu: '%s' not in '%s'", i,
-                  cases[i].field, err.msg);
+        cr_assert(strstr(err.msg, cases[i].field), "case %zu: '%s' not in '%s'", i, cases[i].field,
+                  err.msg);
         free(text);
     }
     struct gs_val_golden *g = NULL;
@@ -703,9 +700,14 @@ Test(val_cmd, compares_two_logit_files)
 
 Test(val_cmd, usage_errors_exit_2)
 {
-    static const char *const bad[] = {"", "--golden x.json", "-m m.gguf", "--a x.json",
-                                      "-m m --golden g --backend nosuch", "-m m --golden g --kv q8",
-                                      "-m m --golden g --min-top1 2", "--bogus"};
+    static const char *const bad[] = {"",
+                                      "--golden x.json",
+                                      "-m m.gguf",
+                                      "--a x.json",
+                                      "-m m --golden g --backend nosuch",
+                                      "-m m --golden g --kv q8",
+                                      "-m m --golden g --min-top1 2",
+                                      "--bogus"};
     for (size_t i = 0; i < GS_ARRAY_LEN(bad); i++) {
         char *out = NULL;
         int rc = run_validate(bad[i], &out);
