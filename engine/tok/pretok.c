@@ -106,8 +106,77 @@ static void re_free(void *p, void *ctx)
     gs_free(p);
 }
 
+/* llama.cpp's whitespace (what its \s matches, and the only thing a
+ * non-ASCII whitespace character matches). PCRE2's own \s also takes
+ * U+180E. */
+#define WS_SET                                                                                     \
+    "\\t\\n\\x{0B}\\f\\r "                                                                         \
+    "\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+
+/*
+ * Rewrites an expression so that PCRE2 matches as llama.cpp's engines do:
+ * \s and \S use WS_SET; a positive class with non-ASCII members cannot
+ * match a whitespace character (llama.cpp replaces non-ASCII whitespace by
+ * U+000B before matching, so "[\u3000-\u3002]" never sees U+3000).
+ */
+static enum gs_status rewrite_regex(const char *re, struct gs_tok__buf *out)
+{
+    bool in_class = false;
+    out->n = 0;
+    for (size_t i = 0; re[i]; i++) {
+        enum gs_status st = GS_OK;
+        if (re[i] == '\\' && re[i + 1]) {
+            char c = re[i + 1];
+            if (c == 's')
+                st = in_class ? gs_tok__buf_put(out, WS_SET, sizeof(WS_SET) - 1)
+                              : gs_tok__buf_put(out, "[" WS_SET "]", sizeof(WS_SET) + 1);
+            else if (c == 'S' && !in_class)
+                st = gs_tok__buf_put(out, "[^" WS_SET "]", sizeof(WS_SET) + 2);
+            else if (c == 'S')
+                return GS_UNSUPPORTED;
+            else
+                st = gs_tok__buf_put(out, re + i, 2);
+            i++;
+        } else if (re[i] == '[' && !in_class) {
+            /* Find the end of the class to see whether it is positive and
+             * has non-ASCII members. */
+            bool negated = re[i + 1] == '^', wide = false;
+            size_t j = i + 1;
+            while (re[j] && re[j] != ']') {
+                if (re[j] == '\\' && re[j + 1])
+                    j++;
+                else if ((unsigned char)re[j] >= 0x80)
+                    wide = true;
+                j++;
+            }
+            if (!negated && wide) {
+                static const char guard[] = "(?:(?![" WS_SET "])";
+                st = gs_tok__buf_put(out, guard, sizeof(guard) - 1);
+                if (st == GS_OK)
+                    st = gs_tok__buf_put(out, re + i, j - i + 1);
+                if (st == GS_OK)
+                    st = gs_tok__buf_put(out, ")", 1);
+                if (!re[j])
+                    return GS_UNSUPPORTED;
+                i = j;
+            } else {
+                in_class = true;
+                st = gs_tok__buf_put(out, "[", 1);
+            }
+        } else {
+            if (re[i] == ']' && in_class)
+                in_class = false;
+            st = gs_tok__buf_put(out, re + i, 1);
+        }
+        if (st != GS_OK)
+            return st;
+    }
+    return in_class ? GS_UNSUPPORTED : GS_OK;
+}
+
 enum gs_status gs_tok__pre_compile(struct gs_tok *t, struct gs_err *err)
 {
+    struct gs_tok__buf pat = {0};
     pcre2_general_context *gc = pcre2_general_context_create(re_malloc, re_free, NULL);
     pcre2_compile_context *cc = gc ? pcre2_compile_context_create(gc) : NULL;
     enum gs_status st = GS_OK;
@@ -118,9 +187,14 @@ enum gs_status gs_tok__pre_compile(struct gs_tok *t, struct gs_err *err)
     for (int i = 0; i < GS_TOK__MAX_REGEX && t->pre->regex[i]; i++) {
         int code;
         PCRE2_SIZE at;
-        pcre2_code *re =
-            pcre2_compile((PCRE2_SPTR)t->pre->regex[i], PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &code, &at, cc);
+        st = rewrite_regex(t->pre->regex[i], &pat);
+        if (st != GS_OK) {
+            gs_err_set(err, st, "tokenizer.ggml.pre '%s': regex %d: %s", t->pre_name, i,
+                       st == GS_NOMEM ? "out of memory" : "cannot be translated");
+            goto out;
+        }
+        pcre2_code *re = pcre2_compile(
+            (PCRE2_SPTR)pat.v, pat.n, PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &code, &at, cc);
         if (!re) {
             PCRE2_UCHAR msg[128];
             pcre2_get_error_message(code, msg, sizeof(msg));
@@ -137,6 +211,7 @@ enum gs_status gs_tok__pre_compile(struct gs_tok *t, struct gs_err *err)
         t->re[t->n_re++] = re;
     }
 out:
+    gs_free(pat.v);
     pcre2_compile_context_free(cc);
     pcre2_general_context_free(gc);
     return st;

@@ -223,6 +223,68 @@ Test(tok_vocab, vocabs_without_inputs_load)
     }
 }
 
+/* Whitespace outside ASCII, against llama.cpp's ids (taken from llama.cpp
+ * as built into node-llama-cpp 3.22.1, 2026-11): its regex engines see
+ * U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028/9, U+202F, U+205F and U+3000
+ * as whitespace and nothing else (not U+180E), and never as a member of a
+ * literal class such as deepseek's [\u3000-\u3002]. */
+static const struct {
+    const char *vocab, *text;
+    int32_t ids[12];
+    size_t n;
+} ws_cases[] = {
+    {"deepseek-llm", "    \xe3\x80\x80\xd9\xa1\xd9\xa2", {251, 88946, 147, 94, 147, 95}, 6},
+    {"deepseek-llm",
+     "a\xe3\x80\x80\xe3\x80\x81"
+     "b \xe3\x80\x80",
+     {64, 88946, 537, 65, 207, 88946},
+     6},
+    {"deepseek-llm",
+     "x\xe1\xa0\x8e"
+     "y\xe2\x80\x83z",
+     {87, 155, 241, 223, 88, 51570, 89},
+     7},
+    {"deepseek-coder", "\xe4\xb8\xad\xe3\x80\x80\xe6\x96\x87", {759, 343, 209, 1919}, 4},
+    {"deepseek-coder",
+     "\xe1\x9a\x80\xe4\xb8\xad\xe2\x80\xa8\xe6\x96\x87\xe2\x81\x9f",
+     {155, 235, 209, 759, 350, 101, 1919, 156, 210, 240},
+     10},
+    {"qwen2",
+     "a\xe1\xa0\x8e b\xc2\xa0\xc2\xa0"
+     "c\xc2\x85"
+     "d",
+     {64, 123970, 236, 293, 4102, 4102, 66, 126, 227, 67},
+     10},
+    {"qwen2",
+     "1\xe3\x80\x80"
+     "2\xe3\x80\x80\xe3\x80\x80\n",
+     {16, 22441, 17, 43429, 198},
+     5},
+    {"llama-bpe",
+     "it\xe2\x80\x99s \xe1\xa0\x8e'S  \xe3\x80\x80"
+     "done",
+     {275, 753, 87189, 254, 236, 6, 50, 256, 23249, 10655},
+     10},
+    {"gpt-2", "\xc2\xa0\xc2\xa0x\xc2\x85\xc2\x85y", {1849, 1849, 87, 126, 227, 126, 227, 88}, 8},
+};
+
+Test(tok_vocab, unicode_whitespace_as_llama_cpp)
+{
+    for (size_t i = 0; i < GS_ARRAY_LEN(ws_cases); i++) {
+        char rel[128];
+        snprintf(rel, sizeof(rel), "models/vocab/ggml-vocab-%s.gguf", ws_cases[i].vocab);
+        struct gs_tok *t = open_tok(rel);
+        int32_t *ids;
+        size_t n;
+        encode(t, ws_cases[i].text, strlen(ws_cases[i].text), 0, &ids, &n);
+        char buf[512];
+        cr_expect(n == ws_cases[i].n && !memcmp(ids, ws_cases[i].ids, n * sizeof(*ids)),
+                  "%s case %zu: got [%s]", ws_cases[i].vocab, i, ids_str(ids, n, buf, sizeof(buf)));
+        gs_free(ids);
+        gs_tok_free(t);
+    }
+}
+
 /* ---- conformance: ../shared/golden/tokenizer/<name>.tokenize.json ----------------------- */
 
 struct golden_case {
