@@ -444,10 +444,11 @@ static enum gs_status save_origin(struct loader *ld, int argc, char **argv, stru
     if (!og->src || !og->argv)
         return gs_err_set(err, GS_NOMEM, "out of memory");
     memcpy(og->src, ld->src, n);
+    /* argc first: after a failure below, deinit frees the copies made so far. */
+    og->argc = argc;
     for (int i = 0; i < argc; i++)
         if (!(og->argv[i] = gs_strdup(argv[i])))
             return gs_err_set(err, GS_NOMEM, "out of memory");
-    og->argc = argc;
     return GS_OK;
 }
 
