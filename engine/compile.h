@@ -23,20 +23,20 @@
 #include "engine/backend.h"
 #include "engine/graph.h"
 
-#define GS_PLAN_ALIGN 64       /* bytes: every scratch range starts at a multiple */
+#define GS_PLAN_ALIGN     64 /* bytes: every scratch range starts at a multiple */
 #define GS_PLAN_NO_OFFSET UINT64_MAX
-#define GS_PLAN_CACHE_MAX 24  /* buckets 1, 2, 4, ... 2^23 tokens */
+#define GS_PLAN_CACHE_MAX 24 /* buckets 1, 2, 4, ... 2^23 tokens */
 
 struct gs_plan {
     const struct gs_graph *graph; /* borrowed */
     struct gs_shape shape;        /* the bucket */
     uint32_t n_order;
-    uint32_t *order;              /* [n_order] node ids in execution order (no weights) */
-    uint64_t *offset;             /* [graph->n_nodes] scratch offset, GS_PLAN_NO_OFFSET if none */
-    uint64_t *bytes;              /* [graph->n_nodes] bytes reserved for the node's value */
-    uint64_t scratch_bytes;       /* peak of the liveness assignment */
-    uint64_t naive_bytes;         /* what one buffer per value would take (for reports) */
-    void *be_data;                /* backend-private (scratch memory, work buffers) */
+    uint32_t *order;        /* [n_order] node ids in execution order (no weights) */
+    uint64_t *offset;       /* [graph->n_nodes] scratch offset, GS_PLAN_NO_OFFSET if none */
+    uint64_t *bytes;        /* [graph->n_nodes] bytes reserved for the node's value */
+    uint64_t scratch_bytes; /* peak of the liveness assignment */
+    uint64_t naive_bytes;   /* what one buffer per value would take (for reports) */
+    void *be_data;          /* backend-private (scratch memory, work buffers) */
 };
 
 /*
@@ -56,18 +56,18 @@ uint32_t gs_plan_bucket(uint32_t n_tokens);
 /* ---- cache ------------------------------------------------------------------ */
 
 struct gs_plan_cache {
-    struct gs_be *be;             /* borrowed */
-    const struct gs_graph *graph; /* borrowed */
+    struct gs_be *be;                         /* borrowed */
+    const struct gs_graph *graph;             /* borrowed */
     struct gs_plan *plans[GS_PLAN_CACHE_MAX]; /* by log2 of the bucket */
-    uint32_t n_compiles;          /* how many plans were compiled (for tests and reports) */
+    uint32_t n_compiles; /* how many plans were compiled (for tests and reports) */
 };
 
 void gs_plan_cache_init(struct gs_plan_cache *c, struct gs_be *be, const struct gs_graph *g);
 void gs_plan_cache_deinit(struct gs_plan_cache *c);
 
 /* The plan for a step of n_tokens (compiling its bucket once). Borrowed until deinit. */
-enum gs_status gs_plan_cache_get(struct gs_plan_cache *c, uint32_t n_tokens,
-                                 struct gs_plan **out, struct gs_err *err);
+enum gs_status gs_plan_cache_get(struct gs_plan_cache *c, uint32_t n_tokens, struct gs_plan **out,
+                                 struct gs_err *err);
 
 /* Scratch bytes of all cached plans together. */
 uint64_t gs_plan_cache_scratch_bytes(const struct gs_plan_cache *c);

@@ -34,7 +34,7 @@
 
 #include <stdio.h>
 
-#define GS_NODE_NONE UINT32_MAX
+#define GS_NODE_NONE     UINT32_MAX
 #define GS_GRAPH_MAX_SRC 4
 
 /*
@@ -48,17 +48,17 @@
     X(EMBED, "embed", 1, 0)                                                                        \
     /* x / sqrt(mean(x^2) + eps), per row */                                                       \
     X(RMS_NORM, "rms_norm", 1, GS_OPF_ELEMWISE)                                                    \
-    /* a * b elementwise; b may be a single row broadcast over a's rows */                        \
+    /* a * b elementwise; b may be a single row broadcast over a's rows */                         \
     X(MUL, "mul", 2, GS_OPF_ELEMWISE)                                                              \
-    /* a + b elementwise; b may be a single row broadcast over a's rows */                        \
+    /* a + b elementwise; b may be a single row broadcast over a's rows */                         \
     X(ADD, "add", 2, GS_OPF_ELEMWISE)                                                              \
-    /* x [K x R] times weight W [K x N] (one row of K per output) -> [N x R] */                   \
+    /* x [K x R] times weight W [K x N] (one row of K per output) -> [N x R] */                    \
     X(MATMUL, "matmul", 2, 0)                                                                      \
     /* rotary embedding at the step's positions; optional src1: frequency factors */               \
     X(ROPE, "rope", 1, 0)                                                                          \
     /* writes k and v rows of layer params.attn.layer into each token's sequence pages */          \
     X(KV_STORE, "kv_store", 2, GS_OPF_ROOT)                                                        \
-    /* causal attention of q over the token's sequence pages; src1 orders it after KV_STORE */    \
+    /* causal attention of q over the token's sequence pages; src1 orders it after KV_STORE */     \
     X(ATTN, "attn", 2, 0)                                                                          \
     /* softmax(x * scale) per row, with optional softcap before it */                              \
     X(SOFTMAX, "softmax", 1, 0)                                                                    \
@@ -66,9 +66,9 @@
     X(GELU, "gelu", 1, GS_OPF_ELEMWISE)                                                            \
     /* silu(a) * b */                                                                              \
     X(SWIGLU, "swiglu", 2, GS_OPF_ELEMWISE)                                                        \
-    /* rms_norm(x) * w: fused by the rms_norm_mul pass */                                         \
+    /* rms_norm(x) * w: fused by the rms_norm_mul pass */                                          \
     X(RMS_NORM_MUL, "rms_norm_mul", 2, 0)                                                          \
-    /* x @ W + r: matmul with the residual add folded in, by the residual pass */                 \
+    /* x @ W + r: matmul with the residual add folded in, by the residual pass */                  \
     X(MATMUL_ADD, "matmul_add", 3, 0)                                                              \
     /* the rows of x whose tokens asked for logits -> [ne0 x n_outputs] */                         \
     X(OUTPUTS, "outputs", 1, 0)                                                                    \
@@ -111,9 +111,9 @@ enum gs_rope_mode {
 };
 
 struct gs_rope_params {
-    int32_t n_head;   /* heads in the row: row length is n_head * head_dim */
+    int32_t n_head; /* heads in the row: row length is n_head * head_dim */
     int32_t head_dim;
-    int32_t n_rot;    /* leading dims of each head that rotate (<= head_dim, even) */
+    int32_t n_rot; /* leading dims of each head that rotate (<= head_dim, even) */
     enum gs_rope_mode mode;
     float freq_base;  /* theta_i = pos * freq_scale * freq_base^(-2i/n_rot) */
     float freq_scale; /* 1 / linear scaling factor */
@@ -124,8 +124,8 @@ struct gs_attn_params {
     int32_t n_head;    /* query heads */
     int32_t n_head_kv; /* key/value heads; n_head is a multiple of it (GQA) */
     int32_t head_dim;
-    float scale;       /* applied to q.k before softcap and softmax */
-    float softcap;     /* 0: none; else scores become softcap * tanh(s / softcap) */
+    float scale;   /* applied to q.k before softcap and softmax */
+    float softcap; /* 0: none; else scores become softcap * tanh(s / softcap) */
 };
 
 struct gs_softmax_params {
@@ -143,14 +143,14 @@ union gs_node_params {
 
 struct gs_node {
     enum gs_op op;
-    enum gs_type type;    /* F32 for activations; the file type for weights */
+    enum gs_type type; /* F32 for activations; the file type for weights */
     enum gs_rows rows;
-    int64_t ne[2];        /* ne[0] row length; ne[1] rows when rows == GS_ROWS_FIXED, else 0 */
+    int64_t ne[2]; /* ne[0] row length; ne[1] rows when rows == GS_ROWS_FIXED, else 0 */
     uint32_t n_src;
     uint32_t src[GS_GRAPH_MAX_SRC]; /* node ids, all smaller than this node's id */
     union gs_node_params p;
-    const void *data;     /* WEIGHT: borrowed tensor bytes; else NULL */
-    const char *name;     /* in the graph's arena; "" when unnamed */
+    const void *data; /* WEIGHT: borrowed tensor bytes; else NULL */
+    const char *name; /* in the graph's arena; "" when unnamed */
 };
 
 /* A graph. Fields are read-only outside engine/graph. */
@@ -158,8 +158,8 @@ struct gs_graph {
     struct gs_node *nodes; /* [n_nodes], topological order; owned */
     uint32_t n_nodes;
     uint32_t cap_nodes;
-    int64_t n_vocab;       /* row length of the LOGITS node's input, 0 until set */
-    struct gs_err err;     /* first builder error (sticky); code GS_OK when none */
+    int64_t n_vocab;              /* row length of the LOGITS node's input, 0 until set */
+    struct gs_err err;            /* first builder error (sticky); code GS_OK when none */
     struct gs_graph_arena *arena; /* names; internal */
 };
 

@@ -30,23 +30,23 @@ struct gs_model_hparams {
     uint32_t n_layer;
     uint32_t n_head;
     uint32_t n_head_kv;
-    uint32_t head_dim;    /* <arch>.attention.key_length, default n_embd / n_head */
+    uint32_t head_dim; /* <arch>.attention.key_length, default n_embd / n_head */
     uint32_t n_ff;
-    uint32_t n_rot;       /* <arch>.rope.dimension_count, default head_dim */
+    uint32_t n_rot; /* <arch>.rope.dimension_count, default head_dim */
     float rms_eps;
     float rope_freq_base;  /* default 10000 */
     float rope_freq_scale; /* 1 / rope.scaling.factor for linear scaling, else 1 */
     enum gs_rope_mode rope_mode;
-    bool tied_output;     /* output.weight absent: logits use token_embd.weight */
-    int32_t bos_id;       /* -1 when absent */
-    int32_t eos_id;       /* -1 when absent */
-    bool add_bos;         /* tokenizer.ggml.add_bos_token, default true */
+    bool tied_output; /* output.weight absent: logits use token_embd.weight */
+    int32_t bos_id;   /* -1 when absent */
+    int32_t eos_id;   /* -1 when absent */
+    bool add_bos;     /* tokenizer.ggml.add_bos_token, default true */
 };
 
 struct gs_model {
     struct gs_model_hparams hp;
-    struct gs_graph *graph;      /* owned; before any pass */
-    const struct gs_gguf *file;  /* borrowed */
+    struct gs_graph *graph;     /* owned; before any pass */
+    const struct gs_gguf *file; /* borrowed */
 };
 
 /*
@@ -54,8 +54,7 @@ struct gs_model {
  * gs_model_free. GS_UNSUPPORTED for an architecture without a builder,
  * GS_FORMAT for bad metadata or tensors.
  */
-enum gs_status gs_model_load(const struct gs_gguf *file, struct gs_model **out,
-                             struct gs_err *err);
+enum gs_status gs_model_load(const struct gs_gguf *file, struct gs_model **out, struct gs_err *err);
 void gs_model_free(struct gs_model *m); /* NULL is a no-op */
 
 /* KV elements per token per layer for K (and for V): n_head_kv * head_dim. */

@@ -17,10 +17,10 @@
 #include <string.h>
 
 struct ref_plan {
-    float *scratch;  /* [scratch_bytes / 4] activations */
-    float *row_a;    /* [max weight row] dequantized weight row */
-    float *row_b;    /* [max activation row] per-token temporary */
-    float *xq;       /* [bucket][max weight row] activations rounded for a matmul */
+    float *scratch; /* [scratch_bytes / 4] activations */
+    float *row_a;   /* [max weight row] dequantized weight row */
+    float *row_b;   /* [max activation row] per-token temporary */
+    float *xq;      /* [bucket][max weight row] activations rounded for a matmul */
 };
 
 /* The state of one run: plan, step and resolved row counts. */
@@ -237,8 +237,8 @@ static void k_elementwise(const struct run *r, const struct gs_node *n, float *o
  * Quantizing then dequantizing makes the F32 product of dequantized values
  * equal that integer dot product up to float rounding.
  */
-static const float *round_activations(const struct run *r, const struct gs_node *w,
-                                      const float *x, int64_t rows)
+static const float *round_activations(const struct run *r, const struct gs_node *w, const float *x,
+                                      int64_t rows)
 {
     const struct gs_type_traits *wt = gs_type_traits(w->type);
     const struct gs_type_traits *vt = wt ? gs_type_traits(wt->vec_dot_type) : NULL;
@@ -443,21 +443,11 @@ static void k_logits(const struct run *r, const struct gs_node *n, float *out)
 
 /* One row per op; WEIGHT has no kernel and never appears in a plan's order. */
 static const kernel_fn kernels[GS_OP_COUNT] = {
-    [GS_OP_EMBED] = k_embed,
-    [GS_OP_RMS_NORM] = k_rms_norm,
-    [GS_OP_RMS_NORM_MUL] = k_rms_norm,
-    [GS_OP_MUL] = k_elementwise,
-    [GS_OP_ADD] = k_elementwise,
-    [GS_OP_SWIGLU] = k_elementwise,
-    [GS_OP_SILU] = k_elementwise,
-    [GS_OP_GELU] = k_elementwise,
-    [GS_OP_MATMUL] = k_matmul,
-    [GS_OP_MATMUL_ADD] = k_matmul,
-    [GS_OP_ROPE] = k_rope,
-    [GS_OP_KV_STORE] = k_kv_store,
-    [GS_OP_ATTN] = k_attn,
-    [GS_OP_SOFTMAX] = k_softmax,
-    [GS_OP_OUTPUTS] = k_outputs,
+    [GS_OP_EMBED] = k_embed,       [GS_OP_RMS_NORM] = k_rms_norm, [GS_OP_RMS_NORM_MUL] = k_rms_norm,
+    [GS_OP_MUL] = k_elementwise,   [GS_OP_ADD] = k_elementwise,   [GS_OP_SWIGLU] = k_elementwise,
+    [GS_OP_SILU] = k_elementwise,  [GS_OP_GELU] = k_elementwise,  [GS_OP_MATMUL] = k_matmul,
+    [GS_OP_MATMUL_ADD] = k_matmul, [GS_OP_ROPE] = k_rope,         [GS_OP_KV_STORE] = k_kv_store,
+    [GS_OP_ATTN] = k_attn,         [GS_OP_SOFTMAX] = k_softmax,   [GS_OP_OUTPUTS] = k_outputs,
     [GS_OP_LOGITS] = k_logits,
 };
 

@@ -182,8 +182,8 @@ void gs_plan_cache_deinit(struct gs_plan_cache *c)
     }
 }
 
-enum gs_status gs_plan_cache_get(struct gs_plan_cache *c, uint32_t n_tokens,
-                                 struct gs_plan **out, struct gs_err *err)
+enum gs_status gs_plan_cache_get(struct gs_plan_cache *c, uint32_t n_tokens, struct gs_plan **out,
+                                 struct gs_err *err)
 {
     *out = NULL;
     if (n_tokens == 0 || n_tokens > (1u << (GS_PLAN_CACHE_MAX - 1)))

@@ -328,8 +328,8 @@ static bool check_matmul(struct gs_graph *g, const char *name, const struct gs_n
         return false;
     }
     if (w->ne[0] != x->ne[0]) {
-        fail(g, GS_INVAL, "%s: weight '%s' rows have %lld elements, input rows %lld", name,
-             w->name, (long long)w->ne[0], (long long)x->ne[0]);
+        fail(g, GS_INVAL, "%s: weight '%s' rows have %lld elements, input rows %lld", name, w->name,
+             (long long)w->ne[0], (long long)x->ne[0]);
         return false;
     }
     return true;
@@ -423,8 +423,7 @@ uint32_t gs_graph_attn(struct gs_graph *g, uint32_t q, uint32_t kv_store,
                     (long long)ap->n_head * ap->head_dim);
     if (s[1]->op != GS_OP_KV_STORE || s[1]->p.attn.layer != ap->layer ||
         s[1]->p.attn.n_head_kv != ap->n_head_kv || s[1]->p.attn.head_dim != ap->head_dim)
-        return fail(g, GS_INVAL, "attn: second source must be the kv_store of layer %d",
-                    ap->layer);
+        return fail(g, GS_INVAL, "attn: second source must be the kv_store of layer %d", ap->layer);
     union gs_node_params p;
     memset(&p, 0, sizeof(p));
     p.attn = *ap;

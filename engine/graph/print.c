@@ -19,8 +19,8 @@ static void params_str(const struct gs_node *n, char *buf, size_t len)
                  (double)n->p.rope.freq_scale);
         break;
     case GS_OP_KV_STORE:
-        snprintf(buf, len, "layer=%d kv_heads=%d head_dim=%d", n->p.attn.layer,
-                 n->p.attn.n_head_kv, n->p.attn.head_dim);
+        snprintf(buf, len, "layer=%d kv_heads=%d head_dim=%d", n->p.attn.layer, n->p.attn.n_head_kv,
+                 n->p.attn.head_dim);
         break;
     case GS_OP_ATTN:
         snprintf(buf, len, "layer=%d heads=%d kv_heads=%d head_dim=%d scale=%g softcap=%g",
@@ -46,7 +46,8 @@ static void print_text(const struct gs_graph *g, FILE *f)
             fprintf(f, "%s%%%u", j ? ", " : "(", n->src[j]);
         fprintf(f, "%s %s", n->n_src ? ")" : "", gs_type_name(n->type));
         if (n->rows != GS_ROWS_NONE)
-            fprintf(f, " [%lld x %s]", (long long)n->ne[0], gs_graph__rows_str(n, rows, sizeof(rows)));
+            fprintf(f, " [%lld x %s]", (long long)n->ne[0],
+                    gs_graph__rows_str(n, rows, sizeof(rows)));
         params_str(n, params, sizeof(params));
         if (params[0])
             fprintf(f, " {%s}", params);
@@ -73,7 +74,8 @@ static void put_escaped(FILE *f, const char *s)
 static void print_dot(const struct gs_graph *g, FILE *f)
 {
     char rows[32];
-    fprintf(f, "digraph graphserve {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n");
+    fprintf(f,
+            "digraph graphserve {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n");
     for (uint32_t i = 0; i < g->n_nodes; i++) {
         const struct gs_node *n = &g->nodes[i];
         fprintf(f, "  n%u [label=\"%%%u %s\\n", i, i, gs_op_info(n->op)->name);
@@ -93,8 +95,9 @@ static void print_json(const struct gs_graph *g, FILE *f)
     fprintf(f, "{\"n_nodes\": %u, \"nodes\": [", g->n_nodes);
     for (uint32_t i = 0; i < g->n_nodes; i++) {
         const struct gs_node *n = &g->nodes[i];
-        fprintf(f, "%s\n  {\"id\": %u, \"op\": \"%s\", \"type\": \"%s\", \"ne0\": %lld, "
-                   "\"rows\": \"%s\", \"src\": [",
+        fprintf(f,
+                "%s\n  {\"id\": %u, \"op\": \"%s\", \"type\": \"%s\", \"ne0\": %lld, "
+                "\"rows\": \"%s\", \"src\": [",
                 i ? "," : "", i, gs_op_info(n->op)->name, gs_type_name(n->type),
                 (long long)n->ne[0], gs_graph__rows_str(n, rows, sizeof(rows)));
         for (uint32_t j = 0; j < n->n_src; j++)

@@ -24,8 +24,8 @@ static enum gs_status get_u32(const struct gs_model *m, const char *suffix, bool
     return st == GS_NOTFOUND ? gs_err_set(err, GS_FORMAT, "metadata '%s' is missing", key) : st;
 }
 
-static enum gs_status get_f32(const struct gs_model *m, const char *suffix, bool def_ok,
-                              float def, float *out, struct gs_err *err)
+static enum gs_status get_f32(const struct gs_model *m, const char *suffix, bool def_ok, float def,
+                              float *out, struct gs_err *err)
 {
     char key[128];
     snprintf(key, sizeof(key), "%s.%s", m->hp.arch, suffix);
@@ -113,8 +113,8 @@ static enum gs_status read_hparams(struct gs_model *m, struct gs_err *err)
                           "metadata '%s.attention.head_count': %u heads do not divide "
                           "embedding_length %u",
                           a, hp->n_head, hp->n_embd);
-    if ((st = get_u32(m, "attention.key_length", true, hp->n_embd / hp->n_head, &hp->head_dim,
-                      err)))
+    if ((st =
+             get_u32(m, "attention.key_length", true, hp->n_embd / hp->n_head, &hp->head_dim, err)))
         return st;
     uint32_t v_len;
     if ((st = get_u32(m, "attention.value_length", true, hp->head_dim, &v_len, err)))
@@ -160,9 +160,9 @@ static enum gs_status build_block(struct gs_model *m, uint32_t l, uint32_t rope_
         int64_t ne0, ne1;
         uint32_t id;
     } w[] = {
-        {"attn_norm", hp->n_embd, 1, 0},     {"attn_q", hp->n_embd, n_q, 0},
-        {"attn_k", hp->n_embd, n_kv, 0},     {"attn_v", hp->n_embd, n_kv, 0},
-        {"attn_output", n_q, hp->n_embd, 0}, {"ffn_norm", hp->n_embd, 1, 0},
+        {"attn_norm", hp->n_embd, 1, 0},       {"attn_q", hp->n_embd, n_q, 0},
+        {"attn_k", hp->n_embd, n_kv, 0},       {"attn_v", hp->n_embd, n_kv, 0},
+        {"attn_output", n_q, hp->n_embd, 0},   {"ffn_norm", hp->n_embd, 1, 0},
         {"ffn_gate", hp->n_embd, hp->n_ff, 0}, {"ffn_up", hp->n_embd, hp->n_ff, 0},
         {"ffn_down", hp->n_ff, hp->n_embd, 0},
     };

@@ -20,8 +20,7 @@ void gs_model_free(struct gs_model *m)
     gs_free(m);
 }
 
-enum gs_status gs_model_load(const struct gs_gguf *file, struct gs_model **out,
-                             struct gs_err *err)
+enum gs_status gs_model_load(const struct gs_gguf *file, struct gs_model **out, struct gs_err *err)
 {
     *out = NULL;
     struct gs_gguf_str arch;
@@ -33,9 +32,8 @@ enum gs_status gs_model_load(const struct gs_gguf *file, struct gs_model **out,
         if (gs_gguf_str_eq(arch, families[i].arch))
             fam = &families[i];
     if (!fam)
-        return gs_err_set(err, GS_UNSUPPORTED,
-                          "general.architecture: '%.*s' has no model builder", (int)GS_MIN(arch.len, 64),
-                          arch.data);
+        return gs_err_set(err, GS_UNSUPPORTED, "general.architecture: '%.*s' has no model builder",
+                          (int)GS_MIN(arch.len, 64), arch.data);
     struct gs_model *m = gs_calloc(1, sizeof(*m));
     if (!m)
         return gs_err_set(err, GS_NOMEM, "model: out of memory");

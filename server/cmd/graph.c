@@ -58,7 +58,8 @@ static void report_plan(const struct gs_graph *g, uint32_t n_tokens)
         fprintf(stderr, "graphserve graph: %s\n", err.msg);
         return;
     }
-    fprintf(stderr, "plan for %u tokens: %u steps, scratch %llu bytes (one buffer per value: %llu)\n",
+    fprintf(stderr,
+            "plan for %u tokens: %u steps, scratch %llu bytes (one buffer per value: %llu)\n",
             s.n_tokens, p->n_order, (unsigned long long)p->scratch_bytes,
             (unsigned long long)p->naive_bytes);
     gs_plan_free(p);

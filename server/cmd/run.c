@@ -55,15 +55,19 @@ struct runner {
     struct gs_kv_seq seq;
     struct gs_kv_view kv;
     uint32_t n_past;
-    float *logits; /* [n_vocab] */
-    int32_t *pos;  /* [batch] */
+    float *logits;     /* [n_vocab] */
+    int32_t *pos;      /* [batch] */
     uint32_t *seq_ids; /* [batch] zeros */
 };
 
 static bool parse_args(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){.backend = "ref", .n_predict = 64, .page_tokens = 16, .batch = 512,
-                       .top_p = 1.0, .kv_type = GS_TYPE_F16};
+    *o = (struct opts){.backend = "ref",
+                       .n_predict = 64,
+                       .page_tokens = 16,
+                       .batch = 512,
+                       .top_p = 1.0,
+                       .kv_type = GS_TYPE_F16};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
@@ -154,7 +158,8 @@ static enum gs_status runner_open(struct runner *r, const struct opts *o, uint32
                                   struct gs_err *err)
 {
     enum gs_status st;
-    if ((st = gs_gguf_open(o->path, &r->file, err)) || (st = gs_model_load(r->file, &r->model, err)))
+    if ((st = gs_gguf_open(o->path, &r->file, err)) ||
+        (st = gs_model_load(r->file, &r->model, err)))
         return st;
     struct gs_err tok_err = {0};
     if (gs_tok_new(r->file, &r->tok, &tok_err) != GS_OK)
@@ -165,8 +170,8 @@ static enum gs_status runner_open(struct runner *r, const struct opts *o, uint32
         return st;
     r->be_open = true;
     const struct gs_pass *passes[16];
-    size_t n_passes = gs_be_select_passes(&r->be, gs_passes_all, gs_passes_all_len, passes,
-                                          GS_ARRAY_LEN(passes));
+    size_t n_passes =
+        gs_be_select_passes(&r->be, gs_passes_all, gs_passes_all_len, passes, GS_ARRAY_LEN(passes));
     if ((st = gs_graph_run_passes(r->model->graph, passes, n_passes, err)))
         return st;
     gs_plan_cache_init(&r->cache, &r->be, r->model->graph);
@@ -182,9 +187,13 @@ static enum gs_status runner_open(struct runner *r, const struct opts *o, uint32
         return st;
     gs_kv_seq_init(&r->seq);
     struct gs_kv_layout l = gs_kv_pool_layout(r->pool);
-    r->kv = (struct gs_kv_view){.base = l.base, .type = o->kv_type, .n_pages = l.n_pages,
-                                .page_tokens = l.page_tokens, .n_layer = l.n_layer,
-                                .kv_dim = l.kv_dim, .page_bytes = l.page_bytes};
+    r->kv = (struct gs_kv_view){.base = l.base,
+                                .type = o->kv_type,
+                                .n_pages = l.n_pages,
+                                .page_tokens = l.page_tokens,
+                                .n_layer = l.n_layer,
+                                .kv_dim = l.kv_dim,
+                                .page_bytes = l.page_bytes};
     r->logits = gs_calloc(r->model->hp.n_vocab, sizeof(float));
     r->pos = gs_calloc((size_t)o->batch, sizeof(*r->pos));
     r->seq_ids = gs_calloc((size_t)o->batch, sizeof(*r->seq_ids));
@@ -204,12 +213,19 @@ static enum gs_status runner_step(struct runner *r, const int32_t *tokens, uint3
         r->pos[i] = (int32_t)(r->n_past + i);
     uint32_t last = n - 1;
     struct gs_seq_pages sp = {r->seq.pages, r->seq.n_pages};
-    struct gs_step_io io = {.n_tokens = n, .tokens = tokens, .pos = r->pos, .seq = r->seq_ids,
-                            .n_seqs = 1, .seqs = &sp, .kv = &r->kv,
-                            .n_outputs = want_logits ? 1 : 0, .out_rows = &last,
+    struct gs_step_io io = {.n_tokens = n,
+                            .tokens = tokens,
+                            .pos = r->pos,
+                            .seq = r->seq_ids,
+                            .n_seqs = 1,
+                            .seqs = &sp,
+                            .kv = &r->kv,
+                            .n_outputs = want_logits ? 1 : 0,
+                            .out_rows = &last,
                             .logits = r->logits};
     struct gs_plan *plan;
-    if ((st = gs_plan_cache_get(&r->cache, n, &plan, err)) || (st = gs_be_run(&r->be, plan, &io, err)))
+    if ((st = gs_plan_cache_get(&r->cache, n, &plan, err)) ||
+        (st = gs_be_run(&r->be, plan, &io, err)))
         return st;
     r->n_past += n;
     return GS_OK;
@@ -230,14 +246,12 @@ static void print_json(const int32_t *prompt, size_t n_prompt, const int32_t *ou
     for (size_t i = 0; i < n_out; i++)
         json_array_append_new(jo, json_integer(out[i]));
     double per_token = n_out ? gen_ms / (double)n_out : 0;
-    json_t *j = json_pack("{s:o, s:o, s:s#, s:s, s:I, s:{s:f, s:f, s:f, s:f}}", "prompt_tokens", jp,
-                          "output_tokens", jo, "text", text ? text : "", (int)text_len,
-                          "finish_reason", finish, "scratch_bytes", (json_int_t)scratch_bytes,
-                          "timings", "prompt_ms", prompt_ms,
-                          "per_token_ms", per_token, "tokens_per_s",
-                          gen_ms > 0 ? 1000.0 * (double)n_out / gen_ms : 0.0,
-                          "prompt_tokens_per_s",
-                          prompt_ms > 0 ? 1000.0 * (double)n_prompt / prompt_ms : 0.0);
+    json_t *j = json_pack(
+        "{s:o, s:o, s:s#, s:s, s:I, s:{s:f, s:f, s:f, s:f}}", "prompt_tokens", jp, "output_tokens",
+        jo, "text", text ? text : "", (int)text_len, "finish_reason", finish, "scratch_bytes",
+        (json_int_t)scratch_bytes, "timings", "prompt_ms", prompt_ms, "per_token_ms", per_token,
+        "tokens_per_s", gen_ms > 0 ? 1000.0 * (double)n_out / gen_ms : 0.0, "prompt_tokens_per_s",
+        prompt_ms > 0 ? 1000.0 * (double)n_prompt / prompt_ms : 0.0);
     if (j) {
         json_dumpf(j, stdout, JSON_COMPACT);
         fputc('\n', stdout);

@@ -4,8 +4,8 @@
  */
 #include "engine/backend.h"
 #include "engine/compile.h"
-#include "engine/graph.h"
 #include "engine/gguf.h"
+#include "engine/graph.h"
 #include "engine/model.h"
 #include "tests/common/testutil.h"
 
@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define D 8     /* model width */
-#define V 6     /* vocabulary */
-#define F 12    /* feed-forward width */
-#define T 5     /* tokens in the test step */
+#define D 8  /* model width */
+#define V 6  /* vocabulary */
+#define F 12 /* feed-forward width */
+#define T 5  /* tokens in the test step */
 
 /* Deterministic pseudo-random weights in [-1, 1). */
 static float w_embd[V * D], w_norm[D], w_up[F * D], w_gate[F * D], w_down[D * F], w_out[V * D];
@@ -88,8 +88,15 @@ static void run_graph(const struct gs_graph *g, float *out)
     int32_t pos[T] = {0, 1, 7, 30, 100};
     uint32_t seq[T] = {0}, rows[T] = {0, 1, 2, 3, 4};
     struct gs_seq_pages sp = {NULL, 0};
-    struct gs_step_io io = {.n_tokens = T, .tokens = tokens, .pos = pos, .seq = seq, .n_seqs = 1,
-                            .seqs = &sp, .n_outputs = T, .out_rows = rows, .logits = out};
+    struct gs_step_io io = {.n_tokens = T,
+                            .tokens = tokens,
+                            .pos = pos,
+                            .seq = seq,
+                            .n_seqs = 1,
+                            .seqs = &sp,
+                            .n_outputs = T,
+                            .out_rows = rows,
+                            .logits = out};
     cr_assert_eq(gs_be_run(&be, p, &io, &err), GS_OK, "%s", err.msg);
     gs_be_plan_free(&be, p);
     gs_be_deinit(&be);
@@ -358,8 +365,15 @@ Test(backend_ref, rejects_bad_step)
     uint32_t seq[3] = {0, 0, 0}, rows[1] = {0};
     float logits[V];
     struct gs_seq_pages sp = {NULL, 0};
-    struct gs_step_io io = {.n_tokens = 2, .tokens = tokens, .pos = pos, .seq = seq, .n_seqs = 1,
-                            .seqs = &sp, .n_outputs = 1, .out_rows = rows, .logits = logits};
+    struct gs_step_io io = {.n_tokens = 2,
+                            .tokens = tokens,
+                            .pos = pos,
+                            .seq = seq,
+                            .n_seqs = 1,
+                            .seqs = &sp,
+                            .n_outputs = 1,
+                            .out_rows = rows,
+                            .logits = logits};
     cr_assert_eq(gs_be_run(&be, p, &io, &err), GS_INVAL);
     cr_assert(strstr(err.msg, "vocabulary"), "%s", err.msg);
     io.n_tokens = 3; /* past the bucket */
@@ -422,8 +436,12 @@ Test(backend_ref, softmax_with_scale_and_softcap)
 
 static void check_rope(enum gs_rope_mode mode)
 {
-    struct gs_rope_params p = {.n_head = 2, .head_dim = 4, .n_rot = 4, .mode = mode,
-                               .freq_base = 100.0f, .freq_scale = 0.5f};
+    struct gs_rope_params p = {.n_head = 2,
+                               .head_dim = 4,
+                               .n_rot = 4,
+                               .mode = mode,
+                               .freq_base = 100.0f,
+                               .freq_scale = 0.5f};
     float out[T * D];
     run_unary(op_rope, &p, out);
     for (int t = 0; t < T; t++) {

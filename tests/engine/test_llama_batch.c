@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_SEQ 3
+#define N_SEQ    3
 #define N_DECODE 4
 
 static const int32_t seq_tokens[N_SEQ][8] = {
@@ -56,9 +56,13 @@ static void check_batched(const char *model)
                                 .n_pages = 64};
     cr_assert_eq(gs_kv_pool_new(&pc, &pool, &err), GS_OK, "%s", err.msg);
     struct gs_kv_layout kl = gs_kv_pool_layout(pool);
-    struct gs_kv_view kv = {.base = kl.base, .type = GS_TYPE_F16, .n_pages = kl.n_pages,
-                            .page_tokens = kl.page_tokens, .n_layer = kl.n_layer,
-                            .kv_dim = kl.kv_dim, .page_bytes = kl.page_bytes};
+    struct gs_kv_view kv = {.base = kl.base,
+                            .type = GS_TYPE_F16,
+                            .n_pages = kl.n_pages,
+                            .page_tokens = kl.page_tokens,
+                            .n_layer = kl.n_layer,
+                            .kv_dim = kl.kv_dim,
+                            .page_bytes = kl.page_bytes};
     struct gs_kv_seq seqs[N_SEQ];
     struct gs_seq_pages sp[N_SEQ];
     uint32_t n_past[N_SEQ] = {0};
@@ -96,9 +100,16 @@ static void check_batched(const char *model)
     for (int k = 0; k < N_SEQ; k++)
         out_rows[k] = last_row[order[k]];
     float *logits = calloc((size_t)N_SEQ * nv, sizeof(float));
-    struct gs_step_io io = {.n_tokens = n, .tokens = tokens, .pos = pos, .seq = seq_of,
-                            .n_seqs = N_SEQ, .seqs = sp, .kv = &kv, .n_outputs = N_SEQ,
-                            .out_rows = out_rows, .logits = logits};
+    struct gs_step_io io = {.n_tokens = n,
+                            .tokens = tokens,
+                            .pos = pos,
+                            .seq = seq_of,
+                            .n_seqs = N_SEQ,
+                            .seqs = sp,
+                            .kv = &kv,
+                            .n_outputs = N_SEQ,
+                            .out_rows = out_rows,
+                            .logits = logits};
     struct gs_plan *plan;
     cr_assert_eq(gs_plan_cache_get(&r.cache, n, &plan, &err), GS_OK, "%s", err.msg);
     cr_assert_eq(gs_be_run(&r.be, plan, &io, &err), GS_OK, "%s", err.msg);

@@ -43,14 +43,14 @@ static void check_run(const char *golden, const char *model, bool check_text)
     cr_assert(j, "%s: output is not JSON: %s", golden, out);
     cr_assert(json_equal(json_object_get(j, "prompt_tokens"), json_object_get(g, "prompt_tokens")),
               "%s: prompt tokens differ from llama.cpp's", golden);
-    cr_assert(json_equal(json_object_get(j, "output_tokens"),
-                         json_object_get(g, "completion_tokens")),
-              "%s: generated tokens differ from llama.cpp's", golden);
+    cr_assert(
+        json_equal(json_object_get(j, "output_tokens"), json_object_get(g, "completion_tokens")),
+        "%s: generated tokens differ from llama.cpp's", golden);
     const char *text = json_string_value(json_object_get(j, "text"));
     const char *want = json_string_value(json_object_get(g, "completion_text"));
     /* Random-weight models emit broken UTF-8 that the golden renders byte by byte. */
-    cr_assert(!check_text || (text && want && !strcmp(text, want)), "%s: text '%s', golden '%s'", golden, text,
-              want);
+    cr_assert(!check_text || (text && want && !strcmp(text, want)), "%s: text '%s', golden '%s'",
+              golden, text, want);
     cr_assert(json_is_object(json_object_get(j, "timings")));
     json_decref(j);
     json_decref(g);
@@ -158,8 +158,9 @@ Test(cli_graph, bad_model_exits_nonzero_naming_problem)
     cr_assert(strstr(out, "head_count_kv"), "%s", out);
     free(out);
     /* Not a GGUF file at all. */
-    snprintf(args, sizeof(args), "graph -m %s", gs_test_shared_path("golden/completions/"
-                                                                    "stories260K__lily-and-tom.json"));
+    snprintf(args, sizeof(args), "graph -m %s",
+             gs_test_shared_path("golden/completions/"
+                                 "stories260K__lily-and-tom.json"));
     cr_assert_eq(graphserve(args, 1, &out), 1);
     free(out);
 }

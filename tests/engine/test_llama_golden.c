@@ -124,8 +124,8 @@ static void check_passes_equal(const char *model)
     const float *b = llama_rig_step(&opt, tokens, n, true);
     uint32_t n_vocab = plain.model->hp.n_vocab;
     for (uint32_t i = 0; i < n * n_vocab; i++)
-        cr_assert_float_eq(a[i], b[i], 1e-5f, "%s: logit %u: %g without passes, %g with", model,
-                           i, a[i], b[i]);
+        cr_assert_float_eq(a[i], b[i], 1e-5f, "%s: logit %u: %g without passes, %g with", model, i,
+                           a[i], b[i]);
     llama_rig_close(&plain);
     llama_rig_close(&opt);
 }

@@ -44,8 +44,11 @@ static void add_tensor(struct gs_gguf_writer *w, const struct craft *c, const ch
     float *data = calloc(n, sizeof(float));
     for (size_t i = 0; i < n; i++)
         data[i] = (float)((i * 7919) % 13) / 13.0f - 0.5f;
-    struct gs_gguf_w_tensor t = {.name = name, .type = GS_TYPE_F32, .n_dims = ne1 > 1 ? 2 : 1,
-                                 .ne = {ne0, ne1, 1, 1}, .data = data,
+    struct gs_gguf_w_tensor t = {.name = name,
+                                 .type = GS_TYPE_F32,
+                                 .n_dims = ne1 > 1 ? 2 : 1,
+                                 .ne = {ne0, ne1, 1, 1},
+                                 .data = data,
                                  .nbytes = n * sizeof(float)};
     cr_assert_eq(gs_gguf_w_tensor(w, &t), GS_OK);
     free(data);

@@ -23,9 +23,10 @@ static void check_teacher_forced(const char *golden)
     uint32_t n_prompt = llama_json_ids(json_object_get(j, "prompt_tokens"), &prompt);
     uint32_t n_gen = llama_json_ids(json_object_get(j, "completion_tokens"), &completion);
     const char *model = json_string_value(json_object_get(j, "model"));
-    const char *kv = json_string_value(json_object_get(j, "settings") ?
-                                       json_object_get(json_object_get(j, "settings"),
-                                                       "kv_cache_type") : NULL);
+    const char *kv =
+        json_string_value(json_object_get(j, "settings")
+                              ? json_object_get(json_object_get(j, "settings"), "kv_cache_type")
+                              : NULL);
     cr_assert(model && kv);
 
     /* Step i's logits are those of row n_prompt - 1 + i. */
@@ -61,9 +62,8 @@ static void check_teacher_forced(const char *golden)
         double margin = json_real_value(json_object_get(st, "margin_to_2nd"));
         int32_t got = llama_argmax(logits + (size_t)(n_prompt - 1 + i) * n_vocab, n_vocab);
         agree += got == want;
-        cr_expect(got == want || margin < 0.5,
-                  "%s: step %u: top-1 %d, golden %d with margin %.3f", golden, i, got, want,
-                  margin);
+        cr_expect(got == want || margin < 0.5, "%s: step %u: top-1 %d, golden %d with margin %.3f",
+                  golden, i, got, want, margin);
     }
     double rate = (double)agree / n_steps;
     cr_log_info("%s: pearson >= %.6f, top-1 %u/%u (%.1f%%)", golden, min_rho, agree, n_steps,
@@ -90,18 +90,63 @@ static void check_model(const char *stem)
     }
 }
 
-Test(llama_quant, stories260K_q8_0) { check_model("stories260K-Q8_0"); }
-Test(llama_quant, stories260K_q5_1) { check_model("stories260K-Q5_1"); }
-Test(llama_quant, stories260K_q5_0) { check_model("stories260K-Q5_0"); }
-Test(llama_quant, stories260K_q4_1) { check_model("stories260K-Q4_1"); }
-Test(llama_quant, stories260K_q4_0) { check_model("stories260K-Q4_0"); }
-Test(llama_quant, stories260K_q4_k_m_fallback) { check_model("stories260K-Q4_K_M-fallback"); }
-Test(llama_quant, tiny_k_q8_0) { check_model("tiny-k-Q8_0"); }
-Test(llama_quant, tiny_k_q6_k) { check_model("tiny-k-Q6_K"); }
-Test(llama_quant, tiny_k_q5_k_m) { check_model("tiny-k-Q5_K_M"); }
-Test(llama_quant, tiny_k_q5_k) { check_model("tiny-k-Q5_K"); }
-Test(llama_quant, tiny_k_q4_k_m) { check_model("tiny-k-Q4_K_M"); }
-Test(llama_quant, tiny_k_q4_k) { check_model("tiny-k-Q4_K"); }
-Test(llama_quant, tiny_k_q3_k_m) { check_model("tiny-k-Q3_K_M"); }
-Test(llama_quant, tiny_k_q2_k) { check_model("tiny-k-Q2_K"); }
-Test(llama_quant, llama_2_tiny_random) { check_teacher_forced("llama-2-tiny-random__once-upon-a-time"); }
+Test(llama_quant, stories260K_q8_0)
+{
+    check_model("stories260K-Q8_0");
+}
+Test(llama_quant, stories260K_q5_1)
+{
+    check_model("stories260K-Q5_1");
+}
+Test(llama_quant, stories260K_q5_0)
+{
+    check_model("stories260K-Q5_0");
+}
+Test(llama_quant, stories260K_q4_1)
+{
+    check_model("stories260K-Q4_1");
+}
+Test(llama_quant, stories260K_q4_0)
+{
+    check_model("stories260K-Q4_0");
+}
+Test(llama_quant, stories260K_q4_k_m_fallback)
+{
+    check_model("stories260K-Q4_K_M-fallback");
+}
+Test(llama_quant, tiny_k_q8_0)
+{
+    check_model("tiny-k-Q8_0");
+}
+Test(llama_quant, tiny_k_q6_k)
+{
+    check_model("tiny-k-Q6_K");
+}
+Test(llama_quant, tiny_k_q5_k_m)
+{
+    check_model("tiny-k-Q5_K_M");
+}
+Test(llama_quant, tiny_k_q5_k)
+{
+    check_model("tiny-k-Q5_K");
+}
+Test(llama_quant, tiny_k_q4_k_m)
+{
+    check_model("tiny-k-Q4_K_M");
+}
+Test(llama_quant, tiny_k_q4_k)
+{
+    check_model("tiny-k-Q4_K");
+}
+Test(llama_quant, tiny_k_q3_k_m)
+{
+    check_model("tiny-k-Q3_K_M");
+}
+Test(llama_quant, tiny_k_q2_k)
+{
+    check_model("tiny-k-Q2_K");
+}
+Test(llama_quant, llama_2_tiny_random)
+{
+    check_teacher_forced("llama-2-tiny-random__once-upon-a-time");
+}

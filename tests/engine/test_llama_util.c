@@ -7,13 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-void llama_rig_open(struct llama_rig *r, const char *rel_path, enum gs_type kv_type,
-                    bool passes, uint32_t max_tokens)
+void llama_rig_open(struct llama_rig *r, const char *rel_path, enum gs_type kv_type, bool passes,
+                    uint32_t max_tokens)
 {
     struct gs_err err = {0};
     memset(r, 0, sizeof(*r));
-    cr_assert_eq(gs_gguf_open(gs_test_shared_path(rel_path), &r->file, &err), GS_OK, "%s",
-                 err.msg);
+    cr_assert_eq(gs_gguf_open(gs_test_shared_path(rel_path), &r->file, &err), GS_OK, "%s", err.msg);
     cr_assert_eq(gs_model_load(r->file, &r->model, &err), GS_OK, "%s", err.msg);
     cr_assert_eq(gs_be_init(&r->be, "ref", NULL, &err), GS_OK, "%s", err.msg);
     if (passes)
@@ -55,8 +54,7 @@ void llama_rig_close(struct llama_rig *r)
     free(r->logits);
 }
 
-const float *llama_rig_step(struct llama_rig *r, const int32_t *tokens, uint32_t n,
-                            bool all_logits)
+const float *llama_rig_step(struct llama_rig *r, const int32_t *tokens, uint32_t n, bool all_logits)
 {
     struct gs_err err = {0};
     cr_assert(n > 0 && n <= r->max_tokens);

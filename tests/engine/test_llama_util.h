@@ -23,14 +23,14 @@ struct llama_rig {
     struct gs_kv_pool *pool;
     struct gs_kv_seq seq;
     struct gs_kv_view kv;
-    uint32_t n_past;  /* tokens already in the cache */
-    float *logits;    /* [max_tokens][n_vocab] */
+    uint32_t n_past; /* tokens already in the cache */
+    float *logits;   /* [max_tokens][n_vocab] */
     uint32_t max_tokens;
 };
 
 /* path is relative to the shared folder (models/x.gguf). */
-void llama_rig_open(struct llama_rig *r, const char *rel_path, enum gs_type kv_type,
-                    bool passes, uint32_t max_tokens);
+void llama_rig_open(struct llama_rig *r, const char *rel_path, enum gs_type kv_type, bool passes,
+                    uint32_t max_tokens);
 void llama_rig_close(struct llama_rig *r);
 
 /* Appends n tokens as one step; all_logits: every row gets logits, else the last.
