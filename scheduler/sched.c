@@ -770,11 +770,14 @@ static void register_pages(struct gs_sched *s, struct seq *q)
     }
 }
 
-/* Samples q's next token from its logits row and decides whether it ends. */
-static enum gs_finish take_token(struct gs_sched *s, struct seq *q, const float *logits)
+/* Samples q's next token from its logits row and decides whether it ends. A
+ * non-finite logit ends this sequence alone, with GS_NUMERIC. */
+static enum gs_finish take_token(struct gs_sched *s, struct seq *q, float *logits)
 {
     struct gs_sample_out o;
     struct gs_err err;
+    if (s->cfg.logits_hook)
+        s->cfg.logits_hook(q->id, q->n_tokens - 1, logits, s->n_vocab, s->cfg.logits_hook_ctx);
     enum gs_status rc = gs_sample_next(q->sampler, logits, (int32_t)s->n_vocab, &o, &err);
     if (rc) {
         q->err_code = rc;

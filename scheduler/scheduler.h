@@ -54,6 +54,15 @@ struct gs_sched_cfg {
     bool prefix_cache;          /* reuse full pages of identical prompt prefixes */
     const int32_t *eog;         /* end-of-generation token ids (copied); NULL: the model's eos */
     uint32_t n_eog;
+    /*
+     * Test and diagnostics hook (NULL in production): called on the engine
+     * thread with each sequence's logits row, before sampling, and may modify
+     * it. Tests use it to inject non-finite values and check that only that
+     * sequence fails.
+     */
+    void (*logits_hook)(uint64_t id, uint32_t position, float *logits, uint32_t n_vocab,
+                        void *ctx);
+    void *logits_hook_ctx;
     /* Called on the engine thread after events were queued (may be NULL). */
     void (*notify)(void *ctx);
     void *notify_ctx;

@@ -14,6 +14,7 @@
 #include "tests/common/testutil.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -414,6 +415,76 @@ Test(sched, engine_thread_streams_events_and_notifies)
     cr_assert_eq(ev[n - 1].kind, GS_SCHED_EV_FINISH);
     cr_assert_eq(ev[n - 1].finish, GS_FINISH_ABORT);
     cr_assert_eq(gs_sched_submit(s, &req, &err), GS_BUSY, "no submissions after stop");
+    gs_sched_free(s);
+    rig_close(&r);
+}
+
+/* ---- numerical health ------------------------------------------------------------------ */
+
+static void poison_job_1(uint64_t id, uint32_t position, float *logits, uint32_t n_vocab,
+                         void *ctx)
+{
+    uint32_t *at = ctx;
+    if (id == 1 && position >= *at)
+        logits[n_vocab / 2] = NAN;
+}
+
+/* A sequence whose logits turn non-finite ends with an error; the others in
+ * its batches finish exactly as they would alone, and the page filled by the
+ * failing step never enters the prefix cache. */
+Test(sched, non_finite_logits_end_only_that_sequence)
+{
+    struct rig r;
+    rig_open(&r);
+    unsigned seed = 21;
+    struct job jobs[4], alone[4];
+    for (int i = 0; i < 4; i++) {
+        random_job(&jobs[i], &seed, 40);
+        jobs[i].n_prompt = 40;
+        jobs[i].max_tokens = GS_MAX(jobs[i].max_tokens, 12);
+    }
+    run_alone(&r, jobs, alone, 4);
+    /* Position 47 is the last slot of page 2: the failing step fills that page. */
+    uint32_t poison_at = 47;
+    struct gs_sched_cfg cfg = {.backend = "ref", .kv_type = GS_TYPE_F16, .n_ctx = 256,
+                               .max_seqs = 4, .prefix_cache = true,
+                               .logits_hook = poison_job_1, .logits_hook_ctx = &poison_at};
+    struct gs_sched *s;
+    struct gs_err err;
+    cr_assert_eq(gs_sched_new(&cfg, r.model, &s, &err), GS_OK, "%s", err.msg);
+    for (uint64_t i = 0; i < 4; i++)
+        submit(s, &jobs[i], i);
+    run_to_idle(s, jobs, 4);
+    cr_assert_eq(jobs[1].finish, GS_FINISH_ERROR);
+    /* logits at positions 39..46 gave tokens; position 47 failed */
+    cr_assert_eq(jobs[1].n_out, 8);
+    cr_assert_arr_eq(jobs[1].out, alone[1].out, 8 * sizeof(int32_t));
+    for (int i = 0; i < 4; i++) {
+        if (i == 1)
+            continue;
+        cr_assert_eq(jobs[i].finish, GS_FINISH_LENGTH);
+        cr_assert_arr_eq(jobs[i].out, alone[i].out, alone[i].n_out * sizeof(int32_t));
+    }
+    struct gs_sched_stats st;
+    gs_sched_stats(s, &st);
+    cr_assert_eq(st.n_errors, 1);
+
+    /* Continue each of jobs 0 and 1 from their first 48 tokens: the healthy
+     * one finds 3 cached pages, the failed one only the 2 pages completed
+     * before its failing step. */
+    struct job cont[2];
+    for (int k = 0; k < 2; k++) {
+        cont[k] = jobs[k];
+        memcpy(cont[k].prompt + 40, jobs[k].out, 8 * sizeof(int32_t));
+        cont[k].prompt[48] = 5;
+        cont[k].n_prompt = 49;
+        cont[k].max_tokens = 1;
+        submit(s, &cont[k], (uint64_t)k);
+        run_to_idle(s, cont, 2);
+    }
+    cr_assert_eq(cont[0].stats.n_prompt_cached, 48);
+    cr_assert_eq(cont[1].stats.n_prompt_cached, 32, "the failing step's page was cached");
+    assert_all_pages_free(s);
     gs_sched_free(s);
     rig_close(&r);
 }
