@@ -85,10 +85,10 @@ enum gs_cfg_chat_template {
 
 /* What the command line asked for besides running. */
 enum gs_cfg_action {
-    GS_CFG_RUN = 0,          /* start serving */
-    GS_CFG_HELP,             /* -h/--help: print gs_cfg_help() and exit 0 */
-    GS_CFG_HELP_MARKDOWN,    /* --help-markdown: print gs_cfg_help_markdown() and exit 0 */
-    GS_CFG_PRINT_CONFIG,     /* --print-config: print gs_cfg_print() and exit 0 */
+    GS_CFG_RUN = 0,       /* start serving */
+    GS_CFG_HELP,          /* -h/--help: print gs_cfg_help() and exit 0 */
+    GS_CFG_HELP_MARKDOWN, /* --help-markdown: print gs_cfg_help_markdown() and exit 0 */
+    GS_CFG_PRINT_CONFIG,  /* --print-config: print gs_cfg_print() and exit 0 */
 };
 
 /* ---- the config ------------------------------------------------------------ */
@@ -103,50 +103,50 @@ struct gs_cfg {
     enum gs_cfg_action action;
 
     /* model and engine */
-    char *model;                /* -m/--model: GGUF path (required to serve; NULL if unset) */
+    char *model;                 /* -m/--model: GGUF path (required to serve; NULL if unset) */
     enum gs_cfg_backend backend; /* default ref until the cpu backend lands */
-    int64_t threads;            /* -t: backend worker threads; 0: physical cores */
-    uint64_t kv_cache_bytes;    /* KV page pool; 0: derived from the model and free memory */
+    int64_t threads;             /* -t: backend worker threads; 0: physical cores */
+    uint64_t kv_cache_bytes;     /* KV page pool; 0: derived from the model and free memory */
     enum gs_cfg_kv_type kv_type;
-    int64_t page_tokens;        /* tokens per KV page */
-    int64_t max_seqs;           /* running sequences per engine step */
-    int64_t max_batch_tokens;   /* tokens per engine step */
-    int64_t max_queue;          /* waiting requests before 429 */
-    int64_t n_ctx;              /* -c: longest sequence; 0: the model's context length */
-    bool prefix_cache;          /* reuse KV pages of identical prompt prefixes */
+    int64_t page_tokens;      /* tokens per KV page */
+    int64_t max_seqs;         /* running sequences per engine step */
+    int64_t max_batch_tokens; /* tokens per engine step */
+    int64_t max_queue;        /* waiting requests before 429 */
+    int64_t n_ctx;            /* -c: longest sequence; 0: the model's context length */
+    bool prefix_cache;        /* reuse KV pages of identical prompt prefixes */
     enum gs_cfg_chat_template chat_template;
 
     /* HTTP */
-    char *host;                 /* listen address */
-    int64_t port;               /* listen port; 0: any free port */
+    char *host;   /* listen address */
+    int64_t port; /* listen port; 0: any free port */
 
     /* limits */
-    uint64_t max_body_bytes;    /* (R) request body cap, 413 above */
-    uint64_t max_header_bytes;  /* request line + headers cap */
-    int64_t conn_timeout_s;     /* idle connection timeout (slowloris) */
-    int64_t max_conns;          /* (R) open connections in total */
-    int64_t max_conns_per_ip;   /* (R) open connections per client address */
-    int64_t max_tokens;         /* (R) cap on a request's max_tokens */
-    int64_t drain_timeout_s;    /* (R) on SIGTERM: time for in-flight requests */
+    uint64_t max_body_bytes;   /* (R) request body cap, 413 above */
+    uint64_t max_header_bytes; /* request line + headers cap */
+    int64_t conn_timeout_s;    /* idle connection timeout (slowloris) */
+    int64_t max_conns;         /* (R) open connections in total */
+    int64_t max_conns_per_ip;  /* (R) open connections per client address */
+    int64_t max_tokens;        /* (R) cap on a request's max_tokens */
+    int64_t drain_timeout_s;   /* (R) on SIGTERM: time for in-flight requests */
 
     /* auth */
     struct gs_cfg_strlist api_key; /* (R) accepted Bearer keys: --api-key values, then the
                                     * lines of api_key_file; empty: no auth */
-    char *api_key_file;         /* (R) file with one key per line ('#' comments, blanks skipped) */
+    char *api_key_file; /* (R) file with one key per line ('#' comments, blanks skipped) */
 
     /* TLS */
-    char *tls_cert;             /* PEM certificate chain; with tls_key enables HTTPS */
-    char *tls_key;              /* PEM private key */
-    char *tls_client_ca;        /* PEM CA bundle; set: clients must present a certificate */
+    char *tls_cert;                  /* PEM certificate chain; with tls_key enables HTTPS */
+    char *tls_key;                   /* PEM private key */
+    char *tls_client_ca;             /* PEM CA bundle; set: clients must present a certificate */
     int64_t tls_handshake_timeout_s; /* a handshake not done by then is dropped */
-    int64_t max_tls_handshakes; /* concurrent handshakes in progress */
+    int64_t max_tls_handshakes;      /* concurrent handshakes in progress */
 
     /* logging */
     enum gs_log_level log_level;   /* (R) */
     enum gs_log_format log_format; /* (R) */
 
     /* validation */
-    double validate_rate;       /* (R) fraction of requests validated against ref, 0..1 */
+    double validate_rate;        /* (R) fraction of requests validated against ref, 0..1 */
     int64_t validate_timeout_ms; /* (R) how long a response waits for its validation report */
 
     /* the config file this was read from (flag or env only; NULL if none) */
@@ -155,8 +155,8 @@ struct gs_cfg {
     /* private: how the config was built, for gs_cfg_reload() */
     struct gs_cfg__origin {
         int argc;
-        char **argv;            /* owned copy of the command line */
-        uint8_t *src;           /* [n_opts] where each option's value came from */
+        char **argv;  /* owned copy of the command line */
+        uint8_t *src; /* [n_opts] where each option's value came from */
     } origin_;
 };
 
@@ -173,10 +173,10 @@ struct gs_cfg {
  * When argv asks for --help or --help-markdown, returns GS_OK at once with
  * cfg->action set (nothing else is read, so help works with a broken config).
  *
- * GS_INVAL (message names key and source) for any refused value, GS_IO for an
- * unreadable config or key file, GS_FORMAT for malformed JSON (with its line),
- * GS_NOMEM. On failure cfg holds nothing that needs freeing, but calling
- * gs_cfg_deinit() on it is harmless.
+ * GS_INVAL (message names key and source) for any refused value, GS_IO for a
+ * file that cannot be read (config, API keys, model, TLS), GS_FORMAT for
+ * malformed JSON or a duplicate key (with its line), GS_NOMEM. On failure cfg holds nothing that
+ * needs freeing, but calling gs_cfg_deinit() on it is harmless.
  */
 enum gs_status gs_cfg_load(struct gs_cfg *cfg, int argc, char **argv, char **envp,
                            struct gs_err *err);
@@ -196,9 +196,9 @@ void gs_cfg_deinit(struct gs_cfg *cfg);
  * static strings. */
 struct gs_cfg_reload_report {
     size_t n_applied;
-    const char *applied[GS_CFG_MAX_OPTS];  /* reloadable options whose value changed */
+    const char *applied[GS_CFG_MAX_OPTS]; /* reloadable options whose value changed */
     size_t n_ignored;
-    const char *ignored[GS_CFG_MAX_OPTS];  /* other options whose value changed: need a restart */
+    const char *ignored[GS_CFG_MAX_OPTS]; /* other options whose value changed: need a restart */
 };
 
 /*
@@ -215,6 +215,10 @@ enum gs_status gs_cfg_reload(struct gs_cfg *cfg, char **envp, struct gs_cfg_relo
 
 /* Configures the logger from cfg->log_level and cfg->log_format. */
 void gs_cfg_apply_log(const struct gs_cfg *cfg);
+
+/* Logs a reload's outcome as one line: event=config_reload applied=a,b
+ * ignored=c (warn level when something needs a restart, info otherwise). */
+void gs_cfg_log_reload(const struct gs_cfg_reload_report *rep);
 
 /* ---- output ---------------------------------------------------------------------- */
 
@@ -244,12 +248,12 @@ const char *gs_cfg_template_name(enum gs_cfg_chat_template t);
 
 enum gs_cfg_type {
     GS_CFG_BOOL,
-    GS_CFG_INT,    /* int64_t field */
-    GS_CFG_BYTES,  /* uint64_t field */
-    GS_CFG_FLOAT,  /* double field */
-    GS_CFG_STR,    /* char * field, NULL when unset */
-    GS_CFG_LIST,   /* struct gs_cfg_strlist field */
-    GS_CFG_ENUM,   /* C enum field (int-sized), value = index in choices */
+    GS_CFG_INT,   /* int64_t field */
+    GS_CFG_BYTES, /* uint64_t field */
+    GS_CFG_FLOAT, /* double field */
+    GS_CFG_STR,   /* char * field, NULL when unset */
+    GS_CFG_LIST,  /* struct gs_cfg_strlist field */
+    GS_CFG_ENUM,  /* C enum field (int-sized), value = index in choices */
 };
 
 enum gs_cfg_flag {
@@ -260,8 +264,8 @@ enum gs_cfg_flag {
 };
 
 struct gs_cfg_opt {
-    const char *name;           /* "kv-cache-bytes": --name, GRAPHSERVE_NAME, file key name_ */
-    char short_flag;            /* 'm' for -m, 0 for none */
+    const char *name; /* "kv-cache-bytes": --name, GRAPHSERVE_NAME, file key name_ */
+    char short_flag;  /* 'm' for -m, 0 for none */
     enum gs_cfg_type type;
     size_t offset;              /* of the field in struct gs_cfg */
     const char *group;          /* heading in --help and the reference */

@@ -18,11 +18,11 @@ static const char env_prefix[] = "GRAPHSERVE_";
 
 struct loader {
     struct gs_cfg *cfg;
-    uint8_t src[GS_CFG_MAX_OPTS];    /* enum gs_cfg__src per option */
+    uint8_t src[GS_CFG_MAX_OPTS];     /* enum gs_cfg__src per option */
     bool list_reset[GS_CFG_MAX_OPTS]; /* the current source already replaced this list */
-    char *file_path;                 /* copy of the config file's path, for messages */
-    char *file_text;                 /* its bytes, NUL-terminated, for key lines */
-    const char *file_where;          /* who named the file: "--config", "env ..." */
+    char *file_path;                  /* copy of the config file's path, for messages */
+    char *file_text;                  /* its bytes, NUL-terminated, for key lines */
+    const char *file_where;           /* who named the file: "--config", "env ..." */
 };
 
 /* ---- messages -------------------------------------------------------------- */
@@ -159,8 +159,7 @@ static enum gs_status apply_env(struct loader *ld, char **envp, const struct gs_
             const struct gs_cfg_opt *hint = gs_cfg__suggest(name, 0);
             char hv[64];
             if (hint)
-                return gs_err_set(err, GS_INVAL,
-                                  "env %s: unknown setting (did you mean %s?)", var,
+                return gs_err_set(err, GS_INVAL, "env %s: unknown setting (did you mean %s?)", var,
                                   gs_cfg__env_name(hint, hv, sizeof(hv)));
             return gs_err_set(err, GS_INVAL, "env %s: unknown setting", var);
         }
@@ -231,8 +230,7 @@ static enum gs_status apply_argv(struct loader *ld, int argc, char **argv,
                 return gs_err_set(err, GS_INVAL, "%s: unknown option", a);
             snprintf(where, sizeof(where), "%s", a);
         } else {
-            return gs_err_set(err, GS_INVAL, "unexpected argument '%s' (options start with --)",
-                              a);
+            return gs_err_set(err, GS_INVAL, "unexpected argument '%s' (options start with --)", a);
         }
         if (o->type == GS_CFG_BOOL && !val)
             val = negated ? "false" : "true";
@@ -566,4 +564,22 @@ enum gs_status gs_cfg_reload(struct gs_cfg *cfg, char **envp, struct gs_cfg_relo
 void gs_cfg_apply_log(const struct gs_cfg *cfg)
 {
     gs_log_configure(cfg->log_level, cfg->log_format);
+}
+
+/* Joins names with commas into buf; "-" when there are none. */
+static const char *join(const char *const *names, size_t n, char *buf, size_t cap)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < n && k + 1 < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? "," : "", names[i]);
+    return n ? buf : "-";
+}
+
+void gs_cfg_log_reload(const struct gs_cfg_reload_report *rep)
+{
+    char a[1024], b[1024];
+    gs_log(rep->n_ignored ? GS_LOG_WARN : GS_LOG_INFO, "config_reload", "applied=%s ignored=%s",
+           join(rep->applied, rep->n_applied, a, sizeof(a)),
+           join(rep->ignored, rep->n_ignored, b, sizeof(b)));
 }

@@ -148,7 +148,7 @@ static void fmt_range(const struct gs_cfg_opt *o, char *buf, size_t cap)
 }
 
 #define HELP_INDENT 32
-#define HELP_WIDTH 100
+#define HELP_WIDTH  100
 
 /* Writes text word by word from column col, breaking lines at HELP_WIDTH
  * and indenting continuation lines to HELP_INDENT; returns the column. */

@@ -25,9 +25,9 @@ static const char *const log_format_choices[] = {"logfmt", "json", NULL};
 #define TiB (1024.0 * GiB)
 
 #define F(field) offsetof(struct gs_cfg, field)
-#define R GS_CFG_F_RELOAD
-#define SECRET GS_CFG_F_SECRET
-#define PATH GS_CFG_F_PATH
+#define R        GS_CFG_F_RELOAD
+#define SECRET   GS_CFG_F_SECRET
+#define PATH     GS_CFG_F_PATH
 
 static const char g_model[] = "model and engine";
 static const char g_http[] = "HTTP";

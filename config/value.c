@@ -77,8 +77,7 @@ void gs_cfg__field_clear(struct gs_cfg *cfg, const struct gs_cfg_opt *o)
     memset(f, 0, gs_cfg__field_size(o));
 }
 
-bool gs_cfg__field_equal(const struct gs_cfg *a, const struct gs_cfg *b,
-                         const struct gs_cfg_opt *o)
+bool gs_cfg__field_equal(const struct gs_cfg *a, const struct gs_cfg *b, const struct gs_cfg_opt *o)
 {
     const void *fa = gs_cfg__cfield(a, o), *fb = gs_cfg__cfield(b, o);
     switch (o->type) {
@@ -408,8 +407,8 @@ enum gs_status gs_cfg__set_json(struct gs_cfg *cfg, const struct gs_cfg_opt *o, 
         json_array_foreach(v, i, e)
         {
             if (!json_is_string(e))
-                return gs_err_set(err, GS_INVAL, "%s: element %zu expects a string, got %s",
-                                  where, i, json_kind(e));
+                return gs_err_set(err, GS_INVAL, "%s: element %zu expects a string, got %s", where,
+                                  i, json_kind(e));
             if (!*json_string_value(e))
                 return gs_err_set(err, GS_INVAL, "%s: element %zu is empty", where, i);
             enum gs_status st = gs_cfg__list_add(l, json_string_value(e), err);

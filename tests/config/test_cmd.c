@@ -18,8 +18,9 @@ static int run(char **out, const char *fmt, ...)
     va_start(ap, fmt);
     cr_assert(vasprintf(&args, fmt, ap) > 0);
     va_end(ap);
-    /* env -u keeps a developer's own GRAPHSERVE_* settings out of the test. */
-    cr_assert(asprintf(&cmd, "env -u GRAPHSERVE_CONFIG %s %s",
+    /* Keeps a developer's own GRAPHSERVE_* settings out of the test. */
+    cr_assert(asprintf(&cmd,
+                       "env $(env | sed -n 's/^\\(GRAPHSERVE_[A-Za-z0-9_]*\\)=.*/-u \\1/p') %s %s",
                        gs_test_build_path("server/graphserve"), args) > 0);
     int rc = gs_test_run(cmd, 1, out);
     free(cmd);

@@ -156,9 +156,11 @@ Test(config_precedence, flag_over_env_over_file)
     gs_cfg_deinit(&cfg);
 
     /* flags over both; repeated --api-key collects */
-    const char *args[] = {"--port",         "3000", "--kv-cache-bytes=2G", "--log-level", "debug",
-                          "--validate-rate", "1",   "--api-key",           "flag-a",      "--api-key",
-                          "flag-b",          "--no-prefix-cache",     NULL};
+    const char *args[] = {"--port",      "3000",      "--kv-cache-bytes=2G",
+                          "--log-level", "debug",     "--validate-rate",
+                          "1",           "--api-key", "flag-a",
+                          "--api-key",   "flag-b",    "--no-prefix-cache",
+                          NULL};
     cr_assert_eq(load(&cfg, args, env2, &err), GS_OK, "%s", err.msg);
     cr_assert_eq(cfg.port, 3000);
     cr_assert_eq(cfg.kv_cache_bytes, 2ull << 30);
@@ -200,9 +202,12 @@ Test(config_values, bool_spellings)
         const char *env;
         bool want;
     } cases[] = {
-        {"--prefix-cache", NULL, true},           {"--no-prefix-cache", NULL, false},
-        {"--prefix-cache=false", NULL, false},    {"--prefix-cache=yes", NULL, true},
-        {NULL, "GRAPHSERVE_PREFIX_CACHE=off", false}, {NULL, "GRAPHSERVE_PREFIX_CACHE=0", false},
+        {"--prefix-cache", NULL, true},
+        {"--no-prefix-cache", NULL, false},
+        {"--prefix-cache=false", NULL, false},
+        {"--prefix-cache=yes", NULL, true},
+        {NULL, "GRAPHSERVE_PREFIX_CACHE=off", false},
+        {NULL, "GRAPHSERVE_PREFIX_CACHE=0", false},
         {NULL, "GRAPHSERVE_PREFIX_CACHE=TRUE", true},
     };
     for (size_t i = 0; i < GS_ARRAY_LEN(cases); i++) {
@@ -223,10 +228,18 @@ Test(config_values, byte_units)
         const char *text;
         uint64_t want;
     } ok[] = {
-        {"65536", 65536},          {"64k", 64ull << 10},      {"64KiB", 64ull << 10},
-        {"64KB", 64000},           {"512MiB", 512ull << 20},  {"512mib", 512ull << 20},
-        {"2G", 2ull << 30},        {"2GB", 2000000000ull},    {"1.5GiB", 3ull << 29},
-        {"1 TiB", 1ull << 40},     {"100b", 100},             {"0", 0},
+        {"65536", 65536},
+        {"64k", 64ull << 10},
+        {"64KiB", 64ull << 10},
+        {"64KB", 64000},
+        {"512MiB", 512ull << 20},
+        {"512mib", 512ull << 20},
+        {"2G", 2ull << 30},
+        {"2GB", 2000000000ull},
+        {"1.5GiB", 3ull << 29},
+        {"1 TiB", 1ull << 40},
+        {"100b", 100},
+        {"0", 0},
     };
     for (size_t i = 0; i < GS_ARRAY_LEN(ok); i++) {
         const char *args[] = {"--kv-cache-bytes", ok[i].text, NULL};
@@ -236,8 +249,8 @@ Test(config_values, byte_units)
         cr_assert_eq(cfg.kv_cache_bytes, ok[i].want, "%s", ok[i].text);
         gs_cfg_deinit(&cfg);
     }
-    const char *bad[] = {"12XB", "", "-1", "1.", ".5G", "G", "1e9", "2 G B", "0x10",
-                         "99999999999999999999"};
+    const char *bad[] = {"12XB", "",    "-1",    "1.",   ".5G",
+                         "G",    "1e9", "2 G B", "0x10", "99999999999999999999"};
     for (size_t i = 0; i < GS_ARRAY_LEN(bad); i++) {
         const char *args[] = {"--kv-cache-bytes", bad[i], NULL};
         struct gs_cfg cfg;
@@ -253,74 +266,190 @@ struct refusal {
     const char *name;
     const char *args[6];
     const char *env[3];
-    const char *file;           /* config file text, or NULL */
+    const char *file; /* config file text, or NULL */
     enum gs_status want;
-    const char *msg[3];         /* substrings of the message; "$F" is the file path */
+    const char *msg[3]; /* substrings of the message; "$F" is the file path */
 };
 
 static const struct refusal refusals[] = {
-    {"unknown flag", {"--kv-cache", "1G"}, {NULL}, NULL, GS_INVAL,
+    {"unknown flag",
+     {"--kv-cache", "1G"},
+     {NULL},
+     NULL,
+     GS_INVAL,
      {"--kv-cache: unknown option", "did you mean --kv-cache-bytes"}},
     {"unknown short flag", {"-z"}, {NULL}, NULL, GS_INVAL, {"-z: unknown option"}},
-    {"positional argument", {"model.gguf"}, {NULL}, NULL, GS_INVAL,
+    {"positional argument",
+     {"model.gguf"},
+     {NULL},
+     NULL,
+     GS_INVAL,
      {"unexpected argument 'model.gguf'"}},
     {"missing value", {"--port"}, {NULL}, NULL, GS_INVAL, {"--port: expects a value"}},
     {"--no- on a non-bool", {"--no-port"}, {NULL}, NULL, GS_INVAL, {"--no-port: unknown option"}},
-    {"unknown variable", {NULL}, {"GRAPHSERVE_PROT=80"}, NULL, GS_INVAL,
+    {"unknown variable",
+     {NULL},
+     {"GRAPHSERVE_PROT=80"},
+     NULL,
+     GS_INVAL,
      {"env GRAPHSERVE_PROT: unknown setting", "did you mean GRAPHSERVE_PORT"}},
-    {"unknown file key", {NULL}, {NULL}, "{\n  \"port\": 80,\n  \"kv_cache\": \"1G\"\n}", GS_INVAL,
+    {"unknown file key",
+     {NULL},
+     {NULL},
+     "{\n  \"port\": 80,\n  \"kv_cache\": \"1G\"\n}",
+     GS_INVAL,
      {"$F:3: kv_cache: unknown key", "did you mean 'kv_cache_bytes'"}},
-    {"dashed file key", {NULL}, {NULL}, "{\"max-seqs\": 4}", GS_INVAL,
+    {"dashed file key",
+     {NULL},
+     {NULL},
+     "{\"max-seqs\": 4}",
+     GS_INVAL,
      {"$F:1: max-seqs: unknown key", "'max_seqs'"}},
-    {"config key in file", {NULL}, {NULL}, "{\"config\": \"x.json\"}", GS_INVAL,
+    {"config key in file",
+     {NULL},
+     {NULL},
+     "{\"config\": \"x.json\"}",
+     GS_INVAL,
      {"config: can only be set by a flag or variable"}},
-    {"flag wrong type", {"--port", "eighty"}, {NULL}, NULL, GS_INVAL,
+    {"flag wrong type",
+     {"--port", "eighty"},
+     {NULL},
+     NULL,
+     GS_INVAL,
      {"--port: 'eighty' is not an integer"}},
-    {"env wrong type", {NULL}, {"GRAPHSERVE_VALIDATE_RATE=half"}, NULL, GS_INVAL,
+    {"env wrong type",
+     {NULL},
+     {"GRAPHSERVE_VALIDATE_RATE=half"},
+     NULL,
+     GS_INVAL,
      {"env GRAPHSERVE_VALIDATE_RATE: 'half' is not a number"}},
-    {"file wrong type", {NULL}, {NULL}, "{\n\"host\": \"::\",\n\"port\": \"8080\"}", GS_INVAL,
+    {"file wrong type",
+     {NULL},
+     {NULL},
+     "{\n\"host\": \"::\",\n\"port\": \"8080\"}",
+     GS_INVAL,
      {"$F:3: port: expects an integer, got a string"}},
-    {"file fraction for int", {NULL}, {NULL}, "{\"max_seqs\": 4.5}", GS_INVAL,
+    {"file fraction for int",
+     {NULL},
+     {NULL},
+     "{\"max_seqs\": 4.5}",
+     GS_INVAL,
      {"max_seqs: expects an integer, got a number with a fraction"}},
-    {"file bool as string", {NULL}, {NULL}, "{\"prefix_cache\": \"yes\"}", GS_INVAL,
+    {"file bool as string",
+     {NULL},
+     {NULL},
+     "{\"prefix_cache\": \"yes\"}",
+     GS_INVAL,
      {"prefix_cache: expects true or false"}},
-    {"file list of numbers", {NULL}, {NULL}, "{\"api_key\": [\"a\", 7]}", GS_INVAL,
+    {"file list of numbers",
+     {NULL},
+     {NULL},
+     "{\"api_key\": [\"a\", 7]}",
+     GS_INVAL,
      {"api_key: element 1 expects a string"}},
-    {"flag out of range", {"--port", "70000"}, {NULL}, NULL, GS_INVAL,
+    {"flag out of range",
+     {"--port", "70000"},
+     {NULL},
+     NULL,
+     GS_INVAL,
      {"--port: 70000 is out of range [0, 65535]"}},
-    {"env out of range", {NULL}, {"GRAPHSERVE_VALIDATE_RATE=1.5"}, NULL, GS_INVAL,
+    {"env out of range",
+     {NULL},
+     {"GRAPHSERVE_VALIDATE_RATE=1.5"},
+     NULL,
+     GS_INVAL,
      {"env GRAPHSERVE_VALIDATE_RATE: 1.5 is out of range [0, 1]"}},
-    {"file out of range", {NULL}, {NULL}, "{\"max_body_bytes\": \"2GiB\"}", GS_INVAL,
+    {"file out of range",
+     {NULL},
+     {NULL},
+     "{\"max_body_bytes\": \"2GiB\"}",
+     GS_INVAL,
      {"max_body_bytes: 2GiB is out of range [1KiB, 1GiB]"}},
-    {"negative size in file", {NULL}, {NULL}, "{\"kv_cache_bytes\": -5}", GS_INVAL,
+    {"negative size in file",
+     {NULL},
+     {NULL},
+     "{\"kv_cache_bytes\": -5}",
+     GS_INVAL,
      {"kv_cache_bytes: -5 is out of range"}},
-    {"bad unit", {"--max-body-bytes", "12XB"}, {NULL}, NULL, GS_INVAL,
+    {"bad unit",
+     {"--max-body-bytes", "12XB"},
+     {NULL},
+     NULL,
+     GS_INVAL,
      {"--max-body-bytes: '12XB' is not a size"}},
-    {"bad enum", {"--kv-type", "q8"}, {NULL}, NULL, GS_INVAL,
+    {"bad enum",
+     {"--kv-type", "q8"},
+     {NULL},
+     NULL,
+     GS_INVAL,
      {"--kv-type: 'q8' is not one of f16, f32"}},
-    {"bad bool", {"--prefix-cache=maybe"}, {NULL}, NULL, GS_INVAL,
+    {"bad bool",
+     {"--prefix-cache=maybe"},
+     {NULL},
+     NULL,
+     GS_INVAL,
      {"--prefix-cache: 'maybe' is not a boolean"}},
-    {"missing config file", {"--config", "/nonexistent/graphserve.json"}, {NULL}, NULL, GS_IO,
+    {"missing config file",
+     {"--config", "/nonexistent/graphserve.json"},
+     {NULL},
+     NULL,
+     GS_IO,
      {"--config: cannot read '/nonexistent/graphserve.json'", "No such file"}},
-    {"malformed JSON", {NULL}, {NULL}, "{\n  \"port\": 80,\n  \"host\": \"x\"\n  \"n_ctx\": 5\n}",
-     GS_FORMAT, {"$F:4:", "malformed JSON"}},
-    {"duplicate key", {NULL}, {NULL}, "{\"port\": 80,\n\"port\": 81}", GS_FORMAT,
+    {"malformed JSON",
+     {NULL},
+     {NULL},
+     "{\n  \"port\": 80,\n  \"host\": \"x\"\n  \"n_ctx\": 5\n}",
+     GS_FORMAT,
+     {"$F:4:", "malformed JSON"}},
+    {"duplicate key",
+     {NULL},
+     {NULL},
+     "{\"port\": 80,\n\"port\": 81}",
+     GS_FORMAT,
      {"$F:2:", "duplicate"}},
     {"top level array", {NULL}, {NULL}, "[1, 2]", GS_INVAL, {"expects a JSON object"}},
-    {"missing model", {"-m", "/nonexistent/m.gguf"}, {NULL}, NULL, GS_IO,
+    {"missing model",
+     {"-m", "/nonexistent/m.gguf"},
+     {NULL},
+     NULL,
+     GS_IO,
      {"--model: cannot read '/nonexistent/m.gguf'"}},
-    {"model is a directory", {NULL}, {"GRAPHSERVE_MODEL=/"}, NULL, GS_IO,
+    {"model is a directory",
+     {NULL},
+     {"GRAPHSERVE_MODEL=/"},
+     NULL,
+     GS_IO,
      {"env GRAPHSERVE_MODEL: cannot read '/': not a regular file"}},
-    {"missing key file", {NULL}, {NULL}, "{\"api_key_file\": \"/nonexistent/keys\"}", GS_IO,
+    {"missing key file",
+     {NULL},
+     {NULL},
+     "{\"api_key_file\": \"/nonexistent/keys\"}",
+     GS_IO,
      {"$F:1: api_key_file: cannot read '/nonexistent/keys'"}},
-    {"empty key file", {"--api-key-file", "$D/empty"}, {NULL}, NULL, GS_INVAL,
+    {"empty key file",
+     {"--api-key-file", "$D/empty"},
+     {NULL},
+     NULL,
+     GS_INVAL,
      {"--api-key-file", "holds no keys"}},
-    {"tls cert without key", {"--tls-cert", "$D/empty"}, {NULL}, NULL, GS_INVAL,
+    {"tls cert without key",
+     {"--tls-cert", "$D/empty"},
+     {NULL},
+     NULL,
+     GS_INVAL,
      {"tls-cert and tls-key must be set together (tls-key is unset)"}},
-    {"client ca without cert", {"--tls-client-ca", "$D/empty"}, {NULL}, NULL, GS_INVAL,
+    {"client ca without cert",
+     {"--tls-client-ca", "$D/empty"},
+     {NULL},
+     NULL,
+     GS_INVAL,
      {"tls-client-ca needs tls-cert"}},
-    {"batch smaller than seqs", {"--max-seqs", "64", "--max-batch-tokens", "32"}, {NULL}, NULL,
-     GS_INVAL, {"max-batch-tokens (32) must be at least max-seqs (64)"}},
+    {"batch smaller than seqs",
+     {"--max-seqs", "64", "--max-batch-tokens", "32"},
+     {NULL},
+     NULL,
+     GS_INVAL,
+     {"max-batch-tokens (32) must be at least max-seqs (64)"}},
     {"empty api key", {"--api-key", ""}, {NULL}, NULL, GS_INVAL, {"--api-key: empty value"}},
     {"empty host", {"--host="}, {NULL}, NULL, GS_INVAL, {"host: must not be empty"}},
 };
@@ -329,8 +458,9 @@ static void subst(char *out, size_t cap, const char *s, const char *file, const 
 {
     size_t n = 0;
     for (; *s && n + 1 < cap; s++) {
-        const char *rep = s[0] == '$' && s[1] == 'F' ? file : s[0] == '$' && s[1] == 'D' ? dir
-                                                                                          : NULL;
+        const char *rep = s[0] == '$' && s[1] == 'F'   ? file
+                          : s[0] == '$' && s[1] == 'D' ? dir
+                                                       : NULL;
         if (rep) {
             n += (size_t)snprintf(out + n, cap - n, "%s", rep);
             s++;
@@ -368,8 +498,7 @@ Test(config_refuse, every_case_names_key_and_source)
         for (size_t k = 0; k < 3 && r->msg[k]; k++) {
             char want[512];
             subst(want, sizeof(want), r->msg[k], file ? file : "", dir);
-            cr_assert(strstr(err.msg, want), "%s: message '%s' lacks '%s'", r->name, err.msg,
-                      want);
+            cr_assert(strstr(err.msg, want), "%s: message '%s' lacks '%s'", r->name, err.msg, want);
         }
         /* A failed load leaves nothing to free; deinit is still harmless. */
         gs_cfg_deinit(&cfg);
@@ -438,8 +567,9 @@ Test(config_keys, key_file_appends_keys)
  * JSON loads back as a config file giving the same config. */
 Test(config_print, masks_secrets_and_round_trips)
 {
-    const char *args[] = {"--api-key", "sk-live-1", "--api-key", "sk-live-2", "--port", "9001",
-                          "--max-body-bytes", "3MiB", "--log-format", "json", NULL};
+    const char *args[] = {"--api-key", "sk-live-1",        "--api-key", "sk-live-2",    "--port",
+                          "9001",      "--max-body-bytes", "3MiB",      "--log-format", "json",
+                          NULL};
     struct gs_cfg cfg;
     struct gs_err err;
     cr_assert_eq(load(&cfg, args, NULL, &err), GS_OK, "%s", err.msg);
@@ -485,8 +615,7 @@ Test(config_print, masks_secrets_and_round_trips)
         snprintf(key, sizeof(key), "%s", opts[i].name);
         for (char *p = key; *p; p++)
             *p = *p == '-' ? '_' : *p;
-        cr_assert(json_equal(json_object_get(x, key), json_object_get(y, key)), "%s differs",
-                  key);
+        cr_assert(json_equal(json_object_get(x, key), json_object_get(y, key)), "%s differs", key);
         json_decref(x);
         json_decref(y);
     }
@@ -562,6 +691,20 @@ Test(config_reload, applies_only_reloadable_fields)
         cr_assert(gs_cfg_opt_find(rep.applied[k])->flags & GS_CFG_F_RELOAD);
     for (size_t k = 0; k < rep.n_ignored; k++)
         cr_assert(!(gs_cfg_opt_find(rep.ignored[k])->flags & GS_CFG_F_RELOAD));
+
+    /* The daemon logs the outcome: a warning, since a restart is needed. */
+    char *logged;
+    size_t loglen;
+    FILE *lf = open_memstream(&logged, &loglen);
+    gs_log_set_stream(lf);
+    gs_log_configure(GS_LOG_INFO, GS_LOG_LOGFMT);
+    gs_cfg_log_reload(&rep);
+    gs_log_set_stream(NULL);
+    fclose(lf);
+    cr_assert(strstr(logged, "level=warn event=config_reload applied=max-tokens,api-key,"
+                             "log-level,log-format,validate-rate ignored=max-seqs,port\n"),
+              "%s", logged);
+    free(logged);
     gs_cfg_deinit(&cfg);
     free(kf);
     free(path);
@@ -576,7 +719,8 @@ Test(config_reload, refused_reload_changes_nothing)
     struct gs_cfg cfg;
     struct gs_err err;
     cr_assert_eq(load(&cfg, args, NULL, &err), GS_OK, "%s", err.msg);
-    free(write_file(dir, "c.json", "{\"log_level\": \"debug\", \"api_key\": \"k2\", \"max_tokens\": 0}"));
+    free(write_file(dir, "c.json",
+                    "{\"log_level\": \"debug\", \"api_key\": \"k2\", \"max_tokens\": 0}"));
     struct gs_cfg_reload_report rep;
     char *noenv[] = {NULL};
     cr_assert_eq(gs_cfg_reload(&cfg, noenv, &rep, &err), GS_INVAL);
@@ -656,8 +800,7 @@ Test(config_help, markdown_has_one_row_per_option)
         if (rows >= 2) {
             const struct gs_cfg_opt *o = &opts[rows - 2];
             char flag[80];
-            snprintf(flag, sizeof(flag), "--%s%s`", o->type == GS_CFG_BOOL ? "[no-]" : "",
-                     o->name);
+            snprintf(flag, sizeof(flag), "--%s%s`", o->type == GS_CFG_BOOL ? "[no-]" : "", o->name);
             cr_assert(strstr(line, flag), "row %zu is not %s: %s", rows, o->name, line);
             cr_assert(strstr(line, (o->flags & GS_CFG_F_RELOAD) ? "| yes |" : "| no |"), "%s",
                       line);
@@ -672,7 +815,7 @@ Test(config_help, markdown_has_one_row_per_option)
 
 Test(config_sched, maps_onto_sched_cfg)
 {
-    const char *args[] = {"--backend", "cpu", "-t", "6", "--kv-cache-bytes", "256MiB",
+    const char *args[] = {"--backend", "cpu", "-t",         "6", "--kv-cache-bytes",   "256MiB",
                           "--kv-type", "f32", "--max-seqs", "7", "--max-batch-tokens", "99",
                           NULL};
     struct gs_cfg cfg;

@@ -37,12 +37,12 @@ static char *capture_end(void)
 Test(log_logfmt, writes_key_values_with_quoting)
 {
     capture_start(GS_LOG_INFO, GS_LOG_LOGFMT);
-    gs_log(GS_LOG_INFO, "request", "id=%llu status=%d path=%s ms=%.1f note=%s ratio=%zu%%",
-           42ull, 200, "/v1/models", 1.25, "two words \"quoted\"", (size_t)7);
+    gs_log(GS_LOG_INFO, "request", "id=%llu status=%d path=%s ms=%.1f note=%s ratio=%zu%%", 42ull,
+           200, "/v1/models", 1.25, "two words \"quoted\"", (size_t)7);
     char *t = capture_end();
     cr_assert(!strncmp(t, "ts=", 3), "%s", t);
-    cr_assert(strstr(t, " level=info event=request id=42 status=200 path=/v1/models ms=1.2"),
-              "%s", t);
+    cr_assert(strstr(t, " level=info event=request id=42 status=200 path=/v1/models ms=1.2"), "%s",
+              t);
     cr_assert(strstr(t, " note=\"two words \\\"quoted\\\"\""), "%s", t);
     cr_assert(strstr(t, " ratio=7%\n"), "%s", t);
     cr_assert_eq(strchr(t, '\n'), t + strlen(t) - 1, "one line: %s", t);
@@ -120,7 +120,7 @@ Test(log_json, long_lines_are_cut_cleanly)
 }
 
 #define N_THREADS 4
-#define N_LINES 300
+#define N_LINES   300
 
 static void *writer(void *arg)
 {
