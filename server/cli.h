@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+int gs_cmd_serve(int argc, char **argv);
 int gs_cmd_inspect(int argc, char **argv);
 int gs_cmd_synth(int argc, char **argv);
 int gs_cmd_tokenize(int argc, char **argv);

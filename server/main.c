@@ -11,6 +11,7 @@ struct command {
 };
 
 static const struct command commands[] = {
+    {"serve", gs_cmd_serve, "run the OpenAI-compatible HTTP daemon"},
     {"inspect", gs_cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"synth", gs_cmd_synth, "write a Llama-architecture GGUF with random weights"},
     {"tokenize", gs_cmd_tokenize, "print the token ids and pieces a model gives for a text"},

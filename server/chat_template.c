@@ -1,0 +1,149 @@
+/*
+ * server/chat_template.c - the chat formats of the common model families,
+ * chosen by the markers in a GGUF's tokenizer.chat_template or by name. Each
+ * family is one row of a table: how a turn opens and closes per role, and
+ * what starts the assistant's answer. (A Jinja renderer is a later issue.)
+ *
+ * The "plain" format, for models without a template, is documented in README:
+ *     system: <text>\n  user: <text>\n  assistant: <text>\n ... then "assistant:"
+ */
+#include "server/internal.h"
+
+#include <string.h>
+
+static const char *const names[GS_SRV_TMPL_COUNT] = {
+#define GS_SRV_TMPL_NAME(name, id) [GS_SRV_TMPL_##id] = name,
+    GS_SRV_TMPL_MAP(GS_SRV_TMPL_NAME)
+#undef GS_SRV_TMPL_NAME
+};
+
+const char *gs_srv_tmpl_name(enum gs_srv_tmpl t)
+{
+    return (unsigned)t < GS_SRV_TMPL_COUNT ? names[t] : "?";
+}
+
+enum gs_status gs_srv_tmpl_from_name(const char *name, enum gs_srv_tmpl *out)
+{
+    for (int t = 0; t < GS_SRV_TMPL_COUNT; t++)
+        if (!strcmp(name, names[t])) {
+            *out = (enum gs_srv_tmpl)t;
+            return GS_OK;
+        }
+    return GS_NOTFOUND;
+}
+
+/* Markers that identify a family in Jinja text; every marker of a row must
+ * occur. Rows are tried in order, so the more specific come first. */
+static const struct {
+    enum gs_srv_tmpl t;
+    const char *all[2];
+} markers[] = {
+    {GS_SRV_TMPL_CHATML, {"<|im_start|>", NULL}},
+    {GS_SRV_TMPL_LLAMA3, {"<|start_header_id|>", NULL}},
+    {GS_SRV_TMPL_GEMMA, {"<start_of_turn>", NULL}},
+    {GS_SRV_TMPL_PHI3, {"<|assistant|>", "<|end|>"}},
+    {GS_SRV_TMPL_ZEPHYR, {"<|user|>", NULL}},
+    {GS_SRV_TMPL_LLAMA2, {"[INST]", "<<SYS>>"}},
+    {GS_SRV_TMPL_MISTRAL, {"[INST]", NULL}},
+};
+
+enum gs_srv_tmpl gs_srv_tmpl_detect(const char *jinja)
+{
+    if (!jinja)
+        return GS_SRV_TMPL_PLAIN;
+    for (size_t i = 0; i < GS_ARRAY_LEN(markers); i++) {
+        bool all = true;
+        for (size_t k = 0; k < 2 && markers[i].all[k]; k++)
+            all = all && strstr(jinja, markers[i].all[k]);
+        if (all)
+            return markers[i].t;
+    }
+    return GS_SRV_TMPL_PLAIN;
+}
+
+/* Families whose turns are "<open><role><sep><content><close>". The role may
+ * be renamed (gemma calls the assistant "model"). */
+static const struct {
+    const char *open, *sep, *close, *assistant_role;
+    bool system_into_user; /* no system role: prepend it to the first user turn */
+} turn_fmt[GS_SRV_TMPL_COUNT] = {
+    [GS_SRV_TMPL_CHATML] = {"<|im_start|>", "\n", "<|im_end|>\n", "assistant", false},
+    [GS_SRV_TMPL_LLAMA3] = {"<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>",
+                            "assistant", false},
+    [GS_SRV_TMPL_GEMMA] = {"<start_of_turn>", "\n", "<end_of_turn>\n", "model", true},
+    [GS_SRV_TMPL_PHI3] = {"<|", "|>\n", "<|end|>\n", "assistant", false},
+    [GS_SRV_TMPL_ZEPHYR] = {"<|", "|>\n", "</s>\n", "assistant", false},
+    [GS_SRV_TMPL_PLAIN] = {"", ": ", "\n", "assistant", false},
+};
+
+static void render_turns(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_t n,
+                         struct gs_srv_buf *out)
+{
+    const char *pending_system = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *role = msgs[i].role;
+        if (turn_fmt[t].system_into_user && !strcmp(role, "system")) {
+            pending_system = msgs[i].content;
+            continue;
+        }
+        if (!strcmp(role, "assistant"))
+            role = turn_fmt[t].assistant_role;
+        gs_srv_buf_adds(out, turn_fmt[t].open);
+        gs_srv_buf_adds(out, role);
+        gs_srv_buf_adds(out, turn_fmt[t].sep);
+        if (pending_system && !strcmp(msgs[i].role, "user")) {
+            gs_srv_buf_adds(out, pending_system);
+            gs_srv_buf_adds(out, "\n\n");
+            pending_system = NULL;
+        }
+        gs_srv_buf_adds(out, msgs[i].content);
+        gs_srv_buf_adds(out, turn_fmt[t].close);
+    }
+    gs_srv_buf_adds(out, turn_fmt[t].open);
+    gs_srv_buf_adds(out, turn_fmt[t].assistant_role);
+    /* The plain format ends "assistant:" so that the model writes the text. */
+    gs_srv_buf_adds(out, t == GS_SRV_TMPL_PLAIN ? ":" : turn_fmt[t].sep);
+}
+
+/* Llama 2 and Mistral: user turns inside [INST] ... [/INST], the system text
+ * inside the first one (Llama 2 wraps it in <<SYS>>), answers closed by </s>. */
+static void render_inst(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_t n,
+                        struct gs_srv_buf *out)
+{
+    const char *system = NULL;
+    bool first = true;
+    for (size_t i = 0; i < n; i++) {
+        const char *role = msgs[i].role;
+        if (!strcmp(role, "system")) {
+            system = msgs[i].content;
+        } else if (!strcmp(role, "assistant")) {
+            gs_srv_buf_adds(out, t == GS_SRV_TMPL_LLAMA2 ? " " : "");
+            gs_srv_buf_adds(out, msgs[i].content);
+            gs_srv_buf_adds(out, t == GS_SRV_TMPL_LLAMA2 ? " </s><s>" : "</s>");
+        } else {
+            gs_srv_buf_adds(out, "[INST] ");
+            if (system && first) {
+                if (t == GS_SRV_TMPL_LLAMA2) {
+                    gs_srv_buf_adds(out, "<<SYS>>\n");
+                    gs_srv_buf_adds(out, system);
+                    gs_srv_buf_adds(out, "\n<</SYS>>\n\n");
+                } else {
+                    gs_srv_buf_adds(out, system);
+                    gs_srv_buf_adds(out, "\n\n");
+                }
+            }
+            first = false;
+            gs_srv_buf_adds(out, msgs[i].content);
+            gs_srv_buf_adds(out, " [/INST]");
+        }
+    }
+}
+
+void gs_srv_tmpl_render(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_t n,
+                        struct gs_srv_buf *out)
+{
+    if (t == GS_SRV_TMPL_LLAMA2 || t == GS_SRV_TMPL_MISTRAL)
+        render_inst(t, msgs, n, out);
+    else if ((unsigned)t < GS_SRV_TMPL_COUNT)
+        render_turns(t, msgs, n, out);
+}

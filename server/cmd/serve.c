@@ -1,0 +1,250 @@
+/*
+ * server/cmd/serve.c - `graphserve serve -m FILE [options]`: loads the model,
+ * starts the scheduler on its engine thread and serves the OpenAI-compatible
+ * API until SIGTERM/SIGINT has drained it. Options come from config/ (flags,
+ * GRAPHSERVE_* variables, --config FILE); `graphserve serve --help` lists
+ * them.
+ */
+#include "config/config.h"
+#include "config/sched_cfg.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "engine/tok.h"
+#include "scheduler/scheduler.h"
+#include "server/cli.h"
+#include "server/server.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The loop-thread half of the scheduler contract, as the server calls it. */
+static enum gs_status eng_submit(void *ctx, const struct gs_sched_request *req, struct gs_err *err)
+{
+    return gs_sched_submit(ctx, req, err);
+}
+
+static void eng_cancel(void *ctx, uint64_t id)
+{
+    gs_sched_cancel(ctx, id);
+}
+
+static size_t eng_poll(void *ctx, struct gs_sched_event *out, size_t cap)
+{
+    return gs_sched_poll(ctx, out, cap);
+}
+
+static void eng_stats(void *ctx, struct gs_sched_stats *out)
+{
+    gs_sched_stats(ctx, out);
+}
+
+/* The scheduler is created before the server (the server needs its context
+ * length), so its notify goes through this holder, filled before the engine
+ * thread starts. */
+struct wake_holder {
+    _Atomic(struct gs_srv *) srv;
+};
+
+static void wake(void *ctx)
+{
+    struct wake_holder *h = ctx;
+    struct gs_srv *srv = atomic_load(&h->srv);
+    if (srv)
+        gs_srv_wake(srv);
+}
+
+/* The model's name for clients: the file name without folders or ".gguf". */
+static void model_id(const char *path, char *out, size_t cap)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    snprintf(out, cap, "%s", base);
+    size_t n = strlen(out);
+    if (n > 5 && !strcmp(out + n - 5, ".gguf"))
+        out[n - 5] = '\0';
+}
+
+static char *chat_template_text(const struct gs_gguf *g)
+{
+    struct gs_gguf_str s;
+    struct gs_err err;
+    if (gs_gguf_get_str(g, "tokenizer.chat_template", &s, &err) != GS_OK)
+        return NULL;
+    return gs_strndup(s.data, s.len);
+}
+
+static uint64_t count_params(const struct gs_gguf *g)
+{
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < gs_gguf_n_tensors(g); i++) {
+        const struct gs_gguf_tensor *t = gs_gguf_tensor_at(g, i);
+        uint64_t e = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            e *= (uint64_t)t->ne[d];
+        n += e;
+    }
+    return n;
+}
+
+struct serve {
+    struct gs_cfg cfg;
+    struct gs_gguf *gguf;
+    struct gs_model *model;
+    struct gs_tok *tok;
+    char *tmpl;
+    struct gs_sched *sched;
+    struct gs_srv *srv;
+    struct wake_holder holder;
+};
+
+static int load(struct serve *sv)
+{
+    struct gs_err err;
+    const char *path = sv->cfg.model;
+    if (gs_gguf_open(path, &sv->gguf, &err) != GS_OK ||
+        gs_model_load(sv->gguf, &sv->model, &err) != GS_OK ||
+        gs_tok_new(sv->gguf, &sv->tok, &err) != GS_OK)
+        return gs_cli_fail("serve", "%s: %s", path, err.msg);
+    sv->tmpl = chat_template_text(sv->gguf);
+    struct gs_sched_cfg sc;
+    gs_cfg_to_sched_cfg(&sv->cfg, &sc);
+    size_t n_eog;
+    sc.eog = gs_tok_eog_ids(sv->tok, &n_eog);
+    sc.n_eog = (uint32_t)n_eog;
+    sc.notify = wake;
+    sc.notify_ctx = &sv->holder;
+    if (gs_sched_new(&sc, sv->model, &sv->sched, &err) != GS_OK)
+        return gs_cli_fail("serve", "scheduler: %s", err.msg);
+    return 0;
+}
+
+static void print_start(const struct serve *sv, const struct gs_srv_cfg *c)
+{
+    struct gs_sched_stats st;
+    gs_sched_stats(sv->sched, &st);
+    const struct gs_model_hparams *hp = &sv->model->hp;
+    gs_log(GS_LOG_INFO, "model",
+           "path=%s id=%s arch=%s n_vocab=%u n_ctx=%u n_ctx_train=%u n_embd=%u n_layer=%u "
+           "params=%llu chat_template=%s",
+           sv->cfg.model, c->model.id, hp->arch, hp->n_vocab, c->model.n_ctx, hp->n_ctx_train,
+           hp->n_embd, hp->n_layer, (unsigned long long)c->model.n_params,
+           c->chat_template ? c->chat_template : (sv->tmpl ? "from-gguf" : "plain"));
+    gs_log(GS_LOG_INFO, "engine",
+           "backend=%s threads=%lld kv_pages=%u page_tokens=%lld kv_bytes=%llu max_seqs=%lld "
+           "max_batch_tokens=%lld max_queue=%lld prefix_cache=%s",
+           c->model.backend, (long long)sv->cfg.threads, st.pages_total,
+           (long long)sv->cfg.page_tokens, (unsigned long long)st.kv_bytes,
+           (long long)sv->cfg.max_seqs, (long long)sv->cfg.max_batch_tokens,
+           (long long)sv->cfg.max_queue, sv->cfg.prefix_cache ? "true" : "false");
+    const struct gs_srv_limits *l = &c->limits;
+    gs_log(GS_LOG_INFO, "limits",
+           "max_body_bytes=%llu max_header_bytes=%u conn_timeout_s=%u max_conns=%u "
+           "max_conns_per_ip=%u max_tokens=%u drain_timeout_ms=%u api_keys=%zu",
+           (unsigned long long)l->max_body_bytes, l->max_header_bytes, l->conn_timeout_s,
+           l->max_conns, l->max_conns_per_ip, l->max_tokens, c->drain_timeout_ms, c->n_api_keys);
+}
+
+static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, size_t id_cap)
+{
+    const struct gs_cfg *cfg = &sv->cfg;
+    model_id(cfg->model, id, id_cap);
+    *c = (struct gs_srv_cfg){
+        .host = cfg->host,
+        .port = (uint16_t)cfg->port,
+        .limits = GS_SRV_LIMITS_DEFAULT,
+        .api_keys = (const char *const *)cfg->api_key.v,
+        .n_api_keys = cfg->api_key.n,
+        .drain_timeout_ms = (uint32_t)(cfg->drain_timeout_s * 1000),
+        .chat_template = cfg->chat_template == GS_CFG_TEMPLATE_AUTO
+                             ? NULL
+                             : gs_cfg_template_name(cfg->chat_template),
+        .handle_signals = true,
+    };
+    c->limits.max_body_bytes = cfg->max_body_bytes;
+    c->limits.max_header_bytes = (uint32_t)cfg->max_header_bytes;
+    c->limits.conn_timeout_s = (uint32_t)cfg->conn_timeout_s;
+    c->limits.max_conns = (uint32_t)cfg->max_conns;
+    c->limits.max_conns_per_ip = (uint32_t)cfg->max_conns_per_ip;
+    c->limits.max_tokens = (uint32_t)cfg->max_tokens;
+    c->model = (struct gs_srv_model_info){
+        .id = id,
+        .tok = sv->tok,
+        .chat_template = sv->tmpl,
+        .n_ctx = gs_sched_n_ctx(sv->sched),
+        .n_ctx_train = sv->model->hp.n_ctx_train,
+        .n_embd = sv->model->hp.n_embd,
+        .n_params = count_params(sv->gguf),
+        .size_bytes = gs_gguf_file_bytes(sv->gguf),
+        .backend = gs_cfg_backend_name(cfg->backend),
+    };
+}
+
+static int serve(struct serve *sv)
+{
+    int rc = load(sv);
+    if (rc)
+        return rc;
+    char id[256];
+    struct gs_srv_cfg c;
+    server_cfg(sv, &c, id, sizeof(id));
+    struct gs_err err;
+    if (gs_srv_new(&c, &sv->srv, &err) != GS_OK)
+        return gs_cli_fail("serve", "%s", err.msg);
+    atomic_store(&sv->holder.srv, sv->srv);
+    struct gs_srv_engine eng = {sv->sched, eng_submit, eng_cancel, eng_poll, eng_stats};
+    gs_srv_set_engine(sv->srv, &eng);
+    if (gs_sched_start(sv->sched, &err) != GS_OK)
+        return gs_cli_fail("serve", "engine: %s", err.msg);
+    print_start(sv, &c);
+    gs_log(GS_LOG_INFO, "listening", "url=http://%s:%u", c.host ? c.host : "127.0.0.1",
+           gs_srv_port(sv->srv));
+    /* Tests read the bound port from this line when they pass --port 0. */
+    fprintf(stdout, "graphserve: listening on http://%s:%u\n", c.host ? c.host : "127.0.0.1",
+            gs_srv_port(sv->srv));
+    fflush(stdout);
+    rc = gs_srv_run(sv->srv);
+    /* Every request has ended; the engine has nothing left to finish, and
+     * the loop that gs_srv_wake would signal is closed. */
+    atomic_store(&sv->holder.srv, NULL);
+    gs_sched_stop(sv->sched, 0);
+    gs_log(GS_LOG_INFO, "stopped", "status=%d", rc);
+    return rc;
+}
+
+int gs_cmd_serve(int argc, char **argv)
+{
+    struct serve sv = {0};
+    struct gs_err err;
+    if (gs_cfg_load(&sv.cfg, argc, argv, NULL, &err) != GS_OK) {
+        gs_cfg_deinit(&sv.cfg);
+        return gs_cli_fail("serve", "%s", err.msg) + 1;
+    }
+    int rc = 0;
+    switch (sv.cfg.action) {
+    case GS_CFG_HELP:
+        gs_cfg_help(stdout);
+        break;
+    case GS_CFG_HELP_MARKDOWN:
+        gs_cfg_help_markdown(stdout);
+        break;
+    case GS_CFG_PRINT_CONFIG:
+        rc = gs_cfg_print(&sv.cfg, stdout) ? 0 : 1;
+        break;
+    case GS_CFG_RUN:
+        gs_cfg_apply_log(&sv.cfg);
+        if (!sv.cfg.model)
+            rc = gs_cli_usage("serve", "-m FILE [options]   (see graphserve serve --help)");
+        else
+            rc = serve(&sv);
+        break;
+    }
+    gs_srv_free(sv.srv);
+    gs_sched_free(sv.sched);
+    gs_free(sv.tmpl);
+    gs_tok_free(sv.tok);
+    gs_model_free(sv.model);
+    gs_gguf_close(sv.gguf);
+    gs_cfg_deinit(&sv.cfg);
+    return rc;
+}

@@ -1,0 +1,151 @@
+/*
+ * server/daemon.h - the daemon's own state, shared by http.c (libmicrohttpd
+ * on libuv, connections, drain), routes.c (the endpoints) and generate.c
+ * (generation requests and their engine events). Loop thread only, except
+ * the fields marked atomic. No other module includes this header.
+ *
+ * Life of an HTTP request (struct gs_srv_req): created when its headers
+ * arrive, the body collected up to the cap, then dispatched to a route. A
+ * generation request submits one engine request per choice and suspends its
+ * connection; engine events (uv_async) fill its buffers and resume it. The
+ * request is freed in MHD's completion callback, which also cancels whatever
+ * the engine still runs for it (the client went away).
+ */
+#ifndef GS_SERVER_DAEMON_H
+#define GS_SERVER_DAEMON_H
+
+#include "server/internal.h"
+
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <uv.h>
+
+struct gs_srv_choice {
+    uint64_t sched_id;
+    uint32_t index;
+    struct gs_tok_decoder *dec;
+    struct gs_srv_stop stop;
+    struct gs_srv_buf text;  /* released text: all of it (non-stream) or not yet sent (stream) */
+    json_t *logprobs;        /* entries not yet reported (stream) or all (non-stream) */
+    size_t text_offset;      /* completions logprobs: bytes released before the pending ones */
+    bool done;               /* FINISH received */
+    bool stop_hit;           /* a stop string matched; the engine was told to cancel */
+    bool first_sent;         /* stream: the opening chunk went out */
+    enum gs_finish finish;
+    struct gs_sched_req_stats stats;
+    enum gs_status err_code;
+    char err_msg[GS_ERR_MSG_LEN];
+    uint32_t n_tokens;       /* TOKEN events seen */
+    uint32_t n_tokens_at_stop; /* n_tokens when the stop string completed */
+    double t_first_ms, t_last_ms;
+};
+
+struct gs_srv_route;
+
+struct gs_srv_req {
+    struct gs_srv *srv;
+    struct MHD_Connection *conn;
+    struct gs_srv_req *prev, *next; /* srv->active while the engine works for it */
+    bool in_active;
+    char id[64];
+    const struct gs_srv_route *route;
+    enum gs_srv_endpoint ep;
+    char method[12];
+    char *url;
+    struct gs_srv_buf body;
+    bool too_large;
+    unsigned status;       /* HTTP status sent, for the log and metrics */
+    double t_start_ms;
+    bool suspended;
+    bool waiting;          /* non-stream: suspended until every choice is done */
+    bool streaming;
+    bool peer_gone;        /* the client closed or reset the connection */
+    bool drain_abort;      /* ended by the drain deadline: finish_reason "abort" */
+    /* generation */
+    struct gs_srv_gen gen;
+    int32_t *prompt;
+    uint32_t n_prompt;
+    struct gs_srv_choice *choices;
+    uint32_t n_choices, n_done;
+    long long created;     /* unix seconds */
+    struct gs_srv_buf out; /* stream: SSE bytes not yet handed to MHD */
+    bool stream_end;       /* "[DONE]" is in out */
+    double t_last_out_ms;
+};
+
+struct gs_srv {
+    struct gs_srv_cfg cfg; /* strings below are copies owned by the server */
+    char *host, *model_id, *chat_template_name;
+    uint8_t (*key_digests)[32];
+    enum gs_srv_tmpl tmpl;
+    struct gs_srv_engine engine;
+    bool has_engine;
+
+    uv_loop_t loop;
+    uv_poll_t mhd_poll;    /* MHD's epoll descriptor */
+    uv_timer_t mhd_timer;  /* MHD's next timeout */
+    uv_timer_t tick;       /* 1 s: dead peers and SSE keepalives, while requests run */
+    uv_timer_t drain_timer;
+    uv_async_t async;      /* engine events and cross-thread requests */
+    uv_signal_t sig_term, sig_int;
+    bool handles_open, tick_on;
+    struct MHD_Daemon *mhd;
+    uint16_t port;
+
+    struct gs_srv_req *active; /* generation requests with engine work */
+    uint32_t n_reqs;           /* HTTP requests alive (any route) */
+    uint64_t next_seq;         /* request ids for X-Request-Id */
+    uint64_t next_sched_id;
+    bool draining, drain_expired, closing;
+    int n_signals;
+
+    _Atomic bool ready;
+    _Atomic bool shutdown_requested;
+    char ready_why[64];        /* protected by ready_mu */
+    uv_mutex_t ready_mu;
+
+    struct gs_srv_metrics metrics;
+};
+
+/* A route: one row of routes.c's table. */
+struct gs_srv_route {
+    const char *method;
+    const char *path;
+    enum gs_srv_endpoint ep;
+    bool auth;      /* Bearer key required (when keys are configured) */
+    enum MHD_Result (*handler)(struct gs_srv_req *r);
+};
+
+/* routes.c */
+/* The route for method+path; *path_known tells a 405 from a 404 when NULL. */
+const struct gs_srv_route *gs_srv__route_find(const char *method, const char *path,
+                                              bool *path_known);
+/* The methods path allows, for the Allow header of a 405 ("GET, HEAD"). */
+void gs_srv__route_allow(const char *path, char *out, size_t cap);
+
+/* http.c: responses and connection control */
+enum MHD_Result gs_srv__respond_json(struct gs_srv_req *r, unsigned status, json_t *body);
+enum MHD_Result gs_srv__respond_text(struct gs_srv_req *r, unsigned status, const char *type,
+                                     const char *text, size_t len);
+enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind kind,
+                                      const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void gs_srv__suspend(struct gs_srv_req *r);
+void gs_srv__resume(struct gs_srv_req *r);
+void gs_srv__active_add(struct gs_srv_req *r);
+void gs_srv__active_remove(struct gs_srv_req *r);
+bool gs_srv__is_ready(struct gs_srv *s, char *why, size_t cap);
+
+/* generate.c */
+enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r);
+/* Called again for a resumed non-stream request: queues the final answer. */
+enum MHD_Result gs_srv__gen_respond(struct gs_srv_req *r);
+void gs_srv__gen_event(struct gs_srv *s, const struct gs_sched_event *ev);
+/* The client is gone or the drain deadline passed: cancel what still runs. */
+void gs_srv__gen_cancel(struct gs_srv_req *r);
+void gs_srv__gen_free(struct gs_srv_req *r);
+uint32_t gs_srv__choice_tokens(const struct gs_srv_choice *c);
+/* The SSE content reader for streaming requests. */
+ssize_t gs_srv__gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max);
+
+#endif /* GS_SERVER_DAEMON_H */

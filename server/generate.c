@@ -1,0 +1,562 @@
+/*
+ * server/generate.c - /v1/chat/completions and /v1/completions: from a
+ * parsed request to engine requests (one per choice), and from engine events
+ * to SSE chunks or one JSON answer.
+ *
+ * Text goes through two stages per choice: the tokenizer's streaming decoder
+ * releases only complete UTF-8, and the stop-string matcher holds back what
+ * could still become a stop string. A stop string found ends the choice with
+ * finish_reason "stop"; the engine is told to cancel the sequence.
+ */
+#include "server/daemon.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+/* Tokens a choice produced for its client: up to the one that completed a
+ * stop string (the engine may have run a step further before the cancel). */
+uint32_t gs_srv__choice_tokens(const struct gs_srv_choice *c)
+{
+    if (c->stop_hit)
+        return c->n_tokens_at_stop;
+    return c->done ? c->stats.n_generated : c->n_tokens;
+}
+
+static const char *finish_reason(const struct gs_srv_req *r, const struct gs_srv_choice *c)
+{
+    if (c->stop_hit)
+        return "stop";
+    switch (c->finish) {
+    case GS_FINISH_STOP:
+    case GS_FINISH_EOS:
+        return "stop";
+    case GS_FINISH_LENGTH:
+        return "length";
+    case GS_FINISH_ERROR:
+        return "error";
+    case GS_FINISH_CANCELLED:
+    case GS_FINISH_ABORT:
+    case GS_FINISH_NONE:
+        break;
+    }
+    return "abort";
+}
+
+static json_t *usage_json(const struct gs_srv_req *r)
+{
+    uint32_t gen = 0;
+    for (uint32_t i = 0; i < r->n_choices; i++)
+        gen += gs_srv__choice_tokens(&r->choices[i]);
+    uint32_t cached = r->n_choices ? r->choices[0].stats.n_prompt_cached : 0;
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", (int)r->n_prompt,
+                     "completion_tokens", (int)gen, "total_tokens", (int)(r->n_prompt + gen),
+                     "prompt_tokens_details", "cached_tokens", (int)cached);
+}
+
+/* Per-request timings, as llama.cpp reports them, for choice 0. */
+static json_t *timings_json(const struct gs_srv_req *r)
+{
+    const struct gs_sched_req_stats *st = &r->choices[0].stats;
+    uint32_t prompt_n = st->n_prompt - GS_MIN(st->n_prompt, st->n_prompt_cached);
+    return json_pack("{s:f,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "queue_ms", st->queue_ms,
+                     "prompt_n", (int)prompt_n, "prompt_ms", st->prefill_ms,
+                     "prompt_per_token_ms", prompt_n ? st->prefill_ms / prompt_n : 0.0,
+                     "prompt_per_second", st->prefill_ms > 0 ? prompt_n * 1000.0 / st->prefill_ms : 0.0,
+                     "predicted_n", (int)st->n_generated, "predicted_ms", st->decode_ms,
+                     "predicted_per_token_ms", st->n_generated ? st->decode_ms / st->n_generated : 0.0,
+                     "predicted_per_second",
+                     st->decode_ms > 0 ? st->n_generated * 1000.0 / st->decode_ms : 0.0);
+}
+
+/* ---- logprobs ------------------------------------------------------------------------------- */
+
+static json_t *token_json(const struct gs_tok *tok, int32_t id, float lp, bool with_id)
+{
+    size_t pl = 0;
+    const char *p = gs_tok_piece(tok, id, 0, &pl);
+    if (!p)
+        p = "";
+    json_t *j = json_pack("{s:o,s:f,s:o}", "token", gs_srv_json_text(p, pl), "logprob",
+                          isfinite(lp) ? (double)lp : -9999.0, "bytes", gs_srv_json_bytes(p, pl));
+    if (j && with_id)
+        json_object_set_new(j, "id", json_integer(id));
+    return j;
+}
+
+/* One token's logprobs entry in the choice's pending list. Chat uses
+ * OpenAI's {"content":[...]} entries; completions collect the legacy arrays
+ * at report time from the same entries. */
+static void add_logprob(struct gs_srv_req *r, struct gs_srv_choice *c,
+                        const struct gs_sched_event *ev)
+{
+    const struct gs_tok *tok = r->srv->cfg.model.tok;
+    if (!c->logprobs)
+        c->logprobs = json_array();
+    json_t *e = token_json(tok, ev->token, ev->logprob, true);
+    json_t *top = json_array();
+    for (uint32_t k = 0; k < ev->n_top && top; k++)
+        json_array_append_new(top, token_json(tok, ev->top[k].token, ev->top[k].logprob, true));
+    json_object_set_new(e, "top_logprobs", top);
+    json_array_append_new(c->logprobs, e);
+}
+
+/* The logprobs object for the entries in c->logprobs (then emptied). */
+static json_t *take_logprobs(struct gs_srv_req *r, struct gs_srv_choice *c)
+{
+    if (!r->gen.logprobs)
+        return json_null();
+    json_t *entries = c->logprobs ? c->logprobs : json_array();
+    c->logprobs = NULL;
+    if (r->gen.chat)
+        return json_pack("{s:o}", "content", entries);
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t i;
+    json_t *e;
+    json_array_foreach(entries, i, e)
+    {
+        json_array_append(tokens, json_object_get(e, "token"));
+        json_array_append(lps, json_object_get(e, "logprob"));
+        json_t *m = json_object();
+        size_t k;
+        json_t *t;
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, t)
+            json_object_set(m, json_string_value(json_object_get(t, "token")),
+                            json_object_get(t, "logprob"));
+        json_array_append_new(tops, m);
+        json_array_append_new(offs, json_integer((json_int_t)c->text_offset));
+        c->text_offset += json_array_size(json_object_get(e, "bytes"));
+    }
+    json_decref(entries);
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs",
+                     tops, "text_offset", offs);
+}
+
+/* ---- SSE chunks ----------------------------------------------------------------------------- */
+
+static json_t *chunk_base(const struct gs_srv_req *r, json_t *choices)
+{
+    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", r->id, "object",
+                     r->gen.chat ? "chat.completion.chunk" : "text_completion", "created",
+                     (json_int_t)r->created, "model", r->srv->cfg.model.id, "system_fingerprint",
+                     "graphserve-0.1.0", "choices", choices);
+}
+
+/* Appends one chunk for choice c carrying its pending text (and logprobs),
+ * with finish_reason when fin is set. */
+static void emit_chunk(struct gs_srv_req *r, struct gs_srv_choice *c, const char *fin)
+{
+    json_t *text = gs_srv_json_text(c->text.p ? c->text.p : "", c->text.len);
+    c->text.len = 0;
+    json_t *ch;
+    if (r->gen.chat) {
+        json_t *delta = json_object();
+        if (!c->first_sent)
+            json_object_set_new(delta, "role", json_string("assistant"));
+        if (!fin || json_string_length(text))
+            json_object_set(delta, "content", text);
+        ch = json_pack("{s:i,s:o,s:o,s:o}", "index", (int)c->index, "delta", delta, "logprobs",
+                       take_logprobs(r, c), "finish_reason",
+                       fin ? json_string(fin) : json_null());
+    } else {
+        ch = json_pack("{s:i,s:O,s:o,s:o}", "index", (int)c->index, "text", text, "logprobs",
+                       take_logprobs(r, c), "finish_reason", fin ? json_string(fin) : json_null());
+    }
+    json_decref(text);
+    c->first_sent = true;
+    json_t *chunk = chunk_base(r, json_pack("[o]", ch));
+    if (fin && c->finish == GS_FINISH_ERROR && !c->stop_hit)
+        json_object_set_new(chunk, "error",
+                            gs_srv_err_json(gs_srv_err_from_status(c->err_code), c->err_msg, NULL));
+    gs_srv_sse_json(&r->out, chunk);
+    json_decref(chunk);
+}
+
+/* After the last choice: the error chunk if one failed, the usage chunk
+ * when asked, and [DONE]. */
+static void emit_end(struct gs_srv_req *r)
+{
+    for (uint32_t i = 0; i < r->n_choices; i++) {
+        struct gs_srv_choice *c = &r->choices[i];
+        if (c->finish == GS_FINISH_ERROR && !c->stop_hit) {
+            json_t *e = gs_srv_err_json(gs_srv_err_from_status(c->err_code), c->err_msg, NULL);
+            gs_srv_sse_json(&r->out, e);
+            json_decref(e);
+            break;
+        }
+    }
+    if (r->gen.include_usage) {
+        json_t *chunk = chunk_base(r, json_array());
+        json_object_set_new(chunk, "usage", usage_json(r));
+        json_object_set_new(chunk, "timings", timings_json(r));
+        gs_srv_sse_json(&r->out, chunk);
+        json_decref(chunk);
+    }
+    gs_srv_sse_done(&r->out);
+    r->stream_end = true;
+}
+
+ssize_t gs_srv__gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct gs_srv_req *r = cls;
+    if (r->peer_gone || r->out.failed)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (r->out.len) {
+        size_t n = GS_MIN(max, r->out.len);
+        memcpy(buf, r->out.p, n);
+        gs_srv_buf_consume(&r->out, n);
+        r->t_last_out_ms = gs_now_ms();
+        return (ssize_t)n;
+    }
+    if (r->stream_end)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    /* Nothing to send: park the connection until the engine has more. */
+    gs_srv__suspend(r);
+    return 0;
+}
+
+/* ---- engine events -------------------------------------------------------------------------- */
+
+static struct gs_srv_choice *find_choice(struct gs_srv *s, uint64_t id, struct gs_srv_req **out)
+{
+    for (struct gs_srv_req *r = s->active; r; r = r->next) {
+        if (!r->n_choices || id < r->choices[0].sched_id ||
+            id >= r->choices[0].sched_id + r->n_choices)
+            continue;
+        *out = r;
+        return &r->choices[id - r->choices[0].sched_id];
+    }
+    return NULL;
+}
+
+static void on_token(struct gs_srv_req *r, struct gs_srv_choice *c, const struct gs_sched_event *ev)
+{
+    struct gs_srv *s = r->srv;
+    double now = gs_now_ms();
+    if (c->n_tokens == 0) {
+        c->t_first_ms = now;
+        if (c->index == 0)
+            gs_srv_hist_observe(&s->metrics.ttft, (now - r->t_start_ms) / 1000.0);
+    } else {
+        gs_srv_hist_observe(&s->metrics.itl, (now - c->t_last_ms) / 1000.0);
+    }
+    c->t_last_ms = now;
+    c->n_tokens++;
+    if (c->stop_hit)
+        return;
+    const char *piece;
+    size_t len;
+    struct gs_err err;
+    if (gs_tok_decoder_feed(c->dec, ev->token, &piece, &len, &err) != GS_OK)
+        len = 0;
+    if (r->gen.logprobs)
+        add_logprob(r, c, ev);
+    if (gs_srv_stop_feed(&c->stop, piece, len, &c->text)) {
+        c->stop_hit = true;
+        c->n_tokens_at_stop = c->n_tokens;
+        s->engine.cancel(s->engine.ctx, c->sched_id);
+    }
+    if (r->streaming && (c->text.len || r->gen.logprobs))
+        emit_chunk(r, c, NULL);
+}
+
+static void on_finish(struct gs_srv_req *r, struct gs_srv_choice *c, const struct gs_sched_event *ev)
+{
+    struct gs_srv *s = r->srv;
+    c->done = true;
+    c->finish = ev->finish;
+    if (r->drain_abort && ev->finish == GS_FINISH_CANCELLED)
+        c->finish = GS_FINISH_ABORT;
+    c->stats = ev->stats;
+    c->err_code = ev->err_code;
+    snprintf(c->err_msg, sizeof(c->err_msg), "%s", ev->err_msg);
+    if (!c->stop_hit) {
+        const char *rest;
+        size_t len;
+        gs_tok_decoder_flush(c->dec, &rest, &len);
+        if (gs_srv_stop_feed(&c->stop, rest, len, &c->text)) {
+            c->stop_hit = true;
+            c->n_tokens_at_stop = c->n_tokens;
+        }
+        else
+            gs_srv_stop_flush(&c->stop, &c->text);
+    }
+    s->metrics.generated_tokens += gs_srv__choice_tokens(c);
+    if (c->index == 0) {
+        s->metrics.prompt_tokens += r->n_prompt;
+        s->metrics.cached_prompt_tokens += ev->stats.n_prompt_cached;
+        gs_srv_hist_observe(&s->metrics.queue, ev->stats.queue_ms / 1000.0);
+    }
+    r->n_done++;
+    if (r->streaming) {
+        emit_chunk(r, c, finish_reason(r, c));
+        if (r->n_done == r->n_choices)
+            emit_end(r);
+    }
+}
+
+void gs_srv__gen_event(struct gs_srv *s, const struct gs_sched_event *ev)
+{
+    struct gs_srv_req *r;
+    struct gs_srv_choice *c = find_choice(s, ev->id, &r);
+    if (!c || c->done)
+        return; /* its client went away; the request is gone */
+    if (ev->kind == GS_SCHED_EV_TOKEN)
+        on_token(r, c, ev);
+    else
+        on_finish(r, c, ev);
+    if (r->streaming ? r->out.len > 0 : r->n_done == r->n_choices)
+        gs_srv__resume(r);
+    if (r->n_done == r->n_choices)
+        gs_srv__active_remove(r);
+}
+
+void gs_srv__gen_cancel(struct gs_srv_req *r)
+{
+    struct gs_srv *s = r->srv;
+    for (uint32_t i = 0; i < r->n_choices; i++)
+        if (!r->choices[i].done && s->has_engine)
+            s->engine.cancel(s->engine.ctx, r->choices[i].sched_id);
+}
+
+void gs_srv__gen_free(struct gs_srv_req *r)
+{
+    for (uint32_t i = 0; i < r->n_choices; i++) {
+        struct gs_srv_choice *c = &r->choices[i];
+        gs_tok_decoder_free(c->dec);
+        gs_srv_stop_deinit(&c->stop);
+        gs_srv_buf_free(&c->text);
+        json_decref(c->logprobs);
+    }
+    gs_free(r->choices);
+    gs_free(r->prompt);
+    gs_srv_buf_free(&r->out);
+    gs_srv_gen_free(&r->gen);
+    r->choices = NULL;
+    r->n_choices = 0;
+}
+
+/* ---- the final JSON answer ------------------------------------------------------------------ */
+
+enum MHD_Result gs_srv__gen_respond(struct gs_srv_req *r)
+{
+    r->waiting = false;
+    for (uint32_t i = 0; i < r->n_choices; i++) {
+        struct gs_srv_choice *c = &r->choices[i];
+        if (c->finish == GS_FINISH_ERROR && !c->stop_hit)
+            return gs_srv__respond_error(r, gs_srv_err_from_status(c->err_code), NULL,
+                                         "generation failed: %s", c->err_msg);
+    }
+    json_t *choices = json_array();
+    for (uint32_t i = 0; i < r->n_choices; i++) {
+        struct gs_srv_choice *c = &r->choices[i];
+        json_t *text = gs_srv_json_text(c->text.p ? c->text.p : "", c->text.len);
+        json_t *ch;
+        if (r->gen.chat)
+            ch = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", (int)i, "message", "role",
+                           "assistant", "content", text, "logprobs", take_logprobs(r, c),
+                           "finish_reason", finish_reason(r, c));
+        else
+            ch = json_pack("{s:i,s:o,s:o,s:s}", "index", (int)i, "text", text, "logprobs",
+                           take_logprobs(r, c), "finish_reason", finish_reason(r, c));
+        json_array_append_new(choices, ch);
+    }
+    json_t *body = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", r->id, "object",
+                             r->gen.chat ? "chat.completion" : "text_completion", "created",
+                             (json_int_t)r->created, "model", r->srv->cfg.model.id,
+                             "system_fingerprint", "graphserve-0.1.0", "choices", choices, "usage",
+                             usage_json(r), "timings", timings_json(r));
+    return gs_srv__respond_json(r, 200, body);
+}
+
+/* ---- starting a request --------------------------------------------------------------------- */
+
+static enum MHD_Result tokenize_prompt(struct gs_srv_req *r)
+{
+    struct gs_srv *s = r->srv;
+    const struct gs_tok *tok = s->cfg.model.tok;
+    struct gs_srv_gen *g = &r->gen;
+    if (g->prompt_ids) {
+        r->prompt = g->prompt_ids;
+        r->n_prompt = (uint32_t)g->n_prompt_ids;
+        g->prompt_ids = NULL;
+        return MHD_YES;
+    }
+    struct gs_srv_buf text = {0};
+    if (g->chat)
+        gs_srv_tmpl_render(s->tmpl, g->msgs, g->n_msgs, &text);
+    else
+        gs_srv_buf_add(&text, g->prompt, g->prompt_len);
+    if (text.failed) {
+        gs_srv_buf_free(&text);
+        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
+    }
+    int32_t *ids;
+    size_t n;
+    struct gs_err err;
+    enum gs_status st = gs_tok_encode(tok, text.p ? text.p : "", text.len,
+                                      GS_TOK_ADD_SPECIAL | GS_TOK_PARSE_SPECIAL, &ids, &n, &err);
+    gs_srv_buf_free(&text);
+    if (st != GS_OK)
+        return gs_srv__respond_error(r, gs_srv_err_from_status(st), g->chat ? "messages" : "prompt",
+                                     "%s", err.msg);
+    if (n == 0) {
+        gs_free(ids);
+        return gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, "prompt", "the prompt is empty");
+    }
+    r->prompt = ids;
+    r->n_prompt = (uint32_t)GS_MIN(n, UINT32_MAX);
+    return MHD_YES;
+}
+
+/* Context check: the prompt plus max_tokens must fit; never truncated. */
+static bool check_context(struct gs_srv_req *r, enum MHD_Result *ret)
+{
+    const struct gs_srv_model_info *m = &r->srv->cfg.model;
+    uint64_t want = (uint64_t)r->n_prompt + (r->gen.max_tokens ? r->gen.max_tokens : 1);
+    if (want <= m->n_ctx)
+        return true;
+    *ret = gs_srv__respond_error(
+        r, GS_SRV_E_CONTEXT_LENGTH, r->gen.chat ? "messages" : "prompt",
+        "This model's maximum context length is %u tokens. However, you requested %llu tokens "
+        "(%u in the %s, %u for the completion). Please reduce the length of the %s or "
+        "max_tokens.",
+        m->n_ctx, (unsigned long long)want, r->n_prompt, r->gen.chat ? "messages" : "prompt",
+        r->gen.max_tokens ? r->gen.max_tokens : 1, r->gen.chat ? "messages" : "prompt");
+    return false;
+}
+
+static uint64_t random_seed(void)
+{
+    uint64_t seed;
+    if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed))
+        seed = (uint64_t)time(NULL) ^ gs_now_ns();
+    return seed;
+}
+
+static enum MHD_Result submit_all(struct gs_srv_req *r)
+{
+    struct gs_srv *s = r->srv;
+    struct gs_srv_gen *g = &r->gen;
+    uint32_t max_tokens = g->max_tokens;
+    if (!max_tokens)
+        max_tokens = GS_MIN(s->cfg.limits.max_tokens, s->cfg.model.n_ctx - r->n_prompt);
+    uint64_t seed = g->has_seed ? g->sp.seed : random_seed();
+    r->choices = gs_calloc(g->n, sizeof(*r->choices));
+    if (!r->choices)
+        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
+    uint64_t base = s->next_sched_id;
+    s->next_sched_id += g->n;
+    for (uint32_t i = 0; i < g->n; i++) {
+        struct gs_srv_choice *c = &r->choices[i];
+        c->sched_id = base + i;
+        c->index = i;
+        gs_srv_stop_init(&c->stop, g->stop, g->n_stop);
+        struct gs_err err;
+        if (gs_tok_decoder_new(s->cfg.model.tok, 0, &c->dec, &err) != GS_OK)
+            return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "%s", err.msg);
+    }
+    r->n_choices = g->n;
+    if (!g->chat && g->echo && g->prompt)
+        for (uint32_t i = 0; i < g->n; i++)
+            gs_srv_buf_add(&r->choices[i].text, g->prompt, g->prompt_len);
+    for (uint32_t i = 0; i < g->n; i++) {
+        struct gs_sched_request q = {
+            .id = r->choices[i].sched_id,
+            .prompt = r->prompt,
+            .n_prompt = r->n_prompt,
+            .max_tokens = max_tokens,
+            .ignore_eos = g->ignore_eos,
+            .n_top_logprobs = (uint32_t)g->top_logprobs,
+            .want_logprobs = g->logprobs,
+            .sampling = g->sp,
+        };
+        /* Choices differ by seed, so that n > 1 with sampling gives n answers. */
+        q.sampling.seed = seed + i;
+        struct gs_err err;
+        enum gs_status st = s->engine.submit(s->engine.ctx, &q, &err);
+        if (st != GS_OK) {
+            for (uint32_t k = 0; k < i; k++)
+                s->engine.cancel(s->engine.ctx, r->choices[k].sched_id);
+            r->n_done = r->n_choices; /* nothing left to cancel or wait for */
+            if (st == GS_BUSY)
+                return gs_srv__respond_error(r, GS_SRV_E_BUSY, NULL,
+                                             "the server is at capacity; retry shortly (%s)",
+                                             err.msg);
+            return gs_srv__respond_error(r, gs_srv_err_from_status(st), NULL, "%s", err.msg);
+        }
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result start_stream(struct gs_srv_req *r)
+{
+    r->streaming = true;
+    r->t_last_out_ms = gs_now_ms();
+    if (r->gen.chat)
+        for (uint32_t i = 0; i < r->n_choices; i++)
+            emit_chunk(r, &r->choices[i], NULL);
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 16 * 1024, gs_srv__gen_stream_read, r, NULL);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Request-Id", r->id);
+    if (r->gen.ignored[0])
+        MHD_add_response_header(resp, "X-Ignored-Fields", r->gen.ignored);
+    r->status = 200;
+    enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r)
+{
+    struct gs_srv *s = r->srv;
+    bool chat = r->ep == GS_SRV_EP_CHAT;
+    char why[64];
+    if (!gs_srv__is_ready(s, why, sizeof(why)))
+        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "the server is %s",
+                                     why[0] ? why : "not ready");
+    if (!s->has_engine || !s->cfg.model.tok)
+        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "no engine is running");
+    const struct gs_srv_limits *l = &s->cfg.limits;
+    struct gs_srv_parse_limits pl = {
+        .n_vocab = gs_tok_n_vocab(s->cfg.model.tok),
+        .max_tokens = l->max_tokens,
+        .max_n = l->max_n,
+        .max_stop = l->max_stop,
+        .max_stop_bytes = l->max_stop_bytes,
+    };
+    char param[64];
+    struct gs_err err;
+    enum gs_status st = gs_srv_gen_parse(r->body.p ? r->body.p : "", r->body.len, chat, &pl,
+                                         &r->gen, param, sizeof(param), &err);
+    char serial[40];
+    snprintf(serial, sizeof(serial), "%s", r->id + 4); /* after "req-" */
+    snprintf(r->id, sizeof(r->id), "%s-%s", chat ? "chatcmpl" : "cmpl", serial);
+    if (st != GS_OK)
+        return gs_srv__respond_error(r, gs_srv_err_from_status(st), param, "%s", err.msg);
+    if (r->gen.model && strcmp(r->gen.model, s->cfg.model.id))
+        return gs_srv__respond_error(r, GS_SRV_E_MODEL_NOT_FOUND, "model",
+                                     "the model '%s' does not exist; this server serves '%s'",
+                                     r->gen.model, s->cfg.model.id);
+    enum MHD_Result ret = tokenize_prompt(r);
+    if (r->status)
+        return ret;
+    if (!check_context(r, &ret))
+        return ret;
+    r->created = (long long)time(NULL);
+    ret = submit_all(r);
+    if (r->status || ret != MHD_YES)
+        return ret;
+    gs_srv__active_add(r);
+    if (r->gen.stream)
+        return start_stream(r);
+    r->waiting = true;
+    gs_srv__suspend(r);
+    return MHD_YES;
+}

@@ -1,0 +1,639 @@
+/*
+ * server/http.c - libmicrohttpd driven from a libuv loop: MHD runs without a
+ * thread of its own in epoll mode; libuv watches MHD's epoll descriptor and
+ * arms a timer for MHD's next timeout. Streaming and waiting connections are
+ * suspended and resumed when engine events arrive through uv_async, so an
+ * idle stream costs no CPU. Also here: request bodies and their cap, auth,
+ * responses, the request log, dead-peer detection, signals and the drain.
+ */
+#define _GNU_SOURCE
+#include "server/daemon.h"
+
+#include "config/log.h"
+#include "engine/digest.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TICK_MS 1000          /* dead-peer checks while requests run */
+#define KEEPALIVE_MS 2000     /* SSE comment on a stream quiet this long */
+#define DRAIN_GRACE_MS 3000   /* after the deadline, aborted requests get this long */
+#define RETRY_AFTER_S "1"
+
+static void mhd_run(struct gs_srv *s);
+static void begin_drain(struct gs_srv *s);
+static void on_tick(uv_timer_t *h);
+static void on_mhd_timer(uv_timer_t *h);
+static void on_drain_timer(uv_timer_t *h);
+
+/* ---- responses ---------------------------------------------------------------------------- */
+
+static void add_common_headers(struct gs_srv_req *r, struct MHD_Response *resp, unsigned status)
+{
+    MHD_add_response_header(resp, "X-Request-Id", r->id);
+    if (r->gen.ignored[0])
+        MHD_add_response_header(resp, "X-Ignored-Fields", r->gen.ignored);
+    if (status == 429 || status == 503)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
+    if (r->srv->draining)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
+enum MHD_Result gs_srv__respond_text(struct gs_srv_req *r, unsigned status, const char *type,
+                                     const char *text, size_t len)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    add_common_headers(r, resp, status);
+    if (status == 405) {
+        char allow[64];
+        gs_srv__route_allow(r->url, allow, sizeof(allow));
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    }
+    if (status == 401)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    r->status = status;
+    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+enum MHD_Result gs_srv__respond_json(struct gs_srv_req *r, unsigned status, json_t *body)
+{
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!s) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                                  "\"server_error\",\"param\":null,\"code\":\"internal_error\"}}";
+        return gs_srv__respond_text(r, 500, "application/json", oom, sizeof(oom) - 1);
+    }
+    enum MHD_Result ret = gs_srv__respond_text(r, status, "application/json", s, strlen(s));
+    free(s);
+    return ret;
+}
+
+enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind kind,
+                                      const char *param, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (kind == GS_SRV_E_BUSY)
+        r->srv->metrics.rejected_busy++;
+    return gs_srv__respond_json(r, gs_srv_err_http(kind), gs_srv_err_json(kind, msg, param));
+}
+
+/* ---- suspend / resume, active list --------------------------------------------------------- */
+
+void gs_srv__suspend(struct gs_srv_req *r)
+{
+    if (!r->suspended) {
+        r->suspended = true;
+        MHD_suspend_connection(r->conn);
+    }
+}
+
+void gs_srv__resume(struct gs_srv_req *r)
+{
+    if (r->suspended) {
+        r->suspended = false;
+        MHD_resume_connection(r->conn);
+    }
+}
+
+void gs_srv__active_add(struct gs_srv_req *r)
+{
+    struct gs_srv *s = r->srv;
+    r->next = s->active;
+    r->prev = NULL;
+    if (s->active)
+        s->active->prev = r;
+    s->active = r;
+    r->in_active = true;
+    s->metrics.in_flight++;
+    if (!s->tick_on) {
+        uv_timer_start(&s->tick, on_tick, TICK_MS, TICK_MS);
+        s->tick_on = true;
+    }
+}
+
+void gs_srv__active_remove(struct gs_srv_req *r)
+{
+    struct gs_srv *s = r->srv;
+    if (!r->in_active)
+        return;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        s->active = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    r->in_active = false;
+    r->prev = r->next = NULL;
+    s->metrics.in_flight--;
+}
+
+bool gs_srv__is_ready(struct gs_srv *s, char *why, size_t cap)
+{
+    bool ready = atomic_load(&s->ready) && !s->draining;
+    if (why && cap) {
+        uv_mutex_lock(&s->ready_mu);
+        snprintf(why, cap, "%s", s->draining ? "draining" : s->ready_why);
+        uv_mutex_unlock(&s->ready_mu);
+    }
+    return ready;
+}
+
+/* ---- the request log ----------------------------------------------------------------------- */
+
+static void log_request(struct gs_srv *s, struct gs_srv_req *r, bool completed_ok)
+{
+    uint32_t n_gen = 0, n_cached = 0;
+    double queue_ms = 0, ttft_ms = -1;
+    for (uint32_t i = 0; i < r->n_choices; i++) {
+        n_gen += gs_srv__choice_tokens(&r->choices[i]);
+        if (i == 0) {
+            n_cached = r->choices[i].stats.n_prompt_cached;
+            queue_ms = r->choices[i].stats.queue_ms;
+            if (r->choices[i].n_tokens)
+                ttft_ms = r->choices[i].t_first_ms - r->t_start_ms;
+        }
+    }
+    gs_log(GS_LOG_INFO, "request",
+           "id=%s method=%s path=%s status=%u prompt_tokens=%u cached_tokens=%u gen_tokens=%u "
+           "queue_ms=%.1f ttft_ms=%.1f total_ms=%.1f client_gone=%s",
+           r->id, r->method, r->url ? r->url : "-", r->status, r->n_prompt, n_cached, n_gen,
+           queue_ms, ttft_ms, gs_now_ms() - r->t_start_ms, completed_ok ? "false" : "true");
+}
+
+/* ---- MHD callbacks ------------------------------------------------------------------------- */
+
+static struct gs_srv_req *req_new(struct gs_srv *s, struct MHD_Connection *c, const char *url,
+                                  const char *method)
+{
+    struct gs_srv_req *r = gs_calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    r->srv = s;
+    r->conn = c;
+    r->t_start_ms = gs_now_ms();
+    r->url = gs_strdup(url);
+    snprintf(r->method, sizeof(r->method), "%s", method);
+    snprintf(r->id, sizeof(r->id), "req-%" PRIx64 "%04" PRIx64, (uint64_t)time(NULL),
+             ++s->next_seq);
+    bool known;
+    r->route = gs_srv__route_find(method, url, &known);
+    r->ep = r->route ? r->route->ep : GS_SRV_EP_OTHER;
+    s->n_reqs++;
+    return r;
+}
+
+static void req_free(struct gs_srv_req *r)
+{
+    gs_srv__gen_free(r);
+    gs_srv_buf_free(&r->body);
+    gs_free(r->url);
+    gs_free(r);
+}
+
+/* The first call for a request: route, auth and the declared body size. */
+static enum MHD_Result on_headers(struct gs_srv_req *r)
+{
+    struct gs_srv *s = r->srv;
+    bool known;
+    if (!r->route) {
+        gs_srv__route_find(r->method, r->url, &known);
+        if (known)
+            return gs_srv__respond_error(r, GS_SRV_E_METHOD, NULL, "method %s is not allowed on %s",
+                                         r->method, r->url);
+        return gs_srv__respond_error(r, GS_SRV_E_NOT_FOUND, NULL, "no route for %s %s", r->method,
+                                     r->url);
+    }
+    if (r->route->auth && s->cfg.n_api_keys) {
+        const char *auth =
+            MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        if (!gs_srv_auth_check(auth, (const uint8_t(*)[32])s->key_digests, s->cfg.n_api_keys))
+            return gs_srv__respond_error(r, GS_SRV_E_UNAUTHORIZED, NULL,
+                                         auth ? "invalid API key" : "missing API key: send "
+                                                                    "'Authorization: Bearer KEY'");
+    }
+    const char *cl =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        char *end;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (*end || n > s->cfg.limits.max_body_bytes)
+            return gs_srv__respond_error(r, GS_SRV_E_TOO_LARGE, NULL,
+                                         "request body over the %" PRIu64 "-byte limit",
+                                         s->cfg.limits.max_body_bytes);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+    struct gs_srv *s = cls;
+    struct gs_srv_req *r = *con_cls;
+    if (!r) {
+        r = req_new(s, c, url, method);
+        if (!r)
+            return MHD_NO;
+        *con_cls = r;
+        return on_headers(r);
+    }
+    if (r->status)
+        return MHD_YES; /* answered early (413, 401, ...); MHD discards the rest */
+    if (*upload_size) {
+        if (!r->too_large && r->body.len + *upload_size > s->cfg.limits.max_body_bytes)
+            r->too_large = true;
+        if (!r->too_large)
+            gs_srv_buf_add(&r->body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->peer_gone)
+        return MHD_NO;
+    if (r->waiting)
+        return gs_srv__gen_respond(r);
+    if (r->too_large)
+        return gs_srv__respond_error(r, GS_SRV_E_TOO_LARGE, NULL,
+                                     "request body over the %" PRIu64 "-byte limit",
+                                     s->cfg.limits.max_body_bytes);
+    if (r->body.failed)
+        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
+    return r->route->handler(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct gs_srv *s = cls;
+    struct gs_srv_req *r = *con_cls;
+    if (!r)
+        return;
+    *con_cls = NULL;
+    bool ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+    if (r->n_choices && r->n_done < r->n_choices) {
+        gs_srv__gen_cancel(r);
+        if (!ok)
+            s->metrics.cancelled++;
+    }
+    if (!r->status)
+        r->status = 499; /* nothing was sent: the client went away first */
+    gs_srv_metrics_request(&s->metrics, r->ep, r->status);
+    if (r->n_prompt && r->n_done == r->n_choices)
+        gs_srv_hist_observe(&s->metrics.e2e, (gs_now_ms() - r->t_start_ms) / 1000.0);
+    log_request(s, r, ok);
+    gs_srv__active_remove(r);
+    req_free(r);
+    s->n_reqs--;
+    if (s->draining && s->n_reqs == 0 && !s->closing)
+        uv_async_send(&s->async); /* finish the drain outside MHD's callback */
+}
+
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+    /* MHD reports client misbehaviour (bad requests, resets) here; the request log
+     * already shows what matters, so only the loop's own failures would be news. */
+    (void)cls;
+    (void)fmt;
+    (void)ap;
+}
+
+/* ---- the loop ------------------------------------------------------------------------------ */
+
+static void mhd_run(struct gs_srv *s)
+{
+    if (!s->mhd || s->closing)
+        return;
+    MHD_run(s->mhd);
+    MHD_UNSIGNED_LONG_LONG to;
+    if (MHD_get_timeout(s->mhd, &to) == MHD_YES)
+        uv_timer_start(&s->mhd_timer, on_mhd_timer, to, 0);
+    else
+        uv_timer_stop(&s->mhd_timer);
+}
+
+static void on_mhd_poll(uv_poll_t *h, int status, int events)
+{
+    mhd_run(h->data);
+}
+
+static void on_mhd_timer(uv_timer_t *h)
+{
+    mhd_run(h->data);
+}
+
+/* True when the peer of a suspended connection has closed or reset it. */
+static bool peer_gone(struct gs_srv_req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return true;
+    char c;
+    ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static void on_tick(uv_timer_t *h)
+{
+    struct gs_srv *s = h->data;
+    double now = gs_now_ms();
+    for (struct gs_srv_req *r = s->active, *next; r; r = next) {
+        next = r->next;
+        if (!r->suspended)
+            continue;
+        if (peer_gone(r)) {
+            r->peer_gone = true;
+            gs_srv__gen_cancel(r);
+            gs_srv__resume(r);
+        } else if (r->streaming && now - r->t_last_out_ms >= KEEPALIVE_MS) {
+            gs_srv_sse_comment(&r->out, "keepalive");
+            r->t_last_out_ms = now;
+            gs_srv__resume(r);
+        }
+    }
+    if (!s->active) {
+        uv_timer_stop(&s->tick);
+        s->tick_on = false;
+    }
+    mhd_run(s);
+}
+
+static void close_all(struct gs_srv *s)
+{
+    if (s->closing)
+        return;
+    s->closing = true;
+    if (s->mhd_poll.loop == &s->loop) /* initialised */
+        uv_close((uv_handle_t *)&s->mhd_poll, NULL);
+    uv_close((uv_handle_t *)&s->mhd_timer, NULL);
+    uv_close((uv_handle_t *)&s->tick, NULL);
+    uv_close((uv_handle_t *)&s->drain_timer, NULL);
+    uv_close((uv_handle_t *)&s->async, NULL);
+    if (s->cfg.handle_signals) {
+        uv_close((uv_handle_t *)&s->sig_term, NULL);
+        uv_close((uv_handle_t *)&s->sig_int, NULL);
+    }
+}
+
+static void on_async(uv_async_t *h)
+{
+    struct gs_srv *s = h->data;
+    if (atomic_exchange(&s->shutdown_requested, false))
+        begin_drain(s);
+    if (s->has_engine) {
+        struct gs_sched_event evs[64];
+        size_t n;
+        do {
+            n = s->engine.poll(s->engine.ctx, evs, GS_ARRAY_LEN(evs));
+            for (size_t i = 0; i < n; i++)
+                gs_srv__gen_event(s, &evs[i]);
+        } while (n == GS_ARRAY_LEN(evs));
+    }
+    mhd_run(s);
+    if (s->draining && s->n_reqs == 0)
+        close_all(s);
+}
+
+/* The drain deadline: whatever still runs ends with finish_reason "abort". */
+static void on_drain_timer(uv_timer_t *h)
+{
+    struct gs_srv *s = h->data;
+    if (!s->drain_expired) {
+        s->drain_expired = true;
+        for (struct gs_srv_req *r = s->active; r; r = r->next) {
+            r->drain_abort = true;
+            gs_srv__gen_cancel(r);
+        }
+        uv_timer_start(&s->drain_timer, on_drain_timer, DRAIN_GRACE_MS, 0);
+        mhd_run(s);
+        return;
+    }
+    gs_log(GS_LOG_WARN, "drain_forced", "requests_left=%u", s->n_reqs);
+    close_all(s);
+}
+
+static void begin_drain(struct gs_srv *s)
+{
+    if (s->draining)
+        return;
+    s->draining = true;
+    gs_log(GS_LOG_INFO, "drain", "requests_in_flight=%u deadline_ms=%u", s->n_reqs,
+           s->cfg.drain_timeout_ms);
+    /* Stop accepting: MHD hands back its listening socket, which we close. */
+    MHD_socket fd = MHD_quiesce_daemon(s->mhd);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    uv_timer_start(&s->drain_timer, on_drain_timer, s->cfg.drain_timeout_ms, 0);
+    if (s->n_reqs == 0)
+        close_all(s);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct gs_srv *s = h->data;
+    if (++s->n_signals > 1) {
+        gs_log(GS_LOG_WARN, "exit_now", "signal=%d", signum);
+        _exit(1);
+    }
+    begin_drain(s);
+}
+
+/* ---- public API ---------------------------------------------------------------------------- */
+
+static enum gs_status make_addr(const char *host, uint16_t port, struct sockaddr_storage *ss,
+                                bool *v6, struct gs_err *err)
+{
+    memset(ss, 0, sizeof(*ss));
+    *v6 = strchr(host, ':') != NULL;
+    if (*v6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons(port);
+        if (inet_pton(AF_INET6, host, &a->sin6_addr) != 1)
+            return gs_err_set(err, GS_INVAL, "host '%s' is not an IPv6 address", host);
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons(port);
+        if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+            return gs_err_set(err, GS_INVAL, "host '%s' is not an IPv4 address", host);
+    }
+    return GS_OK;
+}
+
+static enum gs_status copy_cfg(struct gs_srv *s, const struct gs_srv_cfg *cfg, struct gs_err *err)
+{
+    s->cfg = *cfg;
+    s->host = gs_strdup(cfg->host ? cfg->host : "127.0.0.1");
+    s->model_id = gs_strdup(cfg->model.id ? cfg->model.id : "model");
+    s->key_digests = gs_calloc(cfg->n_api_keys ? cfg->n_api_keys : 1, sizeof(*s->key_digests));
+    if (!s->host || !s->model_id || !s->key_digests)
+        return gs_err_set(err, GS_NOMEM, "out of memory");
+    for (size_t i = 0; i < cfg->n_api_keys; i++)
+        gs_sha256(cfg->api_keys[i], strlen(cfg->api_keys[i]), s->key_digests[i]);
+    s->cfg.host = s->host;
+    s->cfg.model.id = s->model_id;
+    s->cfg.api_keys = NULL; /* only digests are kept */
+    s->cfg.chat_template = NULL;
+    if (cfg->chat_template) {
+        if (gs_srv_tmpl_from_name(cfg->chat_template, &s->tmpl) != GS_OK)
+            return gs_err_set(err, GS_INVAL,
+                              "--chat-template '%s': not one of chatml, llama3, gemma, phi3, "
+                              "zephyr, llama2, mistral, plain",
+                              cfg->chat_template);
+    } else {
+        s->tmpl = gs_srv_tmpl_detect(cfg->model.chat_template);
+    }
+    s->cfg.model.chat_template = NULL;
+    return GS_OK;
+}
+
+static enum gs_status start_mhd(struct gs_srv *s, struct gs_err *err)
+{
+    struct sockaddr_storage ss;
+    bool v6;
+    if (make_addr(s->host, s->cfg.port, &ss, &v6, err) != GS_OK)
+        return err->code;
+    const struct gs_srv_limits *l = &s->cfg.limits;
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (v6)
+        flags |= MHD_USE_IPv6;
+    s->mhd = MHD_start_daemon(
+        flags, s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)l->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)l->max_conns_per_ip,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)l->conn_timeout_s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)l->max_header_bytes,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, s, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+        (unsigned)1, MHD_OPTION_END);
+    if (!s->mhd)
+        return gs_err_set(err, GS_IO, "cannot listen on %s:%u: %s", s->host, s->cfg.port,
+                          strerror(errno));
+    const union MHD_DaemonInfo *pi = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = pi ? pi->port : s->cfg.port;
+    const union MHD_DaemonInfo *ei = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    if (!ei)
+        return gs_err_set(err, GS_IO, "libmicrohttpd has no epoll descriptor");
+    if (uv_poll_init(&s->loop, &s->mhd_poll, ei->epoll_fd) != 0)
+        return gs_err_set(err, GS_IO, "cannot watch libmicrohttpd's epoll descriptor");
+    s->mhd_poll.data = s;
+    uv_poll_start(&s->mhd_poll, UV_READABLE, on_mhd_poll);
+    return GS_OK;
+}
+
+enum gs_status gs_srv_new(const struct gs_srv_cfg *cfg, struct gs_srv **out, struct gs_err *err)
+{
+    *out = NULL;
+    struct gs_srv *s = gs_calloc(1, sizeof(*s));
+    if (!s)
+        return gs_err_set(err, GS_NOMEM, "out of memory");
+    atomic_init(&s->ready, true);
+    atomic_init(&s->shutdown_requested, false);
+    uv_mutex_init(&s->ready_mu);
+    if (uv_loop_init(&s->loop) != 0) {
+        gs_free(s);
+        return gs_err_set(err, GS_IO, "cannot create the event loop");
+    }
+    uv_timer_init(&s->loop, &s->mhd_timer);
+    uv_timer_init(&s->loop, &s->tick);
+    uv_timer_init(&s->loop, &s->drain_timer);
+    uv_async_init(&s->loop, &s->async, on_async);
+    s->mhd_timer.data = s->tick.data = s->drain_timer.data = s->async.data = s;
+    if (cfg->handle_signals) {
+        signal(SIGPIPE, SIG_IGN);
+        uv_signal_init(&s->loop, &s->sig_term);
+        uv_signal_init(&s->loop, &s->sig_int);
+        s->sig_term.data = s->sig_int.data = s;
+    }
+    s->handles_open = true;
+    if (copy_cfg(s, cfg, err) != GS_OK || start_mhd(s, err) != GS_OK) {
+        gs_srv_free(s);
+        return err->code;
+    }
+    *out = s;
+    return GS_OK;
+}
+
+void gs_srv_set_engine(struct gs_srv *s, const struct gs_srv_engine *engine)
+{
+    s->has_engine = engine != NULL;
+    if (engine)
+        s->engine = *engine;
+}
+
+uint16_t gs_srv_port(const struct gs_srv *s)
+{
+    return s->port;
+}
+
+void gs_srv_wake(void *srv)
+{
+    struct gs_srv *s = srv;
+    uv_async_send(&s->async);
+}
+
+void gs_srv_set_ready(struct gs_srv *s, bool ready, const char *why)
+{
+    uv_mutex_lock(&s->ready_mu);
+    snprintf(s->ready_why, sizeof(s->ready_why), "%s", why ? why : "");
+    uv_mutex_unlock(&s->ready_mu);
+    atomic_store(&s->ready, ready);
+}
+
+void gs_srv_shutdown(struct gs_srv *s)
+{
+    atomic_store(&s->shutdown_requested, true);
+    uv_async_send(&s->async);
+}
+
+int gs_srv_run(struct gs_srv *s)
+{
+    if (s->cfg.handle_signals) {
+        uv_signal_start(&s->sig_term, on_signal, SIGTERM);
+        uv_signal_start(&s->sig_int, on_signal, SIGINT);
+    }
+    mhd_run(s);
+    int rc = uv_run(&s->loop, UV_RUN_DEFAULT);
+    return rc < 0 ? 1 : 0;
+}
+
+void gs_srv_free(struct gs_srv *s)
+{
+    if (!s)
+        return;
+    if (s->handles_open) {
+        /* Stop watching MHD's descriptors before MHD closes them. */
+        close_all(s);
+        uv_run(&s->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&s->loop);
+    }
+    if (s->mhd) {
+        /* Completion callbacks run from here for connections still open. */
+        MHD_stop_daemon(s->mhd);
+        s->mhd = NULL;
+    }
+    uv_mutex_destroy(&s->ready_mu);
+    gs_free(s->host);
+    gs_free(s->model_id);
+    gs_free(s->key_digests);
+    gs_free(s);
+}

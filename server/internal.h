@@ -1,0 +1,249 @@
+/*
+ * server/internal.h - the pieces of the daemon, shared between the server/ sources and
+ * their tests: growable buffers, the error table, request parsing, chat
+ * templates, stop strings, SSE framing, auth and metrics. No other module
+ * includes this header.
+ *
+ * Everything here is plain, single-threaded code on the loop thread, with no
+ * I/O, so that each piece is unit-tested without a socket.
+ */
+#ifndef GS_SERVER_INTERNAL_H
+#define GS_SERVER_INTERNAL_H
+
+#include "server/server.h"
+
+#include <jansson.h>
+
+/* ---- growable byte buffer --------------------------------------------------------------- */
+
+/* A byte buffer that remembers an allocation failure: appends after one are
+ * no-ops and failed stays set, so that a caller checks once at the end. p is
+ * always NUL-terminated when non-NULL. Free with gs_srv_buf_free. */
+struct gs_srv_buf {
+    char *p;
+    size_t len, cap;
+    bool failed;
+};
+
+void gs_srv_buf_add(struct gs_srv_buf *b, const void *data, size_t n);
+void gs_srv_buf_adds(struct gs_srv_buf *b, const char *s);
+void gs_srv_buf_addf(struct gs_srv_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Drops the first n bytes. */
+void gs_srv_buf_consume(struct gs_srv_buf *b, size_t n);
+void gs_srv_buf_free(struct gs_srv_buf *b);
+
+/* ---- errors: one table from error kind to HTTP status and OpenAI type ------------------- */
+
+/* X(name, http status, OpenAI error type, OpenAI error code or NULL) */
+#define GS_SRV_ERR_MAP(X)                                                                          \
+    X(BAD_REQUEST, 400, "invalid_request_error", NULL)                                             \
+    X(CONTEXT_LENGTH, 400, "invalid_request_error", "context_length_exceeded")                     \
+    X(UNAUTHORIZED, 401, "authentication_error", "invalid_api_key")                                \
+    X(NOT_FOUND, 404, "not_found_error", "not_found")                                              \
+    X(MODEL_NOT_FOUND, 404, "invalid_request_error", "model_not_found")                            \
+    X(METHOD, 405, "invalid_request_error", "method_not_allowed")                                  \
+    X(TOO_LARGE, 413, "invalid_request_error", "request_too_large")                                \
+    X(BUSY, 429, "rate_limit_error", "rate_limit_exceeded")                                        \
+    X(UNAVAILABLE, 503, "unavailable_error", "service_unavailable")                                \
+    X(NUMERIC, 500, "server_error", "numerical_error")                                             \
+    X(INTERNAL, 500, "server_error", "internal_error")
+
+enum gs_srv_ekind {
+#define GS_SRV_EKIND_ENUM(name, http, type, code) GS_SRV_E_##name,
+    GS_SRV_ERR_MAP(GS_SRV_EKIND_ENUM)
+#undef GS_SRV_EKIND_ENUM
+        GS_SRV_E_COUNT
+};
+
+unsigned gs_srv_err_http(enum gs_srv_ekind k);
+const char *gs_srv_err_type(enum gs_srv_ekind k);
+const char *gs_srv_err_code(enum gs_srv_ekind k); /* NULL when the kind has none */
+
+/* The kind an engine or parser status maps to (GS_INVAL -> BAD_REQUEST,
+ * GS_BUSY -> BUSY, GS_NOTFOUND -> NOT_FOUND, ...). */
+enum gs_srv_ekind gs_srv_err_from_status(enum gs_status st);
+
+/* {"error":{"message","type","param","code"}}; param may be NULL. Returns a
+ * new reference or NULL on allocation failure. */
+json_t *gs_srv_err_json(enum gs_srv_ekind k, const char *message, const char *param);
+
+/* ---- a generation request, parsed and validated ----------------------------------------- */
+
+struct gs_srv_msg {
+    char *role;    /* "system", "user", "assistant", "tool"; "developer" becomes "system" */
+    char *content; /* text parts joined */
+};
+
+/* What the parser checks requests against. */
+struct gs_srv_parse_limits {
+    uint32_t n_vocab;
+    uint32_t max_tokens;
+    uint32_t max_n;
+    uint32_t max_stop;
+    uint32_t max_stop_bytes;
+};
+
+struct gs_srv_gen {
+    bool chat;                 /* /v1/chat/completions */
+    char *model;               /* NULL when absent */
+    struct gs_srv_msg *msgs;   /* chat: n_msgs >= 1 */
+    size_t n_msgs;
+    char *prompt;              /* completions with a text prompt: prompt_len bytes */
+    size_t prompt_len;
+    int32_t *prompt_ids;       /* completions with token ids, each < n_vocab */
+    size_t n_prompt_ids;
+    uint32_t max_tokens;       /* 0: not given */
+    uint32_t n;                /* choices, >= 1 */
+    bool stream;
+    bool include_usage;        /* stream_options.include_usage */
+    bool logprobs;
+    int32_t top_logprobs;
+    bool echo;                 /* completions: prepend the prompt to the text */
+    bool ignore_eos;
+    bool has_seed;
+    struct gs_sample_params sp; /* sp.bias points at bias */
+    struct gs_sample_bias *bias;
+    char **stop;               /* n_stop non-empty strings */
+    size_t n_stop;
+    char ignored[256];         /* unknown top-level fields, comma-separated, truncated */
+};
+
+/*
+ * Parses a request body into *out (zeroed first; free with gs_srv_gen_free
+ * whatever the result). On failure returns GS_INVAL (or GS_NOMEM) with a
+ * message and writes the offending field's name to param (param_cap bytes,
+ * "" when the body as a whole is bad).
+ */
+enum gs_status gs_srv_gen_parse(const char *body, size_t len, bool chat,
+                                const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
+                                char *param, size_t param_cap, struct gs_err *err);
+void gs_srv_gen_free(struct gs_srv_gen *g);
+
+/* ---- chat templates --------------------------------------------------------------------- */
+
+/* X(name, enum suffix) in the order gs_srv_tmpl_detect tries them. */
+#define GS_SRV_TMPL_MAP(X)                                                                         \
+    X("chatml", CHATML)                                                                            \
+    X("llama3", LLAMA3)                                                                            \
+    X("gemma", GEMMA)                                                                              \
+    X("phi3", PHI3)                                                                                \
+    X("zephyr", ZEPHYR)                                                                            \
+    X("llama2", LLAMA2)                                                                            \
+    X("mistral", MISTRAL)                                                                          \
+    X("plain", PLAIN)
+
+enum gs_srv_tmpl {
+#define GS_SRV_TMPL_ENUM(name, id) GS_SRV_TMPL_##id,
+    GS_SRV_TMPL_MAP(GS_SRV_TMPL_ENUM)
+#undef GS_SRV_TMPL_ENUM
+        GS_SRV_TMPL_COUNT
+};
+
+const char *gs_srv_tmpl_name(enum gs_srv_tmpl t);
+/* GS_OK and *out for a known name, GS_NOTFOUND otherwise. */
+enum gs_status gs_srv_tmpl_from_name(const char *name, enum gs_srv_tmpl *out);
+/* The family whose markers appear in a GGUF tokenizer.chat_template text;
+ * GS_SRV_TMPL_PLAIN for NULL or text we do not recognise. */
+enum gs_srv_tmpl gs_srv_tmpl_detect(const char *jinja);
+
+/*
+ * Renders messages into the prompt text with the generation prompt for the
+ * assistant appended. The BOS token is not written (the tokenizer adds it);
+ * the text is tokenized with special tokens recognised. Appends to out.
+ */
+void gs_srv_tmpl_render(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_t n,
+                        struct gs_srv_buf *out);
+
+/* ---- stop strings across token boundaries ----------------------------------------------- */
+
+/*
+ * Holds back the text that could still turn into a stop string, so that a
+ * client never sees part of one. Text is fed in pieces of complete UTF-8;
+ * what may be shown is appended to the caller's buffer.
+ */
+struct gs_srv_stop {
+    char *const *stops; /* borrowed */
+    size_t n_stops;
+    struct gs_srv_buf held; /* text not yet released */
+    bool hit;               /* a stop string was found; feeding is over */
+};
+
+void gs_srv_stop_init(struct gs_srv_stop *st, char *const *stops, size_t n_stops);
+/* Feeds text; appends releasable text to out. Returns true when a stop string
+ * completed: the text before it has been released and the rest dropped. */
+bool gs_srv_stop_feed(struct gs_srv_stop *st, const char *text, size_t len, struct gs_srv_buf *out);
+/* End of generation without a stop string: releases what was held. */
+void gs_srv_stop_flush(struct gs_srv_stop *st, struct gs_srv_buf *out);
+void gs_srv_stop_deinit(struct gs_srv_stop *st);
+
+/* ---- SSE framing ------------------------------------------------------------------------ */
+
+/* Appends "data: <compact json>\n\n". Returns false if j cannot be dumped. */
+bool gs_srv_sse_json(struct gs_srv_buf *out, const json_t *j);
+void gs_srv_sse_done(struct gs_srv_buf *out);           /* "data: [DONE]\n\n" */
+void gs_srv_sse_comment(struct gs_srv_buf *out, const char *text); /* ": text\n\n" */
+
+/* ---- auth -------------------------------------------------------------------------------- */
+
+/* Compares the Authorization header value against every key in constant
+ * time (SHA-256 of both, compared without early exit). true with no keys. */
+bool gs_srv_auth_check(const char *authorization, const uint8_t (*key_digests)[32], size_t n_keys);
+
+/* ---- metrics ----------------------------------------------------------------------------- */
+
+#define GS_SRV_HIST_BUCKETS 16
+
+struct gs_srv_hist {
+    uint64_t counts[GS_SRV_HIST_BUCKETS + 1]; /* per bucket; last is +Inf */
+    uint64_t count;
+    double sum;
+};
+
+/* Endpoints named in request counters (X(label)); anything else is "other". */
+#define GS_SRV_ENDPOINT_MAP(X)                                                                     \
+    X(CHAT, "/v1/chat/completions")                                                                \
+    X(COMPLETIONS, "/v1/completions")                                                              \
+    X(MODELS, "/v1/models")                                                                        \
+    X(HEALTH, "/health")                                                                           \
+    X(READY, "/ready")                                                                             \
+    X(METRICS, "/metrics")                                                                         \
+    X(TOKENIZE, "/tokenize")                                                                       \
+    X(DETOKENIZE, "/detokenize")                                                                   \
+    X(OTHER, "other")
+
+enum gs_srv_endpoint {
+#define GS_SRV_EP_ENUM(id, label) GS_SRV_EP_##id,
+    GS_SRV_ENDPOINT_MAP(GS_SRV_EP_ENUM)
+#undef GS_SRV_EP_ENUM
+        GS_SRV_EP_COUNT
+};
+
+#define GS_SRV_METRICS_STATUSES 12 /* distinct HTTP statuses tracked per endpoint */
+
+struct gs_srv_metrics {
+    struct {
+        unsigned status;
+        uint64_t n;
+    } requests[GS_SRV_EP_COUNT][GS_SRV_METRICS_STATUSES];
+    struct gs_srv_hist ttft, itl, e2e, queue; /* seconds */
+    uint64_t prompt_tokens, generated_tokens, cached_prompt_tokens;
+    uint64_t cancelled;  /* client went away before the end */
+    uint64_t rejected_busy;
+    uint32_t in_flight;
+};
+
+void gs_srv_hist_observe(struct gs_srv_hist *h, double seconds);
+void gs_srv_metrics_request(struct gs_srv_metrics *m, enum gs_srv_endpoint ep, unsigned status);
+/* Prometheus text format 0.0.4; st (engine stats) may be NULL. */
+void gs_srv_metrics_render(const struct gs_srv_metrics *m, const struct gs_sched_stats *st,
+                           bool ready, struct gs_srv_buf *out);
+
+/* ---- small JSON helpers ------------------------------------------------------------------ */
+
+/* A JSON string of bytes p[0..n) with invalid UTF-8 replaced by U+FFFD. */
+json_t *gs_srv_json_text(const char *p, size_t n);
+/* The byte values as a JSON array of integers (OpenAI logprobs "bytes"). */
+json_t *gs_srv_json_bytes(const char *p, size_t n);
+
+#endif /* GS_SERVER_INTERNAL_H */

@@ -1,0 +1,140 @@
+/*
+ * server/metrics.c - the daemon's counters and latency histograms, rendered
+ * in the Prometheus text format (version 0.0.4) for GET /metrics together
+ * with the engine's snapshot (KV pages, batch size, preemptions).
+ */
+#include "server/internal.h"
+
+#include <string.h>
+
+/* Upper bounds (seconds) shared by every latency histogram: 1 ms to 60 s. */
+static const double bounds[GS_SRV_HIST_BUCKETS] = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60,
+};
+
+static const char *const endpoint_labels[GS_SRV_EP_COUNT] = {
+#define GS_SRV_EP_LABEL(id, label) [GS_SRV_EP_##id] = label,
+    GS_SRV_ENDPOINT_MAP(GS_SRV_EP_LABEL)
+#undef GS_SRV_EP_LABEL
+};
+
+void gs_srv_hist_observe(struct gs_srv_hist *h, double seconds)
+{
+    if (!(seconds >= 0))
+        seconds = 0;
+    size_t b = 0;
+    while (b < GS_SRV_HIST_BUCKETS && seconds > bounds[b])
+        b++;
+    h->counts[b]++;
+    h->count++;
+    h->sum += seconds;
+}
+
+void gs_srv_metrics_request(struct gs_srv_metrics *m, enum gs_srv_endpoint ep, unsigned status)
+{
+    if ((unsigned)ep >= GS_SRV_EP_COUNT)
+        ep = GS_SRV_EP_OTHER;
+    for (size_t i = 0; i < GS_SRV_METRICS_STATUSES; i++) {
+        if (m->requests[ep][i].status == status || m->requests[ep][i].status == 0) {
+            m->requests[ep][i].status = status;
+            m->requests[ep][i].n++;
+            return;
+        }
+    }
+    /* More distinct statuses than slots: count them under the last one. */
+    m->requests[ep][GS_SRV_METRICS_STATUSES - 1].n++;
+}
+
+static void header(struct gs_srv_buf *o, const char *name, const char *type, const char *help)
+{
+    gs_srv_buf_addf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void counter(struct gs_srv_buf *o, const char *name, const char *help, uint64_t v)
+{
+    header(o, name, "counter", help);
+    gs_srv_buf_addf(o, "%s %llu\n", name, (unsigned long long)v);
+}
+
+static void gauge(struct gs_srv_buf *o, const char *name, const char *help, double v)
+{
+    header(o, name, "gauge", help);
+    gs_srv_buf_addf(o, "%s %.17g\n", name, v);
+}
+
+static void hist(struct gs_srv_buf *o, const char *name, const char *help,
+                 const struct gs_srv_hist *h)
+{
+    header(o, name, "histogram", help);
+    uint64_t cum = 0;
+    for (size_t b = 0; b < GS_SRV_HIST_BUCKETS; b++) {
+        cum += h->counts[b];
+        gs_srv_buf_addf(o, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[b], (unsigned long long)cum);
+    }
+    cum += h->counts[GS_SRV_HIST_BUCKETS];
+    gs_srv_buf_addf(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    gs_srv_buf_addf(o, "%s_sum %.17g\n%s_count %llu\n", name, h->sum, name,
+                    (unsigned long long)h->count);
+}
+
+static void engine_metrics(struct gs_srv_buf *o, const struct gs_sched_stats *st)
+{
+    counter(o, "graphserve_engine_steps_total", "Engine steps run.", st->n_steps);
+    counter(o, "graphserve_prompt_tokens_computed_total",
+            "Prompt tokens computed by the engine (prefix-cache hits excluded).",
+            st->n_tokens_prompt);
+    counter(o, "graphserve_prefix_cache_hit_tokens_total",
+            "Prompt tokens served from the prefix cache.", st->n_prefix_hit_tokens);
+    counter(o, "graphserve_preemptions_total", "Sequences preempted for lack of KV pages.",
+            st->n_preemptions);
+    counter(o, "graphserve_engine_cancellations_total", "Sequences cancelled in the engine.",
+            st->n_cancelled);
+    counter(o, "graphserve_engine_errors_total", "Sequences ended by an engine error.",
+            st->n_errors);
+    counter(o, "graphserve_kv_evictions_total", "Cached KV pages evicted.", st->n_evictions);
+    gauge(o, "graphserve_requests_running", "Sequences running in the engine.", st->n_running);
+    gauge(o, "graphserve_requests_waiting", "Sequences queued for admission.", st->n_waiting);
+    gauge(o, "graphserve_batch_tokens", "Tokens in the last engine step's batch.",
+          st->last_batch_tokens);
+    header(o, "graphserve_kv_pages", "gauge", "KV cache pages by state.");
+    gs_srv_buf_addf(o, "graphserve_kv_pages{state=\"used\"} %u\n", st->pages_used);
+    gs_srv_buf_addf(o, "graphserve_kv_pages{state=\"cached\"} %u\n", st->pages_cached);
+    gs_srv_buf_addf(o, "graphserve_kv_pages{state=\"free\"} %u\n", st->pages_free);
+    gauge(o, "graphserve_kv_pages_total", "KV cache pages in the pool.", st->pages_total);
+    gauge(o, "graphserve_kv_bytes", "Bytes of the KV page pool.", (double)st->kv_bytes);
+}
+
+void gs_srv_metrics_render(const struct gs_srv_metrics *m, const struct gs_sched_stats *st,
+                           bool ready, struct gs_srv_buf *o)
+{
+    header(o, "graphserve_http_requests_total", "counter", "HTTP requests by endpoint and status.");
+    for (int ep = 0; ep < GS_SRV_EP_COUNT; ep++)
+        for (size_t i = 0; i < GS_SRV_METRICS_STATUSES && m->requests[ep][i].status; i++)
+            gs_srv_buf_addf(o, "graphserve_http_requests_total{endpoint=\"%s\",status=\"%u\"} %llu\n",
+                            endpoint_labels[ep], m->requests[ep][i].status,
+                            (unsigned long long)m->requests[ep][i].n);
+    hist(o, "graphserve_time_to_first_token_seconds",
+         "Time from request arrival to its first generated token.", &m->ttft);
+    hist(o, "graphserve_inter_token_latency_seconds", "Time between consecutive tokens of a choice.",
+         &m->itl);
+    hist(o, "graphserve_e2e_request_latency_seconds", "Time from request arrival to its end.",
+         &m->e2e);
+    hist(o, "graphserve_queue_time_seconds", "Time a request waited before the engine took it.",
+         &m->queue);
+    counter(o, "graphserve_prompt_tokens_total", "Prompt tokens of finished requests.",
+            m->prompt_tokens);
+    counter(o, "graphserve_generation_tokens_total", "Tokens generated for finished requests.",
+            m->generated_tokens);
+    counter(o, "graphserve_cached_prompt_tokens_total",
+            "Prompt tokens of finished requests served from the prefix cache.",
+            m->cached_prompt_tokens);
+    counter(o, "graphserve_cancellations_total",
+            "Requests whose client went away before the end.", m->cancelled);
+    counter(o, "graphserve_rejected_busy_total", "Requests refused with 429 (queue full).",
+            m->rejected_busy);
+    gauge(o, "graphserve_requests_in_flight", "HTTP generation requests in progress.",
+          m->in_flight);
+    gauge(o, "graphserve_ready", "1 when /ready answers 200.", ready ? 1 : 0);
+    if (st)
+        engine_metrics(o, st);
+}

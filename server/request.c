@@ -1,0 +1,481 @@
+/*
+ * server/request.c - a /v1/chat/completions or /v1/completions body, parsed
+ * with jansson and checked field by field into struct gs_srv_gen. Every
+ * refusal names the field as the client spelled it; nothing unchecked
+ * reaches the scheduler. Unknown fields are accepted and listed.
+ */
+#include "server/internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pctx {
+    char *param;
+    size_t param_cap;
+    struct gs_err *err;
+};
+
+__attribute__((format(printf, 3, 4))) static enum gs_status fail(struct pctx *c, const char *param,
+                                                                 const char *fmt, ...)
+{
+    snprintf(c->param, c->param_cap, "%s", param);
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[GS_ERR_MSG_LEN];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return gs_err_set(c->err, GS_INVAL, "%s", msg);
+}
+
+static enum gs_status nomem(struct pctx *c)
+{
+    snprintf(c->param, c->param_cap, "%s", "");
+    return gs_err_set(c->err, GS_NOMEM, "out of memory");
+}
+
+/* A number field in [lo, hi]; absent or null leaves *out unchanged. */
+static enum gs_status get_num(struct pctx *c, json_t *root, const char *key, double lo, double hi,
+                              double *out, bool *present)
+{
+    json_t *v = json_object_get(root, key);
+    if (present)
+        *present = false;
+    if (!v || json_is_null(v))
+        return GS_OK;
+    if (!json_is_number(v))
+        return fail(c, key, "'%s' must be a number", key);
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < lo || d > hi)
+        return fail(c, key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
+    *out = d;
+    if (present)
+        *present = true;
+    return GS_OK;
+}
+
+/* An integer field in [lo, hi]. */
+static enum gs_status get_int(struct pctx *c, json_t *root, const char *key, int64_t lo, int64_t hi,
+                              int64_t *out, bool *present)
+{
+    json_t *v = json_object_get(root, key);
+    if (present)
+        *present = false;
+    if (!v || json_is_null(v))
+        return GS_OK;
+    int64_t i;
+    if (json_is_integer(v))
+        i = json_integer_value(v);
+    else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+             fabs(json_real_value(v)) < 9e15)
+        i = (int64_t)json_real_value(v);
+    else
+        return fail(c, key, "'%s' must be an integer", key);
+    if (i < lo || i > hi)
+        return fail(c, key, "'%s' must be between %lld and %lld, got %lld", key, (long long)lo,
+                    (long long)hi, (long long)i);
+    *out = i;
+    if (present)
+        *present = true;
+    return GS_OK;
+}
+
+static enum gs_status get_bool(struct pctx *c, json_t *root, const char *key, bool *out)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v))
+        return GS_OK;
+    if (!json_is_boolean(v))
+        return fail(c, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return GS_OK;
+}
+
+/* A message's content: a string, or an array of {"type":"text","text":...}
+ * parts joined. */
+static enum gs_status message_content(struct pctx *c, json_t *v, size_t i, char **out)
+{
+    char param[48];
+    snprintf(param, sizeof(param), "messages[%zu].content", i);
+    if (json_is_string(v)) {
+        *out = gs_strndup(json_string_value(v), json_string_length(v));
+        return *out ? GS_OK : nomem(c);
+    }
+    if (json_is_null(v)) {
+        *out = gs_strdup("");
+        return *out ? GS_OK : nomem(c);
+    }
+    if (!json_is_array(v))
+        return fail(c, param, "'%s' must be a string or an array of text parts", param);
+    struct gs_srv_buf b = {0};
+    size_t k;
+    json_t *part;
+    json_array_foreach(v, k, part)
+    {
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "text") ||
+            !json_is_string(text)) {
+            gs_srv_buf_free(&b);
+            return fail(c, param, "'%s[%zu]' must be {\"type\":\"text\",\"text\":string}", param, k);
+        }
+        gs_srv_buf_add(&b, json_string_value(text), json_string_length(text));
+    }
+    gs_srv_buf_add(&b, "", 0);
+    if (b.failed) {
+        gs_srv_buf_free(&b);
+        return nomem(c);
+    }
+    *out = b.p;
+    return GS_OK;
+}
+
+static enum gs_status parse_messages(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+{
+    json_t *msgs = json_object_get(root, "messages");
+    if (!msgs)
+        return fail(c, "messages", "'messages' is required");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return fail(c, "messages", "'messages' must be a non-empty array");
+    g->msgs = gs_calloc(json_array_size(msgs), sizeof(*g->msgs));
+    if (!g->msgs)
+        return nomem(c);
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m)
+    {
+        char param[48];
+        snprintf(param, sizeof(param), "messages[%zu].role", i);
+        json_t *role = json_object_get(m, "role");
+        if (!json_is_object(m) || !json_is_string(role))
+            return fail(c, param, "'%s' must be a string", param);
+        const char *r = json_string_value(role);
+        static const char *const roles[] = {"system", "user", "assistant", "tool", "developer"};
+        bool known = false;
+        for (size_t k = 0; k < GS_ARRAY_LEN(roles); k++)
+            known = known || !strcmp(r, roles[k]);
+        if (!known)
+            return fail(c, param, "'%s' must be one of system, user, assistant, tool, developer",
+                        param);
+        g->msgs[i].role = gs_strdup(!strcmp(r, "developer") ? "system" : r);
+        g->n_msgs = i + 1;
+        if (!g->msgs[i].role)
+            return nomem(c);
+        json_t *content = json_object_get(m, "content");
+        if (!content) {
+            snprintf(param, sizeof(param), "messages[%zu].content", i);
+            return fail(c, param, "'%s' is required", param);
+        }
+        enum gs_status st = message_content(c, content, i, &g->msgs[i].content);
+        if (st != GS_OK)
+            return st;
+    }
+    return GS_OK;
+}
+
+static enum gs_status parse_prompt(struct pctx *c, json_t *root, const struct gs_srv_parse_limits *lim,
+                                   struct gs_srv_gen *g)
+{
+    json_t *p = json_object_get(root, "prompt");
+    if (!p)
+        return fail(c, "prompt", "'prompt' is required");
+    /* A one-element list of a string or of token ids is the same prompt. */
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0);
+    if (json_is_string(p)) {
+        g->prompt = gs_strndup(json_string_value(p), json_string_length(p));
+        g->prompt_len = json_string_length(p);
+        return g->prompt ? GS_OK : nomem(c);
+    }
+    if (!json_is_array(p) || json_array_size(p) == 0)
+        return fail(c, "prompt", "'prompt' must be a string or a non-empty array of token ids");
+    g->prompt_ids = gs_alloc_array(json_array_size(p), sizeof(*g->prompt_ids));
+    if (!g->prompt_ids)
+        return nomem(c);
+    size_t i;
+    json_t *v;
+    json_array_foreach(p, i, v)
+    {
+        if (!json_is_integer(v))
+            return fail(c, "prompt", "'prompt[%zu]' must be a token id (an integer)", i);
+        json_int_t id = json_integer_value(v);
+        if (id < 0 || (uint64_t)id >= lim->n_vocab)
+            return fail(c, "prompt", "'prompt[%zu]': token id %lld is outside the vocabulary [0, %u)",
+                        i, (long long)id, lim->n_vocab);
+        g->prompt_ids[i] = (int32_t)id;
+    }
+    g->n_prompt_ids = json_array_size(p);
+    return GS_OK;
+}
+
+static enum gs_status parse_stop(struct pctx *c, json_t *root, const struct gs_srv_parse_limits *lim,
+                                 struct gs_srv_gen *g)
+{
+    json_t *s = json_object_get(root, "stop");
+    if (!s || json_is_null(s))
+        return GS_OK;
+    size_t n = json_is_string(s) ? 1 : json_is_array(s) ? json_array_size(s) : 0;
+    if (!json_is_string(s) && !json_is_array(s))
+        return fail(c, "stop", "'stop' must be a string or an array of strings");
+    if (n > lim->max_stop)
+        return fail(c, "stop", "'stop' has %zu strings; at most %u are allowed", n, lim->max_stop);
+    g->stop = gs_calloc(n ? n : 1, sizeof(*g->stop));
+    if (!g->stop)
+        return nomem(c);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_is_string(s) ? s : json_array_get(s, i);
+        if (!json_is_string(v))
+            return fail(c, "stop", "'stop[%zu]' must be a string", i);
+        if (json_string_length(v) > lim->max_stop_bytes)
+            return fail(c, "stop", "'stop[%zu]' is longer than %u bytes", i, lim->max_stop_bytes);
+        if (json_string_length(v) == 0 || strlen(json_string_value(v)) != json_string_length(v))
+            continue; /* an empty stop string (or one with NUL) can never be matched usefully */
+        g->stop[g->n_stop] = gs_strdup(json_string_value(v));
+        if (!g->stop[g->n_stop])
+            return nomem(c);
+        g->n_stop++;
+    }
+    return GS_OK;
+}
+
+static enum gs_status parse_logit_bias(struct pctx *c, json_t *root,
+                                       const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
+{
+    json_t *b = json_object_get(root, "logit_bias");
+    if (!b || json_is_null(b))
+        return GS_OK;
+    if (!json_is_object(b))
+        return fail(c, "logit_bias", "'logit_bias' must be an object of token id to bias");
+    size_t n = json_object_size(b);
+    if (n > GS_SAMPLE_N_BIAS_MAX)
+        return fail(c, "logit_bias", "'logit_bias' has %zu entries; at most %d are allowed", n,
+                    GS_SAMPLE_N_BIAS_MAX);
+    g->bias = gs_calloc(n ? n : 1, sizeof(*g->bias));
+    if (!g->bias)
+        return nomem(c);
+    const char *key;
+    json_t *v;
+    size_t i = 0;
+    json_object_foreach(b, key, v)
+    {
+        char *end;
+        long long id = strtoll(key, &end, 10);
+        if (!*key || *end || id < 0 || (uint64_t)id >= lim->n_vocab)
+            return fail(c, "logit_bias", "'logit_bias': key '%.40s' is not a token id in [0, %u)",
+                        key, lim->n_vocab);
+        if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
+            return fail(c, "logit_bias", "'logit_bias[%.40s]' must be a number in [-100, 100]", key);
+        g->bias[i].token = (int32_t)id;
+        /* -100 bans the token, as OpenAI describes it. */
+        g->bias[i].bias = json_number_value(v) <= -100 ? -INFINITY : (float)json_number_value(v);
+        i++;
+    }
+    g->sp.bias = g->bias;
+    g->sp.n_bias = (int32_t)i;
+    return GS_OK;
+}
+
+/* Fields we read; anything else is listed in g->ignored. */
+static const char *const known_fields[] = {
+    "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+    "top_k", "min_p", "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n",
+    "seed", "stop", "logit_bias", "logprobs", "top_logprobs", "n", "stream", "stream_options",
+    "user", "ignore_eos", "echo",
+};
+
+static void list_ignored(json_t *root, struct gs_srv_gen *g)
+{
+    const char *key;
+    json_t *v;
+    size_t w = 0;
+    json_object_foreach(root, key, v)
+    {
+        bool known = false;
+        for (size_t k = 0; k < GS_ARRAY_LEN(known_fields) && !known; k++)
+            known = !strcmp(key, known_fields[k]);
+        if (known)
+            continue;
+        /* Header-safe names only: a comma list of printable ASCII. */
+        for (const char *p = key; *p; p++)
+            if (*p <= ' ' || *p > '~' || *p == ',')
+                goto next;
+        size_t kl = strlen(key);
+        if (w + kl + 2 >= sizeof(g->ignored))
+            return;
+        if (w)
+            g->ignored[w++] = ',';
+        memcpy(g->ignored + w, key, kl);
+        w += kl;
+        g->ignored[w] = '\0';
+    next:;
+    }
+}
+
+static enum gs_status parse_sampling(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+{
+    double d;
+    int64_t i;
+    bool has;
+    enum gs_status st;
+    struct gs_sample_params *sp = &g->sp;
+#define NUM(key, lo, hi, field)                                                                    \
+    do {                                                                                           \
+        d = sp->field;                                                                             \
+        if ((st = get_num(c, root, key, lo, hi, &d, NULL)) != GS_OK)                               \
+            return st;                                                                             \
+        sp->field = (float)d;                                                                      \
+    } while (0)
+    NUM("temperature", 0, 2, temperature);
+    NUM("top_p", 0, 1, top_p);
+    NUM("min_p", 0, 1, min_p);
+    NUM("presence_penalty", -2, 2, presence_penalty);
+    NUM("frequency_penalty", -2, 2, frequency_penalty);
+    NUM("repeat_penalty", 0.0001, 100, repeat_penalty);
+#undef NUM
+    if (sp->top_p <= 0)
+        return fail(c, "top_p", "'top_p' must be greater than 0");
+    if ((st = get_int(c, root, "top_k", 0, 1 << 30, &i, &has)) != GS_OK)
+        return st;
+    if (has)
+        sp->top_k = (int32_t)i;
+    if ((st = get_int(c, root, "repeat_last_n", 0, GS_SAMPLE_REPEAT_LAST_N_MAX, &i, &has)) != GS_OK)
+        return st;
+    if (has)
+        sp->repeat_last_n = (int32_t)i;
+    if ((st = get_int(c, root, "seed", INT64_MIN, INT64_MAX, &i, &has)) != GS_OK)
+        return st;
+    if (has) {
+        sp->seed = (uint64_t)i;
+        g->has_seed = true;
+    }
+    return GS_OK;
+}
+
+/* logprobs: chat takes a boolean plus top_logprobs; completions take an
+ * integer (the number of alternatives). */
+static enum gs_status parse_logprobs(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+{
+    enum gs_status st;
+    int64_t i;
+    bool has;
+    json_t *lp = json_object_get(root, "logprobs");
+    if (g->chat) {
+        if ((st = get_bool(c, root, "logprobs", &g->logprobs)) != GS_OK)
+            return st;
+        if ((st = get_int(c, root, "top_logprobs", 0, GS_SAMPLE_TOP_LOGPROBS_MAX, &i, &has)) !=
+            GS_OK)
+            return st;
+        if (has) {
+            if (!g->logprobs)
+                return fail(c, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+            g->top_logprobs = (int32_t)i;
+        }
+    } else if (lp && !json_is_null(lp)) {
+        if (json_is_boolean(lp)) {
+            g->logprobs = json_is_true(lp);
+        } else {
+            if ((st = get_int(c, root, "logprobs", 0, 5, &i, &has)) != GS_OK)
+                return st;
+            g->logprobs = true;
+            g->top_logprobs = (int32_t)i;
+        }
+    }
+    g->sp.logprobs = g->logprobs;
+    g->sp.top_logprobs = g->top_logprobs;
+    return GS_OK;
+}
+
+static enum gs_status parse_root(struct pctx *c, json_t *root, const struct gs_srv_parse_limits *lim,
+                                 struct gs_srv_gen *g)
+{
+    enum gs_status st;
+    int64_t i;
+    bool has;
+    json_t *model = json_object_get(root, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model))
+            return fail(c, "model", "'model' must be a string");
+        if (!(g->model = gs_strdup(json_string_value(model))))
+            return nomem(c);
+    }
+    if ((st = g->chat ? parse_messages(c, root, g) : parse_prompt(c, root, lim, g)) != GS_OK)
+        return st;
+    const char *mt = g->chat && json_object_get(root, "max_completion_tokens")
+                         ? "max_completion_tokens" : "max_tokens";
+    if ((st = get_int(c, root, mt, 1, INT32_MAX, &i, &has)) != GS_OK)
+        return st;
+    if (has && i > lim->max_tokens)
+        return fail(c, mt, "'%s' is %lld; this server allows at most %u", mt, (long long)i,
+                    lim->max_tokens);
+    if (has)
+        g->max_tokens = (uint32_t)i;
+    g->n = 1;
+    if ((st = get_int(c, root, "n", 1, lim->max_n, &i, &has)) != GS_OK)
+        return st;
+    if (has)
+        g->n = (uint32_t)i;
+    if ((st = get_bool(c, root, "stream", &g->stream)) != GS_OK ||
+        (st = get_bool(c, root, "ignore_eos", &g->ignore_eos)) != GS_OK ||
+        (st = get_bool(c, root, "echo", &g->echo)) != GS_OK)
+        return st;
+    json_t *so = json_object_get(root, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so))
+            return fail(c, "stream_options", "'stream_options' must be an object");
+        if ((st = get_bool(c, so, "include_usage", &g->include_usage)) != GS_OK)
+            return fail(c, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+    }
+    json_t *user = json_object_get(root, "user");
+    if (user && !json_is_null(user) && !json_is_string(user))
+        return fail(c, "user", "'user' must be a string");
+    if ((st = parse_sampling(c, root, g)) != GS_OK || (st = parse_logprobs(c, root, g)) != GS_OK ||
+        (st = parse_stop(c, root, lim, g)) != GS_OK ||
+        (st = parse_logit_bias(c, root, lim, g)) != GS_OK)
+        return st;
+    struct gs_err e;
+    if (gs_sample_params_check(&g->sp, (int32_t)lim->n_vocab, &e) != GS_OK)
+        return fail(c, "", "%s", e.msg);
+    list_ignored(root, g);
+    return GS_OK;
+}
+
+enum gs_status gs_srv_gen_parse(const char *body, size_t len, bool chat,
+                                const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
+                                char *param, size_t param_cap, struct gs_err *err)
+{
+    struct pctx c = {param, param_cap, err};
+    *out = (struct gs_srv_gen){.chat = chat};
+    gs_sample_params_init(&out->sp);
+    if (param_cap)
+        param[0] = '\0';
+    json_error_t je;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return fail(&c, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
+                    je.text);
+    enum gs_status st;
+    if (!json_is_object(root))
+        st = fail(&c, "", "the request body must be a JSON object");
+    else
+        st = parse_root(&c, root, lim, out);
+    json_decref(root);
+    return st;
+}
+
+void gs_srv_gen_free(struct gs_srv_gen *g)
+{
+    for (size_t i = 0; i < g->n_msgs; i++) {
+        gs_free(g->msgs[i].role);
+        gs_free(g->msgs[i].content);
+    }
+    gs_free(g->msgs);
+    for (size_t i = 0; i < g->n_stop; i++)
+        gs_free(g->stop[i]);
+    gs_free(g->stop);
+    gs_free(g->model);
+    gs_free(g->prompt);
+    gs_free(g->prompt_ids);
+    gs_free(g->bias);
+    *g = (struct gs_srv_gen){0};
+}

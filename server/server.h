@@ -1,0 +1,124 @@
+/*
+ * server/server.h - the graphserve daemon: an OpenAI-compatible HTTP API with
+ * SSE streaming, libmicrohttpd driven from a libuv loop.
+ *
+ * Threads: the loop thread (the one that calls gs_srv_run) owns everything in
+ * here. The engine (the scheduler on its own thread) reaches the server only
+ * through gs_srv_wake(), which is async-signal-safe and thread-safe, and
+ * gs_srv_set_ready() / gs_srv_shutdown(), which any thread may call.
+ *
+ * The engine is reached through struct gs_srv_engine, a table with the four
+ * loop-thread calls of scheduler/scheduler.h, so that the HTTP machinery can
+ * be exercised with any engine that keeps that contract (the daemon passes
+ * the real scheduler). Without an engine, every route that needs no
+ * generation works and generation routes answer 503.
+ *
+ * Ownership: gs_srv_new copies the configuration's strings and key list; the
+ * tokenizer and model facts in cfg.model are borrowed and must outlive the
+ * server.
+ *
+ * Lifetime: gs_srv_new binds the socket, gs_srv_run serves until a drain
+ * (SIGTERM, SIGINT or gs_srv_shutdown) has finished every request, then
+ * returns 0; gs_srv_free closes everything.
+ */
+#ifndef GS_SERVER_H
+#define GS_SERVER_H
+
+#include "engine/base.h"
+#include "engine/tok.h"
+#include "scheduler/scheduler.h"
+
+/* Every limit of the daemon; GS_SRV_LIMITS_DEFAULT gives the safe defaults
+ * listed in README. */
+struct gs_srv_limits {
+    uint64_t max_body_bytes;   /* request body cap (413 above) */
+    uint32_t max_header_bytes; /* per-connection memory for the request line and headers */
+    uint32_t conn_timeout_s;   /* idle connection timeout (no slowloris) */
+    uint32_t max_conns;        /* open connections in total */
+    uint32_t max_conns_per_ip; /* open connections per client address */
+    uint32_t max_tokens;       /* largest max_tokens a request may ask for */
+    uint32_t max_n;            /* largest n (choices per request) */
+    uint32_t max_stop;         /* stop strings per request */
+    uint32_t max_stop_bytes;   /* bytes per stop string */
+};
+
+#define GS_SRV_LIMITS_DEFAULT                                                                      \
+    ((struct gs_srv_limits){                                                                       \
+        .max_body_bytes = 8u << 20,                                                                \
+        .max_header_bytes = 32u << 10,                                                             \
+        .conn_timeout_s = 30,                                                                      \
+        .max_conns = 512,                                                                          \
+        .max_conns_per_ip = 128,                                                                   \
+        .max_tokens = 8192,                                                                        \
+        .max_n = 16,                                                                               \
+        .max_stop = 16,                                                                            \
+        .max_stop_bytes = 256,                                                                     \
+    })
+
+/* What the routes need to know about the served model. */
+struct gs_srv_model_info {
+    const char *id;            /* the name clients send as "model" */
+    const struct gs_tok *tok;  /* borrowed; NULL: /tokenize and generation answer 503 */
+    const char *chat_template; /* tokenizer.chat_template text, NULL if none */
+    uint32_t n_ctx;            /* longest sequence (prompt + output) */
+    uint32_t n_ctx_train;
+    uint32_t n_embd;
+    uint64_t n_params;
+    uint64_t size_bytes; /* model file size */
+    const char *backend;   /* for logs and the fingerprint */
+};
+
+/* The loop-thread side of the scheduler contract (scheduler/scheduler.h). */
+struct gs_srv_engine {
+    void *ctx;
+    enum gs_status (*submit)(void *ctx, const struct gs_sched_request *req, struct gs_err *err);
+    void (*cancel)(void *ctx, uint64_t id);
+    size_t (*poll)(void *ctx, struct gs_sched_event *out, size_t cap);
+    void (*stats)(void *ctx, struct gs_sched_stats *out);
+};
+
+struct gs_srv_cfg {
+    const char *host; /* "127.0.0.1" when NULL; an address containing ':' is IPv6 */
+    uint16_t port;    /* 0: an ephemeral port (gs_srv_port tells which) */
+    struct gs_srv_limits limits;
+    const char *const *api_keys; /* n_api_keys Bearer tokens; none: no auth */
+    size_t n_api_keys;
+    uint32_t drain_timeout_ms;   /* SIGTERM: time in-flight requests get before "abort" */
+    const char *chat_template;   /* forced template family name; NULL: from the model */
+    struct gs_srv_model_info model;
+    bool handle_signals;         /* SIGTERM/SIGINT drain, a second one exits at once */
+};
+
+struct gs_srv;
+
+/*
+ * Creates the loop, binds host:port and prepares the daemon. GS_INVAL for a
+ * bad address or template name, GS_IO when the port cannot be bound.
+ */
+enum gs_status gs_srv_new(const struct gs_srv_cfg *cfg, struct gs_srv **out, struct gs_err *err);
+
+/* Sets the engine (copied) before gs_srv_run; without one, generation
+ * routes answer 503. The daemon creates the scheduler after the server so
+ * that the scheduler's notify can point at gs_srv_wake(srv). */
+void gs_srv_set_engine(struct gs_srv *s, const struct gs_srv_engine *engine);
+
+/* The bound port (useful with port 0). */
+uint16_t gs_srv_port(const struct gs_srv *s);
+
+/* Wakes the loop to drain engine events. Any thread; pass as the
+ * scheduler's cfg.notify with notify_ctx = the server. */
+void gs_srv_wake(void *srv);
+
+/* /ready answers 200 only while ready (default true once running); why is
+ * shown in the 503 body. Any thread. */
+void gs_srv_set_ready(struct gs_srv *s, bool ready, const char *why);
+
+/* Starts a drain as SIGTERM does. Any thread. */
+void gs_srv_shutdown(struct gs_srv *s);
+
+/* Serves until a drain completes. Returns 0 (clean), 1 on a loop failure. */
+int gs_srv_run(struct gs_srv *s);
+
+void gs_srv_free(struct gs_srv *s); /* NULL is a no-op */
+
+#endif /* GS_SERVER_H */

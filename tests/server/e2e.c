@@ -1,0 +1,164 @@
+/* tests/server/e2e.c - see e2e.h. */
+#define _GNU_SOURCE
+#include "tests/server/e2e.h"
+#include "tests/common/testutil.h"
+
+#include <criterion/criterion.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+void e2e_start(struct e2e_daemon *d, const char *extra_args)
+{
+    memset(d, 0, sizeof(*d));
+    static int n_started;
+    snprintf(d->log_path, sizeof(d->log_path), "%s/daemon-%d-%d.log", gs_test_tmpdir(), getpid(),
+             ++n_started);
+    char model[512];
+    snprintf(model, sizeof(model), "%s", gs_test_shared_path("models/stories260K.gguf"));
+    char bin[512];
+    snprintf(bin, sizeof(bin), "%s", gs_test_build_path("server/graphserve"));
+    int pfd[2];
+    cr_assert_eq(pipe(pfd), 0);
+    char *cmd;
+    cr_assert(asprintf(&cmd, "exec '%s' serve -m '%s' --port 0 %s 2>'%s'", bin, model, extra_args,
+                       d->log_path) > 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(pfd[1], 1);
+        close(pfd[0]);
+        close(pfd[1]);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    free(cmd);
+    close(pfd[1]);
+    d->pid = pid;
+    /* Read stdout until the listening line (the model loads in well under 10 s). */
+    FILE *f = fdopen(pfd[0], "r");
+    cr_assert(f);
+    char line[512];
+    bool found = false;
+    while (fgets(line, sizeof(line), f)) {
+        const char *p = strstr(line, "listening on http://127.0.0.1:");
+        if (p) {
+            d->port = atoi(p + strlen("listening on http://127.0.0.1:"));
+            found = true;
+            break;
+        }
+    }
+    fclose(f); /* the daemon prints nothing else on stdout */
+    if (!found) {
+        char *log = gs_test_read_file(d->log_path, NULL);
+        cr_assert_fail("the daemon did not start; its log:\n%s", log);
+    }
+    snprintf(d->url, sizeof(d->url), "http://127.0.0.1:%d", d->port);
+}
+
+int e2e_stop(struct e2e_daemon *d)
+{
+    if (d->pid <= 0)
+        return -1;
+    kill(d->pid, SIGTERM);
+    int st;
+    cr_assert_eq(waitpid(d->pid, &st, 0), d->pid);
+    d->pid = 0;
+    size_t n;
+    char *log = gs_test_read_file(d->log_path, &n);
+    cr_expect(!strstr(log, "Sanitizer"), "sanitizer report in the daemon's log:\n%s", log);
+    free(log);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+const char *e2e_body_file(const char *body)
+{
+    static char path[600];
+    static int n;
+    snprintf(path, sizeof(path), "%s/body-%d-%d.json", gs_test_tmpdir(), getpid(), ++n);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    fwrite(body, 1, strlen(body), f);
+    fclose(f);
+    return path;
+}
+
+void e2e_http(const struct e2e_daemon *d, const char *method, const char *path, const char *body,
+              const char *extra_curl, struct e2e_resp *out)
+{
+    memset(out, 0, sizeof(*out));
+    char hdr[600];
+    static int n;
+    snprintf(hdr, sizeof(hdr), "%s/headers-%d-%d.txt", gs_test_tmpdir(), getpid(), ++n);
+    char data[700] = "";
+    if (body)
+        snprintf(data, sizeof(data), "-H 'Content-Type: application/json' --data-binary '@%s'",
+                 e2e_body_file(body));
+    char *cmd;
+    cr_assert(asprintf(&cmd, "curl -sS --max-time 60 -X %s -D '%s' %s %s '%s%s'", method, hdr, data,
+                       extra_curl ? extra_curl : "", d->url, path) > 0);
+    int rc = gs_test_run(cmd, 0, &out->body);
+    cr_assert_eq(rc, 0, "curl failed (%d): %s", rc, cmd);
+    free(cmd);
+    out->headers = gs_test_read_file(hdr, NULL);
+    for (char *p = out->headers; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    /* The last status line wins (curl may print a 100 Continue first). */
+    const char *s = out->headers, *last = NULL;
+    while ((s = strstr(s, "http/1.1 ")))
+        last = s++;
+    cr_assert(last, "no status line in: %s", out->headers);
+    out->status = atoi(last + 9);
+    out->json = json_loads(out->body, 0, NULL);
+}
+
+void e2e_resp_free(struct e2e_resp *r)
+{
+    free(r->headers);
+    free(r->body);
+    json_decref(r->json);
+    memset(r, 0, sizeof(*r));
+}
+
+json_t *e2e_sse_events(const char *body, bool *done)
+{
+    json_t *events = json_array();
+    *done = false;
+    const char *p = body;
+    while (*p) {
+        const char *eol = strstr(p, "\n\n");
+        cr_assert(eol, "SSE event not terminated by a blank line: '%.80s'", p);
+        size_t n = (size_t)(eol - p);
+        if (!strncmp(p, "data: ", 6)) {
+            cr_assert(!*done, "an event after [DONE]");
+            if (n == 12 && !strncmp(p + 6, "[DONE]", 6)) {
+                *done = true;
+            } else {
+                json_error_t je;
+                json_t *j = json_loadb(p + 6, n - 6, 0, &je);
+                cr_assert(j, "bad JSON in SSE event (%s): '%.*s'", je.text, (int)n, p);
+                json_array_append_new(events, j);
+            }
+        } else {
+            cr_assert(p[0] == ':', "unexpected SSE line '%.*s'", (int)n, p);
+        }
+        p = eol + 2;
+    }
+    return events;
+}
+
+double e2e_metric(const char *metrics, const char *name_and_labels)
+{
+    size_t n = strlen(name_and_labels);
+    for (const char *p = metrics; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, name_and_labels, n) && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    return -1;
+}

@@ -1,0 +1,54 @@
+/*
+ * tests/server/e2e.h - helpers for end-to-end tests: the real `graphserve
+ * serve` as a child process on 127.0.0.1 with an ephemeral port, and HTTP
+ * through the curl program.
+ */
+#ifndef GS_TEST_E2E_H
+#define GS_TEST_E2E_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+struct e2e_daemon {
+    pid_t pid;
+    int port;
+    char url[64];
+    char log_path[512]; /* the daemon's stderr */
+};
+
+/* Starts graphserve serve -m <shared stories260K> --port 0 plus extra args
+ * (a shell-quoted string, may be ""); waits for its "listening" line. */
+void e2e_start(struct e2e_daemon *d, const char *extra_args);
+
+/* SIGTERM, wait; returns the exit status (128+signal when killed). Asserts
+ * the daemon's log shows no sanitizer report. */
+int e2e_stop(struct e2e_daemon *d);
+
+struct e2e_resp {
+    int status;
+    char *headers; /* raw response headers, lower-cased names */
+    char *body;
+    json_t *json;  /* body parsed, NULL if not JSON */
+};
+
+/* One request with curl. body may be NULL; extra_curl is added to curl's
+ * arguments as is (e.g. "-H 'Authorization: Bearer k'"). */
+void e2e_http(const struct e2e_daemon *d, const char *method, const char *path, const char *body,
+              const char *extra_curl, struct e2e_resp *out);
+void e2e_resp_free(struct e2e_resp *r);
+
+/* Writes body into a fresh file under the test's tmpdir; returns its path
+ * (static buffer, valid until the next call). */
+const char *e2e_body_file(const char *body);
+
+/* Parses an SSE body: returns the array of JSON events (the "[DONE]" marker
+ * is not in it; *done tells whether it was the last event). Asserts that
+ * every data line is valid JSON. */
+json_t *e2e_sse_events(const char *body, bool *done);
+
+/* The value of a metric sample line "name{labels} value" in a /metrics body,
+ * or -1 when absent. name_and_labels must match up to the space exactly. */
+double e2e_metric(const char *metrics, const char *name_and_labels);
+
+#endif

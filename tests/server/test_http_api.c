@@ -1,0 +1,485 @@
+/*
+ * tests/server/test_http_api.c - the real daemon on 127.0.0.1, spoken to with
+ * curl: every endpoint, every error status with its OpenAI error object,
+ * greedy output against llama.cpp's recorded answers for the same model,
+ * streaming, stop strings, n, logprobs and usage.
+ */
+#define _GNU_SOURCE
+#include "tests/common/testutil.h"
+#include "tests/server/e2e.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct e2e_daemon d;
+
+static void start_default(void)
+{
+    e2e_start(&d, "");
+}
+
+static void stop_daemon(void)
+{
+    cr_expect_eq(e2e_stop(&d), 0, "the daemon did not exit 0 after SIGTERM");
+}
+
+static json_t *golden(const char *name)
+{
+    char rel[256];
+    snprintf(rel, sizeof(rel), "golden/server/%s", name);
+    return gs_test_load_json(gs_test_shared_path(rel));
+}
+
+TestSuite(http_api, .init = start_default, .fini = stop_daemon, .timeout = 120);
+
+Test(http_api, health_ready_models)
+{
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/health", NULL, NULL, &r);
+    cr_expect_eq(r.status, 200);
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "status")), "ok");
+    e2e_resp_free(&r);
+    e2e_http(&d, "GET", "/ready", NULL, NULL, &r);
+    cr_expect_eq(r.status, 200);
+    e2e_resp_free(&r);
+    e2e_http(&d, "GET", "/v1/models", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    json_t *m = json_array_get(json_object_get(r.json, "data"), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "object")), "list");
+    cr_expect_str_eq(json_string_value(json_object_get(m, "id")), "stories260K");
+    cr_expect_str_eq(json_string_value(json_object_get(m, "object")), "model");
+    json_t *g = golden("v1_models.json");
+    json_t *gm = json_object_get(json_array_get(json_object_get(g, "data"), 0), "meta");
+    cr_expect(json_equal(json_object_get(json_object_get(m, "meta"), "n_vocab"),
+                         json_object_get(gm, "n_vocab")));
+    cr_expect(json_equal(json_object_get(json_object_get(m, "meta"), "n_params"),
+                         json_object_get(gm, "n_params")));
+    json_decref(g);
+    e2e_resp_free(&r);
+}
+
+/* /tokenize and /detokenize give what llama.cpp's server gave for the same text. */
+Test(http_api, tokenize_detokenize_match_llama_cpp)
+{
+    struct e2e_resp r;
+    e2e_http(&d, "POST", "/tokenize",
+             "{\"content\":\"Once upon a time\",\"add_special\":true,\"with_pieces\":true}", NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *g = golden("tokenize.json");
+    cr_expect(json_equal(r.json, g), "got %s", r.body);
+    json_decref(g);
+    e2e_resp_free(&r);
+    e2e_http(&d, "POST", "/detokenize", "{\"tokens\":[1,403,407,261,378]}", NULL, &r);
+    cr_assert_eq(r.status, 200);
+    g = golden("detokenize.json");
+    cr_expect(json_equal(r.json, g), "got %s", r.body);
+    json_decref(g);
+    e2e_resp_free(&r);
+}
+
+static void expect_error(const char *method, const char *path, const char *body, int status,
+                         const char *type, const char *code, const char *param)
+{
+    struct e2e_resp r;
+    e2e_http(&d, method, path, body, NULL, &r);
+    cr_expect_eq(r.status, status, "%s %s %s -> %d %s", method, path, body ? body : "", r.status,
+                 r.body);
+    json_t *e = json_object_get(r.json, "error");
+    cr_assert(json_is_object(e), "no error object: %s", r.body);
+    cr_expect(json_is_string(json_object_get(e, "message")));
+    cr_expect_str_eq(json_string_value(json_object_get(e, "type")), type, "%s", r.body);
+    if (code)
+        cr_expect_str_eq(json_string_value(json_object_get(e, "code")), code, "%s", r.body);
+    else
+        cr_expect(json_is_null(json_object_get(e, "code")), "%s", r.body);
+    if (param)
+        cr_expect_str_eq(json_string_value(json_object_get(e, "param")), param, "%s", r.body);
+    cr_expect(strstr(r.headers, "content-type: application/json"));
+    e2e_resp_free(&r);
+}
+
+Test(http_api, errors_have_status_and_openai_object)
+{
+    const char *chat = "/v1/chat/completions", *cmpl = "/v1/completions";
+    expect_error("POST", chat, "{\"messages\": no", 400, "invalid_request_error", NULL, NULL);
+    expect_error("POST", chat, "{}", 400, "invalid_request_error", NULL, "messages");
+    expect_error("POST", cmpl, "{\"prompt\":\"a\",\"temperature\":\"x\"}", 400,
+                 "invalid_request_error", NULL, "temperature");
+    expect_error("POST", cmpl, "{\"prompt\":\"a\",\"top_p\":7}", 400, "invalid_request_error", NULL,
+                 "top_p");
+    expect_error("POST", cmpl, "{\"prompt\":[1,2,512]}", 400, "invalid_request_error", NULL,
+                 "prompt");
+    expect_error("POST", cmpl, "{\"prompt\":\"Once\",\"max_tokens\":2047}", 400,
+                 "invalid_request_error", "context_length_exceeded", "prompt");
+    expect_error("POST", chat,
+                 "{\"model\":\"gpt-4\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}", 404,
+                 "invalid_request_error", "model_not_found", "model");
+    expect_error("GET", "/v1/nothing", NULL, 404, "not_found_error", "not_found", NULL);
+    expect_error("GET", chat, NULL, 405, "invalid_request_error", "method_not_allowed", NULL);
+    expect_error("POST", "/health", "{}", 405, "invalid_request_error", "method_not_allowed", NULL);
+}
+
+/* A prompt as long as the context is refused, not truncated. */
+Test(http_api, long_prompt_is_refused_not_truncated)
+{
+    size_t n = 2100;
+    char *body = malloc(n * 6 + 64);
+    size_t w = (size_t)sprintf(body, "{\"prompt\":[1");
+    for (size_t i = 1; i < n; i++)
+        w += (size_t)sprintf(body + w, ",%d", 300 + (int)(i % 100));
+    sprintf(body + w, "],\"max_tokens\":1}");
+    expect_error("POST", "/v1/completions", body, 400, "invalid_request_error",
+                 "context_length_exceeded", "prompt");
+    free(body);
+}
+
+Test(http_api, allowed_methods_are_listed_on_405)
+{
+    struct e2e_resp r;
+    e2e_http(&d, "DELETE", "/v1/models", NULL, NULL, &r);
+    cr_expect_eq(r.status, 405);
+    cr_expect(strstr(r.headers, "allow: get, head"), "%s", r.headers);
+    e2e_resp_free(&r);
+}
+
+static const char *completion_text(json_t *resp, size_t i)
+{
+    return json_string_value(
+        json_object_get(json_array_get(json_object_get(resp, "choices"), i), "text"));
+}
+
+/* Greedy decoding gives the text llama.cpp's server gave for the same request. */
+Test(http_api, greedy_completion_matches_llama_cpp)
+{
+    struct e2e_resp r;
+    e2e_http(&d, "POST", "/v1/completions",
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":64,\"temperature\":0,\"foo\":1}",
+             NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *g = golden("v1_completions__once-upon-a-time__temp0.json");
+    cr_expect_str_eq(completion_text(r.json, 0), completion_text(g, 0));
+    json_t *u = json_object_get(r.json, "usage");
+    cr_expect(json_equal(json_object_get(u, "prompt_tokens"),
+                         json_object_get(json_object_get(g, "usage"), "prompt_tokens")));
+    cr_expect_eq(json_integer_value(json_object_get(u, "completion_tokens")), 64);
+    cr_expect_eq(json_integer_value(json_object_get(u, "total_tokens")), 69);
+    cr_expect(json_is_integer(
+        json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")));
+    cr_expect_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(r.json, "choices"), 0), "finish_reason")),
+                     "length");
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "object")), "text_completion");
+    cr_expect(json_is_object(json_object_get(r.json, "timings")));
+    /* Unknown fields are ignored and listed. */
+    cr_expect(strstr(r.headers, "x-ignored-fields: foo"), "%s", r.headers);
+    cr_expect(strstr(r.headers, "x-request-id: cmpl-"), "%s", r.headers);
+    json_decref(g);
+    e2e_resp_free(&r);
+}
+
+Test(http_api, stop_string_ends_before_it)
+{
+    struct e2e_resp r;
+    e2e_http(&d, "POST", "/v1/completions",
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":64,\"temperature\":0,"
+             "\"stop\":[\"Lily\"]}",
+             NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *g = golden("v1_completions__stop.json");
+    cr_expect_str_eq(completion_text(r.json, 0), completion_text(g, 0));
+    cr_expect_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(r.json, "choices"), 0), "finish_reason")),
+                     "stop");
+    json_decref(g);
+    e2e_resp_free(&r);
+}
+
+/* Logprobs of the chosen tokens agree with llama.cpp's for the same prompt. */
+Test(http_api, logprobs_match_llama_cpp)
+{
+    struct e2e_resp r;
+    e2e_http(&d, "POST", "/v1/completions",
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0,\"logprobs\":3}",
+             NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *lp = json_object_get(json_array_get(json_object_get(r.json, "choices"), 0), "logprobs");
+    json_t *g = golden("v1_completions__logprobs3.json");
+    json_t *gc = json_object_get(
+        json_object_get(json_array_get(json_object_get(g, "choices"), 0), "logprobs"), "content");
+    json_t *toks = json_object_get(lp, "tokens"), *lps = json_object_get(lp, "token_logprobs");
+    json_t *tops = json_object_get(lp, "top_logprobs");
+    cr_assert_eq(json_array_size(toks), 4, "%s", r.body);
+    for (size_t i = 0; i < 4; i++) {
+        json_t *ge = json_array_get(gc, i);
+        cr_expect_str_eq(json_string_value(json_array_get(toks, i)),
+                         json_string_value(json_object_get(ge, "token")));
+        double want = json_number_value(json_object_get(ge, "logprob"));
+        double got = json_number_value(json_array_get(lps, i));
+        cr_expect(fabs(got - want) < 1e-3, "token %zu: logprob %g, llama.cpp %g", i, got, want);
+        json_t *top = json_array_get(tops, i);
+        cr_expect_eq(json_object_size(top), 3);
+        size_t k;
+        json_t *gt;
+        json_array_foreach(json_object_get(ge, "top_logprobs"), k, gt)
+        {
+            json_t *v = json_object_get(top, json_string_value(json_object_get(gt, "token")));
+            cr_expect(v && fabs(json_number_value(v) - json_number_value(json_object_get(gt, "logprob"))) < 1e-3,
+                      "token %zu alternative %zu", i, k);
+        }
+    }
+    json_decref(g);
+    e2e_resp_free(&r);
+}
+
+Test(http_api, chat_logprobs_have_openai_shape)
+{
+    struct e2e_resp r;
+    e2e_http(&d, "POST", "/v1/chat/completions",
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story\"}],\"max_tokens\":3,"
+             "\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2}",
+             NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *ch = json_array_get(json_object_get(r.json, "choices"), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(ch, "message"), "role")),
+                     "assistant");
+    json_t *content = json_object_get(json_object_get(ch, "logprobs"), "content");
+    cr_assert_eq(json_array_size(content), 3, "%s", r.body);
+    json_t *e = json_array_get(content, 0);
+    cr_expect(json_is_string(json_object_get(e, "token")));
+    cr_expect(json_number_value(json_object_get(e, "logprob")) <= 0);
+    cr_expect(json_is_array(json_object_get(e, "bytes")));
+    cr_expect_eq(json_array_size(json_object_get(e, "top_logprobs")), 2);
+    /* Greedy: the chosen token is the most likely one. */
+    cr_expect(json_equal(json_object_get(json_array_get(json_object_get(e, "top_logprobs"), 0), "token"),
+                         json_object_get(e, "token")));
+    e2e_resp_free(&r);
+}
+
+Test(http_api, n2_gives_two_choices)
+{
+    struct e2e_resp r;
+    e2e_http(&d, "POST", "/v1/completions",
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0,\"n\":2}", NULL,
+             &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *choices = json_object_get(r.json, "choices");
+    cr_assert_eq(json_array_size(choices), 2);
+    cr_expect_str_eq(completion_text(r.json, 0), completion_text(r.json, 1));
+    cr_expect_eq(json_integer_value(json_object_get(json_array_get(choices, 1), "index")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(r.json, "usage"),
+                                                    "completion_tokens")),
+                 16);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(r.json, "usage"),
+                                                    "prompt_tokens")),
+                 5);
+    e2e_resp_free(&r);
+}
+
+/* The deltas of a stream add up to the non-streamed answer; the first delta
+ * has the role, the last a finish_reason, then usage and [DONE]. */
+Test(http_api, chat_stream_equals_non_stream)
+{
+#define REQ(extra)                                                                                 \
+    "{\"messages\":[{\"role\":\"system\",\"content\":\"You tell stories.\"},"                          \
+    "{\"role\":\"user\",\"content\":\"Tell me about Lily.\"}],"                                      \
+    "\"max_tokens\":40,\"temperature\":0" extra "}"
+    char body[512];
+    snprintf(body, sizeof(body), "%s", REQ(""));
+    struct e2e_resp whole;
+    e2e_http(&d, "POST", "/v1/chat/completions", body, NULL, &whole);
+    cr_assert_eq(whole.status, 200, "%s", whole.body);
+    snprintf(body, sizeof(body), "%s",
+             REQ(",\"stream\":true,\"stream_options\":{\"include_usage\":true}"));
+#undef REQ
+    struct e2e_resp r;
+    e2e_http(&d, "POST", "/v1/chat/completions", body, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    cr_expect(strstr(r.headers, "content-type: text/event-stream"), "%s", r.headers);
+    bool done;
+    json_t *ev = e2e_sse_events(r.body, &done);
+    cr_expect(done, "no [DONE]");
+    size_t n = json_array_size(ev);
+    cr_assert_geq(n, 3);
+    json_t *first = json_object_get(json_array_get(json_object_get(json_array_get(ev, 0), "choices"), 0), "delta");
+    cr_expect_str_eq(json_string_value(json_object_get(first, "role")), "assistant");
+    char text[4096] = "";
+    const char *finish = NULL;
+    for (size_t i = 0; i + 1 < n; i++) {
+        json_t *e = json_array_get(ev, i);
+        cr_expect_str_eq(json_string_value(json_object_get(e, "object")), "chat.completion.chunk");
+        cr_expect(json_equal(json_object_get(e, "id"), json_object_get(json_array_get(ev, 0), "id")));
+        json_t *c = json_array_get(json_object_get(e, "choices"), 0);
+        const char *delta = json_string_value(json_object_get(json_object_get(c, "delta"), "content"));
+        if (delta)
+            strncat(text, delta, sizeof(text) - strlen(text) - 1);
+        if (json_is_string(json_object_get(c, "finish_reason"))) {
+            cr_expect(!finish, "two finish_reasons");
+            finish = json_string_value(json_object_get(c, "finish_reason"));
+        }
+    }
+    json_t *wc = json_array_get(json_object_get(whole.json, "choices"), 0);
+    cr_expect_str_eq(text, json_string_value(json_object_get(json_object_get(wc, "message"), "content")));
+    cr_expect_str_eq(finish, json_string_value(json_object_get(wc, "finish_reason")));
+    json_t *last = json_array_get(ev, n - 1);
+    cr_expect_eq(json_array_size(json_object_get(last, "choices")), 0);
+    /* The second request may find its prompt in the prefix cache; the rest is equal. */
+    json_t *su = json_object_get(last, "usage"), *wu = json_object_get(whole.json, "usage");
+    cr_expect(json_equal(json_object_get(su, "prompt_tokens"), json_object_get(wu, "prompt_tokens")));
+    cr_expect(json_equal(json_object_get(su, "completion_tokens"),
+                         json_object_get(wu, "completion_tokens")));
+    cr_expect(json_is_integer(
+        json_object_get(json_object_get(su, "prompt_tokens_details"), "cached_tokens")));
+    json_decref(ev);
+    e2e_resp_free(&r);
+    e2e_resp_free(&whole);
+}
+
+Test(http_api, completion_stream_with_stop_and_n2)
+{
+    struct e2e_resp r;
+    e2e_http(&d, "POST", "/v1/completions",
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":64,\"temperature\":0,\"n\":2,"
+             "\"stop\":\"Lily\",\"stream\":true}",
+             NULL, &r);
+    cr_assert_eq(r.status, 200);
+    bool done;
+    json_t *ev = e2e_sse_events(r.body, &done);
+    cr_expect(done);
+    char text[2][1024] = {"", ""};
+    int finishes = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e)
+    {
+        json_t *c = json_array_get(json_object_get(e, "choices"), 0);
+        json_int_t idx = json_integer_value(json_object_get(c, "index"));
+        cr_assert(idx == 0 || idx == 1);
+        strncat(text[idx], json_string_value(json_object_get(c, "text")), 1000 - strlen(text[idx]));
+        if (json_is_string(json_object_get(c, "finish_reason"))) {
+            cr_expect_str_eq(json_string_value(json_object_get(c, "finish_reason")), "stop");
+            finishes++;
+        }
+    }
+    cr_expect_eq(finishes, 2);
+    json_t *g = golden("v1_completions__stop.json");
+    cr_expect_str_eq(text[0], completion_text(g, 0));
+    cr_expect_str_eq(text[1], completion_text(g, 0));
+    json_decref(g);
+    json_decref(ev);
+    e2e_resp_free(&r);
+}
+
+Test(http_api, metrics_count_requests_by_endpoint_and_status)
+{
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/health", NULL, NULL, &r);
+    e2e_resp_free(&r);
+    e2e_http(&d, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":3}", NULL, &r);
+    e2e_resp_free(&r);
+    e2e_http(&d, "POST", "/v1/completions", "{\"prompt\":7}", NULL, &r);
+    e2e_resp_free(&r);
+    e2e_http(&d, "GET", "/metrics", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    cr_expect(strstr(r.headers, "content-type: text/plain; version=0.0.4"));
+    cr_expect_eq(e2e_metric(r.body, "graphserve_http_requests_total{endpoint=\"/health\",status=\"200\"}"), 1);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"}"), 1);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_http_requests_total{endpoint=\"/v1/completions\",status=\"400\"}"), 1);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_generation_tokens_total"), 3);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_prompt_tokens_total"), 2);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_time_to_first_token_seconds_count"), 1);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_inter_token_latency_seconds_count"), 2);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_kv_pages{state=\"used\"}"), 0);
+    cr_expect_gt(e2e_metric(r.body, "graphserve_kv_pages_total"), 0);
+    e2e_resp_free(&r);
+}
+
+/* ---- daemons with other options ----------------------------------------------------------- */
+
+Test(http_opts, api_keys_guard_v1_and_metrics_only)
+{
+    struct e2e_daemon k;
+    e2e_start(&k, "--api-key sekret --api-key other-key");
+    struct e2e_resp r;
+    e2e_http(&k, "GET", "/v1/models", NULL, NULL, &r);
+    cr_expect_eq(r.status, 401);
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(r.json, "error"), "type")),
+                     "authentication_error");
+    e2e_resp_free(&r);
+    e2e_http(&k, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer wrong'", &r);
+    cr_expect_eq(r.status, 401);
+    e2e_resp_free(&r);
+    e2e_http(&k, "GET", "/metrics", NULL, NULL, &r);
+    cr_expect_eq(r.status, 401);
+    e2e_resp_free(&r);
+    e2e_http(&k, "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":1}", NULL, &r);
+    cr_expect_eq(r.status, 401);
+    e2e_resp_free(&r);
+    e2e_http(&k, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer other-key'", &r);
+    cr_expect_eq(r.status, 200);
+    e2e_resp_free(&r);
+    e2e_http(&k, "GET", "/health", NULL, NULL, &r);
+    cr_expect_eq(r.status, 200);
+    e2e_resp_free(&r);
+    e2e_http(&k, "GET", "/ready", NULL, NULL, &r);
+    cr_expect_eq(r.status, 200);
+    e2e_resp_free(&r);
+    cr_expect_eq(e2e_stop(&k), 0);
+}
+
+Test(http_opts, body_over_the_cap_is_413)
+{
+    struct e2e_daemon k;
+    e2e_start(&k, "--max-body-bytes 2KiB");
+    size_t n = 4000;
+    char *body = malloc(n + 64);
+    int w = sprintf(body, "{\"prompt\":\"");
+    memset(body + w, 'a', n);
+    strcpy(body + w + n, "\"}");
+    struct e2e_resp r;
+    e2e_http(&k, "POST", "/v1/completions", body, NULL, &r);
+    cr_expect_eq(r.status, 413, "%s", r.body);
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(r.json, "error"), "code")),
+                     "request_too_large");
+    e2e_resp_free(&r);
+    /* The same body sent chunked (no Content-Length) is refused too. */
+    e2e_http(&k, "POST", "/v1/completions", body, "-H 'Transfer-Encoding: chunked'", &r);
+    cr_expect_eq(r.status, 413, "%s", r.body);
+    e2e_resp_free(&r);
+    free(body);
+    e2e_http(&k, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":2}", NULL, &r);
+    cr_expect_eq(r.status, 200);
+    e2e_resp_free(&r);
+    cr_expect_eq(e2e_stop(&k), 0);
+}
+
+/* With one running sequence and a queue of one, a burst gets 429s with
+ * Retry-After while the others complete. */
+Test(http_opts, full_queue_is_429_with_retry_after, .timeout = 120)
+{
+    struct e2e_daemon k;
+    e2e_start(&k, "--max-seqs 1 --max-queue 1 --max-batch-tokens 64");
+    char *cmd, *out;
+    const char *body = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":200,"
+                                     "\"ignore_eos\":true,\"temperature\":0}");
+    cr_assert(asprintf(&cmd,
+                       "for i in 1 2 3 4 5 6; do curl -s -o /dev/null -D - --data-binary @%s "
+                       "%s/v1/completions & done; wait",
+                       body, k.url) > 0);
+    gs_test_run(cmd, 0, &out);
+    int n429 = 0, n200 = 0;
+    for (const char *p = out; (p = strstr(p, "HTTP/1.1 ")); p++) {
+        int st = atoi(p + 9);
+        n429 += st == 429;
+        n200 += st == 200;
+    }
+    cr_expect_geq(n429, 1, "%s", out);
+    cr_expect_geq(n200, 2, "%s", out);
+    cr_expect_eq(n429 + n200, 6, "%s", out);
+    cr_expect(strstr(out, "Retry-After: 1"), "%s", out);
+    free(cmd);
+    free(out);
+    cr_expect_eq(e2e_stop(&k), 0);
+}

@@ -1,0 +1,442 @@
+/*
+ * tests/server/test_srv_parts.c - the daemon's pieces without a socket:
+ * error table, request parsing and validation, chat templates, stop strings
+ * across token boundaries, SSE framing, auth and the metrics text format.
+ */
+#include "engine/digest.h"
+#include "server/internal.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+Test(srv_errors, every_kind_has_an_http_status_and_type)
+{
+    for (int k = 0; k < GS_SRV_E_COUNT; k++) {
+        unsigned h = gs_srv_err_http((enum gs_srv_ekind)k);
+        cr_expect(h >= 400 && h < 600, "kind %d -> %u", k, h);
+        cr_expect(gs_srv_err_type((enum gs_srv_ekind)k)[0]);
+    }
+    cr_expect_eq(gs_srv_err_http(GS_SRV_E_CONTEXT_LENGTH), 400);
+    cr_expect_str_eq(gs_srv_err_code(GS_SRV_E_CONTEXT_LENGTH), "context_length_exceeded");
+    cr_expect_eq(gs_srv_err_http(GS_SRV_E_UNAUTHORIZED), 401);
+    cr_expect_eq(gs_srv_err_http(GS_SRV_E_METHOD), 405);
+    cr_expect_eq(gs_srv_err_http(GS_SRV_E_TOO_LARGE), 413);
+    cr_expect_eq(gs_srv_err_http(GS_SRV_E_BUSY), 429);
+    cr_expect_eq(gs_srv_err_http(GS_SRV_E_UNAVAILABLE), 503);
+}
+
+Test(srv_errors, engine_statuses_map_to_client_errors)
+{
+    cr_expect_eq(gs_srv_err_http(gs_srv_err_from_status(GS_INVAL)), 400);
+    cr_expect_eq(gs_srv_err_http(gs_srv_err_from_status(GS_BUSY)), 429);
+    cr_expect_eq(gs_srv_err_http(gs_srv_err_from_status(GS_NOTFOUND)), 404);
+    cr_expect_eq(gs_srv_err_http(gs_srv_err_from_status(GS_NUMERIC)), 500);
+    cr_expect_eq(gs_srv_err_http(gs_srv_err_from_status((enum gs_status)999)), 500);
+}
+
+Test(srv_errors, object_has_openai_shape)
+{
+    json_t *j = gs_srv_err_json(GS_SRV_E_BAD_REQUEST, "bad \xff value", "top_p");
+    json_t *e = json_object_get(j, "error");
+    cr_assert(json_is_object(e));
+    cr_expect_str_eq(json_string_value(json_object_get(e, "type")), "invalid_request_error");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "param")), "top_p");
+    cr_expect(json_is_null(json_object_get(e, "code")));
+    /* Invalid UTF-8 in a message must not break the JSON. */
+    cr_expect_str_eq(json_string_value(json_object_get(e, "message")), "bad \xef\xbf\xbd value");
+    json_decref(j);
+}
+
+/* ---- request parsing ---------------------------------------------------------------------- */
+
+static const struct gs_srv_parse_limits lim = {
+    .n_vocab = 512, .max_tokens = 1000, .max_n = 4, .max_stop = 4, .max_stop_bytes = 16};
+
+static enum gs_status parse(const char *body, bool chat, struct gs_srv_gen *g, char *param)
+{
+    struct gs_err err;
+    return gs_srv_gen_parse(body, strlen(body), chat, &lim, g, param, 64, &err);
+}
+
+Test(srv_request, chat_fields_are_read)
+{
+    struct gs_srv_gen g;
+    char param[64];
+    cr_assert_eq(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":\"s\"},"
+                       "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+                       "{\"type\":\"text\",\"text\":\"b\"}]}],\"max_completion_tokens\":7,"
+                       "\"temperature\":0,\"top_k\":5,\"seed\":-1,\"stop\":\"x\",\"n\":2,"
+                       "\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                       "\"logprobs\":true,\"top_logprobs\":3,\"logit_bias\":{\"7\":-100,\"9\":2.5},"
+                       "\"ignore_eos\":true,\"user\":\"u\"}",
+                       true, &g, param),
+                 GS_OK, "%s", param);
+    cr_expect_str_eq(g.model, "m");
+    cr_assert_eq(g.n_msgs, 2);
+    cr_expect_str_eq(g.msgs[0].role, "system");
+    cr_expect_str_eq(g.msgs[1].content, "ab");
+    cr_expect_eq(g.max_tokens, 7);
+    cr_expect_eq(g.sp.temperature, 0);
+    cr_expect_eq(g.sp.top_k, 5);
+    cr_expect(g.has_seed);
+    cr_expect_eq(g.sp.seed, UINT64_MAX);
+    cr_assert_eq(g.n_stop, 1);
+    cr_expect_str_eq(g.stop[0], "x");
+    cr_expect_eq(g.n, 2);
+    cr_expect(g.stream && g.include_usage && g.logprobs && g.ignore_eos);
+    cr_expect_eq(g.top_logprobs, 3);
+    cr_assert_eq(g.sp.n_bias, 2);
+    cr_expect(isinf(g.sp.bias[0].bias) && g.sp.bias[0].bias < 0);
+    cr_expect_eq(g.sp.bias[1].bias, 2.5f);
+    cr_expect_str_eq(g.ignored, "");
+    gs_srv_gen_free(&g);
+}
+
+Test(srv_request, completions_accept_text_and_token_ids)
+{
+    struct gs_srv_gen g;
+    char param[64];
+    cr_assert_eq(parse("{\"prompt\":\"hello\",\"logprobs\":2,\"echo\":true}", false, &g, param),
+                 GS_OK);
+    cr_expect_eq(g.prompt_len, 5);
+    cr_expect(g.logprobs && g.echo);
+    cr_expect_eq(g.top_logprobs, 2);
+    cr_expect_eq(g.n, 1);
+    gs_srv_gen_free(&g);
+    cr_assert_eq(parse("{\"prompt\":[[1,2,3]]}", false, &g, param), GS_OK);
+    cr_assert_eq(g.n_prompt_ids, 3);
+    cr_expect_eq(g.prompt_ids[2], 3);
+    gs_srv_gen_free(&g);
+}
+
+Test(srv_request, unknown_fields_are_listed)
+{
+    struct gs_srv_gen g;
+    char param[64];
+    cr_assert_eq(parse("{\"prompt\":\"a\",\"foo\":1,\"tools\":[],\"bad name\":2}", false, &g, param),
+                 GS_OK);
+    cr_expect_str_eq(g.ignored, "foo,tools");
+    gs_srv_gen_free(&g);
+}
+
+/* Every refusal names the field the client must fix. */
+Test(srv_request, refusals_name_the_field)
+{
+    static const struct {
+        const char *body;
+        bool chat;
+        const char *param;
+    } cases[] = {
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]", true, ""}, /* malformed */
+        {"[1,2]", true, ""},
+        {"{}", true, "messages"},
+        {"{\"messages\":[]}", true, "messages"},
+        {"{\"messages\":[{\"role\":\"robot\",\"content\":\"a\"}]}", true, "messages[0].role"},
+        {"{\"messages\":[{\"role\":\"user\"}]}", true, "messages[0].content"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":5}]}", true, "messages[0].content"},
+        {"{}", false, "prompt"},
+        {"{\"prompt\":[1,512]}", false, "prompt"},
+        {"{\"prompt\":[1,-1]}", false, "prompt"},
+        {"{\"prompt\":[]}", false, "prompt"},
+        {"{\"prompt\":\"a\",\"temperature\":\"hot\"}", false, "temperature"},
+        {"{\"prompt\":\"a\",\"temperature\":2.5}", false, "temperature"},
+        {"{\"prompt\":\"a\",\"top_p\":0}", false, "top_p"},
+        {"{\"prompt\":\"a\",\"top_k\":-1}", false, "top_k"},
+        {"{\"prompt\":\"a\",\"top_k\":1.5}", false, "top_k"},
+        {"{\"prompt\":\"a\",\"presence_penalty\":3}", false, "presence_penalty"},
+        {"{\"prompt\":\"a\",\"max_tokens\":0}", false, "max_tokens"},
+        {"{\"prompt\":\"a\",\"max_tokens\":1001}", false, "max_tokens"},
+        {"{\"prompt\":\"a\",\"n\":5}", false, "n"},
+        {"{\"prompt\":\"a\",\"stream\":1}", false, "stream"},
+        {"{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", false, "stop"},
+        {"{\"prompt\":\"a\",\"stop\":[1]}", false, "stop"},
+        {"{\"prompt\":\"a\",\"stop\":\"01234567890123456\"}", false, "stop"},
+        {"{\"prompt\":\"a\",\"logit_bias\":{\"x\":1}}", false, "logit_bias"},
+        {"{\"prompt\":\"a\",\"logit_bias\":{\"600\":1}}", false, "logit_bias"},
+        {"{\"prompt\":\"a\",\"logit_bias\":{\"6\":101}}", false, "logit_bias"},
+        {"{\"prompt\":\"a\",\"logprobs\":6}", false, "logprobs"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}", true,
+         "top_logprobs"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true,"
+         "\"top_logprobs\":21}",
+         true, "top_logprobs"},
+        {"{\"prompt\":\"a\",\"model\":3}", false, "model"},
+        {"{\"prompt\":\"a\",\"stream_options\":[]}", false, "stream_options"},
+        {"{\"prompt\":\"a\",\"seed\":\"x\"}", false, "seed"},
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(cases); i++) {
+        struct gs_srv_gen g;
+        char param[64];
+        struct gs_err err;
+        enum gs_status st = gs_srv_gen_parse(cases[i].body, strlen(cases[i].body), cases[i].chat,
+                                             &lim, &g, param, sizeof(param), &err);
+        cr_expect_eq(st, GS_INVAL, "case %zu (%s) accepted", i, cases[i].body);
+        cr_expect_str_eq(param, cases[i].param, "case %zu (%s): param '%s' (%s)", i, cases[i].body,
+                         param, err.msg);
+        cr_expect(err.msg[0]);
+        gs_srv_gen_free(&g);
+    }
+}
+
+/* An allocation failure anywhere in parsing is GS_NOMEM or (for the jansson
+ * side, whose allocator we do not hook) success; never a crash or a leak. */
+Test(srv_request, survives_allocation_failures)
+{
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stop\":[\"x\",\"y\"],"
+                       "\"logit_bias\":{\"5\":1}}";
+    for (long n = 0; n < 40; n++) {
+        struct gs_srv_gen g;
+        char param[64];
+        struct gs_err err;
+        gs_alloc_fail_after(n);
+        enum gs_status st = gs_srv_gen_parse(body, strlen(body), true, &lim, &g, param, 64, &err);
+        gs_alloc_fail_after(-1);
+        cr_expect(st == GS_OK || st == GS_NOMEM, "n=%ld: %d %s", n, st, err.msg);
+        gs_srv_gen_free(&g);
+    }
+}
+
+/* ---- chat templates ----------------------------------------------------------------------- */
+
+Test(srv_template, detects_families_from_jinja_markers)
+{
+    static const struct {
+        const char *jinja;
+        enum gs_srv_tmpl want;
+    } cases[] = {
+        {"{% for m in messages %}<|im_start|>{{m.role}}\n{{m.content}}<|im_end|>{% endfor %}",
+         GS_SRV_TMPL_CHATML},
+        {"{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' }}", GS_SRV_TMPL_LLAMA3},
+        {"{{ '<start_of_turn>' + role + '\\n' }}", GS_SRV_TMPL_GEMMA},
+        {"{{'<|user|>' + '\\n'}}{{'<|end|>'}}{{'<|assistant|>'}}", GS_SRV_TMPL_PHI3},
+        {"{{ '<|user|>\\n' + content + eos_token }}", GS_SRV_TMPL_ZEPHYR},
+        {"{{ '[INST] <<SYS>>\\n' + sys + '\\n<</SYS>>' }}", GS_SRV_TMPL_LLAMA2},
+        {"{{ '[INST] ' + content + ' [/INST]' }}", GS_SRV_TMPL_MISTRAL},
+        {"{{ something else }}", GS_SRV_TMPL_PLAIN},
+        {NULL, GS_SRV_TMPL_PLAIN},
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(cases); i++)
+        cr_expect_eq(gs_srv_tmpl_detect(cases[i].jinja), cases[i].want, "case %zu", i);
+}
+
+Test(srv_template, names_round_trip)
+{
+    for (int t = 0; t < GS_SRV_TMPL_COUNT; t++) {
+        enum gs_srv_tmpl back;
+        cr_assert_eq(gs_srv_tmpl_from_name(gs_srv_tmpl_name((enum gs_srv_tmpl)t), &back), GS_OK);
+        cr_expect_eq(back, t);
+    }
+    enum gs_srv_tmpl x;
+    cr_expect_eq(gs_srv_tmpl_from_name("jinja-magic", &x), GS_NOTFOUND);
+}
+
+static char *render(enum gs_srv_tmpl t)
+{
+    struct gs_srv_msg msgs[] = {
+        {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye?"}};
+    struct gs_srv_buf b = {0};
+    gs_srv_tmpl_render(t, msgs, GS_ARRAY_LEN(msgs), &b);
+    cr_assert(!b.failed && b.p);
+    return b.p;
+}
+
+/* The expected texts are the published formats of each family (the models'
+ * own chat templates rendered with add_generation_prompt, BOS left out). */
+Test(srv_template, renders_published_formats)
+{
+    static const struct {
+        enum gs_srv_tmpl t;
+        const char *want;
+    } cases[] = {
+        {GS_SRV_TMPL_CHATML, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                             "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nBye?<|im_end|>\n"
+                             "<|im_start|>assistant\n"},
+        {GS_SRV_TMPL_LLAMA3,
+         "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+         "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+         "<|start_header_id|>assistant<|end_header_id|>\n\nHello<|eot_id|>"
+         "<|start_header_id|>user<|end_header_id|>\n\nBye?<|eot_id|>"
+         "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+        {GS_SRV_TMPL_GEMMA, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
+                            "<start_of_turn>model\nHello<end_of_turn>\n"
+                            "<start_of_turn>user\nBye?<end_of_turn>\n<start_of_turn>model\n"},
+        {GS_SRV_TMPL_PHI3, "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello"
+                           "<|end|>\n<|user|>\nBye?<|end|>\n<|assistant|>\n"},
+        {GS_SRV_TMPL_ZEPHYR, "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\nHello</s>\n"
+                             "<|user|>\nBye?</s>\n<|assistant|>\n"},
+        {GS_SRV_TMPL_LLAMA2, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello </s><s>"
+                             "[INST] Bye? [/INST]"},
+        {GS_SRV_TMPL_MISTRAL, "[INST] Be brief.\n\nHi [/INST]Hello</s>[INST] Bye? [/INST]"},
+        {GS_SRV_TMPL_PLAIN, "system: Be brief.\nuser: Hi\nassistant: Hello\nuser: Bye?\nassistant:"},
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(cases); i++) {
+        char *got = render(cases[i].t);
+        cr_expect_str_eq(got, cases[i].want, "%s", gs_srv_tmpl_name(cases[i].t));
+        gs_free(got);
+    }
+}
+
+/* ---- stop strings ------------------------------------------------------------------------- */
+
+/* Feeds pieces one at a time and returns everything released. */
+static char *feed_all(char **stops, size_t n_stops, const char *const *pieces, size_t n_pieces,
+                      bool *hit, size_t *hit_at)
+{
+    struct gs_srv_stop st;
+    gs_srv_stop_init(&st, stops, n_stops);
+    struct gs_srv_buf out = {0};
+    *hit = false;
+    for (size_t i = 0; i < n_pieces && !*hit; i++) {
+        *hit = gs_srv_stop_feed(&st, pieces[i], strlen(pieces[i]), &out);
+        *hit_at = i;
+    }
+    if (!*hit)
+        gs_srv_stop_flush(&st, &out);
+    gs_srv_stop_deinit(&st);
+    gs_srv_buf_add(&out, "", 0);
+    return out.p;
+}
+
+Test(srv_stop, matches_across_token_boundaries)
+{
+    char *stops[] = {"END"};
+    const char *pieces[] = {"Hello E", "N", "D tail"};
+    bool hit;
+    size_t at;
+    char *out = feed_all(stops, 1, pieces, 3, &hit, &at);
+    cr_expect(hit);
+    cr_expect_eq(at, 2);
+    cr_expect_str_eq(out, "Hello ");
+    gs_free(out);
+}
+
+Test(srv_stop, never_releases_part_of_a_stop_string)
+{
+    char *stops[] = {"<|end|>"};
+    struct gs_srv_stop st;
+    gs_srv_stop_init(&st, stops, 1);
+    struct gs_srv_buf out = {0};
+    cr_expect(!gs_srv_stop_feed(&st, "ab<|e", 5, &out));
+    cr_expect_eq(out.len, 2);
+    cr_expect(!gs_srv_stop_feed(&st, "n", 1, &out));
+    cr_expect_eq(out.len, 2, "held text leaked: '%s'", out.p);
+    /* The prefix turned out not to be a stop string: it is released. */
+    cr_expect(!gs_srv_stop_feed(&st, "x", 1, &out));
+    cr_expect_str_eq(out.p, "ab<|enx");
+    gs_srv_stop_deinit(&st);
+    gs_srv_buf_free(&out);
+}
+
+Test(srv_stop, earliest_of_several_wins_and_flush_releases_rest)
+{
+    char *stops[] = {"world", "lo w"};
+    const char *pieces[] = {"hel", "lo world"};
+    bool hit;
+    size_t at;
+    char *out = feed_all(stops, 2, pieces, 2, &hit, &at);
+    cr_expect(hit);
+    cr_expect_str_eq(out, "hel");
+    gs_free(out);
+    const char *pieces2[] = {"say wor"};
+    out = feed_all(stops, 2, pieces2, 1, &hit, &at);
+    cr_expect(!hit);
+    cr_expect_str_eq(out, "say wor");
+    gs_free(out);
+}
+
+Test(srv_stop, multibyte_stop_strings)
+{
+    char *stops[] = {"\xc3\xa9t\xc3\xa9"}; /* "été" */
+    const char *pieces[] = {"un \xc3\xa9", "t", "\xc3\xa9 chaud"};
+    bool hit;
+    size_t at;
+    char *out = feed_all(stops, 1, pieces, 3, &hit, &at);
+    cr_expect(hit);
+    cr_expect_str_eq(out, "un ");
+    gs_free(out);
+}
+
+/* ---- SSE, JSON text, auth ----------------------------------------------------------------- */
+
+Test(srv_sse, frames_events_as_openai_clients_expect)
+{
+    struct gs_srv_buf b = {0};
+    json_t *j = json_pack("{s:s}", "a", "x\ny");
+    cr_assert(gs_srv_sse_json(&b, j));
+    json_decref(j);
+    gs_srv_sse_comment(&b, "keepalive");
+    gs_srv_sse_done(&b);
+    cr_expect_str_eq(b.p, "data: {\"a\":\"x\\ny\"}\n\n: keepalive\n\ndata: [DONE]\n\n");
+    gs_srv_buf_free(&b);
+}
+
+Test(srv_json, text_replaces_invalid_utf8_only)
+{
+    const char in[] = "ok \xe2\x82\xac \xe2\x82 \xc0\xaf \xed\xa0\x80 \xf0\x9f\x98\x80";
+    json_t *j = gs_srv_json_text(in, sizeof(in) - 1);
+    cr_assert(j);
+    cr_expect_str_eq(json_string_value(j), "ok \xe2\x82\xac \xef\xbf\xbd\xef\xbf\xbd "
+                                           "\xef\xbf\xbd\xef\xbf\xbd "
+                                           "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd "
+                                           "\xf0\x9f\x98\x80");
+    json_decref(j);
+}
+
+Test(srv_auth, accepts_only_configured_bearer_keys)
+{
+    uint8_t d[2][32];
+    gs_sha256("alpha", 5, d[0]);
+    gs_sha256("beta-key", 8, d[1]);
+    cr_expect(gs_srv_auth_check("Bearer alpha", (const uint8_t(*)[32])d, 2));
+    cr_expect(gs_srv_auth_check("bearer beta-key", (const uint8_t(*)[32])d, 2));
+    cr_expect(!gs_srv_auth_check("Bearer alph", (const uint8_t(*)[32])d, 2));
+    cr_expect(!gs_srv_auth_check("Bearer alphaa", (const uint8_t(*)[32])d, 2));
+    cr_expect(!gs_srv_auth_check("alpha", (const uint8_t(*)[32])d, 2));
+    cr_expect(!gs_srv_auth_check("Basic alpha", (const uint8_t(*)[32])d, 2));
+    cr_expect(!gs_srv_auth_check(NULL, (const uint8_t(*)[32])d, 2));
+    cr_expect(gs_srv_auth_check(NULL, NULL, 0));
+}
+
+/* ---- metrics ------------------------------------------------------------------------------ */
+
+Test(srv_metrics, histograms_are_cumulative_and_counts_by_status)
+{
+    struct gs_srv_metrics m = {0};
+    gs_srv_hist_observe(&m.ttft, 0.003);
+    gs_srv_hist_observe(&m.ttft, 0.2);
+    gs_srv_hist_observe(&m.ttft, 1000);
+    gs_srv_metrics_request(&m, GS_SRV_EP_CHAT, 200);
+    gs_srv_metrics_request(&m, GS_SRV_EP_CHAT, 200);
+    gs_srv_metrics_request(&m, GS_SRV_EP_CHAT, 429);
+    struct gs_sched_stats st = {.pages_used = 3, .pages_free = 5, .pages_total = 8};
+    struct gs_srv_buf b = {0};
+    gs_srv_metrics_render(&m, &st, true, &b);
+    cr_assert(!b.failed);
+    cr_expect(strstr(b.p, "graphserve_http_requests_total{endpoint=\"/v1/chat/completions\","
+                          "status=\"200\"} 2\n"));
+    cr_expect(strstr(b.p, "status=\"429\"} 1\n"));
+    cr_expect(strstr(b.p, "graphserve_time_to_first_token_seconds_bucket{le=\"0.001\"} 0\n"));
+    cr_expect(strstr(b.p, "graphserve_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n"));
+    cr_expect(strstr(b.p, "graphserve_time_to_first_token_seconds_bucket{le=\"0.25\"} 2\n"));
+    cr_expect(strstr(b.p, "graphserve_time_to_first_token_seconds_bucket{le=\"60\"} 2\n"));
+    cr_expect(strstr(b.p, "graphserve_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"));
+    cr_expect(strstr(b.p, "graphserve_time_to_first_token_seconds_count 3\n"));
+    cr_expect(strstr(b.p, "graphserve_kv_pages{state=\"used\"} 3\n"));
+    cr_expect(strstr(b.p, "graphserve_kv_pages{state=\"free\"} 5\n"));
+    /* Every sample line belongs to a family declared with # TYPE before it. */
+    char *save, *line = strtok_r(b.p, "\n", &save);
+    char family[128] = "";
+    for (; line; line = strtok_r(NULL, "\n", &save)) {
+        if (!strncmp(line, "# TYPE ", 7)) {
+            sscanf(line + 7, "%127s", family);
+            continue;
+        }
+        if (line[0] == '#')
+            continue;
+        cr_expect(!strncmp(line, family, strlen(family)), "'%s' outside family '%s'", line, family);
+    }
+    gs_srv_buf_free(&b);
+}
