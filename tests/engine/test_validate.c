@@ -715,3 +715,92 @@ Test(val_cmd, usage_errors_exit_2)
         free(out);
     }
 }
+
+Test(val_golden, truncated_or_corrupted_text_is_refused_cleanly)
+{
+    size_t len = strlen(tiny_golden);
+    struct gs_err err;
+    struct gs_val_golden *g;
+    for (size_t cut = 0; cut < len; cut++) {
+        g = NULL;
+        cr_assert_eq(gs_val_golden_parse(tiny_golden, cut, &g, &err), GS_FORMAT, "cut %zu", cut);
+        cr_assert_null(g);
+    }
+    /* Every single-byte change either still parses into a consistent golden
+     * or is refused with GS_FORMAT; none crashes (ASan watches). */
+    static const char subs[] = {'0', '9', '-', '"', ',', ']', '}', 'x', ' '};
+    char *text = malloc(len + 1);
+    for (size_t i = 0; i < len; i++) {
+        for (size_t s = 0; s < sizeof(subs); s++) {
+            memcpy(text, tiny_golden, len + 1);
+            text[i] = subs[s];
+            g = NULL;
+            enum gs_status rc = gs_val_golden_parse(text, len, &g, &err);
+            cr_assert(rc == GS_OK || rc == GS_FORMAT, "byte %zu -> '%c': %d", i, subs[s], rc);
+            if (rc == GS_OK) {
+                cr_assert(g->n_prompt > 0 && g->n_gen <= g->n_predict);
+                for (int32_t k = 0; k < g->n_gen; k++)
+                    cr_assert_eq(g->steps[k].token, g->completion_tokens[k]);
+            }
+            gs_val_golden_free(g);
+        }
+    }
+    free(text);
+}
+
+Test(val_compare, survives_every_failed_allocation)
+{
+    enum { P = 150, V = 8 };
+    static float m[P * V];
+    for (int i = 0; i < P * V; i++)
+        m[i] = rnd();
+    for (long n = 0;; n++) {
+        struct gs_val_report *r = NULL;
+        struct gs_err err = {0};
+        gs_alloc_fail_after(n);
+        enum gs_status rc = gs_val_compare(m, m, NULL, P, V, NULL, &r, &err);
+        gs_alloc_fail_after(-1);
+        if (rc == GS_OK) {
+            cr_assert(n >= 3, "rows grew without reallocating?");
+            cr_assert_eq(r->n_rows, P);
+            gs_val_report_free(r);
+            break;
+        }
+        cr_assert_eq(rc, GS_NOMEM);
+        cr_assert_null(r);
+        cr_assert(n < 50);
+    }
+}
+
+/* jansson allocations fail after json_fail_after more succeed. */
+static long json_fail_after = -1;
+static void *failing_json_malloc(size_t n)
+{
+    if (json_fail_after == 0)
+        return NULL;
+    if (json_fail_after > 0)
+        json_fail_after--;
+    return malloc(n);
+}
+
+Test(val_report, json_returns_null_when_jansson_runs_out_of_memory)
+{
+    enum { V = 6 };
+    float row[2 * V] = {1, 2, 3, 4, 5, 6, 6, 5, 4, 3, 2, NAN};
+    struct gs_val_report *r = compare(row, row, 2, V);
+    json_set_alloc_funcs(failing_json_malloc, free);
+    for (long n = 0;; n++) {
+        json_fail_after = n;
+        json_t *j = gs_val_report_json(r, GS_VAL_PRINT_ROWS);
+        json_fail_after = -1;
+        if (j) {
+            cr_assert(json_is_array(json_object_get(j, "rows")));
+            cr_assert_eq(json_array_size(json_object_get(j, "rows")), 2);
+            json_decref(j);
+            break;
+        }
+        cr_assert(n < 500);
+    }
+    json_set_alloc_funcs(malloc, free);
+    gs_val_report_free(r);
+}
