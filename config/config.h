@@ -222,8 +222,12 @@ void gs_cfg_log_reload(const struct gs_cfg_reload_report *rep);
 
 /* ---- output ---------------------------------------------------------------------- */
 
+/* What secrets print as. Loading refuses it as a key, so that a saved
+ * --print-config never authorizes "***". */
+#define GS_CFG_MASK "***"
+
 /* The effective config as a JSON object keyed like the config file (so that it
- * loads back), secrets as "***" when mask. Caller json_decref()s; NULL on
+ * loads back), secrets as GS_CFG_MASK when mask. Caller json_decref()s; NULL on
  * allocation failure. Declared with void * to keep jansson out of this header;
  * the result is a json_t *. */
 void *gs_cfg_to_json(const struct gs_cfg *cfg, bool mask);

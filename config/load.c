@@ -411,12 +411,17 @@ static enum gs_status read_key_file(struct loader *ld, struct gs_err *err)
 static enum gs_status check_cross(struct loader *ld, struct gs_err *err)
 {
     const struct gs_cfg *c = ld->cfg;
-    for (size_t i = 0; i < c->api_key.n; i++)
-        if (has_space(c->api_key.v[i])) {
-            char where[512];
-            opt_where(ld, gs_cfg_opt_find("api-key"), where, sizeof(where));
+    for (size_t i = 0; i < c->api_key.n; i++) {
+        char where[512];
+        opt_where(ld, gs_cfg_opt_find("api-key"), where, sizeof(where));
+        if (has_space(c->api_key.v[i]))
             return gs_err_set(err, GS_INVAL, "%s: a key must not contain whitespace", where);
-        }
+        /* A file saved from --print-config would otherwise accept "***". */
+        if (!strcmp(c->api_key.v[i], GS_CFG_MASK))
+            return gs_err_set(err, GS_INVAL,
+                              "%s: '%s' is the mask --print-config writes, not a key", where,
+                              GS_CFG_MASK);
+    }
     if (!c->host)
         return gs_err_set(err, GS_INVAL, "host: must not be empty");
     if (!c->tls_cert != !c->tls_key)

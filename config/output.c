@@ -7,8 +7,6 @@
 
 #include <string.h>
 
-static const char mask[] = "***";
-
 static json_t *opt_json(const struct gs_cfg *cfg, const struct gs_cfg_opt *o, bool masked)
 {
     const void *f = gs_cfg__cfield(cfg, o);
@@ -24,7 +22,7 @@ static json_t *opt_json(const struct gs_cfg *cfg, const struct gs_cfg_opt *o, bo
         return json_real(*(const double *)f);
     case GS_CFG_STR: {
         const char *s = *(char *const *)f;
-        return s ? json_string(hide ? mask : s) : json_null();
+        return s ? json_string(hide ? GS_CFG_MASK : s) : json_null();
     }
     case GS_CFG_ENUM:
         return json_string(gs_cfg__choice(o, *(const int *)f));
@@ -32,7 +30,7 @@ static json_t *opt_json(const struct gs_cfg *cfg, const struct gs_cfg_opt *o, bo
         const struct gs_cfg_strlist *l = f;
         json_t *a = json_array();
         for (size_t i = 0; a && i < l->n; i++)
-            if (json_array_append_new(a, json_string(hide ? mask : l->v[i]))) {
+            if (json_array_append_new(a, json_string(hide ? GS_CFG_MASK : l->v[i]))) {
                 json_decref(a);
                 return NULL;
             }

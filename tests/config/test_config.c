@@ -450,6 +450,12 @@ static const struct refusal refusals[] = {
      NULL,
      GS_INVAL,
      {"max-batch-tokens (32) must be at least max-seqs (64)"}},
+    {"masked key loaded back",
+     {NULL},
+     {NULL},
+     "{\"api_key\": [\"***\"]}",
+     GS_INVAL,
+     {"$F:1: api_key: '***' is the mask --print-config writes"}},
     {"empty api key", {"--api-key", ""}, {NULL}, NULL, GS_INVAL, {"--api-key: empty value"}},
     {"empty host", {"--host="}, {NULL}, NULL, GS_INVAL, {"host: must not be empty"}},
 };
