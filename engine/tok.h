@@ -111,7 +111,10 @@ const char *gs_tok_pre_name(const struct gs_tok *t);
 uint32_t gs_tok_n_vocab(const struct gs_tok *t);
 const struct gs_tok_special *gs_tok_special(const struct gs_tok *t);
 
-/* The type of token id; GS_TOK_TYPE_UNDEFINED for ids out of range. */
+/* The type the tokenizer treats token id as: the file's token_type, except
+ * that tokens promoted by their text (<|im_end|>, <|eot_id|> become control,
+ * as in llama.cpp) report GS_TOK_TYPE_CONTROL. GS_TOK_TYPE_UNDEFINED for ids
+ * out of range. */
 enum gs_tok_type gs_tok_token_type(const struct gs_tok *t, int32_t id);
 
 /* The token's text as stored in the vocabulary ("▁Hello", "Ġworld", "<0x0A>"),

@@ -90,6 +90,7 @@ struct gs_tok {
     int32_t byte_sym[256]; /* BPE byte-level: the token for the byte's mapped char */
     char byte_enc[256][3]; /* GPT-2 byte -> UTF-8 of its mapped code point */
     uint8_t byte_enc_len[256];
+    int16_t byte_dec[0x144]; /* mapped code point -> byte, -1 if none */
 
     int32_t *special_ids; /* control, user-defined, unknown; longest text first */
     size_t n_special;

@@ -598,9 +598,12 @@ static enum gs_status build_specials(struct gs_tok *t, const struct gs_gguf *g)
 static void build_byte_tables(struct gs_tok *t)
 {
     uint32_t next = 256;
+    for (size_t i = 0; i < GS_ARRAY_LEN(t->byte_dec); i++)
+        t->byte_dec[i] = -1;
     for (int b = 0; b < 256; b++) {
         bool keep = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
         uint32_t cp = keep ? (uint32_t)b : next++;
+        t->byte_dec[cp] = (int16_t)b;
         t->byte_enc_len[b] = (uint8_t)gs_tok__utf8_encode(cp, t->byte_enc[b]);
         t->byte_sym[b] = gs_tok__lookup(t, t->byte_enc[b], t->byte_enc_len[b]);
 
@@ -668,21 +671,7 @@ static enum gs_status piece_of(const struct gs_tok *t, uint32_t i, struct gs_tok
         while (k < e->len) {
             uint32_t cp;
             size_t n = gs_tok__utf8_decode(s + k, e->len - k, &cp);
-            int byte = -1;
-            if (cp < 0x100 &&
-                ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || cp >= 0xAE))
-                byte = (int)cp;
-            else if (cp >= 0x100 && cp < 0x100 + 68) {
-                /* The 68 remapped bytes, in order. */
-                uint32_t rank = cp - 0x100, seen = 0;
-                for (int c = 0; c < 256; c++) {
-                    bool keep = (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE;
-                    if (!keep && seen++ == rank) {
-                        byte = c;
-                        break;
-                    }
-                }
-            }
+            int byte = cp < GS_ARRAY_LEN(t->byte_dec) ? t->byte_dec[cp] : -1;
             if (byte >= 0) {
                 char c = (char)byte;
                 if (gs_tok__buf_put(b, &c, 1) != GS_OK)
