@@ -1,0 +1,244 @@
+/*
+ * tests/server/test_http_load.c - the real daemon under load: 32 streaming
+ * clients at once give exactly what each gets alone; clients that disconnect
+ * mid-stream or while queued are noticed and every KV page comes back; a
+ * SIGTERM drain lets short requests finish, ends long ones with "abort" and
+ * exits 0.
+ */
+#define _GNU_SOURCE
+#include "tests/common/testutil.h"
+#include "tests/server/e2e.h"
+
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define N_CLIENTS 32
+
+static void prompt_of(int i, char *out, size_t cap)
+{
+    static const char *const who[] = {"Lily", "Tom", "Ben", "Sue", "Max", "Anna", "Sam", "Mia"};
+    static const char *const what[] = {"saw a big dog", "found a red ball", "went to the park",
+                                       "had a little cat"};
+    snprintf(out, cap, "Once upon a time, %s %s", who[i % 8], what[(i / 8) % 4]);
+}
+
+/* Concatenated text of a completions SSE body; asserts [DONE] and one finish. */
+static char *stream_text(const char *body, const char **finish)
+{
+    bool done;
+    json_t *ev = e2e_sse_events(body, &done);
+    cr_expect(done, "stream without [DONE]: %s", body);
+    size_t cap = 8192, len = 0;
+    char *text = calloc(1, cap);
+    size_t i;
+    json_t *e;
+    *finish = NULL;
+    json_array_foreach(ev, i, e)
+    {
+        json_t *c = json_array_get(json_object_get(e, "choices"), 0);
+        const char *t = json_string_value(json_object_get(c, "text"));
+        if (t && len + strlen(t) < cap) {
+            memcpy(text + len, t, strlen(t));
+            len += strlen(t);
+        }
+        if (json_is_string(json_object_get(c, "finish_reason")))
+            *finish = json_string_value(json_object_get(c, "finish_reason"));
+    }
+    static char fin[32];
+    snprintf(fin, sizeof(fin), "%s", *finish ? *finish : "");
+    *finish = fin;
+    json_decref(ev);
+    return text;
+}
+
+Test(http_load, concurrent_streams_equal_each_request_alone, .timeout = 300)
+{
+    struct e2e_daemon d;
+    e2e_start(&d, "");
+    char *alone[N_CLIENTS];
+    char files[N_CLIENTS][600];
+    for (int i = 0; i < N_CLIENTS; i++) {
+        char prompt[128], body[256];
+        prompt_of(i, prompt, sizeof(prompt));
+        snprintf(body, sizeof(body),
+                 "{\"prompt\":\"%s\",\"max_tokens\":48,\"temperature\":0,\"stream\":%s}", prompt,
+                 "false");
+        struct e2e_resp r;
+        e2e_http(&d, "POST", "/v1/completions", body, NULL, &r);
+        cr_assert_eq(r.status, 200, "%s", r.body);
+        alone[i] = strdup(json_string_value(
+            json_object_get(json_array_get(json_object_get(r.json, "choices"), 0), "text")));
+        e2e_resp_free(&r);
+        snprintf(body, sizeof(body),
+                 "{\"prompt\":\"%s\",\"max_tokens\":48,\"temperature\":0,\"stream\":true}", prompt);
+        snprintf(files[i], sizeof(files[i]), "%s", e2e_body_file(body));
+    }
+    /* All 32 at once. */
+    char *cmd = strdup("");
+    for (int i = 0; i < N_CLIENTS; i++) {
+        char *next;
+        cr_assert(asprintf(&next, "%scurl -sN --max-time 120 --data-binary @%s %s/v1/completions "
+                                  "> %s.out & ",
+                           cmd, files[i], d.url, files[i]) > 0);
+        free(cmd);
+        cmd = next;
+    }
+    char *full;
+    cr_assert(asprintf(&full, "%swait", cmd) > 0);
+    cr_assert_eq(gs_test_run(full, 1, NULL), 0);
+    free(full);
+    free(cmd);
+    for (int i = 0; i < N_CLIENTS; i++) {
+        char path[700];
+        snprintf(path, sizeof(path), "%.600s.out", files[i]);
+        char *body = gs_test_read_file(path, NULL);
+        const char *finish;
+        char *text = stream_text(body, &finish);
+        cr_expect_str_eq(text, alone[i], "client %d differs from its request alone", i);
+        cr_expect_str_neq((char *)finish, "");
+        free(text);
+        free(body);
+        free(alone[i]);
+    }
+    struct e2e_resp m;
+    e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
+    cr_expect_eq(e2e_metric(m.body, "graphserve_http_requests_total{endpoint=\"/v1/completions\","
+                                    "status=\"200\"}"),
+                 2 * N_CLIENTS);
+    cr_expect_eq(e2e_metric(m.body, "graphserve_kv_pages{state=\"used\"}"), 0);
+    e2e_resp_free(&m);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
+/* Polls /metrics until nothing runs, waits or holds a page; returns the
+ * seconds it took, or a negative number after timeout_s. */
+static double wait_idle(const struct e2e_daemon *d, double timeout_s, char **metrics)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        struct e2e_resp m;
+        e2e_http(d, "GET", "/metrics", NULL, NULL, &m);
+        bool idle = e2e_metric(m.body, "graphserve_requests_running") == 0 &&
+                    e2e_metric(m.body, "graphserve_requests_waiting") == 0 &&
+                    e2e_metric(m.body, "graphserve_kv_pages{state=\"used\"}") == 0 &&
+                    e2e_metric(m.body, "graphserve_requests_in_flight") == 0;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double dt = (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) * 1e-9;
+        if (idle || dt > timeout_s) {
+            *metrics = m.body;
+            m.body = NULL;
+            e2e_resp_free(&m);
+            return idle ? dt : -dt;
+        }
+        e2e_resp_free(&m);
+        usleep(100 * 1000);
+    }
+}
+
+/* Two sequences run, the rest queue; every client goes away after a second. */
+Test(http_load, disconnected_clients_free_every_page, .timeout = 120)
+{
+    struct e2e_daemon d;
+    e2e_start(&d, "--max-seqs 2 --max-batch-tokens 64");
+    const char *stream = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":1500,"
+                                       "\"ignore_eos\":true,\"stream\":true}");
+    char sp[600];
+    snprintf(sp, sizeof(sp), "%s", stream);
+    const char *whole = e2e_body_file("{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                                      "\"max_tokens\":1500,\"ignore_eos\":true}");
+    char *cmd;
+    cr_assert(asprintf(&cmd,
+                       "for i in 1 2 3 4 5 6; do curl -sN --max-time 1 --data-binary @%s "
+                       "%s/v1/completions >/dev/null & done; "
+                       "for i in 1 2; do curl -s --max-time 1 --data-binary @%s "
+                       "%s/v1/chat/completions >/dev/null & done; wait",
+                       sp, d.url, whole, d.url) > 0);
+    gs_test_run(cmd, 1, NULL); /* curl exits 28 (timeout) by design */
+    free(cmd);
+    char *metrics;
+    double dt = wait_idle(&d, 5.0, &metrics);
+    cr_expect_geq(dt, 0, "still busy %.1f s after the clients left:\n%s", -dt, metrics);
+    cr_expect_leq(dt, 2.5, "took %.1f s to notice the clients had gone", dt);
+    cr_expect_eq(e2e_metric(metrics, "graphserve_cancellations_total"), 8, "%s", metrics);
+    cr_expect_geq(e2e_metric(metrics, "graphserve_engine_cancellations_total"), 8, "%s", metrics);
+    cr_expect_eq(e2e_metric(metrics, "graphserve_kv_pages{state=\"used\"}"), 0);
+    free(metrics);
+    /* The daemon still serves. */
+    struct e2e_resp r;
+    e2e_http(&d, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":3}", NULL, &r);
+    cr_expect_eq(r.status, 200);
+    e2e_resp_free(&r);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
+/* SIGTERM under load: /ready turns 503 on an open connection, a short request
+ * finishes normally, long ones end with "abort" after --drain-timeout-s, and
+ * the daemon exits 0. */
+Test(http_load, sigterm_drains_then_aborts_and_exits_0, .timeout = 120)
+{
+    struct e2e_daemon d;
+    e2e_start(&d, "--drain-timeout-s 1 --max-seqs 4");
+    const char *lng = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":1500,"
+                                    "\"ignore_eos\":true,\"stream\":true}");
+    char lp[600];
+    snprintf(lp, sizeof(lp), "%s", lng);
+    const char *shrt = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":40,"
+                                     "\"ignore_eos\":true,\"stream\":true}");
+    char dir[600];
+    snprintf(dir, sizeof(dir), "%s/drain-%d", gs_test_tmpdir(), getpid());
+    char *cmd;
+    /* Two long streams and, on one kept-alive connection, /health now and /ready
+     * a second later (curl --rate), by which time the drain has begun. */
+    cr_assert(asprintf(&cmd,
+                       "mkdir -p %s; for i in 1 2; do curl -sN --max-time 30 --data-binary @%s "
+                       "%s/v1/completions > %s/long$i & done; "
+                       "curl -s --rate 1/s -o /dev/null -o /dev/null -w '%%{http_code} %%{num_connects}\\n' "
+                       "%s/health %s/ready > %s/ready & sleep 0.4; "
+                       "curl -sN --max-time 30 --data-binary @%s %s/v1/completions > %s/short & "
+                       "sleep 0.1; kill -TERM %d; wait",
+                       dir, lp, d.url, dir, d.url, d.url, dir, shrt, d.url, dir, (int)d.pid) > 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    gs_test_run(cmd, 1, NULL);
+    free(cmd);
+    int st;
+    cr_assert_eq(waitpid(d.pid, &st, 0), d.pid);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    d.pid = 0;
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
+    double took = (double)(t1.tv_sec - t0.tv_sec);
+    cr_expect_leq(took, 6, "the drain took %.0f s", took);
+    char path[700];
+    for (int i = 1; i <= 2; i++) {
+        snprintf(path, sizeof(path), "%s/long%d", dir, i);
+        char *body = gs_test_read_file(path, NULL);
+        const char *finish;
+        char *text = stream_text(body, &finish);
+        cr_expect_str_eq((char *)finish, "abort", "long stream %d", i);
+        cr_expect_gt(strlen(text), 0);
+        free(text);
+        free(body);
+    }
+    snprintf(path, sizeof(path), "%s/short", dir);
+    char *body = gs_test_read_file(path, NULL);
+    const char *finish;
+    char *text = stream_text(body, &finish);
+    cr_expect_str_eq((char *)finish, "length", "the short request should finish within the drain");
+    free(text);
+    free(body);
+    snprintf(path, sizeof(path), "%s/ready", dir);
+    body = gs_test_read_file(path, NULL);
+    cr_expect(!strncmp(body, "200 1\n503 0\n", 12), "health then ready on one connection: %s",
+              body);
+    free(body);
+    char *log = gs_test_read_file(d.log_path, NULL);
+    cr_expect(!strstr(log, "Sanitizer"), "%s", log);
+    free(log);
+}
