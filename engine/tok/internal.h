@@ -77,6 +77,7 @@ struct gs_tok {
     struct gs_tok__merge *merges; /* merge_mask + 1 slots, NULL for SPM/WPM */
     uint64_t merge_mask;
 
+    pcre2_general_context *re_gc;      /* PCRE2 allocates through gs_malloc */
     pcre2_code *re[GS_TOK__MAX_REGEX]; /* compiled pre->regex, JIT when possible */
     int n_re;
 

@@ -179,6 +179,7 @@ enum gs_status gs_tok__pre_compile(struct gs_tok *t, struct gs_err *err)
     struct gs_tok__buf pat = {0};
     pcre2_general_context *gc = pcre2_general_context_create(re_malloc, re_free, NULL);
     pcre2_compile_context *cc = gc ? pcre2_compile_context_create(gc) : NULL;
+    t->re_gc = gc;
     enum gs_status st = GS_OK;
     if (!cc) {
         st = gs_err_set(err, GS_NOMEM, "tokenizer.ggml.pre: out of memory");
@@ -213,7 +214,6 @@ enum gs_status gs_tok__pre_compile(struct gs_tok *t, struct gs_err *err)
 out:
     gs_free(pat.v);
     pcre2_compile_context_free(cc);
-    pcre2_general_context_free(gc);
     return st;
 }
 
@@ -254,7 +254,7 @@ enum gs_status gs_tok__pre_split(const struct gs_tok *t, struct gs_tok__scratch 
     struct gs_tok__splits cur = {0}, next = {0};
     enum gs_status st = GS_OK;
     if (!s->md) {
-        s->md = pcre2_match_data_create(1, NULL);
+        s->md = pcre2_match_data_create(1, t->re_gc);
         if (!s->md)
             return GS_NOMEM;
     }

@@ -901,6 +901,7 @@ void gs_tok_free(struct gs_tok *t)
         return;
     for (int i = 0; i < t->n_re; i++)
         pcre2_code_free(t->re[i]);
+    pcre2_general_context_free(t->re_gc);
     gs_free(t->vocab);
     gs_free(t->pool);
     gs_free(t->piece_pool);
