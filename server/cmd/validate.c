@@ -6,7 +6,9 @@
  *     Runs each golden's prompt and completion tokens teacher-forced on the
  *     backend (the prompt as one step, then one token per step, as llama.cpp
  *     produced the golden) and compares every position: full rows for the
- *     prompt, the recorded top-5 and margins for the decode steps.
+ *     prompt, the recorded top-5 and margins for the decode steps. With
+ *     --against REF the same tokens also run on backend REF, and every
+ *     position's full row is compared between the two backends instead.
  *   graphserve validate --a FILE --b FILE [options]
  *     Compares two logit matrices: goldens (their prompt_logits) or dumps
  *     {"logits": [[...], ...]}; --a is judged against --b.
@@ -34,6 +36,8 @@ static const char usage[] =
     "  -m, --model PATH     GGUF file, or a folder holding each golden's \"model\"\n"
     "  --golden FILE        a golden completion (../shared/golden/completions/*.json)\n"
     "  --backend NAME       backend to validate (default ref)\n"
+    "  --against NAME       compare with backend NAME on the golden's tokens instead\n"
+    "                       of with the golden's logits (e.g. --backend cpu --against ref)\n"
     "  --kv f16|f32         KV cache type (default: the golden's settings, else f16)\n"
     "  --no-passes          run the graph as built, without rewrite passes\n"
     "  --a FILE, --b FILE   compare two logit matrices (goldens or {\"logits\": [...]})\n"
@@ -48,6 +52,7 @@ static const char usage[] =
 struct opts {
     const char *model;
     const char *backend;
+    const char *against; /* reference backend, or NULL: the golden's logits */
     const char *kv;
     const char **goldens;
     int n_goldens;
@@ -92,8 +97,9 @@ static void eval_close(struct eval *e)
     gs_free(e->rows);
 }
 
-static enum gs_status eval_open(struct eval *e, const struct opts *o, const char *model_path,
-                                enum gs_type kv_type, uint32_t n_tokens, struct gs_err *err)
+static enum gs_status eval_open(struct eval *e, const struct opts *o, const char *backend,
+                                const char *model_path, enum gs_type kv_type, uint32_t n_tokens,
+                                struct gs_err *err)
 {
     enum gs_status rc;
     if ((rc = gs_gguf_open(model_path, &e->file, err)) != GS_OK ||
@@ -101,7 +107,7 @@ static enum gs_status eval_open(struct eval *e, const struct opts *o, const char
         gs_err_prefix(err, "%s", model_path);
         return rc;
     }
-    if ((rc = gs_be_init(&e->be, o->backend, NULL, err)) != GS_OK)
+    if ((rc = gs_be_init(&e->be, backend, NULL, err)) != GS_OK)
         return rc;
     e->be_open = true;
     if (o->passes) {
@@ -179,15 +185,15 @@ static enum gs_status eval_step(struct eval *e, const int32_t *tokens, uint32_t 
  * each completion token but the last as its own step. *served is
  * [gs_val_golden_n_eval(g)][n_vocab], caller frees with gs_free.
  */
-static enum gs_status eval_golden(const struct opts *o, const struct gs_val_golden *g,
-                                  const char *model_path, enum gs_type kv_type, float **served,
-                                  struct gs_err *err)
+static enum gs_status eval_golden(const struct opts *o, const char *backend,
+                                  const struct gs_val_golden *g, const char *model_path,
+                                  enum gs_type kv_type, float **served, struct gs_err *err)
 {
     struct eval e;
     memset(&e, 0, sizeof(e));
     int32_t n_eval = gs_val_golden_n_eval(g);
     float *out = NULL;
-    enum gs_status rc = eval_open(&e, o, model_path, kv_type, (uint32_t)n_eval, err);
+    enum gs_status rc = eval_open(&e, o, backend, model_path, kv_type, (uint32_t)n_eval, err);
     if (rc != GS_OK)
         goto out;
     if (e.model->hp.n_vocab != (uint32_t)g->n_vocab) {
@@ -250,8 +256,9 @@ struct result {
 
 static json_t *result_json(const struct opts *o, const struct result *r)
 {
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:b}", "golden", r->golden, "model", r->model,
-                          "backend", o->backend, "kv", r->kv ? r->kv : "", "passes", o->passes);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:b}", "golden", r->golden, "model", r->model,
+                          "backend", o->backend, "reference", o->against ? o->against : "golden",
+                          "kv", r->kv ? r->kv : "", "passes", o->passes);
     if (!j)
         return NULL;
     if (r->report)
@@ -263,8 +270,9 @@ static json_t *result_json(const struct opts *o, const struct result *r)
 
 static void result_print(const struct opts *o, const struct result *r)
 {
-    printf("== %s\n   model %s, backend %s, kv %s, passes %s\n", r->golden, r->model, o->backend,
-           r->kv ? r->kv : "-", o->passes ? "on" : "off");
+    printf("== %s\n   model %s, backend %s against %s, kv %s, passes %s\n", r->golden, r->model,
+           o->backend, o->against ? o->against : "the golden", r->kv ? r->kv : "-",
+           o->passes ? "on" : "off");
     if (r->report)
         gs_val_report_print(r->report, stdout, o->print_flags);
     else
@@ -276,7 +284,7 @@ static void result_print(const struct opts *o, const struct result *r)
 static void run_golden(const struct opts *o, const char *path, struct result *r)
 {
     struct gs_val_golden *g = NULL;
-    float *served = NULL;
+    float *served = NULL, *ref = NULL;
     enum gs_type kv_type = GS_TYPE_F16;
     r->golden = path;
     snprintf(r->model, sizeof(r->model), "%s", o->model);
@@ -289,11 +297,21 @@ static void run_golden(const struct opts *o, const char *path, struct result *r)
         goto out;
     }
     r->kv = kv_type == GS_TYPE_F16 ? "f16" : "f32"; /* static: outlives g */
-    if (eval_golden(o, g, r->model, kv_type, &served, &r->err) != GS_OK)
+    if (eval_golden(o, o->backend, g, r->model, kv_type, &served, &r->err) != GS_OK)
         goto out;
-    gs_val_golden_compare(g, served, gs_val_golden_n_eval(g), &o->thr, &r->report, &r->err);
+    if (!o->against) {
+        gs_val_golden_compare(g, served, gs_val_golden_n_eval(g), &o->thr, &r->report, &r->err);
+        goto out;
+    }
+    if (eval_golden(o, o->against, g, r->model, kv_type, &ref, &r->err) != GS_OK) {
+        gs_err_prefix(&r->err, "backend %s", o->against);
+        goto out;
+    }
+    gs_val_compare(served, ref, NULL, gs_val_golden_n_eval(g), g->n_vocab, &o->thr, &r->report,
+                   &r->err);
 out:
     gs_free(served);
+    gs_free(ref);
     gs_val_golden_free(g);
 }
 
@@ -405,6 +423,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->goldens[o->n_goldens++] = v;
         } else if (!strcmp(a, "--backend")) {
             o->backend = v;
+        } else if (!strcmp(a, "--against")) {
+            o->against = v;
         } else if (!strcmp(a, "--kv")) {
             o->kv = v;
         } else if (!strcmp(a, "--a")) {
@@ -442,8 +462,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
         fprintf(stderr, "graphserve validate: --kv expects f16 or f32, got '%s'\n", o->kv);
         return 2;
     }
-    if (!gs_be_find(o->backend)) {
-        fprintf(stderr, "graphserve validate: unknown backend '%s'\n", o->backend);
+    if (pair && o->against)
+        return gs_cli_usage(cmd, usage);
+    if (!gs_be_find(o->backend) || (o->against && !gs_be_find(o->against))) {
+        fprintf(stderr, "graphserve validate: unknown backend '%s'\n",
+                gs_be_find(o->backend) ? o->against : o->backend);
         return 2;
     }
     return -1;

@@ -804,3 +804,27 @@ Test(val_report, json_returns_null_when_jansson_runs_out_of_memory)
     json_set_alloc_funcs(malloc, free);
     gs_val_report_free(r);
 }
+
+Test(val_cmd, against_a_backend_compares_every_row_in_full)
+{
+    char models[4096], golden[4096], args[12288];
+    snprintf(models, sizeof(models), "%s", gs_test_shared_path("models"));
+    snprintf(golden, sizeof(golden), "%s",
+             gs_test_shared_path("golden/completions/stories260K__the-little-dog.json"));
+    snprintf(args, sizeof(args), "-m %s --golden %s --backend ref --against ref --json", models,
+             golden);
+    char *out = NULL;
+    int rc = run_validate(args, &out);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert_not_null(j, "%s", out);
+    cr_assert_eq(rc, 0, "%s", out);
+    json_t *res = json_array_get(json_object_get(j, "results"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(res, "reference")), "ref");
+    json_t *rep = json_object_get(res, "report");
+    /* The same backend twice is deterministic: identical rows everywhere. */
+    cr_assert_eq(json_integer_value(json_object_get(rep, "n_full")), 68, "%s", out);
+    cr_assert_eq(json_real_value(json_object_get(rep, "max_abs_err")), 0.0, "%s", out);
+    cr_assert_eq(json_real_value(json_object_get(rep, "top1_rate")), 1.0, "%s", out);
+    json_decref(j);
+    free(out);
+}
