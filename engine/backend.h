@@ -111,6 +111,7 @@ struct gs_be {
 };
 
 extern const struct gs_be_ops gs_be_ref_ops;
+extern const struct gs_be_ops gs_be_cpu_ops; /* engine/backend/cpu.c */
 
 /* Finds a backend by name ("ref"); NULL when unknown. */
 const struct gs_be_ops *gs_be_find(const char *name);

@@ -5,6 +5,7 @@
 
 static const struct gs_be_ops *const backends[] = {
     &gs_be_ref_ops,
+    &gs_be_cpu_ops,
 };
 
 const struct gs_be_ops *gs_be_find(const char *name)

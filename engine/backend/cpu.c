@@ -1,0 +1,653 @@
+/*
+ * engine/backend/cpu.c - the fast CPU backend: the kernels of engine/cpu
+ * (integer SIMD dot products on weights in their file format, activations
+ * quantized once per step to the weight type's dot partner) driven by a
+ * persistent worker pool.
+ *
+ * Every op is one task on the pool: each thread takes a share (output rows of
+ * a matmul, rows of an elementwise op, (token, head) pairs of attention) and
+ * the pool's return is the op's one barrier. A matmul whose input has not yet
+ * been quantized to the format it needs runs a quantize task first; the
+ * quantized rows are kept, so the q/k/v (and gate/up) matmuls that read one
+ * input quantize it once.
+ *
+ * Attention reads the sequence's KV pages directly, one pass with an online
+ * softmax. With an F16 cache, q and the softmax weights are rounded to F16
+ * as in ref (which is what llama.cpp's mixed F16 products do).
+ *
+ * Ownership: the pool belongs to the backend instance (created in open,
+ * joined in close); a plan owns its scratch, quantized-activation and
+ * per-thread buffers, all allocated at compile time. A step allocates nothing.
+ */
+#include "engine/backend.h"
+#include "engine/compile.h"
+#include "engine/cpu/cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+struct cpu_ctx {
+    struct gs_cpu_pool *pool;
+};
+
+struct cpu_plan {
+    float *scratch;      /* [scratch_bytes / 4] activations */
+    uint8_t *xq;         /* [bucket][xq_stride] activations quantized for a matmul */
+    uint64_t xq_stride;  /* bytes per token row in xq */
+    float *thread_buf;   /* [n_threads][thread_floats] per-thread temporaries */
+    int64_t thread_floats;
+    float *scores;       /* [n_threads][scores_cap] attention scores of one head */
+    int64_t scores_cap;  /* positions; grows when a step reaches further */
+    int n_threads;
+};
+
+/* One step in flight. The fields below io are per op. */
+struct run {
+    const struct gs_plan *plan;
+    const struct gs_graph *g;
+    const struct gs_step_io *io;
+    struct cpu_plan *cp;
+    uint32_t xq_node;          /* node whose rows are in xq, GS_NODE_NONE when none */
+    enum gs_type xq_type;
+    const struct gs_node *n;   /* the op being run */
+    float *out;
+};
+
+typedef void (*kernel_fn)(struct run *r, int ith, int nth);
+
+static const kernel_fn kernels[GS_OP_COUNT];
+
+/* ---- helpers -------------------------------------------------------------------- */
+
+static float *value(const struct run *r, uint32_t id)
+{
+    return (float *)((char *)r->cp->scratch + r->plan->offset[id]);
+}
+
+static int64_t rows_of(const struct run *r, const struct gs_node *n)
+{
+    switch (n->rows) {
+    case GS_ROWS_TOKENS:
+        return r->io->n_tokens;
+    case GS_ROWS_OUTPUTS:
+        return r->io->n_outputs;
+    case GS_ROWS_FIXED:
+        return n->ne[1];
+    case GS_ROWS_NONE:
+        break;
+    }
+    return 0;
+}
+
+static bool is_weight(const struct run *r, uint32_t id)
+{
+    return r->g->nodes[id].op == GS_OP_WEIGHT;
+}
+
+/* Row `row` of node id as F32: broadcast weights are F32 (checked at compile). */
+static const float *row_of(const struct run *r, uint32_t id, int64_t row)
+{
+    const struct gs_node *n = &r->g->nodes[id];
+    if (n->op == GS_OP_WEIGHT)
+        return (const float *)n->data + row * n->ne[0];
+    return value(r, id) + row * n->ne[0];
+}
+
+static float *thread_buf(const struct run *r, int ith)
+{
+    return r->cp->thread_buf + (int64_t)ith * r->cp->thread_floats;
+}
+
+static float round_f16(float x)
+{
+    return gs_fp16_to_f32(gs_f32_to_fp16(x));
+}
+
+/* ---- ops ---------------------------------------------------------------------------- */
+
+static void k_embed(struct run *r, int ith, int nth)
+{
+    const struct gs_node *n = r->n, *table = &r->g->nodes[n->src[0]];
+    uint64_t row_bytes = 0;
+    gs_type_row_bytes(table->type, table->ne[0], &row_bytes);
+    int64_t t0, t1;
+    gs_cpu_split(r->io->n_tokens, 1, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++)
+        gs_dequantize(table->type, (const char *)table->data + r->io->tokens[t] * row_bytes,
+                      r->out + t * n->ne[0], n->ne[0]);
+}
+
+static void k_rms_norm(struct run *r, int ith, int nth)
+{
+    const struct gs_node *n = r->n;
+    const float *x = value(r, n->src[0]);
+    int64_t ne0 = n->ne[0], i0, i1;
+    gs_cpu_split(rows_of(r, n), 1, ith, nth, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++) {
+        const float *xr = x + i * ne0;
+        double sum = 0;
+        for (int64_t j = 0; j < ne0; j++)
+            sum += (double)xr[j] * xr[j];
+        const float scale = 1.0f / sqrtf((float)(sum / ne0) + n->p.eps);
+        float *o = r->out + i * ne0;
+        if (n->op == GS_OP_RMS_NORM_MUL) {
+            const float *w = row_of(r, n->src[1], is_weight(r, n->src[1]) ? 0 : i);
+            for (int64_t j = 0; j < ne0; j++)
+                o[j] = xr[j] * scale * w[j];
+        } else {
+            for (int64_t j = 0; j < ne0; j++)
+                o[j] = xr[j] * scale;
+        }
+    }
+}
+
+static float silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+static float gelu(float x)
+{
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi), tanh approximation */
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+/* Elements [j0, j1) of row i of a row-local op. */
+static void elementwise_span(const struct run *r, int64_t i, int64_t j0, int64_t j1)
+{
+    const struct gs_node *n = r->n;
+    const int64_t ne0 = n->ne[0];
+    const float *a = value(r, n->src[0]) + i * ne0;
+    const float *b = n->n_src > 1 ? row_of(r, n->src[1], is_weight(r, n->src[1]) ? 0 : i) : NULL;
+    float *o = r->out + i * ne0;
+    switch (n->op) {
+    case GS_OP_MUL:
+        for (int64_t j = j0; j < j1; j++)
+            o[j] = a[j] * b[j];
+        break;
+    case GS_OP_ADD:
+        for (int64_t j = j0; j < j1; j++)
+            o[j] = a[j] + b[j];
+        break;
+    case GS_OP_SWIGLU:
+        for (int64_t j = j0; j < j1; j++)
+            o[j] = silu(a[j]) * b[j];
+        break;
+    case GS_OP_SILU:
+        for (int64_t j = j0; j < j1; j++)
+            o[j] = silu(a[j]);
+        break;
+    default: /* GS_OP_GELU */
+        for (int64_t j = j0; j < j1; j++)
+            o[j] = gelu(a[j]);
+        break;
+    }
+}
+
+/* Rows are shared out when there are enough; a single row is split by columns. */
+static void k_elementwise(struct run *r, int ith, int nth)
+{
+    const int64_t rows = rows_of(r, r->n), ne0 = r->n->ne[0];
+    int64_t a, b;
+    if (rows >= nth) {
+        gs_cpu_split(rows, 1, ith, nth, &a, &b);
+        for (int64_t i = a; i < b; i++)
+            elementwise_span(r, i, 0, ne0);
+    } else {
+        gs_cpu_split(ne0, 16, ith, nth, &a, &b);
+        for (int64_t i = 0; i < rows; i++)
+            elementwise_span(r, i, a, b);
+    }
+}
+
+/* Quantizes the matmul input's rows (a share of tokens) into xq. */
+static void k_quantize_input(struct run *r, int ith, int nth)
+{
+    const struct gs_node *n = r->n, *w = &r->g->nodes[n->src[1]];
+    const struct gs_type_traits *vt = gs_type_traits(r->xq_type);
+    const float *x = value(r, n->src[0]);
+    const int64_t K = w->ne[0];
+    int64_t t0, t1;
+    gs_cpu_split(rows_of(r, n), 1, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++)
+        vt->from_f32(x + t * K, r->cp->xq + t * r->cp->xq_stride, K);
+}
+
+/* x [K x T] @ W [K x N] -> out [N x T] (+ residual): each thread takes a
+ * range of output rows for all tokens. */
+static void k_matmul(struct run *r, int ith, int nth)
+{
+    const struct gs_node *n = r->n, *w = &r->g->nodes[n->src[1]];
+    const struct gs_cpu_kernels *kr = gs_cpu_kernels(w->type);
+    const int64_t K = w->ne[0], N = w->ne[1], T = rows_of(r, n);
+    uint64_t w_stride = 0;
+    gs_type_row_bytes(w->type, K, &w_stride);
+    const bool plain = w->type == GS_TYPE_F32;
+    const void *x = plain ? (const void *)value(r, n->src[0]) : r->cp->xq;
+    const size_t x_stride = plain ? (size_t)K * sizeof(float) : r->cp->xq_stride;
+    int64_t r0, r1;
+    gs_cpu_split(N, 8, ith, nth, &r0, &r1);
+    if (r0 >= r1)
+        return;
+    kr->gemm(K, (const char *)w->data + r0 * w_stride, w_stride, (int)(r1 - r0), x, x_stride,
+             (int)T, r->out + r0, (size_t)N);
+    if (n->op == GS_OP_MATMUL_ADD) {
+        const float *res = value(r, n->src[2]);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t o = r0; o < r1; o++)
+                r->out[t * N + o] += res[t * N + o];
+    }
+}
+
+static void k_rope(struct run *r, int ith, int nth)
+{
+    const struct gs_node *n = r->n;
+    const struct gs_rope_params *p = &n->p.rope;
+    const float *x = value(r, n->src[0]);
+    const float *ff = n->n_src > 1 ? r->g->nodes[n->src[1]].data : NULL;
+    const int64_t ne0 = n->ne[0];
+    const float theta_scale = powf(p->freq_base, -2.0f / (float)p->n_rot);
+    const int half = p->n_rot / 2;
+    int64_t t0, t1;
+    gs_cpu_split(r->io->n_tokens, 1, ith, nth, &t0, &t1);
+    if (t0 >= t1)
+        return;
+    memcpy(r->out + t0 * ne0, x + t0 * ne0, (size_t)((t1 - t0) * ne0) * sizeof(float));
+    for (int64_t t = t0; t < t1; t++) {
+        /* The same float recurrence as ref: theta_i = pos * scale^i. */
+        float theta = (float)r->io->pos[t];
+        for (int i = 0; i < half; i++) {
+            const float th = p->freq_scale * theta / (ff ? ff[i] : 1.0f);
+            const float c = cosf(th), s = sinf(th);
+            theta *= theta_scale;
+            const int64_t i0 = p->mode == GS_ROPE_NEOX ? i : 2 * i;
+            const int64_t i1 = p->mode == GS_ROPE_NEOX ? i + half : 2 * i + 1;
+            for (int h = 0; h < p->n_head; h++) {
+                const int64_t base = t * ne0 + (int64_t)h * p->head_dim;
+                const float x0 = x[base + i0], x1 = x[base + i1];
+                r->out[base + i0] = x0 * c - x1 * s;
+                r->out[base + i1] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+/* Address of row 0 of K (which 0) or V (which 1) of layer l in page `page`. */
+static char *kv_page_rows(const struct gs_kv_view *kv, uint32_t page, int layer, int which)
+{
+    const uint64_t elem = kv->type == GS_TYPE_F16 ? 2 : 4;
+    return (char *)kv->base + page * kv->page_bytes +
+           (uint64_t)(2 * layer + which) * kv->page_tokens * kv->kv_dim * elem;
+}
+
+static void kv_put(const struct gs_kv_view *kv, void *dst, const float *src)
+{
+    if (kv->type == GS_TYPE_F16)
+        gs_cpu_f32_to_f16(src, dst, kv->kv_dim);
+    else
+        memcpy(dst, src, (size_t)kv->kv_dim * sizeof(float));
+}
+
+static void k_kv_store(struct run *r, int ith, int nth)
+{
+    const struct gs_step_io *io = r->io;
+    const struct gs_kv_view *kv = io->kv;
+    const struct gs_node *n = r->n;
+    const int64_t kv_dim = kv->kv_dim;
+    const uint64_t row = (uint64_t)kv_dim * (kv->type == GS_TYPE_F16 ? 2 : 4);
+    const float *k = value(r, n->src[0]), *v = value(r, n->src[1]);
+    int64_t t0, t1;
+    gs_cpu_split(io->n_tokens, 1, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        const uint32_t pos = (uint32_t)io->pos[t];
+        const uint32_t page = io->seqs[io->seq[t]].pages[pos / kv->page_tokens];
+        const uint32_t slot = pos % kv->page_tokens;
+        kv_put(kv, kv_page_rows(kv, page, n->p.attn.layer, 0) + slot * row, k + t * kv_dim);
+        kv_put(kv, kv_page_rows(kv, page, n->p.attn.layer, 1) + slot * row, v + t * kv_dim);
+    }
+}
+
+/*
+ * One (token, head): softmax(q K^T * scale) V over positions 0..pos. K is read
+ * once (scores into a per-thread row), V once. The weights are normalized
+ * before V is applied, and with an F16 cache rounded to F16 like the rest of
+ * a mixed F16 product: that keeps the logits those of llama.cpp's goldens,
+ * which an online softmax (rounding weights against a running maximum) does
+ * not.
+ */
+static void attn_head(const struct run *r, int64_t t, int h, float *acc, float *q, float *sc)
+{
+    const struct gs_node *n = r->n;
+    const struct gs_attn_params *p = &n->p.attn;
+    const struct gs_step_io *io = r->io;
+    const struct gs_kv_view *kv = io->kv;
+    const bool f16 = kv->type == GS_TYPE_F16;
+    const int hd = p->head_dim, kvh = h / (p->n_head / p->n_head_kv);
+    const uint64_t elem = f16 ? 2 : 4, row = (uint64_t)kv->kv_dim * elem;
+    const float *qsrc = value(r, n->src[0]) + t * n->ne[0] + (int64_t)h * hd;
+    for (int d = 0; d < hd; d++)
+        q[d] = f16 ? round_f16(qsrc[d]) : qsrc[d];
+    const struct gs_seq_pages *sp = &io->seqs[io->seq[t]];
+    const int32_t last = io->pos[t];
+    float mx = -INFINITY;
+    for (int32_t j0 = 0; j0 <= last; j0 += (int32_t)kv->page_tokens) {
+        const uint32_t page = sp->pages[(uint32_t)j0 / kv->page_tokens];
+        const char *kr = kv_page_rows(kv, page, p->layer, 0) + (uint64_t)kvh * hd * elem;
+        const int32_t n_slots = GS_MIN((int32_t)kv->page_tokens, last - j0 + 1);
+        for (int32_t s = 0; s < n_slots; s++) {
+            const char *ks = kr + s * row;
+            float v = (f16 ? gs_cpu_dot_f32_f16(q, (const uint16_t *)ks, hd)
+                           : gs_cpu_dot_f32(q, (const float *)ks, hd)) * p->scale;
+            if (p->softcap > 0)
+                v = p->softcap * tanhf(v / p->softcap);
+            sc[j0 + s] = v;
+            mx = fmaxf(mx, v);
+        }
+    }
+    double sum = 0;
+    for (int32_t j = 0; j <= last; j++) {
+        sc[j] = expf(sc[j] - mx);
+        sum += sc[j];
+    }
+    const float inv = (float)(1.0 / sum);
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int32_t j0 = 0; j0 <= last; j0 += (int32_t)kv->page_tokens) {
+        const uint32_t page = sp->pages[(uint32_t)j0 / kv->page_tokens];
+        const char *vr = kv_page_rows(kv, page, p->layer, 1) + (uint64_t)kvh * hd * elem;
+        const int32_t n_slots = GS_MIN((int32_t)kv->page_tokens, last - j0 + 1);
+        for (int32_t s = 0; s < n_slots; s++) {
+            const float w = sc[j0 + s] * inv;
+            if (f16)
+                gs_cpu_scale_axpy_f16(acc, 1.0f, round_f16(w), (const uint16_t *)(vr + s * row),
+                                      hd);
+            else
+                gs_cpu_scale_axpy_f32(acc, 1.0f, w, (const float *)(vr + s * row), hd);
+        }
+    }
+    memcpy(r->out + t * n->ne[0] + (int64_t)h * hd, acc, (size_t)hd * sizeof(float));
+}
+
+static void k_attn(struct run *r, int ith, int nth)
+{
+    const struct gs_attn_params *p = &r->n->p.attn;
+    float *acc = thread_buf(r, ith), *q = acc + p->head_dim;
+    float *sc = r->cp->scores + (int64_t)ith * r->cp->scores_cap;
+    int64_t u0, u1;
+    gs_cpu_split((int64_t)r->io->n_tokens * p->n_head, 1, ith, nth, &u0, &u1);
+    for (int64_t u = u0; u < u1; u++)
+        attn_head(r, u / p->n_head, (int)(u % p->n_head), acc, q, sc);
+}
+
+static void k_softmax(struct run *r, int ith, int nth)
+{
+    const struct gs_node *n = r->n;
+    const float *x = value(r, n->src[0]);
+    const struct gs_softmax_params *p = &n->p.softmax;
+    const int64_t ne0 = n->ne[0];
+    int64_t i0, i1;
+    gs_cpu_split(rows_of(r, n), 1, ith, nth, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++) {
+        const float *xr = x + i * ne0;
+        float *o = r->out + i * ne0, mx = -INFINITY;
+        for (int64_t j = 0; j < ne0; j++) {
+            float s = xr[j] * p->scale;
+            if (p->softcap > 0)
+                s = p->softcap * tanhf(s / p->softcap);
+            o[j] = s;
+            mx = fmaxf(mx, s);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < ne0; j++) {
+            o[j] = expf(o[j] - mx);
+            sum += o[j];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int64_t j = 0; j < ne0; j++)
+            o[j] *= inv;
+    }
+}
+
+static void k_outputs(struct run *r, int ith, int nth)
+{
+    const struct gs_node *n = r->n;
+    const float *x = value(r, n->src[0]);
+    int64_t o0, o1;
+    gs_cpu_split(r->io->n_outputs, 1, ith, nth, &o0, &o1);
+    for (int64_t o = o0; o < o1; o++)
+        memcpy(r->out + o * n->ne[0], x + r->io->out_rows[o] * n->ne[0],
+               (size_t)n->ne[0] * sizeof(float));
+}
+
+static void k_logits(struct run *r, int ith, int nth)
+{
+    const struct gs_node *n = r->n;
+    int64_t o0, o1;
+    gs_cpu_split(r->io->n_outputs, 1, ith, nth, &o0, &o1);
+    if (o1 > o0)
+        memcpy(r->io->logits + o0 * n->ne[0], value(r, n->src[0]) + o0 * n->ne[0],
+               (size_t)((o1 - o0) * n->ne[0]) * sizeof(float));
+}
+
+/* One row per op; WEIGHT has no kernel and never appears in a plan's order. */
+static const kernel_fn kernels[GS_OP_COUNT] = {
+    [GS_OP_EMBED] = k_embed,
+    [GS_OP_RMS_NORM] = k_rms_norm,
+    [GS_OP_RMS_NORM_MUL] = k_rms_norm,
+    [GS_OP_MUL] = k_elementwise,
+    [GS_OP_ADD] = k_elementwise,
+    [GS_OP_SWIGLU] = k_elementwise,
+    [GS_OP_SILU] = k_elementwise,
+    [GS_OP_GELU] = k_elementwise,
+    [GS_OP_MATMUL] = k_matmul,
+    [GS_OP_MATMUL_ADD] = k_matmul,
+    [GS_OP_ROPE] = k_rope,
+    [GS_OP_KV_STORE] = k_kv_store,
+    [GS_OP_ATTN] = k_attn,
+    [GS_OP_SOFTMAX] = k_softmax,
+    [GS_OP_OUTPUTS] = k_outputs,
+    [GS_OP_LOGITS] = k_logits,
+};
+
+/* ---- backend table ------------------------------------------------------------------ */
+
+static enum gs_status cpu_open(struct gs_be *be, const struct gs_be_cfg *cfg, struct gs_err *err)
+{
+    struct cpu_ctx *c = gs_calloc(1, sizeof(*c));
+    if (!c)
+        return gs_err_set(err, GS_NOMEM, "cpu: out of memory");
+    enum gs_status st = gs_cpu_pool_new(cfg->n_threads, &c->pool, err);
+    if (st) {
+        gs_free(c);
+        return gs_err_prefix(err, "cpu");
+    }
+    be->ctx = c;
+    return GS_OK;
+}
+
+static void cpu_close(struct gs_be *be)
+{
+    struct cpu_ctx *c = be->ctx;
+    if (!c)
+        return;
+    gs_cpu_pool_free(c->pool);
+    gs_free(c);
+    be->ctx = NULL;
+}
+
+static bool cpu_supports(const struct gs_be *be, const struct gs_node *n)
+{
+    if ((unsigned)n->op >= GS_OP_COUNT)
+        return false;
+    if (n->op != GS_OP_WEIGHT)
+        return kernels[n->op] && n->type == GS_TYPE_F32;
+    const struct gs_type_traits *tt = gs_type_traits(n->type);
+    const struct gs_cpu_kernels *kr = gs_cpu_kernels(n->type);
+    return tt && tt->supported && tt->to_f32 && kr && kr->dot;
+}
+
+static void cpu_plan_free(struct gs_be *be, struct gs_plan *p)
+{
+    struct cpu_plan *cp = p->be_data;
+    if (cp) {
+        gs_free(cp->scratch);
+        gs_free(cp->xq);
+        gs_free(cp->thread_buf);
+        gs_free(cp->scores);
+        gs_free(cp);
+    }
+    gs_plan_free(p);
+}
+
+/* What the kernels need beyond supports(): matmul activations that quantize
+ * whole blocks, F32 broadcast weights. Sizes the quantized-activation rows. */
+static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
+                                  int64_t *max_head, struct gs_err *err)
+{
+    *xq_stride = 0;
+    *max_head = 1;
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const struct gs_node *n = &g->nodes[i];
+        if (n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD) {
+            const struct gs_node *w = &g->nodes[n->src[1]];
+            const enum gs_type vt = gs_type_traits(w->type)->vec_dot_type;
+            const struct gs_type_traits *vtt = gs_type_traits(vt);
+            uint64_t bytes;
+            if (w->op != GS_OP_WEIGHT || (w->type != GS_TYPE_F32 && !vtt->from_f32) ||
+                gs_type_row_bytes(vt, w->ne[0], &bytes))
+                return gs_err_set(err, GS_UNSUPPORTED,
+                                  "cpu: node %u '%s': cannot quantize rows of %lld for %s", i,
+                                  n->name, (long long)w->ne[0], gs_type_name(w->type));
+            *xq_stride = GS_MAX(*xq_stride, (bytes + 63) / 64 * 64);
+        }
+        for (uint32_t s = 1; s < n->n_src; s++) {
+            const struct gs_node *b = &g->nodes[n->src[s]];
+            bool reads_row = n->op == GS_OP_MUL || n->op == GS_OP_ADD ||
+                             n->op == GS_OP_SWIGLU || n->op == GS_OP_RMS_NORM_MUL;
+            if (reads_row && b->op == GS_OP_WEIGHT && b->type != GS_TYPE_F32)
+                return gs_err_set(err, GS_UNSUPPORTED, "cpu: node %u '%s': %s weight '%s'", i,
+                                  n->name, gs_type_name(b->type), b->name);
+            if (n->op == GS_OP_ROPE && b->op == GS_OP_WEIGHT && b->type != GS_TYPE_F32)
+                return gs_err_set(err, GS_UNSUPPORTED, "cpu: node %u '%s': %s frequencies", i,
+                                  n->name, gs_type_name(b->type));
+        }
+        if (n->op == GS_OP_ATTN)
+            *max_head = GS_MAX(*max_head, n->p.attn.head_dim);
+    }
+    return GS_OK;
+}
+
+static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
+                                  const struct gs_shape *s, struct gs_plan **out,
+                                  struct gs_err *err)
+{
+    struct cpu_ctx *c = be->ctx;
+    *out = NULL;
+    uint64_t xq_stride;
+    int64_t max_head;
+    enum gs_status st = gs_be_check_graph(be, g, err);
+    if (!st)
+        st = check_nodes(g, &xq_stride, &max_head, err);
+    if (st)
+        return st;
+    struct gs_plan *p;
+    st = gs_plan_layout(g, s, &p, err);
+    if (st)
+        return st;
+    struct cpu_plan *cp = gs_calloc(1, sizeof(*cp));
+    p->be_data = cp;
+    if (!cp)
+        goto out_nomem;
+    cp->n_threads = gs_cpu_pool_threads(c->pool);
+    cp->xq_stride = xq_stride;
+    cp->thread_floats = (2 * max_head + 15) / 16 * 16;
+    cp->scratch = gs_malloc(p->scratch_bytes ? p->scratch_bytes : 1);
+    cp->xq = gs_alloc_array(s->n_tokens, xq_stride ? xq_stride : 1);
+    cp->thread_buf = gs_alloc_array((size_t)cp->n_threads * cp->thread_floats, sizeof(float));
+    if (!cp->scratch || !cp->xq || !cp->thread_buf)
+        goto out_nomem;
+    *out = p;
+    return GS_OK;
+out_nomem:
+    cpu_plan_free(be, p);
+    return gs_err_set(err, GS_NOMEM, "cpu: out of memory reserving %llu scratch bytes",
+                      (unsigned long long)p->scratch_bytes);
+}
+
+/* Attention keeps one score per position: the buffer grows (by doubling, so
+ * rarely) when a step reaches past every earlier one; other steps allocate
+ * nothing. */
+static enum gs_status reserve_scores(struct cpu_plan *cp, const struct gs_step_io *io,
+                                     struct gs_err *err)
+{
+    int64_t need = 1;
+    for (uint32_t t = 0; t < io->n_tokens; t++)
+        need = GS_MAX(need, (int64_t)io->pos[t] + 1);
+    if (need <= cp->scores_cap)
+        return GS_OK;
+    int64_t cap = GS_MAX(need, 2 * cp->scores_cap);
+    cap = GS_MAX(cap, 256);
+    float *s = gs_alloc_array((size_t)cap * cp->n_threads, sizeof(float));
+    if (!s)
+        return gs_err_set(err, GS_NOMEM, "cpu: out of memory for %lld attention scores",
+                          (long long)cap);
+    gs_free(cp->scores);
+    cp->scores = s;
+    cp->scores_cap = cap;
+    return GS_OK;
+}
+
+static void task(void *arg, int ith, int nth)
+{
+    struct run *r = arg;
+    kernels[r->n->op](r, ith, nth);
+}
+
+static void task_quantize(void *arg, int ith, int nth)
+{
+    k_quantize_input(arg, ith, nth);
+}
+
+static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,
+                              struct gs_err *err)
+{
+    struct cpu_ctx *c = be->ctx;
+    const struct gs_graph *g = p->graph;
+    enum gs_status st = gs_step_io_check(io, g, &p->shape, err);
+    if (st)
+        return st;
+    struct run r = {.plan = p, .g = g, .io = io, .cp = p->be_data, .xq_node = GS_NODE_NONE};
+    st = reserve_scores(r.cp, io, err);
+    if (st)
+        return st;
+    for (uint32_t k = 0; k < p->n_order; k++) {
+        const uint32_t id = p->order[k];
+        const struct gs_node *n = &g->nodes[id];
+        if ((unsigned)n->op >= GS_OP_COUNT || !kernels[n->op])
+            return gs_err_set(err, GS_UNSUPPORTED, "cpu: node %u has no kernel", id);
+        r.n = n;
+        r.out = p->offset[id] == GS_PLAN_NO_OFFSET ? NULL : value(&r, id);
+        if (n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD) {
+            const enum gs_type wt = g->nodes[n->src[1]].type;
+            const enum gs_type vt = gs_type_traits(wt)->vec_dot_type;
+            if (wt != GS_TYPE_F32 && (r.xq_node != n->src[0] || r.xq_type != vt)) {
+                r.xq_type = vt;
+                gs_cpu_pool_run(c->pool, task_quantize, &r);
+                r.xq_node = n->src[0];
+            }
+        }
+        gs_cpu_pool_run(c->pool, task, &r);
+    }
+    return GS_OK;
+}
+
+const struct gs_be_ops gs_be_cpu_ops = {
+    .api_version = GS_BE_API_VERSION,
+    .name = "cpu",
+    .open = cpu_open,
+    .close = cpu_close,
+    .supports = cpu_supports,
+    .compile = cpu_compile,
+    .run = cpu_run,
+    .plan_free = cpu_plan_free,
+    .sync = NULL,
+};

@@ -1,0 +1,369 @@
+/*
+ * tests/engine/test_cpu_backend.c - the consistency suite of the cpu backend.
+ *
+ * 1. Ops: small graphs (embedding rows as inputs) run on cpu and on ref for
+ *    every weight type the cpu backend claims, odd sizes and batch sizes 1..64;
+ *    the normalized mean squared error must stay under a per-op threshold.
+ * 2. Models: greedy generation on stories260K (F32, F16) and tiny-k-F32 gives
+ *    the same tokens as ref; every quantized model passes the golden
+ *    thresholds ref is held to (Pearson >= 0.999 against llama.cpp's logits,
+ *    top-1 agreement on >= 95% of steps and on every step with margin >= 0.5),
+ *    and the log reports cpu's and ref's agreement side by side.
+ */
+#include "engine/cpu/cpu.h"
+#include "tests/common/testutil.h"
+#include "tests/engine/test_llama_util.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- op consistency ------------------------------------------------------------------- */
+
+static uint64_t rng_state = 7;
+
+static float frand(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
+}
+
+enum { N_EMBD_ROWS = 80 };
+
+/* A graph whose input is rows of an F32 table picked by token ids; `build`
+ * adds the op under test and returns the node that becomes the logits. */
+struct op_case {
+    const char *name;
+    int64_t K;        /* input row length */
+    enum gs_type wt;  /* weight type (matmuls) */
+    int64_t N;        /* weight rows (matmuls) */
+    double limit;     /* NMSE threshold */
+};
+
+struct op_data {
+    float *table;  /* [N_EMBD_ROWS][K] */
+    void *w;       /* weight bytes */
+    float *bias;   /* [K] broadcast row */
+};
+
+static uint32_t build_op(struct gs_graph *g, const struct op_case *c, struct op_data *d)
+{
+    uint32_t tab = gs_graph_weight(g, "table", GS_TYPE_F32, c->K, N_EMBD_ROWS, d->table);
+    uint32_t x = gs_graph_embed(g, tab);
+    uint32_t row = gs_graph_weight(g, "row", GS_TYPE_F32, c->K, 1, d->bias);
+    if (!strcmp(c->name, "matmul") || !strcmp(c->name, "matmul_add")) {
+        uint32_t w = gs_graph_weight(g, "w", c->wt, c->K, c->N, d->w);
+        if (!strcmp(c->name, "matmul"))
+            return gs_graph_matmul(g, x, w);
+        /* The residual must have N columns: a second matmul's output. */
+        uint32_t w2 = gs_graph_weight(g, "w", c->wt, c->K, c->N, d->w);
+        uint32_t r = gs_graph_silu(g, gs_graph_matmul(g, x, w2));
+        return gs_graph_matmul_add(g, x, w, r);
+    }
+    if (!strcmp(c->name, "rms_norm"))
+        return gs_graph_rms_norm(g, x, 1e-5f);
+    if (!strcmp(c->name, "rms_norm_mul"))
+        return gs_graph_rms_norm_mul(g, x, row, 1e-5f);
+    if (!strcmp(c->name, "mul"))
+        return gs_graph_mul(g, x, row);
+    if (!strcmp(c->name, "add"))
+        return gs_graph_add(g, gs_graph_silu(g, x), x);
+    if (!strcmp(c->name, "swiglu"))
+        return gs_graph_swiglu(g, x, gs_graph_gelu(g, x));
+    if (!strcmp(c->name, "softmax")) {
+        struct gs_softmax_params sp = {.scale = 3.0f, .softcap = 0};
+        return gs_graph_softmax(g, x, &sp);
+    }
+    if (!strcmp(c->name, "rope")) {
+        struct gs_rope_params rp = {.n_head = (int32_t)(c->K / 16), .head_dim = 16,
+                                    .n_rot = 16, .mode = GS_ROPE_NEOX, .freq_base = 10000,
+                                    .freq_scale = 1};
+        return gs_graph_rope(g, x, &rp, GS_NODE_NONE);
+    }
+    cr_assert_fail("unknown op %s", c->name);
+    return GS_NODE_NONE;
+}
+
+/* Runs the case's graph for n_tok tokens on backend `name`; logits into out. */
+static void run_op(const char *name, struct gs_graph *g, uint32_t n_tok, float *out)
+{
+    struct gs_err err = {0};
+    struct gs_be be;
+    struct gs_plan *p;
+    cr_assert_eq(gs_be_init(&be, name, NULL, &err), GS_OK, "%s", err.msg);
+    struct gs_shape s = {.n_tokens = gs_plan_bucket(n_tok)};
+    cr_assert_eq(gs_be_compile(&be, g, &s, &p, &err), GS_OK, "%s: %s", name, err.msg);
+    int32_t tokens[64], pos[64];
+    uint32_t seq[64], rows[64];
+    for (uint32_t t = 0; t < n_tok; t++) {
+        tokens[t] = (int32_t)((t * 37 + 11) % N_EMBD_ROWS);
+        pos[t] = (int32_t)(t * 5 + 3);
+        seq[t] = 0;
+        rows[t] = t;
+    }
+    struct gs_seq_pages sp = {NULL, 0};
+    struct gs_step_io io = {.n_tokens = n_tok, .tokens = tokens, .pos = pos, .seq = seq,
+                            .n_seqs = 1, .seqs = &sp, .n_outputs = n_tok, .out_rows = rows,
+                            .logits = out};
+    cr_assert_eq(gs_be_run(&be, p, &io, &err), GS_OK, "%s: %s", name, err.msg);
+    gs_be_plan_free(&be, p);
+    gs_be_deinit(&be);
+}
+
+static void check_op(const struct op_case *c)
+{
+    struct op_data d = {0};
+    d.table = malloc(sizeof(float) * N_EMBD_ROWS * c->K);
+    d.bias = malloc(sizeof(float) * c->K);
+    for (int64_t i = 0; i < N_EMBD_ROWS * c->K; i++)
+        d.table[i] = frand() * 2;
+    for (int64_t i = 0; i < c->K; i++)
+        d.bias[i] = 1 + frand() * 0.5f;
+    if (c->N) {
+        uint64_t rb;
+        cr_assert_eq(gs_type_row_bytes(c->wt, c->K, &rb), GS_OK);
+        d.w = malloc(rb * c->N);
+        float *tmp = malloc(sizeof(float) * c->K);
+        for (int64_t r = 0; r < c->N; r++) {
+            for (int64_t i = 0; i < c->K; i++)
+                tmp[i] = frand() * 0.1f;
+            cr_assert_eq(gs_quantize(c->wt, tmp, (char *)d.w + r * rb, c->K), GS_OK);
+        }
+        free(tmp);
+    }
+    struct gs_err err = {0};
+    struct gs_graph *g;
+    cr_assert_eq(gs_graph_new(&g, &err), GS_OK);
+    uint32_t y = build_op(g, c, &d);
+    gs_graph_logits(g, gs_graph_outputs(g, y));
+    cr_assert_eq(gs_graph_status(g, &err), GS_OK, "%s: %s", c->name, err.msg);
+    const int64_t width = c->N ? c->N : c->K;
+    float *a = malloc(sizeof(float) * 64 * width), *b = malloc(sizeof(float) * 64 * width);
+    static const uint32_t batches[] = {1, 2, 3, 5, 8, 13, 31, 64};
+    for (size_t k = 0; k < GS_ARRAY_LEN(batches); k++) {
+        uint32_t nt = batches[k];
+        run_op("ref", g, nt, a);
+        run_op("cpu", g, nt, b);
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < nt * width; i++) {
+            num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+            den += (double)a[i] * a[i];
+        }
+        double nmse = den > 0 ? num / den : num;
+        cr_expect(nmse <= c->limit, "%s %s K=%lld N=%lld batch %u: nmse %.3g > %.3g", c->name,
+                  gs_type_name(c->wt), (long long)c->K, (long long)c->N, nt, nmse, c->limit);
+    }
+    free(a);
+    free(b);
+    gs_graph_free(g);
+    free(d.table);
+    free(d.bias);
+    free(d.w);
+}
+
+Test(cpu_consistency, matmul_every_weight_type_matches_ref)
+{
+    static const enum gs_type types[] = {
+        GS_TYPE_F32,  GS_TYPE_F16,  GS_TYPE_BF16, GS_TYPE_Q4_0, GS_TYPE_Q4_1,
+        GS_TYPE_Q5_0, GS_TYPE_Q5_1, GS_TYPE_Q8_0, GS_TYPE_Q2_K, GS_TYPE_Q3_K,
+        GS_TYPE_Q4_K, GS_TYPE_Q5_K, GS_TYPE_Q6_K,
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(types); i++) {
+        const struct gs_type_traits *tt = gs_type_traits(types[i]);
+        /* Odd block counts; q8_1 partners carry an f16 block sum (see test_cpu_kernels). */
+        int64_t K = tt->block_size == GS_QK_K ? 3 * GS_QK_K : 7 * 32;
+        double limit = tt->vec_dot_type == GS_TYPE_Q8_1 ? 1e-5 : 1e-8;
+        struct gs_node probe = {.op = GS_OP_WEIGHT, .type = types[i]};
+        struct gs_be be;
+        struct gs_err err = {0};
+        cr_assert_eq(gs_be_init(&be, "cpu", NULL, &err), GS_OK, "%s", err.msg);
+        cr_assert(gs_be_supports(&be, &probe), "cpu does not claim %s", tt->name);
+        gs_be_deinit(&be);
+        struct op_case c = {"matmul", K, types[i], 37, limit};
+        check_op(&c);
+        struct op_case ca = {"matmul_add", K, types[i], 19, limit};
+        check_op(&ca);
+    }
+}
+
+Test(cpu_consistency, row_ops_match_ref)
+{
+    static const char *const ops[] = {"rms_norm", "rms_norm_mul", "mul",     "add",
+                                      "swiglu",   "softmax",      "rope"};
+    for (size_t i = 0; i < GS_ARRAY_LEN(ops); i++) {
+        struct op_case c = {ops[i], 16 * 13, GS_TYPE_F32, 0, 1e-12};
+        check_op(&c);
+    }
+}
+
+/* ---- models ----------------------------------------------------------------------------- */
+
+static void rig_use(struct llama_rig *r, const char *backend)
+{
+    struct gs_err err = {0};
+    gs_plan_cache_deinit(&r->cache);
+    gs_be_deinit(&r->be);
+    struct gs_be_cfg cfg = {.n_threads = getenv("GS_THREADS") ? atoi(getenv("GS_THREADS")) : 0};
+    cr_assert_eq(gs_be_init(&r->be, backend, &cfg, &err), GS_OK, "%s", err.msg);
+    gs_plan_cache_init(&r->cache, &r->be, r->model->graph);
+}
+
+static const char *const prompts[] = {"once-upon-a-time", "the-little-dog", "lily-and-tom",
+                                      "tom-had-3-red-balls"};
+
+/* Greedy generation from a golden's prompt on both backends: identical tokens. */
+static void check_greedy_same(const char *golden_stem, const char *model, enum gs_type kv)
+{
+    for (size_t k = 0; k < GS_ARRAY_LEN(prompts); k++) {
+        char rel[256];
+        snprintf(rel, sizeof(rel), "golden/completions/%s__%s.json", golden_stem, prompts[k]);
+        json_t *j = gs_test_load_json(gs_test_shared_path(rel));
+        int32_t *prompt, *completion;
+        uint32_t n_prompt = llama_json_ids(json_object_get(j, "prompt_tokens"), &prompt);
+        uint32_t n_gen = llama_json_ids(json_object_get(j, "completion_tokens"), &completion);
+        int32_t gen[2][256];
+        cr_assert(n_gen <= 256);
+        snprintf(rel, sizeof(rel), "models/%s.gguf", model);
+        for (int b = 0; b < 2; b++) {
+            struct llama_rig r;
+            llama_rig_open(&r, rel, kv, b == 1, n_prompt + n_gen + 1);
+            if (b == 1)
+                rig_use(&r, "cpu");
+            uint32_t n_vocab = r.model->hp.n_vocab;
+            const float *logits = llama_rig_step(&r, prompt, n_prompt, false);
+            for (uint32_t i = 0; i < n_gen; i++) {
+                gen[b][i] = llama_argmax(logits, n_vocab);
+                logits = llama_rig_step(&r, &gen[b][i], 1, false);
+            }
+            llama_rig_close(&r);
+        }
+        for (uint32_t i = 0; i < n_gen; i++)
+            cr_assert_eq(gen[1][i], gen[0][i], "%s %s: step %u: cpu %d, ref %d", model,
+                         prompts[k], i, gen[1][i], gen[0][i]);
+        free(prompt);
+        free(completion);
+        json_decref(j);
+    }
+}
+
+Test(cpu_models, stories260K_f32_greedy_equals_ref)
+{
+    check_greedy_same("stories260K", "stories260K", GS_TYPE_F16);
+    check_greedy_same("stories260K-kvf32", "stories260K", GS_TYPE_F32);
+}
+
+Test(cpu_models, stories260K_f16_greedy_equals_ref)
+{
+    check_greedy_same("stories260K-F16", "stories260K-F16", GS_TYPE_F16);
+}
+
+Test(cpu_models, tiny_k_f32_greedy_equals_ref)
+{
+    check_greedy_same("tiny-k-F32", "tiny-k-F32", GS_TYPE_F16);
+}
+
+/* Some goldens' token pieces hold a NUL byte, which jansson refuses by default. */
+static json_t *load_golden(const char *rel)
+{
+    json_error_t jerr;
+    const char *path = gs_test_shared_path(rel);
+    json_t *j = json_load_file(path, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    cr_assert(j, "cannot parse %s: %s", path, jerr.text);
+    return j;
+}
+
+/* Agreement with one teacher-forced golden on one backend. */
+struct agreement {
+    double min_rho;
+    uint32_t agree, n_steps, bad_margin;
+};
+
+static struct agreement teacher_forced(const char *golden, const char *backend)
+{
+    char rel[256];
+    snprintf(rel, sizeof(rel), "golden/completions/%s.json", golden);
+    json_t *j = load_golden(rel);
+    int32_t *prompt, *completion;
+    uint32_t n_prompt = llama_json_ids(json_object_get(j, "prompt_tokens"), &prompt);
+    uint32_t n_gen = llama_json_ids(json_object_get(j, "completion_tokens"), &completion);
+    const char *model = json_string_value(json_object_get(j, "model"));
+    json_t *settings = json_object_get(j, "settings");
+    const char *kv = json_string_value(json_object_get(settings, "kv_cache_type"));
+    cr_assert(model && kv);
+    uint32_t n = n_prompt + n_gen - 1;
+    int32_t *tokens = calloc(n, sizeof(*tokens));
+    for (uint32_t i = 0; i < n; i++)
+        tokens[i] = i < n_prompt ? prompt[i] : completion[i - n_prompt];
+    struct llama_rig r;
+    snprintf(rel, sizeof(rel), "models/%s", model);
+    llama_rig_open(&r, rel, kv[1] == '1' ? GS_TYPE_F16 : GS_TYPE_F32, false, n);
+    rig_use(&r, backend);
+    uint32_t n_vocab = r.model->hp.n_vocab;
+    const float *logits = llama_rig_step(&r, tokens, n, true);
+    struct agreement a = {.min_rho = 1};
+    double *ref = calloc(n_vocab, sizeof(*ref));
+    json_t *pl = json_object_get(j, "prompt_logits");
+    for (uint32_t t = 0; t < n_prompt; t++) {
+        for (uint32_t v = 0; v < n_vocab; v++)
+            ref[v] = json_real_value(json_array_get(json_array_get(pl, t), v));
+        double rho = llama_pearson(logits + (size_t)t * n_vocab, ref, n_vocab);
+        a.min_rho = rho < a.min_rho ? rho : a.min_rho;
+    }
+    json_t *steps = json_object_get(j, "steps");
+    a.n_steps = (uint32_t)json_array_size(steps);
+    for (uint32_t i = 0; i < a.n_steps; i++) {
+        json_t *st = json_array_get(steps, i);
+        int32_t want = (int32_t)json_integer_value(json_object_get(st, "token"));
+        double margin = json_real_value(json_object_get(st, "margin_to_2nd"));
+        int32_t got = llama_argmax(logits + (size_t)(n_prompt - 1 + i) * n_vocab, n_vocab);
+        a.agree += got == want;
+        a.bad_margin += got != want && margin >= 0.5;
+    }
+    free(ref);
+    free(tokens);
+    free(prompt);
+    free(completion);
+    llama_rig_close(&r);
+    json_decref(j);
+    return a;
+}
+
+static void check_quant_model(const char *stem)
+{
+    for (size_t k = 0; k < GS_ARRAY_LEN(prompts); k++) {
+        char name[128];
+        snprintf(name, sizeof(name), "%s__%s", stem, prompts[k]);
+        struct agreement c = teacher_forced(name, "cpu");
+        struct agreement r = teacher_forced(name, "ref");
+        cr_log_info("%s: pearson cpu %.7f ref %.7f, top-1 cpu %u/%u ref %u/%u", name,
+                    c.min_rho, r.min_rho, c.agree, c.n_steps, r.agree, r.n_steps);
+        cr_expect(c.min_rho >= 0.999, "%s: cpu pearson %.6f", name, c.min_rho);
+        cr_expect(c.bad_margin == 0, "%s: cpu misses %u confident steps", name, c.bad_margin);
+        cr_expect((double)c.agree >= 0.95 * c.n_steps, "%s: cpu top-1 %u/%u", name, c.agree,
+                  c.n_steps);
+    }
+}
+
+Test(cpu_models, stories260K_legacy_quants_pass_goldens)
+{
+    check_quant_model("stories260K-Q8_0");
+    check_quant_model("stories260K-Q5_1");
+    check_quant_model("stories260K-Q5_0");
+    check_quant_model("stories260K-Q4_1");
+    check_quant_model("stories260K-Q4_0");
+    check_quant_model("stories260K-Q4_K_M-fallback");
+}
+
+Test(cpu_models, tiny_k_quants_pass_goldens)
+{
+    check_quant_model("tiny-k-Q8_0");
+    check_quant_model("tiny-k-Q6_K");
+    check_quant_model("tiny-k-Q5_K_M");
+    check_quant_model("tiny-k-Q5_K");
+    check_quant_model("tiny-k-Q4_K_M");
+    check_quant_model("tiny-k-Q4_K");
+    check_quant_model("tiny-k-Q3_K_M");
+    check_quant_model("tiny-k-Q2_K");
+}
