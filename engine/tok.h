@@ -167,8 +167,8 @@ enum gs_status gs_tok_decode(const struct gs_tok *t, const int32_t *ids, size_t 
 /*
  * Streaming decoder: fed one id at a time, it returns only complete, valid
  * UTF-8. Bytes that may still start a character are held back until the
- * next id completes them; bytes that can never form a character come out as
- * U+FFFD. The first piece loses the space SPM put before the text, as in
+ * next id completes them; malformed bytes come out as U+FFFD, one per
+ * maximal subpart (Unicode's recommended practice). The first piece loses the space SPM put before the text, as in
  * gs_tok_decode. No clean-up of spaces is done.
  */
 struct gs_tok_decoder;

@@ -174,33 +174,41 @@ static bool viable_prefix(const unsigned char *s, size_t n)
     return true;
 }
 
-/* Appends p to the held bytes and moves every complete character to d->out;
- * bytes that cannot be part of a character become U+FFFD. */
+/* Appends p to the held bytes and moves every complete character to d->out.
+ * Malformed input becomes U+FFFD per maximal subpart (Unicode's recommended
+ * practice): a byte that cannot start a character is one U+FFFD, and so is
+ * a started character that the next byte breaks, which is then re-read. */
 static enum gs_status push_bytes(struct gs_tok_decoder *d, const char *p, size_t n)
 {
     static const char repl[] = "\xef\xbf\xbd";
     for (size_t i = 0; i < n; i++) {
-        d->held[d->n_held++] = p[i];
-        for (;;) {
-            const unsigned char *h = (const unsigned char *)d->held;
-            size_t need = lead_len(h[0]);
-            if (need == 0 || !viable_prefix(h, d->n_held)) {
-                /* The first held byte is hopeless; replace it and re-scan
-                 * the rest, which may start a character. */
+        unsigned char c = (unsigned char)p[i];
+        if (d->n_held > 0) {
+            d->held[d->n_held] = (char)c;
+            if (!viable_prefix((const unsigned char *)d->held, d->n_held + 1)) {
+                d->n_held = 0;
                 if (gs_tok__buf_put(&d->out, repl, 3) != GS_OK)
                     return GS_NOMEM;
-                memmove(d->held, d->held + 1, --d->n_held);
-                if (d->n_held == 0)
-                    break;
+                i--; /* read c again as the start of a character */
                 continue;
             }
-            if (d->n_held < need)
-                break;
-            if (gs_tok__buf_put(&d->out, d->held, need) != GS_OK)
-                return GS_NOMEM;
-            d->n_held = 0;
-            break;
+            if (++d->n_held == lead_len((unsigned char)d->held[0])) {
+                if (gs_tok__buf_put(&d->out, d->held, d->n_held) != GS_OK)
+                    return GS_NOMEM;
+                d->n_held = 0;
+            }
+            continue;
         }
+        size_t need = lead_len(c);
+        enum gs_status st = GS_OK;
+        if (need == 0)
+            st = gs_tok__buf_put(&d->out, repl, 3);
+        else if (need == 1)
+            st = gs_tok__buf_put(&d->out, &p[i], 1);
+        else
+            d->held[d->n_held++] = (char)c;
+        if (st != GS_OK)
+            return st;
     }
     return GS_OK;
 }

@@ -502,11 +502,96 @@ Test(tok_decode, stream_holds_back_half_characters)
                                 "A",
                                 4),
               "got %zu bytes", n);
+    /* E2 82 starts a 3-byte character: broken by 'A', it is one U+FFFD (a
+     * maximal subpart), not two. */
+    int32_t e2 = gs_tok_find(t, "<0xE2>", 6), x82 = gs_tok_find(t, "<0x82>", 6);
+    cr_assert(e2 >= 0 && x82 >= 0);
+    cr_assert_eq(gs_tok_decoder_feed(d, e2, &o, &n, &err), GS_OK);
+    cr_assert_eq(gs_tok_decoder_feed(d, x82, &o, &n, &err), GS_OK);
+    cr_expect_eq(n, 0);
+    cr_assert_eq(gs_tok_decoder_feed(d, a, &o, &n, &err), GS_OK);
+    cr_expect(n == 4 && !memcmp(o,
+                                "\xef\xbf\xbd"
+                                "A",
+                                4),
+              "got %zu bytes", n);
     cr_assert_eq(gs_tok_decoder_feed(d, c3, &o, &n, &err), GS_OK);
     gs_tok_decoder_flush(d, &o, &n);
     cr_expect(n == 3 && !memcmp(o, "\xef\xbf\xbd", 3), "an unfinished character ends as U+FFFD");
     cr_expect_eq(gs_tok_decoder_feed(d, 100000, &o, &n, &err), GS_INVAL);
     gs_tok_decoder_free(d);
+    gs_tok_free(t);
+}
+
+/* Random code points fed as single byte tokens come out unchanged; with
+ * random junk bytes mixed in, every chunk is still valid UTF-8. */
+Test(tok_decode, stream_of_random_bytes_is_always_valid_utf8)
+{
+    struct gs_tok *t = open_tok("models/stories260K.gguf");
+    struct gs_err err = {0};
+    int32_t byte_tok[256];
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof(name), "<0x%02X>", b);
+        byte_tok[b] = gs_tok_find(t, name, 6);
+        cr_assert_geq(byte_tok[b], 0);
+    }
+    unsigned seed = 12345;
+    for (int round = 0; round < 200; round++) {
+        bool junk = round % 2;
+        char in[256], outb[1024];
+        size_t n_in = 0, n_out = 0;
+        while (n_in < 200) {
+            seed = seed * 1103515245u + 12345u;
+            uint32_t cp = (seed >> 8) % 0x110000;
+            if (cp >= 0xD800 && cp <= 0xDFFF)
+                continue;
+            if (junk && (seed & 7) == 0) {
+                in[n_in++] = (char)(0x80 + (seed >> 20) % 0x80);
+                continue;
+            }
+            unsigned char *u = (unsigned char *)in + n_in;
+            if (cp < 0x80) {
+                u[0] = (unsigned char)cp, n_in += 1;
+            } else if (cp < 0x800) {
+                u[0] = (unsigned char)(0xC0 | cp >> 6), u[1] = (unsigned char)(0x80 | (cp & 63));
+                n_in += 2;
+            } else if (cp < 0x10000) {
+                u[0] = (unsigned char)(0xE0 | cp >> 12);
+                u[1] = (unsigned char)(0x80 | ((cp >> 6) & 63));
+                u[2] = (unsigned char)(0x80 | (cp & 63));
+                n_in += 3;
+            } else {
+                u[0] = (unsigned char)(0xF0 | cp >> 18);
+                u[1] = (unsigned char)(0x80 | ((cp >> 12) & 63));
+                u[2] = (unsigned char)(0x80 | ((cp >> 6) & 63));
+                u[3] = (unsigned char)(0x80 | (cp & 63));
+                n_in += 4;
+            }
+        }
+        struct gs_tok_decoder *d;
+        cr_assert_eq(gs_tok_decoder_new(t, 0, &d, &err), GS_OK);
+        for (size_t i = 0; i < n_in; i++) {
+            const char *o;
+            size_t ol;
+            cr_assert_eq(gs_tok_decoder_feed(d, byte_tok[(unsigned char)in[i]], &o, &ol, &err),
+                         GS_OK);
+            cr_assert(valid_utf8(o, ol), "round %d: invalid chunk after byte %zu", round, i);
+            memcpy(outb + n_out, o, ol);
+            n_out += ol;
+        }
+        const char *o;
+        size_t ol;
+        gs_tok_decoder_flush(d, &o, &ol);
+        memcpy(outb + n_out, o, ol);
+        n_out += ol;
+        gs_tok_decoder_free(d);
+        if (!junk)
+            cr_expect(n_out == n_in && !memcmp(outb, in, n_in), "round %d changed valid text",
+                      round);
+        else
+            cr_expect(valid_utf8(outb, n_out));
+    }
     gs_tok_free(t);
 }
 
