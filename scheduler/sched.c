@@ -286,7 +286,7 @@ static enum gs_status alloc_step_buffers(struct gs_sched *s)
     return ok ? GS_OK : GS_NOMEM;
 }
 
-enum gs_status gs_sched_new(const struct gs_sched_cfg *cfg, const struct gs_model *model,
+enum gs_status gs_sched_new(const struct gs_sched_cfg *cfg, struct gs_model *model,
                             struct gs_sched **out, struct gs_err *err)
 {
     *out = NULL;
@@ -316,6 +316,12 @@ enum gs_status gs_sched_new(const struct gs_sched_cfg *cfg, const struct gs_mode
         s->eog[0] = model->hp.eos_id;
     struct gs_be_cfg bc = {.n_threads = s->cfg.n_threads};
     if ((rc = gs_be_init(&s->be, s->cfg.backend, &bc, err)))
+        goto fail;
+    const struct gs_pass *passes[32];
+    size_t n_passes = gs_be_select_passes(&s->be, gs_passes_all, gs_passes_all_len, passes,
+                                          GS_ARRAY_LEN(passes));
+    if ((rc = gs_graph_run_passes(model->graph, passes, n_passes, err)) ||
+        (rc = gs_be_check_graph(&s->be, model->graph, err)))
         goto fail;
     gs_plan_cache_init(&s->plans, &s->be, model->graph);
     if ((rc = make_pool(s, err)))
@@ -823,6 +829,7 @@ static void update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t pro
     s->stats.n_evictions = ks.n_evictions;
     s->stats.n_prefix_hit_tokens = ks.n_hits * page_tokens(s);
     s->stats.kv_bytes = (uint64_t)ks.pages_total * ks.page_bytes;
+    s->stats.scratch_bytes = gs_plan_cache_scratch_bytes(&s->plans);
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -27,8 +27,9 @@
  *
  * Ownership: gs_sched_submit copies the request (prompt, sampling arrays). An
  * event's data is borrowed until the next gs_sched_poll on that scheduler.
- * The model, its GGUF file and the tokenizer are borrowed and must outlive the
- * scheduler.
+ * The model and its GGUF file are borrowed and must outlive the scheduler;
+ * gs_sched_new rewrites the model's graph with the passes its backend
+ * supports (a graph rewritten so still runs on every backend, ref included).
  *
  * Determinism: with greedy sampling, or a fixed seed, a sequence's tokens do
  * not depend on what else shares its batches, on preemption, or on prefix-cache
@@ -144,6 +145,7 @@ struct gs_sched_stats {
     uint32_t pages_total, pages_used, pages_cached, pages_free;
     uint64_t n_evictions;
     uint64_t kv_bytes;
+    uint64_t scratch_bytes;       /* activation scratch of all compiled plans */
 };
 
 struct gs_sched;
@@ -153,7 +155,7 @@ struct gs_sched;
  * sizes the KV pool (printing nothing; gs_sched_stats tells). GS_NOTFOUND for
  * an unknown backend, GS_INVAL for a config out of range, GS_NOMEM.
  */
-enum gs_status gs_sched_new(const struct gs_sched_cfg *cfg, const struct gs_model *model,
+enum gs_status gs_sched_new(const struct gs_sched_cfg *cfg, struct gs_model *model,
                             struct gs_sched **out, struct gs_err *err);
 
 /* Stops the engine thread if running, aborts what is left, frees everything. */

@@ -1,18 +1,17 @@
 /*
- * server/cmd/run.c - `graphserve run -m FILE (-p PROMPT | --tokens 1,2,3)
- * [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--backend ref]
- * [--kv-type f32|f16] [--page-tokens N] [--batch N] [--json]`: one sequence,
- * evaluated step by step on a backend over the paged KV cache, text streamed
- * to stdout as it is produced. --json prints prompt and output ids, the
- * finish reason, the planned scratch bytes and timings instead.
+ * server/cmd/run.c - `graphserve run`: generate from one or several prompts on
+ * the command line, through the same scheduler the daemon uses.
+ *
+ * One prompt: its text streams to stdout as it is produced. Several prompts
+ * (-p repeated, or --prompts-file with one prompt per line) share every engine
+ * step; each output is printed when all are done, followed by the step
+ * statistics. --json prints ids, text, finish reason and timings instead.
  */
-#include "engine/backend.h"
-#include "engine/compile.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/sample.h"
 #include "engine/tok.h"
-#include "kvcache/kvcache.h"
+#include "scheduler/scheduler.h"
 #include "server/cli.h"
 
 #include <jansson.h>
@@ -20,54 +19,53 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MAX_PROMPTS 1024
+
 static const char usage[] =
-    "-m FILE (-p PROMPT | --tokens ID,ID,...) [options]\n"
-    "  -m FILE            GGUF model file\n"
-    "  -p PROMPT          text to continue (BOS added as the model asks)\n"
-    "  --tokens IDS       prompt as comma-separated token ids instead of text\n"
-    "  -n N               tokens to generate (default 64)\n"
-    "  --temp T           temperature (default 0: greedy)\n"
+    "-m FILE (-p PROMPT ... | --prompts-file FILE | --tokens ID,ID,...) [options]\n"
+    "  -m FILE             GGUF model file\n"
+    "  -p PROMPT           text to continue (BOS added as the model asks); repeat for several\n"
+    "  --prompts-file F    one prompt per line (empty lines skipped)\n"
+    "  --tokens IDS        one prompt as comma-separated token ids instead of text\n"
+    "  -n N                tokens to generate per prompt (default 64)\n"
+    "  --temp T            temperature (default 0: greedy)\n"
     "  --top-k K, --top-p P, --seed S   sampling (defaults off, off, 0)\n"
-    "  --backend NAME     backend (default ref)\n"
-    "  --kv-type f32|f16  KV cache element type (default f16)\n"
-    "  --page-tokens N    tokens per KV page (default 16)\n"
-    "  --batch N          most prompt tokens per step (default 512)\n"
-    "  --json             print ids, finish reason and timings as JSON\n";
+    "  --backend NAME      backend (default ref)\n"
+    "  --kv-type f32|f16   KV cache element type (default f16)\n"
+    "  --page-tokens N     tokens per KV page (default 16)\n"
+    "  --batch N           most tokens per engine step (default 512)\n"
+    "  --max-seqs N        sequences per step (default: all prompts, at most 64)\n"
+    "  --kv-cache-bytes N  KV pool size (default: room for every prompt at once)\n"
+    "  --json              print ids, text, finish reason and timings as JSON\n";
 
 struct opts {
-    const char *path, *prompt, *tokens, *backend;
-    int64_t n_predict, top_k, seed, page_tokens, batch;
+    const char *path, *tokens, *backend, *prompts_file;
+    const char *prompts[MAX_PROMPTS];
+    size_t n_prompts;
+    int64_t n_predict, top_k, seed, page_tokens, batch, max_seqs, kv_bytes;
     double temp, top_p;
     enum gs_type kv_type;
     bool json;
 };
 
-/* Everything one run holds. */
-struct runner {
-    struct gs_gguf *file;
-    struct gs_model *model;
-    struct gs_tok *tok; /* NULL when the file has no usable tokenizer */
-    struct gs_be be;
-    bool be_open;
-    struct gs_plan_cache cache;
-    bool cache_open;
-    struct gs_kv_pool *pool;
-    struct gs_kv_seq seq;
-    struct gs_kv_view kv;
-    uint32_t n_past;
-    float *logits;     /* [n_vocab] */
-    int32_t *pos;      /* [batch] */
-    uint32_t *seq_ids; /* [batch] zeros */
+/* One prompt's request and what came back. */
+struct item {
+    int32_t *prompt;
+    size_t n_prompt;
+    int32_t *out;
+    size_t n_out;
+    char *text;
+    size_t text_len, text_cap;
+    struct gs_tok_decoder *dec;
+    enum gs_finish finish;
+    struct gs_sched_req_stats stats;
+    char err[GS_ERR_MSG_LEN];
 };
 
 static bool parse_args(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){.backend = "ref",
-                       .n_predict = 64,
-                       .page_tokens = 16,
-                       .batch = 512,
-                       .top_p = 1.0,
-                       .kv_type = GS_TYPE_F16};
+    *o = (struct opts){.backend = "ref", .n_predict = 64, .page_tokens = 16, .batch = 512,
+                       .top_p = 1.0, .kv_type = GS_TYPE_F16};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
@@ -80,14 +78,18 @@ static bool parse_args(int argc, char **argv, struct opts *o)
         i++;
         if (!strcmp(a, "-m"))
             o->path = v;
-        else if (!strcmp(a, "-p"))
-            o->prompt = v;
+        else if (!strcmp(a, "-p")) {
+            if (o->n_prompts == MAX_PROMPTS)
+                return false;
+            o->prompts[o->n_prompts++] = v;
+        } else if (!strcmp(a, "--prompts-file"))
+            o->prompts_file = v;
         else if (!strcmp(a, "--tokens"))
             o->tokens = v;
         else if (!strcmp(a, "--backend"))
             o->backend = v;
         else if (!strcmp(a, "-n"))
-            ok = gs_cli_parse_i64("-n", v, 0, 1 << 20, &o->n_predict);
+            ok = gs_cli_parse_i64("-n", v, 1, 1 << 20, &o->n_predict);
         else if (!strcmp(a, "--temp"))
             ok = gs_cli_parse_f64("--temp", v, 0, 100, &o->temp);
         else if (!strcmp(a, "--top-p"))
@@ -100,6 +102,10 @@ static bool parse_args(int argc, char **argv, struct opts *o)
             ok = gs_cli_parse_i64("--page-tokens", v, 1, 4096, &o->page_tokens);
         else if (!strcmp(a, "--batch"))
             ok = gs_cli_parse_i64("--batch", v, 1, 1 << 16, &o->batch);
+        else if (!strcmp(a, "--max-seqs"))
+            ok = gs_cli_parse_i64("--max-seqs", v, 1, 4096, &o->max_seqs);
+        else if (!strcmp(a, "--kv-cache-bytes"))
+            ok = gs_cli_parse_i64("--kv-cache-bytes", v, 1, INT64_MAX, &o->kv_bytes);
         else if (!strcmp(a, "--kv-type")) {
             if (!strcmp(v, "f32"))
                 o->kv_type = GS_TYPE_F32;
@@ -112,7 +118,8 @@ static bool parse_args(int argc, char **argv, struct opts *o)
         if (!ok)
             return false;
     }
-    return o->path && (!o->prompt != !o->tokens);
+    int sources = (o->n_prompts > 0) + (o->prompts_file != NULL) + (o->tokens != NULL);
+    return o->path && sources == 1;
 }
 
 /* Parses "1,2,3" into a gs_malloc'ed array. */
@@ -136,127 +143,209 @@ static bool parse_ids(const char *s, int32_t **ids, size_t *n)
     }
 }
 
-static void runner_close(struct runner *r)
+/* Reads one prompt per non-empty line into o->prompts (gs_strdup'ed: the
+ * caller frees them). Returns false when the file cannot be read or holds more
+ * than MAX_PROMPTS prompts. */
+static bool read_prompts_file(struct opts *o)
 {
-    if (r->cache_open)
-        gs_plan_cache_deinit(&r->cache);
-    if (r->pool) {
-        gs_kv_seq_release(r->pool, &r->seq);
-        gs_kv_pool_free(r->pool);
+    FILE *f = fopen(o->prompts_file, "r");
+    if (!f)
+        return false;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    bool ok = true;
+    while ((n = getline(&line, &cap, f)) >= 0) {
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            line[--n] = '\0';
+        if (n == 0)
+            continue;
+        char *copy = o->n_prompts < MAX_PROMPTS ? gs_strdup(line) : NULL;
+        if (!copy) {
+            ok = false;
+            break;
+        }
+        o->prompts[o->n_prompts++] = copy;
     }
-    if (r->be_open)
-        gs_be_deinit(&r->be);
-    gs_tok_free(r->tok);
-    gs_model_free(r->model);
-    gs_gguf_close(r->file);
-    gs_free(r->logits);
-    gs_free(r->pos);
-    gs_free(r->seq_ids);
+    free(line);
+    fclose(f);
+    return ok;
 }
 
-static enum gs_status runner_open(struct runner *r, const struct opts *o, uint32_t n_ctx,
-                                  struct gs_err *err)
+static void append_text(struct item *it, const char *p, size_t n)
 {
-    enum gs_status st;
-    if ((st = gs_gguf_open(o->path, &r->file, err)) ||
-        (st = gs_model_load(r->file, &r->model, err)))
-        return st;
-    struct gs_err tok_err = {0};
-    if (gs_tok_new(r->file, &r->tok, &tok_err) != GS_OK)
-        r->tok = NULL;
-    if (!r->tok && o->prompt)
-        return gs_err_set(err, GS_UNSUPPORTED, "no tokenizer (%s): use --tokens", tok_err.msg);
-    if ((st = gs_be_init(&r->be, o->backend, NULL, err)))
-        return st;
-    r->be_open = true;
-    const struct gs_pass *passes[16];
-    size_t n_passes =
-        gs_be_select_passes(&r->be, gs_passes_all, gs_passes_all_len, passes, GS_ARRAY_LEN(passes));
-    if ((st = gs_graph_run_passes(r->model->graph, passes, n_passes, err)))
-        return st;
-    gs_plan_cache_init(&r->cache, &r->be, r->model->graph);
-    r->cache_open = true;
-    struct gs_kv_pool_cfg pc = {
-        .n_layer = r->model->hp.n_layer,
-        .kv_dim = gs_model_kv_dim(r->model),
-        .elem_bytes = o->kv_type == GS_TYPE_F16 ? 2 : 4,
-        .page_tokens = (uint32_t)o->page_tokens,
-        .n_pages = (uint32_t)(n_ctx / o->page_tokens + 1),
-    };
-    if ((st = gs_kv_pool_new(&pc, &r->pool, err)))
-        return st;
-    gs_kv_seq_init(&r->seq);
-    struct gs_kv_layout l = gs_kv_pool_layout(r->pool);
-    r->kv = (struct gs_kv_view){.base = l.base,
-                                .type = o->kv_type,
-                                .n_pages = l.n_pages,
-                                .page_tokens = l.page_tokens,
-                                .n_layer = l.n_layer,
-                                .kv_dim = l.kv_dim,
-                                .page_bytes = l.page_bytes};
-    r->logits = gs_calloc(r->model->hp.n_vocab, sizeof(float));
-    r->pos = gs_calloc((size_t)o->batch, sizeof(*r->pos));
-    r->seq_ids = gs_calloc((size_t)o->batch, sizeof(*r->seq_ids));
-    if (!r->logits || !r->pos || !r->seq_ids)
-        return gs_err_set(err, GS_NOMEM, "run: out of memory");
-    return GS_OK;
+    if (it->text_len + n + 1 > it->text_cap) {
+        size_t cap = GS_MAX(2 * it->text_cap, it->text_len + n + 64);
+        char *t = gs_realloc(it->text, cap);
+        if (!t)
+            return;
+        it->text = t;
+        it->text_cap = cap;
+    }
+    memcpy(it->text + it->text_len, p, n);
+    it->text_len += n;
+    it->text[it->text_len] = '\0';
 }
 
-/* Appends n tokens as one step; the last one's logits land in r->logits when want_logits. */
-static enum gs_status runner_step(struct runner *r, const int32_t *tokens, uint32_t n,
-                                  bool want_logits, struct gs_err *err)
+/* Handles one event: collects the token and its text; streams it when asked. */
+static void on_event(struct gs_tok *tok, struct item *it, const struct gs_sched_event *ev,
+                     bool stream)
 {
-    enum gs_status st = gs_kv_seq_reserve(r->pool, &r->seq, r->n_past + n, err);
-    if (st)
-        return st;
-    for (uint32_t i = 0; i < n; i++)
-        r->pos[i] = (int32_t)(r->n_past + i);
-    uint32_t last = n - 1;
-    struct gs_seq_pages sp = {r->seq.pages, r->seq.n_pages};
-    struct gs_step_io io = {.n_tokens = n,
-                            .tokens = tokens,
-                            .pos = r->pos,
-                            .seq = r->seq_ids,
-                            .n_seqs = 1,
-                            .seqs = &sp,
-                            .kv = &r->kv,
-                            .n_outputs = want_logits ? 1 : 0,
-                            .out_rows = &last,
-                            .logits = r->logits};
-    struct gs_plan *plan;
-    if ((st = gs_plan_cache_get(&r->cache, n, &plan, err)) ||
-        (st = gs_be_run(&r->be, plan, &io, err)))
-        return st;
-    r->n_past += n;
-    return GS_OK;
+    if (ev->kind == GS_SCHED_EV_FINISH) {
+        it->finish = ev->finish;
+        it->stats = ev->stats;
+        snprintf(it->err, sizeof(it->err), "%s", ev->err_msg);
+        return;
+    }
+    it->out[it->n_out++] = ev->token;
+    /* An end-of-generation token ends the text; it is not part of it. */
+    if (!it->dec || (tok && gs_tok_is_eog(tok, ev->token)))
+        return;
+    const char *piece = NULL;
+    size_t len = 0;
+    struct gs_err err;
+    if (gs_tok_decoder_feed(it->dec, ev->token, &piece, &len, &err) != GS_OK || !len)
+        return;
+    append_text(it, piece, len);
+    if (stream) {
+        fwrite(piece, 1, len, stdout);
+        fflush(stdout);
+    }
 }
 
-static bool is_eog(const struct runner *r, int32_t id)
+static const char *finish_reason(enum gs_finish f)
 {
-    return r->tok ? gs_tok_is_eog(r->tok, id) : id == r->model->hp.eos_id;
+    /* OpenAI's words: an end-of-generation token is a natural "stop". */
+    return f == GS_FINISH_EOS ? "stop" : gs_finish_name(f);
 }
 
-static void print_json(const int32_t *prompt, size_t n_prompt, const int32_t *out, size_t n_out,
-                       const char *text, size_t text_len, const char *finish, double prompt_ms,
-                       double gen_ms, uint64_t scratch_bytes)
+static json_t *item_json(const struct item *it)
 {
     json_t *jp = json_array(), *jo = json_array();
-    for (size_t i = 0; i < n_prompt; i++)
-        json_array_append_new(jp, json_integer(prompt[i]));
-    for (size_t i = 0; i < n_out; i++)
-        json_array_append_new(jo, json_integer(out[i]));
-    double per_token = n_out ? gen_ms / (double)n_out : 0;
-    json_t *j = json_pack(
-        "{s:o, s:o, s:s#, s:s, s:I, s:{s:f, s:f, s:f, s:f}}", "prompt_tokens", jp, "output_tokens",
-        jo, "text", text ? text : "", (int)text_len, "finish_reason", finish, "scratch_bytes",
-        (json_int_t)scratch_bytes, "timings", "prompt_ms", prompt_ms, "per_token_ms", per_token,
-        "tokens_per_s", gen_ms > 0 ? 1000.0 * (double)n_out / gen_ms : 0.0, "prompt_tokens_per_s",
-        prompt_ms > 0 ? 1000.0 * (double)n_prompt / prompt_ms : 0.0);
-    if (j) {
+    for (size_t i = 0; i < it->n_prompt; i++)
+        json_array_append_new(jp, json_integer(it->prompt[i]));
+    for (size_t i = 0; i < it->n_out; i++)
+        json_array_append_new(jo, json_integer(it->out[i]));
+    const struct gs_sched_req_stats *st = &it->stats;
+    double steps = it->n_out > 1 ? (double)(it->n_out - 1) : 0;
+    return json_pack("{s:o, s:o, s:s#, s:s, s:{s:f, s:f, s:f, s:f, s:f}, s:i}", "prompt_tokens", jp,
+                     "output_tokens", jo, "text", it->text ? it->text : "", (int)it->text_len,
+                     "finish_reason", finish_reason(it->finish), "timings", "queue_ms",
+                     st->queue_ms, "prompt_ms", st->prefill_ms, "per_token_ms",
+                     steps > 0 ? st->decode_ms / steps : 0.0, "tokens_per_s",
+                     st->decode_ms > 0 ? 1000.0 * steps / st->decode_ms : 0.0,
+                     "prompt_tokens_per_s",
+                     st->prefill_ms > 0 ? 1000.0 * (double)it->n_prompt / st->prefill_ms : 0.0,
+                     "preemptions", (int)st->n_preemptions);
+}
+
+static json_t *stats_json(const struct gs_sched_stats *st, double wall_ms)
+{
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I}", "steps", (json_int_t)st->n_steps,
+                     "prompt_tokens_computed", (json_int_t)st->n_tokens_prompt,
+                     "generated_tokens", (json_int_t)st->n_tokens_generated,
+                     "preemptions", (json_int_t)st->n_preemptions, "prefix_hit_tokens",
+                     (json_int_t)st->n_prefix_hit_tokens, "wall_ms", wall_ms, "scratch_bytes",
+                     (json_int_t)st->scratch_bytes, "kv_bytes", (json_int_t)st->kv_bytes);
+}
+
+static void print_results(const struct opts *o, struct item *items, size_t n,
+                          const struct gs_sched_stats *st, double wall_ms)
+{
+    if (o->json) {
+        json_t *j;
+        if (n == 1) {
+            j = item_json(&items[0]);
+            json_object_set_new(j, "scratch_bytes", json_integer((json_int_t)st->scratch_bytes));
+            json_object_set_new(j, "stats", stats_json(st, wall_ms));
+        } else {
+            json_t *arr = json_array();
+            for (size_t i = 0; i < n; i++)
+                json_array_append_new(arr, item_json(&items[i]));
+            j = json_pack("{s:o, s:o}", "results", arr, "stats", stats_json(st, wall_ms));
+        }
         json_dumpf(j, stdout, JSON_COMPACT);
         fputc('\n', stdout);
         json_decref(j);
+        return;
     }
+    if (n == 1) {
+        fputc('\n', stdout);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        printf("[%zu] %s%s\n    (%zu tokens, %s)\n", i, o->prompts[i],
+               items[i].text ? items[i].text : "", items[i].n_out,
+               finish_reason(items[i].finish));
+    printf("%llu steps, %.1f tokens per step, %llu generated tokens in %.0f ms (%.1f tokens/s), "
+           "%llu preemptions, %llu prefix-cache tokens\n",
+           (unsigned long long)st->n_steps,
+           st->n_steps ? (double)(st->n_tokens_prompt + st->n_tokens_generated) / st->n_steps : 0,
+           (unsigned long long)st->n_tokens_generated, wall_ms,
+           wall_ms > 0 ? 1000.0 * (double)st->n_tokens_generated / wall_ms : 0,
+           (unsigned long long)st->n_preemptions, (unsigned long long)st->n_prefix_hit_tokens);
+}
+
+/* Tokenizes every prompt. */
+static bool make_prompts(const struct opts *o, struct gs_tok *tok, struct item *items, size_t n,
+                         struct gs_err *err)
+{
+    if (o->tokens) {
+        if (!parse_ids(o->tokens, &items[0].prompt, &items[0].n_prompt)) {
+            gs_err_set(err, GS_INVAL, "--tokens: '%s' is not a list of ids", o->tokens);
+            return false;
+        }
+        return true;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!tok) {
+            gs_err_set(err, GS_UNSUPPORTED, "the model has no tokenizer: use --tokens");
+            return false;
+        }
+        if (gs_tok_encode(tok, o->prompts[i], strlen(o->prompts[i]), GS_TOK_ADD_SPECIAL,
+                          &items[i].prompt, &items[i].n_prompt, err) != GS_OK)
+            return false;
+        if (items[i].n_prompt == 0) {
+            gs_err_set(err, GS_INVAL, "prompt %zu has no tokens", i);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Prepares the decoder of each item: the prompt goes through it unprinted so
+ * that the first generated piece keeps its leading space. */
+static bool make_decoders(struct gs_tok *tok, struct item *items, size_t n, int64_t n_predict,
+                          struct gs_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        items[i].out = gs_calloc((size_t)n_predict, sizeof(int32_t));
+        if (!items[i].out)
+            return gs_err_set(err, GS_NOMEM, "out of memory"), false;
+        if (!tok)
+            continue;
+        if (gs_tok_decoder_new(tok, 0, &items[i].dec, err) != GS_OK)
+            return false;
+        for (size_t t = 0; t < items[i].n_prompt; t++) {
+            const char *piece;
+            size_t len;
+            if (gs_tok_decoder_feed(items[i].dec, items[i].prompt[t], &piece, &len, err))
+                return false;
+        }
+    }
+    return true;
+}
+
+/* Room for every prompt and its output at once, plus one page each. */
+static uint64_t kv_bytes_for(const struct gs_model *m, const struct opts *o, struct item *items,
+                             size_t n)
+{
+    uint64_t per_token = (uint64_t)m->hp.n_layer * 2 * gs_model_kv_dim(m) *
+                         (o->kv_type == GS_TYPE_F32 ? 4 : 2);
+    uint64_t pages = 0;
+    for (size_t i = 0; i < n; i++)
+        pages += (items[i].n_prompt + (uint64_t)o->n_predict) / (uint64_t)o->page_tokens + 2;
+    return pages * (uint64_t)o->page_tokens * per_token;
 }
 
 int gs_cmd_run(int argc, char **argv)
@@ -269,126 +358,100 @@ int gs_cmd_run(int argc, char **argv)
         }
     if (!parse_args(argc, argv, &o))
         return gs_cli_usage("run", usage);
+    if (o.prompts_file && (!read_prompts_file(&o) || o.n_prompts == 0)) {
+        for (size_t i = 0; i < o.n_prompts; i++)
+            gs_free((char *)o.prompts[i]);
+        return gs_cli_fail("run", "--prompts-file %s: unreadable, empty, or over %d prompts",
+                           o.prompts_file, MAX_PROMPTS);
+    }
+    size_t n = o.tokens ? 1 : o.n_prompts;
 
     struct gs_err err = {0};
-    struct runner r;
-    memset(&r, 0, sizeof(r));
-    int32_t *prompt = NULL, *out = NULL;
-    size_t n_prompt = 0, n_out = 0, text_len = 0;
-    char *text = NULL;
-    struct gs_sample_state *sampler = NULL;
-    struct gs_tok_decoder *dec = NULL;
+    struct gs_gguf *file = NULL;
+    struct gs_model *model = NULL;
+    struct gs_tok *tok = NULL;
+    struct gs_sched *sched = NULL;
+    struct item *items = gs_calloc(n, sizeof(*items));
     int rc = 1;
-
-    if (o.tokens && !parse_ids(o.tokens, &prompt, &n_prompt)) {
-        gs_free(prompt);
-        return gs_cli_fail("run", "--tokens: '%s' is not a list of ids", o.tokens);
-    }
-    /* The prompt length is only known after tokenizing; size the cache after. */
-    if (o.prompt) {
-        struct gs_tok *t = NULL;
-        if (gs_tok_open(o.path, &t, &err) != GS_OK ||
-            gs_tok_encode(t, o.prompt, strlen(o.prompt), GS_TOK_ADD_SPECIAL, &prompt, &n_prompt,
-                          &err) != GS_OK) {
-            gs_tok_free(t);
-            gs_cli_fail("run", "%s: %s", o.path, err.msg);
-            goto out;
-        }
-        gs_tok_free(t);
-    }
-    if (n_prompt == 0) {
-        gs_cli_fail("run", "the prompt has no tokens");
+    if (!items)
+        return gs_cli_fail("run", "out of memory");
+    if (gs_gguf_open(o.path, &file, &err) || gs_model_load(file, &model, &err)) {
+        gs_cli_fail("run", "%s", err.msg);
         goto out;
     }
-    if (runner_open(&r, &o, (uint32_t)(n_prompt + (size_t)o.n_predict), &err) != GS_OK) {
-        gs_cli_fail("run", "%s: %s", o.path, err.msg);
+    struct gs_err tok_err = {0};
+    if (gs_tok_new(file, &tok, &tok_err) != GS_OK)
+        tok = NULL;
+    if (!make_prompts(&o, tok, items, n, &err) ||
+        !make_decoders(tok, items, n, o.n_predict, &err)) {
+        gs_cli_fail("run", "%s", err.msg);
         goto out;
     }
-    uint32_t n_vocab = r.model->hp.n_vocab;
+    size_t n_eog = 0;
+    const int32_t *eog = tok ? gs_tok_eog_ids(tok, &n_eog) : NULL;
+    struct gs_sched_cfg cfg = {
+        .backend = o.backend, .kv_type = o.kv_type, .page_tokens = (uint32_t)o.page_tokens,
+        .max_batch_tokens = (uint32_t)GS_MAX(o.batch, (int64_t)GS_MIN(n, 64)),
+        .max_seqs = o.max_seqs ? (uint32_t)o.max_seqs : (uint32_t)GS_MIN(n, 64),
+        .max_queue = (uint32_t)n + 1, .prefix_cache = true,
+        .kv_cache_bytes = o.kv_bytes ? (uint64_t)o.kv_bytes : kv_bytes_for(model, &o, items, n),
+        .eog = eog, .n_eog = (uint32_t)n_eog};
+    if (gs_sched_new(&cfg, model, &sched, &err)) {
+        gs_cli_fail("run", "%s", err.msg);
+        goto out;
+    }
     struct gs_sample_params sp;
     gs_sample_params_init(&sp);
     sp.temperature = (float)o.temp;
     sp.top_k = (int32_t)o.top_k;
     sp.top_p = (float)o.top_p;
     sp.seed = (uint64_t)o.seed;
-    out = gs_calloc((size_t)o.n_predict + 1, sizeof(*out));
-    text = gs_malloc(((size_t)o.n_predict + 1) * 64);
-    if (!out || !text || gs_sample_state_new(&sp, (int32_t)n_vocab, &sampler, &err) != GS_OK ||
-        gs_sample_accept_prompt(sampler, prompt, (int32_t)n_prompt, &err) != GS_OK ||
-        (r.tok && gs_tok_decoder_new(r.tok, 0, &dec, &err) != GS_OK)) {
-        gs_cli_fail("run", "%s", err.msg[0] ? err.msg : "out of memory");
-        goto out;
-    }
-    /* The prompt goes through the decoder unprinted, so that the first generated
-     * piece keeps its leading space and completes any split character. */
-    for (size_t i = 0; dec && i < n_prompt; i++) {
-        const char *piece;
-        size_t len;
-        if (gs_tok_decoder_feed(dec, prompt[i], &piece, &len, &err) != GS_OK) {
-            gs_cli_fail("run", "prompt token %zu: %s", i, err.msg);
+    for (size_t i = 0; i < n; i++) {
+        struct gs_sched_request req = {.id = i, .prompt = items[i].prompt,
+                                       .n_prompt = (uint32_t)items[i].n_prompt,
+                                       .max_tokens = (uint32_t)o.n_predict, .sampling = sp};
+        if (gs_sched_submit(sched, &req, &err)) {
+            gs_cli_fail("run", "prompt %zu: %s", i, err.msg);
             goto out;
         }
     }
-
+    bool stream = n == 1 && !o.json;
     double t0 = gs_now_ms();
-    for (size_t done = 0; done < n_prompt;) {
-        uint32_t n = (uint32_t)GS_MIN(n_prompt - done, (size_t)o.batch);
-        if (runner_step(&r, prompt + done, n, done + n == n_prompt, &err) != GS_OK) {
-            gs_cli_fail("run", "prompt: %s", err.msg);
+    while (!gs_sched_idle(sched)) {
+        if (gs_sched_step(sched, &err)) {
+            gs_cli_fail("run", "%s", err.msg);
             goto out;
         }
-        done += n;
+        struct gs_sched_event ev[64];
+        size_t got;
+        while ((got = gs_sched_poll(sched, ev, GS_ARRAY_LEN(ev))) > 0)
+            for (size_t i = 0; i < got; i++)
+                on_event(tok, &items[ev[i].id], &ev[i], stream);
     }
-    double t1 = gs_now_ms();
-    const char *finish = "length";
-    for (n_out = 0; n_out < (size_t)o.n_predict;) {
-        struct gs_sample_out so;
-        if (gs_sample_next(sampler, r.logits, (int32_t)n_vocab, &so, &err) != GS_OK ||
-            gs_sample_accept(sampler, so.token, &err) != GS_OK) {
-            gs_cli_fail("run", "sampling: %s", err.msg);
-            goto out;
-        }
-        out[n_out++] = so.token;
-        if (is_eog(&r, so.token) || so.stop) {
-            finish = "stop";
-            break;
-        }
-        const char *piece = NULL;
-        size_t len = 0;
-        if (dec && gs_tok_decoder_feed(dec, so.token, &piece, &len, &err) == GS_OK && len) {
-            if (o.json) {
-                if (text_len + len < ((size_t)o.n_predict + 1) * 64) {
-                    memcpy(text + text_len, piece, len);
-                    text_len += len;
-                }
-            } else {
-                fwrite(piece, 1, len, stdout);
-                fflush(stdout);
-            }
-        } else if (!dec && !o.json) {
-            printf("%d ", so.token);
-            fflush(stdout);
-        }
-        if (n_out == (size_t)o.n_predict)
-            break;
-        if (runner_step(&r, &so.token, 1, true, &err) != GS_OK) {
-            gs_cli_fail("run", "step %zu: %s", n_out, err.msg);
-            goto out;
-        }
-    }
-    double t2 = gs_now_ms();
-    if (o.json)
-        print_json(prompt, n_prompt, out, n_out, text, text_len, finish, t1 - t0, t2 - t1,
-                   gs_plan_cache_scratch_bytes(&r.cache));
-    else
-        fputc('\n', stdout);
+    double wall_ms = gs_now_ms() - t0;
+    struct gs_sched_stats st;
+    gs_sched_stats(sched, &st);
+    print_results(&o, items, n, &st, wall_ms);
     rc = 0;
+    for (size_t i = 0; i < n; i++)
+        if (items[i].finish == GS_FINISH_ERROR) {
+            gs_cli_fail("run", "prompt %zu: %s", i, items[i].err);
+            rc = 1;
+        }
 out:
-    gs_tok_decoder_free(dec);
-    gs_sample_state_free(sampler);
-    runner_close(&r);
-    gs_free(prompt);
-    gs_free(out);
-    gs_free(text);
+    gs_sched_free(sched);
+    for (size_t i = 0; i < n; i++) {
+        gs_tok_decoder_free(items[i].dec);
+        gs_free(items[i].prompt);
+        gs_free(items[i].out);
+        gs_free(items[i].text);
+    }
+    gs_free(items);
+    gs_tok_free(tok);
+    gs_model_free(model);
+    gs_gguf_close(file);
+    if (o.prompts_file)
+        for (size_t i = 0; i < o.n_prompts; i++)
+            gs_free((char *)o.prompts[i]);
     return rc;
 }

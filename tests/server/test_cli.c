@@ -182,3 +182,55 @@ Test(cli_inspect, refuses_a_file_that_is_not_gguf_with_a_message)
     cr_assert(strstr(out, "No such file"), "%s", out);
     free(out);
 }
+
+/* Several prompts share every engine step and each still reproduces llama.cpp's
+ * greedy completion; a prompts file gives the same results as repeated -p. */
+Test(cli_run, several_prompts_batched_match_goldens)
+{
+    static const char *const stems[] = {"once-upon-a-time", "the-little-dog", "lily-and-tom"};
+    json_t *golden[3];
+    char plist[2048] = "", path[4200];
+    snprintf(path, sizeof(path), "%s/prompts.txt", gs_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    for (int i = 0; i < 3; i++) {
+        char rel[256];
+        snprintf(rel, sizeof(rel), "golden/completions/stories260K__%s.json", stems[i]);
+        golden[i] = gs_test_load_json(gs_test_shared_path(rel));
+        const char *p = json_string_value(json_object_get(golden[i], "prompt"));
+        cr_assert(p && !strchr(p, '\''));
+        size_t at = strlen(plist);
+        snprintf(plist + at, sizeof(plist) - at, " -p '%s'", p);
+        fprintf(f, "%s\n\n", p);
+    }
+    fclose(f);
+    char model[4200];
+    snprintf(model, sizeof(model), "%s", gs_test_shared_path("models/stories260K.gguf"));
+    for (int variant = 0; variant < 2; variant++) {
+        char *out;
+        int rc = variant == 0 ? run(&out, "run -m %s %s -n 64 --json", model, plist)
+                              : run(&out, "run -m %s --prompts-file %s -n 64 --json --max-seqs 2",
+                                    model, path);
+        cr_assert_eq(rc, 0, "%s", out);
+        json_t *j = json_loads(out, 0, NULL);
+        cr_assert_not_null(j, "not JSON: %s", out);
+        json_t *results = json_object_get(j, "results");
+        cr_assert_eq(json_array_size(results), 3);
+        for (int i = 0; i < 3; i++) {
+            json_t *r = json_array_get(results, (size_t)i);
+            cr_assert(json_equal(json_object_get(r, "prompt_tokens"),
+                                 json_object_get(golden[i], "prompt_tokens")));
+            cr_assert(json_equal(json_object_get(r, "output_tokens"),
+                                 json_object_get(golden[i], "completion_tokens")),
+                      "variant %d, %s: batched output differs from llama.cpp's", variant,
+                      stems[i]);
+        }
+        json_t *st = json_object_get(j, "stats");
+        /* three sequences decoding together: fewer steps than 3 x 64 */
+        cr_assert_lt(json_integer_value(json_object_get(st, "steps")), 3 * 64);
+        json_decref(j);
+        free(out);
+    }
+    for (int i = 0; i < 3; i++)
+        json_decref(golden[i]);
+}
