@@ -85,7 +85,7 @@ struct result {
     uint64_t n_preemptions;
 };
 
-static int run_one(const struct opts *o, const struct gs_model *m, uint32_t c, struct result *r)
+static int run_one(const struct opts *o, struct gs_model *m, uint32_t c, struct result *r)
 {
     struct gs_err err;
     uint32_t n_ctx = m->hp.n_ctx_train ? m->hp.n_ctx_train : 2048;
