@@ -483,3 +483,56 @@ Test(http_opts, full_queue_is_429_with_retry_after, .timeout = 120)
     free(out);
     cr_expect_eq(e2e_stop(&k), 0);
 }
+
+/* Runs script with bash (for /dev/tcp), output in *out. */
+static int run_bash(const char *script, char **out)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "bash '%s'", e2e_body_file(script));
+    return gs_test_run(cmd, 1, out);
+}
+
+/* A client that sends half a request line is dropped after --conn-timeout-s
+ * (no slowloris); connections over --max-conns-per-ip are closed at once; a
+ * header block over --max-header-bytes is refused. The daemon keeps serving. */
+Test(http_opts, slow_excess_and_oversized_clients_are_cut_off, .timeout = 60)
+{
+    struct e2e_daemon k;
+    e2e_start(&k, "--conn-timeout-s 1 --max-conns-per-ip 3 --max-header-bytes 4KiB");
+    char *cmd, *out;
+    /* Two idle connections are held open while a third, slow one is timed. */
+    cr_assert(asprintf(&cmd,
+                       "exec 3<>/dev/tcp/127.0.0.1/%d 4<>/dev/tcp/127.0.0.1/%d; "
+                       "exec 5<>/dev/tcp/127.0.0.1/%d; printf 'GET /health HT' >&5; "
+                       "s=$(date +%%s%%N); timeout 10 cat <&5 >/dev/null; e=$(date +%%s%%N); "
+                       "echo slow_ms=$(( (e - s) / 1000000 ))",
+                       k.port, k.port, k.port) > 0);
+    cr_assert_eq(run_bash(cmd, &out), 0, "%s", out);
+    int slow_ms = -1;
+    sscanf(strstr(out, "slow_ms=") ? strstr(out, "slow_ms=") : "", "slow_ms=%d", &slow_ms);
+    cr_expect(slow_ms >= 500 && slow_ms <= 3500, "slow client dropped after %d ms", slow_ms);
+    free(cmd);
+    free(out);
+    cr_assert(asprintf(&cmd,
+                       "exec 3<>/dev/tcp/127.0.0.1/%d 4<>/dev/tcp/127.0.0.1/%d "
+                       "5<>/dev/tcp/127.0.0.1/%d; sleep 0.2; "
+                       "exec 6<>/dev/tcp/127.0.0.1/%d; printf 'GET /health HTTP/1.1\\r\\n"
+                       "Host: x\\r\\n\\r\\n' >&6 2>/dev/null; timeout 5 cat <&6 | head -c 12; echo",
+                       k.port, k.port, k.port, k.port) > 0);
+    run_bash(cmd, &out);
+    cr_expect(!strstr(out, "HTTP/1.1 200"), "a 4th connection from one address was served: %s",
+              out);
+    free(cmd);
+    free(out);
+    char big[6000] = "-H 'X-Big: ";
+    memset(big + strlen(big), 'a', 5000);
+    strcat(big, "'");
+    struct e2e_resp r;
+    e2e_http(&k, "GET", "/health", NULL, big, &r);
+    cr_expect(r.status == 431 || r.status == 413 || r.status == 400, "status %d", r.status);
+    e2e_resp_free(&r);
+    e2e_http(&k, "GET", "/health", NULL, NULL, &r);
+    cr_expect_eq(r.status, 200);
+    e2e_resp_free(&r);
+    cr_expect_eq(e2e_stop(&k), 0);
+}
