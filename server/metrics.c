@@ -100,7 +100,7 @@ static void engine_metrics(struct gs_srv_buf *o, const struct gs_sched_stats *st
     gs_srv_buf_addf(o, "graphserve_kv_pages{state=\"used\"} %u\n", st->pages_used);
     gs_srv_buf_addf(o, "graphserve_kv_pages{state=\"cached\"} %u\n", st->pages_cached);
     gs_srv_buf_addf(o, "graphserve_kv_pages{state=\"free\"} %u\n", st->pages_free);
-    gauge(o, "graphserve_kv_pages_total", "KV cache pages in the pool.", st->pages_total);
+    gauge(o, "graphserve_kv_pages_capacity", "KV cache pages in the pool.", st->pages_total);
     gauge(o, "graphserve_kv_bytes", "Bytes of the KV page pool.", (double)st->kv_bytes);
 }
 
