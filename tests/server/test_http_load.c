@@ -242,3 +242,57 @@ Test(http_load, sigterm_drains_then_aborts_and_exits_0, .timeout = 120)
     cr_expect(!strstr(log, "Sanitizer"), "%s", log);
     free(log);
 }
+
+/* CPU time (user + system, in clock ticks) of thread tid of process pid. */
+static long thread_ticks(pid_t pid, pid_t tid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    char stat[1024];
+    size_t n = fread(stat, 1, sizeof(stat) - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    /* Fields after the command name (which may hold spaces) start after ") ". */
+    const char *p = strrchr(stat, ')');
+    cr_assert(p);
+    long utime = 0, stime = 0;
+    cr_assert_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime,
+                        &stime),
+                 2);
+    return utime + stime;
+}
+
+/* While one stream decodes and another waits in the queue, the loop thread
+ * (the daemon's main thread) sleeps: suspended connections cost no CPU. */
+Test(http_load, waiting_streams_cost_the_loop_no_cpu, .timeout = 120)
+{
+    struct e2e_daemon d;
+    e2e_start(&d, "--max-seqs 1 --max-batch-tokens 64");
+    const char *body = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":1000,"
+                                     "\"ignore_eos\":true,\"stream\":true}");
+    char *cmd;
+    cr_assert(asprintf(&cmd,
+                       "for i in 1 2 3 4; do curl -sN --max-time 4 --data-binary @%s "
+                       "%s/v1/completions >/dev/null & done; wait",
+                       body, d.url) > 0);
+    /* Measure the loop thread over 2 s in the middle of the run. */
+    FILE *bg = popen(cmd, "r");
+    cr_assert(bg);
+    usleep(1000 * 1000);
+    long loop0 = thread_ticks(d.pid, d.pid);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    usleep(2000 * 1000);
+    long loop1 = thread_ticks(d.pid, d.pid);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    pclose(bg);
+    free(cmd);
+    double wall_ticks = ((double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9) *
+                        (double)sysconf(_SC_CLK_TCK);
+    double share = (double)(loop1 - loop0) / wall_ticks;
+    cr_log_info("loop thread CPU while 1 stream decodes and 3 wait: %.1f%%", share * 100);
+    cr_expect_lt(share, 0.10, "the loop thread used %.0f%% of a core", share * 100);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
