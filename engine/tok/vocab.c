@@ -887,7 +887,7 @@ enum gs_status gs_tok_open(const char *path, struct gs_tok **out, struct gs_err 
     struct gs_gguf *g;
     *out = NULL;
     if (gs_gguf_open(path, &g, err) != GS_OK)
-        return gs_err_prefix(err, "%s", path);
+        return err ? err->code : GS_IO; /* the reader's message names the file */
     enum gs_status st = gs_tok_new(g, out, err);
     gs_gguf_close(g);
     if (st != GS_OK)
