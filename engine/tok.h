@@ -19,9 +19,10 @@
  * Errors: building fails with GS_FORMAT and a message naming the key
  * ("tokenizer.ggml.scores: 10 entries for 12 tokens") for any inconsistent
  * metadata, GS_UNSUPPORTED for a tokenizer model or pre-tokenizer we do not
- * implement, GS_NOMEM when allocation fails. Encoding accepts any bytes
- * (invalid UTF-8 is treated as U+FFFD, as llama.cpp does); decoding refuses
- * ids outside the vocabulary with GS_INVAL.
+ * implement, GS_NOMEM when allocation fails; gs_tok_open() passes on the
+ * GGUF reader's errors. Encoding accepts any bytes: SPM keeps invalid UTF-8
+ * through its byte tokens, BPE and WordPiece read it as U+FFFD, as llama.cpp
+ * does. Decoding refuses ids outside the vocabulary with GS_INVAL.
  *
  * Example:
  *     struct gs_tok *tok;
