@@ -20,6 +20,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1001,6 +1002,58 @@ Test(tok_cli, prints_ids_and_pieces)
     cr_expect_eq(gs_test_run(cmd, 1, &out), 1);
     cr_expect(strstr(out, "/nonexistent.gguf"), "error names the file: %s", out);
     free(out);
+}
+
+/* ---- threads ----------------------------------------------------------------------------- */
+
+struct thread_job {
+    const struct gs_tok *t;
+    const char *text;
+    size_t len;
+    int32_t *ids;
+    size_t n;
+    enum gs_status st;
+};
+
+static void *encode_job(void *arg)
+{
+    struct thread_job *j = arg;
+    for (int rep = 0; rep < 20 && j->st == GS_OK; rep++) {
+        gs_free(j->ids);
+        j->st = gs_tok_encode(j->t, j->text, j->len, GS_TOK_ADD_SPECIAL | GS_TOK_PARSE_SPECIAL,
+                              &j->ids, &j->n, NULL);
+    }
+    return NULL;
+}
+
+/* One tokenizer, four threads encoding at once: same ids as alone. */
+Test(tok_threads, concurrent_encodes_agree, .timeout = 120)
+{
+    struct gs_tok *t = open_tok("models/vocab/ggml-vocab-qwen2.gguf");
+    static const char *const texts[] = {
+        "<|im_start|>user\nHello, world! It's 2024.<|im_end|>\n",
+        "Once upon a time, \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e and \xf0\x9f\x99\x82 emoji",
+        "   leading spaces and trailing   ",
+        "def f(x):\n    return x * 2  # 3.14159\n",
+    };
+    struct thread_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (struct thread_job){t, texts[i], strlen(texts[i]), NULL, 0, GS_OK};
+        cr_assert_eq(pthread_create(&th[i], NULL, encode_job, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(jobs[i].st, GS_OK);
+        int32_t *ids;
+        size_t n;
+        encode(t, texts[i], strlen(texts[i]), GS_TOK_ADD_SPECIAL | GS_TOK_PARSE_SPECIAL, &ids, &n);
+        cr_expect(n == jobs[i].n && !memcmp(ids, jobs[i].ids, n * sizeof(*ids)), "text %d", i);
+        gs_free(ids);
+        gs_free(jobs[i].ids);
+    }
+    gs_tok_free(t);
 }
 
 /* ---- speed ------------------------------------------------------------------------------- */
