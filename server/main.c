@@ -19,6 +19,7 @@ static const struct command commands[] = {
     {"run", gs_cmd_run, "generate text from a prompt on one sequence"},
     {"validate", gs_cmd_validate, "compare a backend's logits with golden logits"},
     {"config", gs_cmd_config, "validate a config file; print the effective config or reference"},
+    {"bench", gs_cmd_bench, "measure prompt and generation tokens/s and peak memory"},
 };
 
 static void print_usage(FILE *f)

@@ -15,6 +15,7 @@
 #include "engine/cpu/cpu.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,8 +27,12 @@
 #define cpu_relax() ((void)0)
 #endif
 
-/* Spins before a worker sleeps (about a millisecond). */
-#define SPIN_ITERS 20000
+/* Busy-wait iterations before a waiting thread yields its core, and yields
+ * before a worker sleeps. Yielding matters when the machine has more runnable
+ * threads than cores: a spinning waiter would otherwise burn the time slice
+ * the thread it waits for needs. */
+#define SPIN_ITERS 256
+#define YIELD_ITERS 2000
 
 struct worker {
     struct gs_cpu_pool *pool;
@@ -59,6 +64,10 @@ static void *worker_main(void *p)
         while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen) {
             if (++spins < SPIN_ITERS) {
                 cpu_relax();
+                continue;
+            }
+            if (spins < SPIN_ITERS + YIELD_ITERS) {
+                sched_yield();
                 continue;
             }
             pthread_mutex_lock(&pool->mu);
@@ -182,6 +191,10 @@ void gs_cpu_pool_run(struct gs_cpu_pool *pool, gs_cpu_task_fn fn, void *arg)
         pthread_mutex_unlock(&pool->mu);
     }
     fn(arg, 0, pool->n_threads);
-    while (atomic_load_explicit(&pool->n_done, memory_order_acquire) < pool->n_threads - 1)
-        cpu_relax();
+    for (int spins = 0;
+         atomic_load_explicit(&pool->n_done, memory_order_acquire) < pool->n_threads - 1;)
+        if (++spins < SPIN_ITERS)
+            cpu_relax();
+        else
+            sched_yield();
 }

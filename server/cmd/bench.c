@@ -1,0 +1,344 @@
+/*
+ * server/cmd/bench.c - `graphserve bench`: engine throughput on one model, in
+ * the spirit of llama-bench. Prompt processing: one step of P tokens (logits
+ * for the last). Generation: N steps of one token each from an empty cache.
+ * Concurrent streams: S sequences decoding together, one token each per step
+ * (the weights are read once per step for all of them); reported as the
+ * aggregate generated tokens/s. Token ids are fixed pseudo-random ids: speed
+ * does not depend on them. Peak RSS is the process high-water mark.
+ *
+ * This measures the engine (graph + backend + KV pages), not HTTP or the
+ * scheduler. No number here is asserted anywhere: see bench/ for the scripts
+ * that run it and bench/RESULTS.md for what they measured.
+ */
+#include "engine/backend.h"
+#include "engine/compile.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "kvcache/kvcache.h"
+#include "server/cli.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#define MAX_STREAMS 256
+#define CMD "bench"
+
+static const char usage[] =
+    "-m FILE [options]\n"
+    "  -m FILE             GGUF model file\n"
+    "  --backend NAME      backend (default cpu)\n"
+    "  -t, --threads N     worker threads (default: physical cores)\n"
+    "  -p N                prompt tokens processed in one step (default 512, 0: skip)\n"
+    "  -n N                tokens generated one per step (default 128, 0: skip)\n"
+    "  --streams LIST      concurrent sequences, comma-separated (default 1; e.g. 1,8,16,32)\n"
+    "  -r N                repetitions; the best run is reported (default 1)\n"
+    "  --kv-type f32|f16   KV cache element type (default f16)\n"
+    "  --no-passes         run the graph as built (no fusions)\n"
+    "  --json              one JSON object instead of the table\n";
+
+struct opts {
+    const char *path, *backend;
+    int64_t threads, n_prompt, n_gen, reps;
+    int64_t streams[16];
+    int n_streams;
+    enum gs_type kv_type;
+    bool passes, json;
+};
+
+struct bench {
+    struct gs_model *model;
+    struct gs_be be;
+    struct gs_plan_cache cache;
+    struct gs_kv_pool *pool;
+    struct gs_kv_view kv;
+    float *logits;        /* [MAX_STREAMS][n_vocab] */
+    int32_t *tokens;      /* [max step] */
+    int32_t *pos;
+    uint32_t *seq, *rows;
+    struct gs_seq_pages *sp;
+    struct gs_kv_seq seqs[MAX_STREAMS];
+};
+
+static uint32_t rand_token(uint32_t i, uint32_t n_vocab)
+{
+    uint64_t z = (uint64_t)i * 0x9e3779b97f4a7c15ull + 12345;
+    z ^= z >> 31;
+    return (uint32_t)(z % n_vocab);
+}
+
+/* One step: tokens[i] of sequence i % n_seq at its next position. */
+static enum gs_status step(struct bench *b, uint32_t n_tokens, uint32_t n_seq, bool one_seq,
+                           struct gs_err *err)
+{
+    uint32_t n_vocab = b->model->hp.n_vocab;
+    for (uint32_t s = 0; s < n_seq; s++) {
+        uint32_t need = b->seqs[s].n_tokens + (one_seq ? n_tokens : 1);
+        enum gs_status st = gs_kv_seq_reserve(b->pool, &b->seqs[s], need, err);
+        if (st)
+            return st;
+    }
+    for (uint32_t i = 0; i < n_tokens; i++) {
+        uint32_t s = one_seq ? 0 : i;
+        b->tokens[i] = (int32_t)rand_token(b->seqs[s].n_tokens + i * 7919u, n_vocab);
+        b->pos[i] = (int32_t)(one_seq ? b->seqs[0].n_tokens - n_tokens + i
+                                      : b->seqs[s].n_tokens - 1);
+        b->seq[i] = s;
+    }
+    uint32_t n_out = one_seq ? 1 : n_tokens;
+    for (uint32_t o = 0; o < n_out; o++)
+        b->rows[o] = one_seq ? n_tokens - 1 : o;
+    for (uint32_t s = 0; s < n_seq; s++)
+        b->sp[s] = (struct gs_seq_pages){b->seqs[s].pages, b->seqs[s].n_pages};
+    struct gs_step_io io = {
+        .n_tokens = n_tokens, .tokens = b->tokens, .pos = b->pos, .seq = b->seq,
+        .n_seqs = n_seq, .seqs = b->sp, .kv = &b->kv, .n_outputs = n_out,
+        .out_rows = b->rows, .logits = b->logits,
+    };
+    struct gs_plan *plan;
+    enum gs_status st = gs_plan_cache_get(&b->cache, n_tokens, &plan, err);
+    if (!st)
+        st = gs_be_run(&b->be, plan, &io, err);
+    return st;
+}
+
+static void release_all(struct bench *b)
+{
+    for (int s = 0; s < MAX_STREAMS; s++)
+        gs_kv_seq_release(b->pool, &b->seqs[s]);
+}
+
+/* Tokens per second of a prompt step of n tokens (best of reps). */
+static enum gs_status run_pp(struct bench *b, uint32_t n, int64_t reps, double *tps,
+                             struct gs_err *err)
+{
+    *tps = 0;
+    for (int64_t r = 0; r < reps + 1; r++) { /* the first run warms up (plans, pages) */
+        release_all(b);
+        double t0 = gs_now_ms();
+        enum gs_status st = step(b, n, 1, true, err);
+        if (st)
+            return st;
+        double ms = gs_now_ms() - t0;
+        if (r > 0 || reps == 0)
+            *tps = GS_MAX(*tps, n / (ms / 1000.0));
+    }
+    return GS_OK;
+}
+
+/* Aggregate tokens per second of n steps of one token for each of s streams. */
+static enum gs_status run_tg(struct bench *b, uint32_t n, uint32_t s, int64_t reps, double *tps,
+                             struct gs_err *err)
+{
+    *tps = 0;
+    for (int64_t r = 0; r < reps; r++) {
+        release_all(b);
+        enum gs_status st = step(b, s, s, false, err); /* warm-up token */
+        if (st)
+            return st;
+        double t0 = gs_now_ms();
+        for (uint32_t i = 0; i < n; i++) {
+            st = step(b, s, s, false, err);
+            if (st)
+                return st;
+        }
+        double ms = gs_now_ms() - t0;
+        *tps = GS_MAX(*tps, (double)n * s / (ms / 1000.0));
+    }
+    return GS_OK;
+}
+
+static bool parse_streams(struct opts *o, const char *s)
+{
+    o->n_streams = 0;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (o->n_streams == (int)GS_ARRAY_LEN(o->streams) ||
+            !gs_cli_parse_i64("--streams", tok, 1, MAX_STREAMS, &o->streams[o->n_streams]))
+            return false;
+        o->n_streams++;
+    }
+    return o->n_streams > 0;
+}
+
+static int parse(int argc, char **argv, struct opts *o)
+{
+    *o = (struct opts){.backend = "cpu", .n_prompt = 512, .n_gen = 128, .reps = 1,
+                       .streams = {1}, .n_streams = 1, .kv_type = GS_TYPE_F16, .passes = true};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: graphserve %s %s", CMD, usage);
+            return 0;
+        } else if (!strcmp(a, "--no-passes")) {
+            o->passes = false;
+            continue;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        }
+        if (!v)
+            return gs_cli_usage(CMD, usage);
+        if (!strcmp(a, "-m"))
+            o->path = v;
+        else if (!strcmp(a, "--backend"))
+            o->backend = v;
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+            ok = gs_cli_parse_i64(a, v, 0, 1024, &o->threads);
+        else if (!strcmp(a, "-p"))
+            ok = gs_cli_parse_i64(a, v, 0, 1 << 16, &o->n_prompt);
+        else if (!strcmp(a, "-n"))
+            ok = gs_cli_parse_i64(a, v, 0, 1 << 16, &o->n_gen);
+        else if (!strcmp(a, "-r"))
+            ok = gs_cli_parse_i64(a, v, 1, 1000, &o->reps);
+        else if (!strcmp(a, "--streams"))
+            ok = parse_streams(o, v);
+        else if (!strcmp(a, "--kv-type")) {
+            ok = !strcmp(v, "f16") || !strcmp(v, "f32");
+            o->kv_type = !strcmp(v, "f32") ? GS_TYPE_F32 : GS_TYPE_F16;
+            if (!ok)
+                fprintf(stderr, "graphserve %s: --kv-type: '%s' is not f32 or f16\n", CMD, v);
+        } else
+            return gs_cli_usage(CMD, usage);
+        if (!ok)
+            return 2;
+        i++;
+    }
+    if (!o->path)
+        return gs_cli_usage(CMD, usage);
+    return -1;
+}
+
+static enum gs_status bench_open(struct bench *b, const struct opts *o, struct gs_gguf *file,
+                                 struct gs_err *err)
+{
+    enum gs_status st = gs_model_load(file, &b->model, err);
+    if (st)
+        return st;
+    struct gs_be_cfg cfg = {.n_threads = (int)o->threads};
+    if ((st = gs_be_init(&b->be, o->backend, &cfg, err)))
+        return st;
+    if (o->passes) {
+        const struct gs_pass *sel[16];
+        size_t n = gs_be_select_passes(&b->be, gs_passes_all, gs_passes_all_len, sel, 16);
+        if ((st = gs_graph_run_passes(b->model->graph, sel, n, err)))
+            return st;
+    }
+    gs_plan_cache_init(&b->cache, &b->be, b->model->graph);
+    int64_t max_streams = 1;
+    for (int i = 0; i < o->n_streams; i++)
+        max_streams = GS_MAX(max_streams, o->streams[i]);
+    uint32_t pt = GS_KV_DEFAULT_PAGE_TOKENS;
+    uint64_t per_seq = (uint64_t)(o->n_gen + 2 + pt - 1) / pt;
+    uint64_t pages = GS_MAX((uint64_t)(o->n_prompt + pt - 1) / pt + 1, per_seq * max_streams);
+    struct gs_kv_pool_cfg pc = {
+        .n_layer = b->model->hp.n_layer, .kv_dim = gs_model_kv_dim(b->model),
+        .elem_bytes = o->kv_type == GS_TYPE_F16 ? 2 : 4, .page_tokens = pt,
+        .n_pages = (uint32_t)pages,
+    };
+    if ((st = gs_kv_pool_new(&pc, &b->pool, err)))
+        return st;
+    struct gs_kv_layout l = gs_kv_pool_layout(b->pool);
+    b->kv = (struct gs_kv_view){.base = l.base, .type = o->kv_type, .n_pages = l.n_pages,
+                                .page_tokens = l.page_tokens, .n_layer = l.n_layer,
+                                .kv_dim = l.kv_dim, .page_bytes = l.page_bytes};
+    for (int s = 0; s < MAX_STREAMS; s++)
+        gs_kv_seq_init(&b->seqs[s]);
+    size_t max_step = (size_t)GS_MAX(GS_MAX(o->n_prompt, max_streams), 1);
+    b->logits = gs_alloc_array((size_t)max_streams * b->model->hp.n_vocab, sizeof(float));
+    b->tokens = gs_alloc_array(max_step, sizeof(*b->tokens));
+    b->pos = gs_alloc_array(max_step, sizeof(*b->pos));
+    b->seq = gs_alloc_array(max_step, sizeof(*b->seq));
+    b->rows = gs_alloc_array(max_step, sizeof(*b->rows));
+    b->sp = gs_alloc_array(MAX_STREAMS, sizeof(*b->sp));
+    if (!b->logits || !b->tokens || !b->pos || !b->seq || !b->rows || !b->sp)
+        return gs_err_set(err, GS_NOMEM, "bench: out of memory");
+    return GS_OK;
+}
+
+static void bench_close(struct bench *b)
+{
+    if (b->pool) {
+        release_all(b);
+        gs_kv_pool_free(b->pool);
+    }
+    gs_plan_cache_deinit(&b->cache);
+    gs_be_deinit(&b->be);
+    gs_model_free(b->model);
+    gs_free(b->logits);
+    gs_free(b->tokens);
+    gs_free(b->pos);
+    gs_free(b->seq);
+    gs_free(b->rows);
+    gs_free(b->sp);
+}
+
+int gs_cmd_bench(int argc, char **argv)
+{
+    struct opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    struct gs_err err = {0};
+    struct gs_gguf *file = NULL;
+    struct bench b;
+    memset(&b, 0, sizeof(b));
+    if (gs_gguf_open(o.path, &file, &err))
+        return gs_cli_fail(CMD, "%s", err.msg);
+    enum gs_status st = bench_open(&b, &o, file, &err);
+    double pp = 0, tg[16] = {0};
+    if (!st && o.n_prompt > 0)
+        st = run_pp(&b, (uint32_t)o.n_prompt, o.reps, &pp, &err);
+    for (int i = 0; !st && o.n_gen > 0 && i < o.n_streams; i++)
+        st = run_tg(&b, (uint32_t)o.n_gen, (uint32_t)o.streams[i], o.reps, &tg[i], &err);
+    if (st) {
+        bench_close(&b);
+        gs_gguf_close(file);
+        return gs_cli_fail(CMD, "%s", err.msg);
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    struct stat sb;
+    double file_mib = stat(o.path, &sb) == 0 ? sb.st_size / 1048576.0 : 0;
+    double kv_mib = (double)b.kv.page_bytes * b.kv.n_pages / 1048576.0;
+    double rss_mib = ru.ru_maxrss / 1024.0;
+    int threads = o.threads ? (int)o.threads : 0;
+    if (o.json) {
+        json_t *j = json_pack("{s:s, s:s, s:i, s:f, s:f, s:f}", "model", o.path, "backend",
+                              o.backend, "threads", threads, "file_mib", file_mib, "kv_mib",
+                              kv_mib, "peak_rss_mib", rss_mib);
+        if (o.n_prompt > 0)
+            json_object_set_new(j, "pp", json_pack("{s:I, s:f}", "tokens", (json_int_t)o.n_prompt,
+                                                   "tokens_per_s", pp));
+        json_t *arr = json_array();
+        for (int i = 0; o.n_gen > 0 && i < o.n_streams; i++)
+            json_array_append_new(arr, json_pack("{s:I, s:I, s:f}", "streams",
+                                                 (json_int_t)o.streams[i], "tokens",
+                                                 (json_int_t)o.n_gen, "tokens_per_s", tg[i]));
+        json_object_set_new(j, "tg", arr);
+        char *s = json_dumps(j, JSON_COMPACT);
+        printf("%s\n", s);
+        free(s);
+        json_decref(j);
+    } else {
+        printf("model %s (%.1f MiB), backend %s, threads %s, kv %s %.1f MiB\n", o.path,
+               file_mib, o.backend, threads ? "set" : "default", gs_type_name(o.kv_type),
+               kv_mib);
+        printf("| test | tokens/s |\n|---|---:|\n");
+        if (o.n_prompt > 0)
+            printf("| pp%lld | %.2f |\n", (long long)o.n_prompt, pp);
+        for (int i = 0; o.n_gen > 0 && i < o.n_streams; i++)
+            printf("| tg%lld x%lld streams | %.2f |\n", (long long)o.n_gen,
+                   (long long)o.streams[i], tg[i]);
+        printf("peak RSS %.1f MiB\n", rss_mib);
+    }
+    bench_close(&b);
+    gs_gguf_close(file);
+    return 0;
+}
