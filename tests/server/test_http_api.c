@@ -127,6 +127,7 @@ Test(http_api, long_prompt_is_refused_not_truncated)
 {
     size_t n = 2100;
     char *body = malloc(n * 6 + 64);
+    cr_assert(body);
     size_t w = (size_t)sprintf(body, "{\"prompt\":[1");
     for (size_t i = 1; i < n; i++)
         w += (size_t)sprintf(body + w, ",%d", 300 + (int)(i % 100));
@@ -440,6 +441,7 @@ Test(http_opts, body_over_the_cap_is_413)
     e2e_start(&k, "--max-body-bytes 2KiB");
     size_t n = 4000;
     char *body = malloc(n + 64);
+    cr_assert(body);
     int w = sprintf(body, "{\"prompt\":\"");
     memset(body + w, 'a', n);
     strcpy(body + w + n, "\"}");
