@@ -24,6 +24,7 @@
 #include "engine/compile.h"
 #include "kvcache/kvcache.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,6 +34,9 @@
 #define DEFAULT_MAX_SEQS 64
 #define DEFAULT_MAX_BATCH_TOKENS 512
 #define DEFAULT_MAX_QUEUE 256
+#define DEFAULT_VALIDATE_CHUNK 32
+/* Served logits kept for one validated request: max_tokens x n_vocab floats. */
+#define MAX_VALIDATE_BYTES (256u << 20)
 
 struct seq {
     struct seq *next;          /* link in the inbox or the waiting queue */
@@ -51,6 +55,7 @@ struct seq {
     bool ignore_eos;
     bool want_logprobs;
     uint32_t n_top;
+    float *served;             /* [max_tokens][n_vocab] logits as sampled, when validating */
     uint64_t admit_order;      /* larger = admitted more recently */
     bool cancelled;
     bool in_batch;             /* placed in the step being built */
@@ -66,6 +71,23 @@ struct seq {
 struct ev_item {
     struct gs_sched_event ev;
     struct gs_sched_top top[GS_SAMPLE_TOP_LOGPROBS_MAX];
+    struct gs_val_report *report; /* VALIDATION: owned by the item */
+};
+
+/* A finished request waiting for, or in, its reference evaluation. It runs on
+ * a private ref backend and KV pool, so serving state is never touched. */
+struct vjob {
+    struct vjob *next;
+    uint64_t id;
+    int32_t *tokens;          /* [n_tokens] prompt then generated, owned */
+    uint32_t n_tokens, n_prompt;
+    float *served;            /* [n_served][n_vocab], owned */
+    uint32_t n_served;        /* rows: positions n_prompt-1 .. n_prompt-2+n_served */
+    uint32_t n_done;          /* tokens evaluated on ref so far */
+    struct gs_kv_pool *pool;  /* sized for this job alone */
+    struct gs_kv_seq kv;
+    struct gs_val_report *report;
+    bool cancelled;
 };
 
 struct gs_sched {
@@ -92,6 +114,16 @@ struct gs_sched {
     struct gs_seq_pages *step_pages;
     struct seq **step_seqs;
     float *logits;             /* [max_seqs][n_vocab] */
+    /* validation: a ref backend opened on first use, and its jobs */
+    struct gs_be ref_be;
+    bool ref_open;
+    struct gs_plan_cache ref_plans;
+    struct vjob *vjobs_head, *vjobs_tail;
+    uint32_t n_vjobs;
+    float *ref_logits;         /* [validate_chunk_tokens][n_vocab] */
+    int32_t *ref_pos;
+    uint32_t *ref_seq, *ref_rows;
+    struct gs_val_thresholds thresholds;
 
     /* Shared with the loop thread, under mu. */
     pthread_mutex_t mu;
@@ -103,7 +135,7 @@ struct gs_sched {
     struct ev_item *events;
     size_t n_events, cap_events;
     struct ev_item *borrowed;  /* what the last poll handed out */
-    size_t cap_borrowed;
+    size_t cap_borrowed, n_borrowed;
     struct gs_sched_stats stats;
     bool draining, stopping;
 
@@ -132,6 +164,7 @@ static void seq_free(struct gs_sched *s, struct seq *q)
         gs_kv_seq_release(s->pool, &q->kv);
     gs_sample_state_free(q->sampler);
     gs_free(q->tokens);
+    gs_free(q->served);
     gs_free(q);
 }
 
@@ -147,10 +180,12 @@ static uint32_t pages_for(const struct gs_sched *s, uint64_t n_tokens)
 
 /* ---- events ---------------------------------------------------------------------- */
 
-/* Appends an event under the lock. Returns false when memory is short: the
- * event is then lost, which the caller turns into an error for the request. */
-static bool push_event(struct gs_sched *s, const struct gs_sched_event *ev,
-                       const struct gs_sample_logprob *top, uint32_t n_top)
+/* Appends an event under the lock, taking ownership of report. Returns false
+ * when memory is short: the event (and report) is then lost, which the caller
+ * turns into an error for the request. */
+static bool push_event_report(struct gs_sched *s, const struct gs_sched_event *ev,
+                              const struct gs_sample_logprob *top, uint32_t n_top,
+                              struct gs_val_report *report)
 {
     pthread_mutex_lock(&s->mu);
     if (s->n_events == s->cap_events) {
@@ -158,6 +193,7 @@ static bool push_event(struct gs_sched *s, const struct gs_sched_event *ev,
         struct ev_item *e = gs_realloc(s->events, cap * sizeof(*e));
         if (!e) {
             pthread_mutex_unlock(&s->mu);
+            gs_val_report_free(report);
             return false;
         }
         s->events = e;
@@ -166,7 +202,9 @@ static bool push_event(struct gs_sched *s, const struct gs_sched_event *ev,
     struct ev_item *it = &s->events[s->n_events++];
     it->ev = *ev;
     it->ev.top = NULL;
+    it->ev.validation = NULL;
     it->ev.n_top = n_top;
+    it->report = report;
     for (uint32_t i = 0; i < n_top; i++) {
         it->top[i].token = top[i].token;
         it->top[i].logprob = top[i].logprob;
@@ -175,7 +213,13 @@ static bool push_event(struct gs_sched *s, const struct gs_sched_event *ev,
     return true;
 }
 
-static void emit_finish(struct gs_sched *s, struct seq *q)
+static bool push_event(struct gs_sched *s, const struct gs_sched_event *ev,
+                       const struct gs_sample_logprob *top, uint32_t n_top)
+{
+    return push_event_report(s, ev, top, n_top, NULL);
+}
+
+static void emit_finish(struct gs_sched *s, struct seq *q, bool validation_pending)
 {
     double now = gs_now_ms();
     q->st.n_prompt = q->n_prompt;
@@ -189,7 +233,8 @@ static void emit_finish(struct gs_sched *s, struct seq *q)
         q->st.prefill_ms = now - q->t_sched_ms;
     }
     struct gs_sched_event ev = {.kind = GS_SCHED_EV_FINISH, .id = q->id, .finish = q->finish,
-                                .stats = q->st, .err_code = q->err_code};
+                                .stats = q->st, .err_code = q->err_code,
+                                .validation_pending = validation_pending};
     memcpy(ev.err_msg, q->err_msg, sizeof(ev.err_msg));
     push_event(s, &ev, NULL, 0);
 }
@@ -257,6 +302,11 @@ static enum gs_status check_cfg(struct gs_sched_cfg *c, struct gs_err *err)
         c->max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS;
     if (!c->max_queue)
         c->max_queue = DEFAULT_MAX_QUEUE;
+    if (!c->validate_chunk_tokens)
+        c->validate_chunk_tokens = DEFAULT_VALIDATE_CHUNK;
+    if (c->validate_chunk_tokens > 4096)
+        return gs_err_set(err, GS_INVAL, "validate_chunk_tokens: %u is over 4096",
+                          c->validate_chunk_tokens);
     if (c->kv_type != GS_TYPE_F32 && c->kv_type != GS_TYPE_F16)
         return gs_err_set(err, GS_INVAL, "kv_type: %s is neither f16 nor f32",
                           gs_type_name(c->kv_type));
@@ -301,6 +351,11 @@ enum gs_status gs_sched_new(const struct gs_sched_cfg *cfg, struct gs_model *mod
     enum gs_status rc = check_cfg(&s->cfg, err);
     if (rc)
         goto fail;
+    if (cfg->validate_thresholds)
+        s->thresholds = *cfg->validate_thresholds;
+    else
+        gs_val_thresholds_init(&s->thresholds);
+    s->cfg.validate_thresholds = NULL; /* copied above; never dereferenced later */
     s->n_ctx = s->cfg.n_ctx ? s->cfg.n_ctx : model->hp.n_ctx_train;
     if (!s->n_ctx)
         s->n_ctx = 2048;
@@ -348,6 +403,14 @@ void gs_sched_free(struct gs_sched *s)
     abort_all(s, GS_FINISH_ABORT);
     gs_plan_cache_deinit(&s->plans);
     gs_be_deinit(&s->be);
+    if (s->ref_open) {
+        gs_plan_cache_deinit(&s->ref_plans);
+        gs_be_deinit(&s->ref_be);
+    }
+    gs_free(s->ref_logits);
+    gs_free(s->ref_pos);
+    gs_free(s->ref_seq);
+    gs_free(s->ref_rows);
     gs_kv_pool_free(s->pool);
     gs_free(s->running);
     gs_free(s->step_tokens);
@@ -359,6 +422,10 @@ void gs_sched_free(struct gs_sched *s)
     gs_free(s->logits);
     gs_free(s->eog);
     gs_free(s->cancels);
+    for (size_t i = 0; i < s->n_events; i++)
+        gs_val_report_free(s->events[i].report);
+    for (size_t i = 0; i < s->n_borrowed; i++)
+        gs_val_report_free(s->borrowed[i].report);
     gs_free(s->events);
     gs_free(s->borrowed);
     pthread_mutex_destroy(&s->mu);
@@ -426,6 +493,21 @@ enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request
     q->chain_hash = GS_KV_HASH_SEED;
     q->out_row = -1;
     q->t_submit_ms = gs_now_ms();
+    if (req->validate) {
+        /* one extra row: a sequence that fails on a non-finite row keeps it */
+        uint64_t bytes = ((uint64_t)q->max_tokens + 1) * s->n_vocab * sizeof(float);
+        if (bytes > MAX_VALIDATE_BYTES) {
+            seq_free(s, q);
+            return gs_err_set(err, GS_INVAL,
+                              "validation: max_tokens %u x %u vocabulary logits exceed %u MiB",
+                              q->max_tokens, s->n_vocab, MAX_VALIDATE_BYTES >> 20);
+        }
+        q->served = gs_malloc((size_t)bytes);
+        if (!q->served) {
+            seq_free(s, q);
+            return gs_err_set(err, GS_NOMEM, "validation: no memory for the served logits");
+        }
+    }
     gs_kv_seq_init(&q->kv);
 
     pthread_mutex_lock(&s->mu);
@@ -443,11 +525,8 @@ enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request
         pthread_cond_signal(&s->wake);
     }
     pthread_mutex_unlock(&s->mu);
-    if (rc) {
-        gs_sample_state_free(q->sampler);
-        gs_free(q->tokens);
-        gs_free(q);
-    }
+    if (rc)
+        seq_free(s, q);
     return rc;
 }
 
@@ -473,6 +552,9 @@ void gs_sched_cancel(struct gs_sched *s, uint64_t id)
 size_t gs_sched_poll(struct gs_sched *s, struct gs_sched_event *out, size_t cap)
 {
     pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->n_borrowed; i++)
+        gs_val_report_free(s->borrowed[i].report);
+    s->n_borrowed = 0;
     size_t n = GS_MIN(cap, s->n_events);
     if (n > s->cap_borrowed) {
         struct ev_item *b = gs_realloc(s->borrowed, n * sizeof(*b));
@@ -486,10 +568,12 @@ size_t gs_sched_poll(struct gs_sched *s, struct gs_sched_event *out, size_t cap)
     memcpy(s->borrowed, s->events, n * sizeof(*s->events));
     memmove(s->events, s->events + n, (s->n_events - n) * sizeof(*s->events));
     s->n_events -= n;
+    s->n_borrowed = n;
     pthread_mutex_unlock(&s->mu);
     for (size_t i = 0; i < n; i++) {
         out[i] = s->borrowed[i].ev;
         out[i].top = s->borrowed[i].ev.n_top ? s->borrowed[i].top : NULL;
+        out[i].validation = s->borrowed[i].report;
     }
     return n;
 }
@@ -556,6 +640,9 @@ static void take_inbox(struct gs_sched *s)
         for (struct seq *q = s->wait_head; q; q = q->next)
             if (q->id == s->cancels[c])
                 q->cancelled = true;
+        for (struct vjob *j = s->vjobs_head; j; j = j->next)
+            if (j->id == s->cancels[c])
+                j->cancelled = true;
     }
     s->n_cancels = 0;
     pthread_mutex_unlock(&s->mu);
@@ -567,13 +654,23 @@ static void remove_running(struct gs_sched *s, uint32_t i)
     s->n_running--;
 }
 
+static bool queue_vjob(struct gs_sched *s, struct seq *q);
+
 /* Ends a sequence: releases its pages (registered ones stay cached), emits its
  * FINISH event and frees it. It must be out of every queue. */
 static void finish_seq(struct gs_sched *s, struct seq *q, enum gs_finish why)
 {
     q->finish = why;
     gs_kv_seq_release(s->pool, &q->kv);
-    emit_finish(s, q);
+    /* A request that ran to an end gets its reference evaluation; one that was
+     * cancelled or aborted has no client left to read it. queue_vjob takes the
+     * tokens and the served logits. */
+    bool validating = q->served && why != GS_FINISH_CANCELLED && why != GS_FINISH_ABORT &&
+                      queue_vjob(s, q);
+    if (!validating)
+        gs_free(q->served);
+    q->served = NULL;
+    emit_finish(s, q, validating);
     pthread_mutex_lock(&s->mu);
     if (why == GS_FINISH_CANCELLED)
         s->stats.n_cancelled++;
@@ -581,6 +678,165 @@ static void finish_seq(struct gs_sched *s, struct seq *q, enum gs_finish why)
         s->stats.n_errors++;
     pthread_mutex_unlock(&s->mu);
     seq_free(s, q);
+}
+
+/* ---- validation ------------------------------------------------------------------------ */
+
+/* Moves q's tokens and served logits into a validation job. Returns false
+ * (nothing moved) when memory is short. */
+static bool queue_vjob(struct gs_sched *s, struct seq *q)
+{
+    struct vjob *j = gs_calloc(1, sizeof(*j));
+    if (!j)
+        return false;
+    j->id = q->id;
+    j->tokens = q->tokens;
+    j->n_tokens = q->n_tokens;
+    j->n_prompt = q->n_prompt;
+    j->served = q->served;
+    /* a non-finite row that ended the sequence was recorded too */
+    j->n_served = q->n_generated + (q->err_code == GS_NUMERIC ? 1 : 0);
+    gs_kv_seq_init(&j->kv);
+    q->tokens = NULL; /* moved */
+    if (j->n_tokens < j->n_prompt + j->n_served)
+        j->n_served = j->n_tokens - j->n_prompt + 1;
+    if (s->vjobs_tail)
+        s->vjobs_tail->next = j;
+    else
+        s->vjobs_head = j;
+    s->vjobs_tail = j;
+    s->n_vjobs++;
+    return true;
+}
+
+static void vjob_free(struct gs_sched *s, struct vjob *j)
+{
+    if (j->pool) {
+        gs_kv_seq_release(j->pool, &j->kv);
+        gs_kv_pool_free(j->pool);
+    }
+    gs_val_report_free(j->report);
+    gs_free(j->tokens);
+    gs_free(j->served);
+    gs_free(j);
+}
+
+/* Ends the head job: its report (or, without one, the reason) goes out. */
+static void vjob_done(struct gs_sched *s, struct gs_val_report *report, const char *why)
+{
+    struct vjob *j = s->vjobs_head;
+    s->vjobs_head = j->next;
+    if (!s->vjobs_head)
+        s->vjobs_tail = NULL;
+    s->n_vjobs--;
+    if (!j->cancelled) {
+        struct gs_sched_event ev = {.kind = GS_SCHED_EV_VALIDATION, .id = j->id};
+        if (why)
+            snprintf(ev.err_msg, sizeof(ev.err_msg), "%s", why);
+        bool failed = report && !report->pass;
+        if (report)
+            j->report = NULL; /* the event owns it now */
+        if (push_event_report(s, &ev, NULL, 0, report)) {
+            pthread_mutex_lock(&s->mu);
+            s->stats.n_validated += report != NULL;
+            s->stats.n_validation_failed += failed;
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+    vjob_free(s, j);
+}
+
+/* Opens the reference backend on first use. */
+static enum gs_status open_ref(struct gs_sched *s, struct gs_err *err)
+{
+    if (s->ref_open)
+        return GS_OK;
+    uint32_t c = s->cfg.validate_chunk_tokens;
+    s->ref_logits = gs_alloc_array((size_t)c * s->n_vocab, sizeof(float));
+    s->ref_pos = gs_alloc_array(c, sizeof(*s->ref_pos));
+    s->ref_seq = gs_calloc(c, sizeof(*s->ref_seq));
+    s->ref_rows = gs_alloc_array(c, sizeof(*s->ref_rows));
+    if (!s->ref_logits || !s->ref_pos || !s->ref_seq || !s->ref_rows)
+        return gs_err_set(err, GS_NOMEM, "no memory for the reference evaluation");
+    enum gs_status rc = gs_be_init(&s->ref_be, "ref", NULL, err);
+    if (rc)
+        return rc;
+    if ((rc = gs_be_check_graph(&s->ref_be, s->model->graph, err))) {
+        gs_be_deinit(&s->ref_be);
+        return rc;
+    }
+    gs_plan_cache_init(&s->ref_plans, &s->ref_be, s->model->graph);
+    s->ref_open = true;
+    return GS_OK;
+}
+
+/*
+ * Evaluates the next chunk of the head validation job on ref and compares
+ * every row whose logits were served. The job's tokens run teacher-forced:
+ * exactly the tokens the client received, so the figures say how far the
+ * served logits were from the oracle's at each step of this very answer.
+ */
+static void validate_step(struct gs_sched *s)
+{
+    struct vjob *j = s->vjobs_head;
+    if (!j)
+        return;
+    if (j->cancelled || j->n_served == 0) {
+        vjob_done(s, NULL, j->cancelled ? NULL : "no generated position to compare");
+        return;
+    }
+    struct gs_err err = {0};
+    char why[GS_ERR_MSG_LEN + 32];
+    if (open_ref(s, &err))
+        goto fail;
+    uint32_t end = j->n_prompt - 1 + j->n_served; /* positions [0, end) are evaluated */
+    if (!j->pool) {
+        /* F32 K/V: the reference numerics, whatever the serving cache uses */
+        struct gs_kv_pool_cfg pc = {.n_layer = s->model->hp.n_layer,
+                                    .kv_dim = gs_model_kv_dim(s->model), .elem_bytes = 4,
+                                    .page_tokens = page_tokens(s),
+                                    .n_pages = pages_for(s, end) + 1};
+        if (gs_kv_pool_new(&pc, &j->pool, &err) ||
+            gs_kv_seq_reserve(j->pool, &j->kv, end, &err) ||
+            gs_val_report_new((int32_t)s->n_vocab, &s->thresholds, &j->report, &err))
+            goto fail;
+    }
+    uint32_t c = GS_MIN(s->cfg.validate_chunk_tokens, end - j->n_done);
+    uint32_t n_out = 0;
+    for (uint32_t i = 0; i < c; i++) {
+        uint32_t p = j->n_done + i;
+        s->ref_pos[i] = (int32_t)p;
+        if (p + 1 >= j->n_prompt) /* its logits were served */
+            s->ref_rows[n_out++] = i;
+    }
+    struct gs_kv_layout l = gs_kv_pool_layout(j->pool);
+    struct gs_kv_view kv = {.base = l.base, .type = GS_TYPE_F32, .n_pages = l.n_pages,
+                            .page_tokens = l.page_tokens, .n_layer = l.n_layer,
+                            .kv_dim = l.kv_dim, .page_bytes = l.page_bytes};
+    struct gs_seq_pages sp = {j->kv.pages, j->kv.n_pages};
+    struct gs_step_io io = {.n_tokens = c, .tokens = j->tokens + j->n_done, .pos = s->ref_pos,
+                            .seq = s->ref_seq, .n_seqs = 1, .seqs = &sp, .kv = &kv,
+                            .n_outputs = n_out, .out_rows = s->ref_rows,
+                            .logits = s->ref_logits};
+    struct gs_plan *plan;
+    if (gs_plan_cache_get(&s->ref_plans, c, &plan, &err) || gs_be_run(&s->ref_be, plan, &io, &err))
+        goto fail;
+    for (uint32_t r = 0; r < n_out; r++) {
+        uint32_t p = j->n_done + s->ref_rows[r];
+        const float *served = j->served + (size_t)(p + 1 - j->n_prompt) * s->n_vocab;
+        if (gs_val_add_full(j->report, (int32_t)p, served, s->ref_logits + (size_t)r * s->n_vocab,
+                            NAN, &err))
+            goto fail;
+    }
+    j->n_done += c;
+    if (j->n_done == end) {
+        gs_val_finish(j->report);
+        vjob_done(s, j->report, NULL);
+    }
+    return;
+fail:
+    snprintf(why, sizeof(why), "validation failed to run: %s", err.msg);
+    vjob_done(s, NULL, why);
 }
 
 static void drop_cancelled(struct gs_sched *s)
@@ -784,6 +1040,9 @@ static enum gs_finish take_token(struct gs_sched *s, struct seq *q, float *logit
     struct gs_err err;
     if (s->cfg.logits_hook)
         s->cfg.logits_hook(q->id, q->n_tokens - 1, logits, s->n_vocab, s->cfg.logits_hook_ctx);
+    if (q->served)
+        memcpy(q->served + (size_t)q->n_generated * s->n_vocab, logits,
+               s->n_vocab * sizeof(float));
     enum gs_status rc = gs_sample_next(q->sampler, logits, (int32_t)s->n_vocab, &o, &err);
     if (rc) {
         q->err_code = rc;
@@ -830,6 +1089,7 @@ static void update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t pro
     s->stats.n_prefix_hit_tokens = ks.n_hits * page_tokens(s);
     s->stats.kv_bytes = (uint64_t)ks.pages_total * ks.page_bytes;
     s->stats.scratch_bytes = gs_plan_cache_scratch_bytes(&s->plans);
+    s->stats.n_validating = s->n_vjobs;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -913,6 +1173,8 @@ enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err)
             finish_seq(s, q, fin);
         }
     }
+    /* One bounded slice of reference evaluation per step, after serving. */
+    validate_step(s);
     update_stats(s, n_tokens, prompt_tokens, gen_tokens);
     notify(s);
     return rc;
@@ -923,7 +1185,7 @@ bool gs_sched_idle(struct gs_sched *s)
     pthread_mutex_lock(&s->mu);
     bool inbox_empty = s->n_inbox == 0 && s->n_cancels == 0;
     pthread_mutex_unlock(&s->mu);
-    return inbox_empty && s->n_running == 0 && s->wait_head == NULL;
+    return inbox_empty && s->n_running == 0 && s->wait_head == NULL && s->n_vjobs == 0;
 }
 
 /* Ends every request still known to the engine with why. */
@@ -940,6 +1202,8 @@ static void abort_all(struct gs_sched *s, enum gs_finish why)
     struct seq *q;
     while ((q = wait_pop(s)))
         finish_seq(s, q, why);
+    while (s->vjobs_head)
+        vjob_done(s, NULL, "validation aborted: the scheduler stopped");
     update_stats(s, 0, 0, 0);
     notify(s);
 }
@@ -952,7 +1216,7 @@ static void *engine_main(void *arg)
     for (;;) {
         pthread_mutex_lock(&s->mu);
         while (!s->stopping && s->n_inbox == 0 && s->n_cancels == 0 && s->n_running == 0 &&
-               !s->wait_head)
+               !s->wait_head && s->n_vjobs == 0)
             pthread_cond_wait(&s->wake, &s->mu);
         bool stop = s->stopping;
         pthread_mutex_unlock(&s->mu);
@@ -987,7 +1251,8 @@ void gs_sched_stop(struct gs_sched *s, uint32_t drain_ms)
     for (;;) {
         struct gs_sched_stats st;
         gs_sched_stats(s, &st);
-        if ((st.n_running == 0 && st.n_waiting == 0) || gs_now_ms() >= deadline)
+        if ((st.n_running == 0 && st.n_waiting == 0 && st.n_validating == 0) ||
+            gs_now_ms() >= deadline)
             break;
         struct timespec ts = {0, 5 * 1000 * 1000};
         nanosleep(&ts, NULL);

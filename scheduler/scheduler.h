@@ -41,6 +41,7 @@
 #include "engine/base.h"
 #include "engine/model.h"
 #include "engine/sample.h"
+#include "engine/validate.h"
 
 struct gs_sched_cfg {
     const char *backend;        /* "ref", "cpu", ... */
@@ -55,6 +56,11 @@ struct gs_sched_cfg {
     bool prefix_cache;          /* reuse full pages of identical prompt prefixes */
     const int32_t *eog;         /* end-of-generation token ids (copied); NULL: the model's eos */
     uint32_t n_eog;
+    /* Per-request validation (requests with .validate): the reference run goes
+     * in chunks of at most this many tokens, one chunk between serving steps,
+     * so it delays other requests by one bounded slice at a time; 0: 32. */
+    uint32_t validate_chunk_tokens;
+    const struct gs_val_thresholds *validate_thresholds; /* NULL: defaults; copied */
     /*
      * Test and diagnostics hook (NULL in production): called on the engine
      * thread with each sequence's logits row, before sampling, and may modify
@@ -78,6 +84,7 @@ struct gs_sched_request {
     bool ignore_eos;              /* keep going past end-of-generation tokens */
     uint32_t n_top_logprobs;      /* 0..20 alternatives per token in events; 0: none */
     bool want_logprobs;           /* report the chosen token's logprob */
+    bool validate;                /* re-evaluate on ref afterwards: a VALIDATION event follows */
     struct gs_sample_params sampling; /* arrays inside are copied */
 };
 
@@ -106,8 +113,9 @@ struct gs_sched_req_stats {
 };
 
 enum gs_sched_event_kind {
-    GS_SCHED_EV_TOKEN,  /* one generated token */
-    GS_SCHED_EV_FINISH, /* the request ended; no more events for its id */
+    GS_SCHED_EV_TOKEN,      /* one generated token */
+    GS_SCHED_EV_FINISH,     /* the request ended; only a VALIDATION event may follow */
+    GS_SCHED_EV_VALIDATION, /* the validation report of a finished request (last event) */
 };
 
 struct gs_sched_top {
@@ -128,6 +136,12 @@ struct gs_sched_event {
     struct gs_sched_req_stats stats;
     enum gs_status err_code;       /* GS_OK unless finish == GS_FINISH_ERROR */
     char err_msg[GS_ERR_MSG_LEN];
+    bool validation_pending;       /* FINISH: a VALIDATION event will follow */
+    /* VALIDATION: the comparison of the served logits with the ref backend's at
+     * every generated position (the positions whose logits were sampled).
+     * Borrowed until the next gs_sched_poll; NULL if validation could not run,
+     * with the reason in err_msg. */
+    const struct gs_val_report *validation;
 };
 
 /* Engine-wide counters, a consistent snapshot for /metrics. */
@@ -146,6 +160,9 @@ struct gs_sched_stats {
     uint64_t n_evictions;
     uint64_t kv_bytes;
     uint64_t scratch_bytes;       /* activation scratch of all compiled plans */
+    uint64_t n_validated;         /* validation reports emitted */
+    uint64_t n_validation_failed; /* ... whose verdict was a failure */
+    uint32_t n_validating;        /* validation jobs waiting or running */
 };
 
 struct gs_sched;
@@ -171,7 +188,8 @@ enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request
                                struct gs_err *err);
 
 /* Ends request id before the next step and frees its pages; its FINISH event
- * says GS_FINISH_CANCELLED. Unknown or finished ids are ignored. */
+ * says GS_FINISH_CANCELLED. A pending validation of a finished id is dropped
+ * without an event. Unknown ids are ignored. */
 void gs_sched_cancel(struct gs_sched *s, uint64_t id);
 
 /* Moves up to cap pending events into out; returns how many. */
@@ -193,7 +211,7 @@ void gs_sched_stop(struct gs_sched *s, uint32_t drain_ms);
 
 /* Runs one engine step on the calling thread. */
 enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err);
-/* True when nothing is running or waiting. */
+/* True when nothing is running, waiting or being validated. */
 bool gs_sched_idle(struct gs_sched *s);
 
 #endif /* GS_SCHEDULER_H */

@@ -488,3 +488,177 @@ Test(sched, non_finite_logits_end_only_that_sequence)
     gs_sched_free(s);
     rig_close(&r);
 }
+
+/* ---- per-request validation ------------------------------------------------------------ */
+
+struct vresult {
+    struct job job;
+    bool finished, pending;
+    bool got_report;
+    bool pass;
+    int32_t n_rows, n_nonfinite;
+    double min_pearson, top1_rate;
+    char why[GS_ERR_MSG_LEN];
+    int events_after_validation;
+};
+
+static void run_validated(struct gs_sched *s, struct vresult *v, uint32_t n)
+{
+    struct gs_sched_event ev[64];
+    struct gs_err err;
+    for (int guard = 0; !gs_sched_idle(s); guard++) {
+        cr_assert_lt(guard, 100000);
+        cr_assert_eq(gs_sched_step(s, &err), GS_OK, "%s", err.msg);
+        size_t got;
+        while ((got = gs_sched_poll(s, ev, 64)) > 0)
+            for (size_t i = 0; i < got; i++) {
+                cr_assert_lt(ev[i].id, n);
+                struct vresult *r = &v[ev[i].id];
+                cr_assert_not(r->got_report, "no event may follow VALIDATION");
+                if (ev[i].kind == GS_SCHED_EV_TOKEN) {
+                    r->job.out[r->job.n_out++] = ev[i].token;
+                } else if (ev[i].kind == GS_SCHED_EV_FINISH) {
+                    r->finished = true;
+                    r->job.finish = ev[i].finish;
+                    r->pending = ev[i].validation_pending;
+                } else {
+                    cr_assert(r->finished && r->pending, "VALIDATION before FINISH");
+                    r->got_report = true;
+                    snprintf(r->why, sizeof(r->why), "%s", ev[i].err_msg);
+                    const struct gs_val_report *rep = ev[i].validation;
+                    if (rep) {
+                        r->pass = rep->pass;
+                        r->n_rows = rep->n_rows;
+                        r->n_nonfinite = rep->n_nonfinite;
+                        r->min_pearson = rep->min_pearson;
+                        r->top1_rate = rep->top1_rate;
+                    }
+                }
+            }
+    }
+}
+
+static void validate_model(const char *rel, uint32_t n_gen)
+{
+    struct gs_err err;
+    struct gs_gguf *file;
+    struct gs_model *model;
+    cr_assert_eq(gs_gguf_open(gs_test_shared_path(rel), &file, &err), GS_OK, "%s", err.msg);
+    cr_assert_eq(gs_model_load(file, &model, &err), GS_OK, "%s", err.msg);
+    struct gs_sched_cfg cfg = {.backend = "ref", .kv_type = GS_TYPE_F16, .n_ctx = 256,
+                               .validate_chunk_tokens = 7};
+    struct gs_sched *s;
+    cr_assert_eq(gs_sched_new(&cfg, model, &s, &err), GS_OK, "%s", err.msg);
+    struct vresult v[3];
+    memset(v, 0, sizeof(v));
+    unsigned seed = 4;
+    for (uint64_t i = 0; i < 3; i++) {
+        random_job(&v[i].job, &seed, 30);
+        v[i].job.max_tokens = n_gen;
+        v[i].job.temperature = 0;
+        struct gs_sched_request req = {.id = i, .prompt = v[i].job.prompt,
+                                       .n_prompt = v[i].job.n_prompt, .max_tokens = n_gen,
+                                       .ignore_eos = true, .validate = i != 2};
+        gs_sample_params_init(&req.sampling);
+        req.sampling.temperature = 0;
+        cr_assert_eq(gs_sched_submit(s, &req, &err), GS_OK, "%s", err.msg);
+    }
+    run_validated(s, v, 3);
+    for (int i = 0; i < 2; i++) {
+        cr_assert(v[i].got_report, "%s: request %d got no validation (%s)", rel, i, v[i].why);
+        cr_assert_eq(v[i].n_rows, (int32_t)n_gen, "one row per generated position");
+        cr_assert(v[i].pass, "%s: served logits disagree with ref: min pearson %f top1 %f", rel,
+                  v[i].min_pearson, v[i].top1_rate);
+        cr_assert_geq(v[i].min_pearson, 0.999);
+    }
+    cr_assert_not(v[2].pending, "a request that did not ask is not validated");
+    cr_assert_not(v[2].got_report);
+    struct gs_sched_stats st;
+    gs_sched_stats(s, &st);
+    cr_assert_eq(st.n_validated, 2);
+    cr_assert_eq(st.n_validation_failed, 0);
+    gs_sched_free(s);
+    gs_model_free(model);
+    gs_gguf_close(file);
+}
+
+/* Served on the F16 KV cache, re-evaluated on ref with F32 K/V: the figures
+ * pass the thresholds used for the golden files. */
+Test(sched_validate, reports_agreement_for_f32_and_quantized_models)
+{
+    validate_model("models/stories260K.gguf", 20);
+    validate_model("models/stories260K-Q4_0.gguf", 20);
+    validate_model("models/tiny-k-Q4_K.gguf", 12);
+}
+
+/* Logits corrupted on the serving side: the sequence ends with an error and
+ * its validation report says so (non-finite row, failed). */
+Test(sched_validate, reports_non_finite_served_logits)
+{
+    struct rig r;
+    rig_open(&r);
+    uint32_t poison_at = 12;
+    struct gs_sched_cfg cfg = {.backend = "ref", .kv_type = GS_TYPE_F16, .n_ctx = 256,
+                               .logits_hook = poison_job_1, .logits_hook_ctx = &poison_at};
+    struct gs_sched *s;
+    struct gs_err err;
+    cr_assert_eq(gs_sched_new(&cfg, r.model, &s, &err), GS_OK, "%s", err.msg);
+    struct vresult v[2];
+    memset(v, 0, sizeof(v));
+    int32_t prompt[8] = {1, 400, 401, 402, 403, 404, 405, 406};
+    for (uint64_t i = 0; i < 2; i++) {
+        struct gs_sched_request req = {.id = i, .prompt = prompt, .n_prompt = 8,
+                                       .max_tokens = 16, .ignore_eos = true, .validate = true};
+        gs_sample_params_init(&req.sampling);
+        req.sampling.temperature = 0;
+        cr_assert_eq(gs_sched_submit(s, &req, &err), GS_OK, "%s", err.msg);
+    }
+    run_validated(s, v, 2);
+    cr_assert_eq(v[1].job.finish, GS_FINISH_ERROR);
+    cr_assert(v[1].got_report, "%s", v[1].why);
+    cr_assert_not(v[1].pass);
+    cr_assert_eq(v[1].n_nonfinite, 1);
+    cr_assert_eq(v[1].n_rows, 12 - 7 + 1, "positions 7..12, the last one non-finite");
+    cr_assert(v[0].got_report && v[0].pass, "the healthy request validates: %s", v[0].why);
+    gs_sched_free(s);
+    rig_close(&r);
+}
+
+/* Cancelling a finished request drops its pending validation without an event. */
+Test(sched_validate, cancel_drops_pending_validation)
+{
+    struct rig r;
+    rig_open(&r);
+    struct gs_sched_cfg cfg = {.backend = "ref", .kv_type = GS_TYPE_F16, .n_ctx = 256,
+                               .validate_chunk_tokens = 1};
+    struct gs_sched *s;
+    struct gs_err err;
+    cr_assert_eq(gs_sched_new(&cfg, r.model, &s, &err), GS_OK, "%s", err.msg);
+    int32_t prompt[20] = {1};
+    for (int i = 1; i < 20; i++)
+        prompt[i] = 100 + i;
+    struct gs_sched_request req = {.id = 0, .prompt = prompt, .n_prompt = 20, .max_tokens = 4,
+                                   .ignore_eos = true, .validate = true};
+    gs_sample_params_init(&req.sampling);
+    cr_assert_eq(gs_sched_submit(s, &req, &err), GS_OK);
+    struct gs_sched_event ev[16];
+    bool finished = false;
+    while (!finished) {
+        cr_assert_eq(gs_sched_step(s, &err), GS_OK);
+        size_t n = gs_sched_poll(s, ev, 16);
+        for (size_t i = 0; i < n; i++)
+            finished |= ev[i].kind == GS_SCHED_EV_FINISH;
+    }
+    struct gs_sched_stats st;
+    gs_sched_stats(s, &st);
+    cr_assert_eq(st.n_validating, 1, "validation runs one token per step: still pending");
+    gs_sched_cancel(s, 0);
+    while (!gs_sched_idle(s)) {
+        cr_assert_eq(gs_sched_step(s, &err), GS_OK);
+        cr_assert_eq(gs_sched_poll(s, ev, 16), 0, "no event after cancelling");
+    }
+    gs_sched_stats(s, &st);
+    cr_assert_eq(st.n_validated, 0);
+    gs_sched_free(s);
+    rig_close(&r);
+}
