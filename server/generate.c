@@ -167,9 +167,6 @@ static void emit_chunk(struct gs_srv_req *r, struct gs_srv_choice *c, const char
     json_decref(text);
     c->first_sent = true;
     json_t *chunk = chunk_base(r, json_pack("[o]", ch));
-    if (fin && c->finish == GS_FINISH_ERROR && !c->stop_hit)
-        json_object_set_new(chunk, "error",
-                            gs_srv_err_json(gs_srv_err_from_status(c->err_code), c->err_msg, NULL));
     gs_srv_sse_json(&r->out, chunk);
     json_decref(chunk);
 }
