@@ -440,6 +440,8 @@ Test(sched, non_finite_logits_end_only_that_sequence)
     struct job jobs[4], alone[4];
     for (int i = 0; i < 4; i++) {
         random_job(&jobs[i], &seed, 40);
+        for (uint32_t t = jobs[i].n_prompt; t < 40; t++)
+            jobs[i].prompt[t] = 3 + rand_r(&seed) % 500;
         jobs[i].n_prompt = 40;
         jobs[i].max_tokens = GS_MAX(jobs[i].max_tokens, 12);
     }
