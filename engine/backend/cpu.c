@@ -4,15 +4,16 @@
  * quantized once per step to the weight type's dot partner) driven by a
  * persistent worker pool.
  *
- * Every op is one task on the pool: each thread takes a share (output rows of
- * a matmul, rows of an elementwise op, (token, head) pairs of attention) and
- * the pool's return is the op's one barrier. A matmul whose input has not yet
+ * Every op is one task on the pool, cut in chunks (output rows of a matmul,
+ * rows of an elementwise op, (token, head) pairs of attention) that the
+ * threads claim; the pool's return is the op's one barrier. Kernels see
+ * (chunk, chunks) where a static split would see (thread, threads). A matmul whose input has not yet
  * been quantized to the format it needs runs a quantize task first; the
  * quantized rows are kept, so the q/k/v (and gate/up) matmuls that read one
  * input quantize it once.
  *
- * Attention reads the sequence's KV pages directly, one pass with an online
- * softmax. With an F16 cache, q and the softmax weights are rounded to F16
+ * Attention reads the sequence's KV pages directly: K once for the scores, V
+ * once for the output. With an F16 cache, q and the softmax weights are rounded to F16
  * as in ref (which is what llama.cpp's mixed F16 products do).
  *
  * Ownership: the pool belongs to the backend instance (created in open,
@@ -53,7 +54,8 @@ struct run {
     float *out;
 };
 
-typedef void (*kernel_fn)(struct run *r, int ith, int nth);
+/* A kernel does chunk c of nc of node r->n, on thread ith (per-thread buffers). */
+typedef void (*kernel_fn)(struct run *r, int c, int nc, int ith);
 
 static const kernel_fn kernels[GS_OP_COUNT];
 
@@ -105,24 +107,24 @@ static float round_f16(float x)
 
 /* ---- ops ---------------------------------------------------------------------------- */
 
-static void k_embed(struct run *r, int ith, int nth)
+static void k_embed(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_node *n = r->n, *table = &r->g->nodes[n->src[0]];
     uint64_t row_bytes = 0;
     gs_type_row_bytes(table->type, table->ne[0], &row_bytes);
     int64_t t0, t1;
-    gs_cpu_split(r->io->n_tokens, 1, ith, nth, &t0, &t1);
+    gs_cpu_split(r->io->n_tokens, 1, chunk, n_chunks, &t0, &t1);
     for (int64_t t = t0; t < t1; t++)
         gs_dequantize(table->type, (const char *)table->data + r->io->tokens[t] * row_bytes,
                       r->out + t * n->ne[0], n->ne[0]);
 }
 
-static void k_rms_norm(struct run *r, int ith, int nth)
+static void k_rms_norm(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_node *n = r->n;
     const float *x = value(r, n->src[0]);
     int64_t ne0 = n->ne[0], i0, i1;
-    gs_cpu_split(rows_of(r, n), 1, ith, nth, &i0, &i1);
+    gs_cpu_split(rows_of(r, n), 1, chunk, n_chunks, &i0, &i1);
     for (int64_t i = i0; i < i1; i++) {
         const float *xr = x + i * ne0;
         double sum = 0;
@@ -185,37 +187,37 @@ static void elementwise_span(const struct run *r, int64_t i, int64_t j0, int64_t
 }
 
 /* Rows are shared out when there are enough; a single row is split by columns. */
-static void k_elementwise(struct run *r, int ith, int nth)
+static void k_elementwise(struct run *r, int chunk, int n_chunks, int thread)
 {
     const int64_t rows = rows_of(r, r->n), ne0 = r->n->ne[0];
     int64_t a, b;
-    if (rows >= nth) {
-        gs_cpu_split(rows, 1, ith, nth, &a, &b);
+    if (rows >= n_chunks) {
+        gs_cpu_split(rows, 1, chunk, n_chunks, &a, &b);
         for (int64_t i = a; i < b; i++)
             elementwise_span(r, i, 0, ne0);
     } else {
-        gs_cpu_split(ne0, 16, ith, nth, &a, &b);
+        gs_cpu_split(ne0, 16, chunk, n_chunks, &a, &b);
         for (int64_t i = 0; i < rows; i++)
             elementwise_span(r, i, a, b);
     }
 }
 
 /* Quantizes the matmul input's rows (a share of tokens) into xq. */
-static void k_quantize_input(struct run *r, int ith, int nth)
+static void k_quantize_input(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_node *n = r->n, *w = &r->g->nodes[n->src[1]];
-    const struct gs_type_traits *vt = gs_type_traits(r->xq_type);
+    const gs_from_f32_fn quantize = gs_cpu_quantizer(r->xq_type);
     const float *x = value(r, n->src[0]);
     const int64_t K = w->ne[0];
     int64_t t0, t1;
-    gs_cpu_split(rows_of(r, n), 1, ith, nth, &t0, &t1);
+    gs_cpu_split(rows_of(r, n), 1, chunk, n_chunks, &t0, &t1);
     for (int64_t t = t0; t < t1; t++)
-        vt->from_f32(x + t * K, r->cp->xq + t * r->cp->xq_stride, K);
+        quantize(x + t * K, r->cp->xq + t * r->cp->xq_stride, K);
 }
 
 /* x [K x T] @ W [K x N] -> out [N x T] (+ residual): each thread takes a
  * range of output rows for all tokens. */
-static void k_matmul(struct run *r, int ith, int nth)
+static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_node *n = r->n, *w = &r->g->nodes[n->src[1]];
     const struct gs_cpu_kernels *kr = gs_cpu_kernels(w->type);
@@ -226,7 +228,7 @@ static void k_matmul(struct run *r, int ith, int nth)
     const void *x = plain ? (const void *)value(r, n->src[0]) : r->cp->xq;
     const size_t x_stride = plain ? (size_t)K * sizeof(float) : r->cp->xq_stride;
     int64_t r0, r1;
-    gs_cpu_split(N, 8, ith, nth, &r0, &r1);
+    gs_cpu_split(N, 8, chunk, n_chunks, &r0, &r1);
     if (r0 >= r1)
         return;
     kr->gemm(K, (const char *)w->data + r0 * w_stride, w_stride, (int)(r1 - r0), x, x_stride,
@@ -239,7 +241,7 @@ static void k_matmul(struct run *r, int ith, int nth)
     }
 }
 
-static void k_rope(struct run *r, int ith, int nth)
+static void k_rope(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_node *n = r->n;
     const struct gs_rope_params *p = &n->p.rope;
@@ -249,7 +251,7 @@ static void k_rope(struct run *r, int ith, int nth)
     const float theta_scale = powf(p->freq_base, -2.0f / (float)p->n_rot);
     const int half = p->n_rot / 2;
     int64_t t0, t1;
-    gs_cpu_split(r->io->n_tokens, 1, ith, nth, &t0, &t1);
+    gs_cpu_split(r->io->n_tokens, 1, chunk, n_chunks, &t0, &t1);
     if (t0 >= t1)
         return;
     memcpy(r->out + t0 * ne0, x + t0 * ne0, (size_t)((t1 - t0) * ne0) * sizeof(float));
@@ -288,7 +290,7 @@ static void kv_put(const struct gs_kv_view *kv, void *dst, const float *src)
         memcpy(dst, src, (size_t)kv->kv_dim * sizeof(float));
 }
 
-static void k_kv_store(struct run *r, int ith, int nth)
+static void k_kv_store(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_step_io *io = r->io;
     const struct gs_kv_view *kv = io->kv;
@@ -297,7 +299,7 @@ static void k_kv_store(struct run *r, int ith, int nth)
     const uint64_t row = (uint64_t)kv_dim * (kv->type == GS_TYPE_F16 ? 2 : 4);
     const float *k = value(r, n->src[0]), *v = value(r, n->src[1]);
     int64_t t0, t1;
-    gs_cpu_split(io->n_tokens, 1, ith, nth, &t0, &t1);
+    gs_cpu_split(io->n_tokens, 1, chunk, n_chunks, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
         const uint32_t pos = (uint32_t)io->pos[t];
         const uint32_t page = io->seqs[io->seq[t]].pages[pos / kv->page_tokens];
@@ -367,25 +369,25 @@ static void attn_head(const struct run *r, int64_t t, int h, float *acc, float *
     memcpy(r->out + t * n->ne[0] + (int64_t)h * hd, acc, (size_t)hd * sizeof(float));
 }
 
-static void k_attn(struct run *r, int ith, int nth)
+static void k_attn(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_attn_params *p = &r->n->p.attn;
-    float *acc = thread_buf(r, ith), *q = acc + p->head_dim;
-    float *sc = r->cp->scores + (int64_t)ith * r->cp->scores_cap;
+    float *acc = thread_buf(r, thread), *q = acc + p->head_dim;
+    float *sc = r->cp->scores + (int64_t)thread * r->cp->scores_cap;
     int64_t u0, u1;
-    gs_cpu_split((int64_t)r->io->n_tokens * p->n_head, 1, ith, nth, &u0, &u1);
+    gs_cpu_split((int64_t)r->io->n_tokens * p->n_head, 1, chunk, n_chunks, &u0, &u1);
     for (int64_t u = u0; u < u1; u++)
         attn_head(r, u / p->n_head, (int)(u % p->n_head), acc, q, sc);
 }
 
-static void k_softmax(struct run *r, int ith, int nth)
+static void k_softmax(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_node *n = r->n;
     const float *x = value(r, n->src[0]);
     const struct gs_softmax_params *p = &n->p.softmax;
     const int64_t ne0 = n->ne[0];
     int64_t i0, i1;
-    gs_cpu_split(rows_of(r, n), 1, ith, nth, &i0, &i1);
+    gs_cpu_split(rows_of(r, n), 1, chunk, n_chunks, &i0, &i1);
     for (int64_t i = i0; i < i1; i++) {
         const float *xr = x + i * ne0;
         float *o = r->out + i * ne0, mx = -INFINITY;
@@ -407,22 +409,22 @@ static void k_softmax(struct run *r, int ith, int nth)
     }
 }
 
-static void k_outputs(struct run *r, int ith, int nth)
+static void k_outputs(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_node *n = r->n;
     const float *x = value(r, n->src[0]);
     int64_t o0, o1;
-    gs_cpu_split(r->io->n_outputs, 1, ith, nth, &o0, &o1);
+    gs_cpu_split(r->io->n_outputs, 1, chunk, n_chunks, &o0, &o1);
     for (int64_t o = o0; o < o1; o++)
         memcpy(r->out + o * n->ne[0], x + r->io->out_rows[o] * n->ne[0],
                (size_t)n->ne[0] * sizeof(float));
 }
 
-static void k_logits(struct run *r, int ith, int nth)
+static void k_logits(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_node *n = r->n;
     int64_t o0, o1;
-    gs_cpu_split(r->io->n_outputs, 1, ith, nth, &o0, &o1);
+    gs_cpu_split(r->io->n_outputs, 1, chunk, n_chunks, &o0, &o1);
     if (o1 > o0)
         memcpy(r->io->logits + o0 * n->ne[0], value(r, n->src[0]) + o0 * n->ne[0],
                (size_t)((o1 - o0) * n->ne[0]) * sizeof(float));
@@ -510,9 +512,8 @@ static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
         if (n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD) {
             const struct gs_node *w = &g->nodes[n->src[1]];
             const enum gs_type vt = gs_type_traits(w->type)->vec_dot_type;
-            const struct gs_type_traits *vtt = gs_type_traits(vt);
             uint64_t bytes;
-            if (w->op != GS_OP_WEIGHT || (w->type != GS_TYPE_F32 && !vtt->from_f32) ||
+            if (w->op != GS_OP_WEIGHT || (w->type != GS_TYPE_F32 && !gs_cpu_quantizer(vt)) ||
                 gs_type_row_bytes(vt, w->ne[0], &bytes))
                 return gs_err_set(err, GS_UNSUPPORTED,
                                   "cpu: node %u '%s': cannot quantize rows of %lld for %s", i,
@@ -596,15 +597,23 @@ static enum gs_status reserve_scores(struct cpu_plan *cp, const struct gs_step_i
     return GS_OK;
 }
 
-static void task(void *arg, int ith, int nth)
+static void task(void *arg, int c, int nc, int ith)
 {
     struct run *r = arg;
-    kernels[r->n->op](r, ith, nth);
+    kernels[r->n->op](r, c, nc, ith);
 }
 
-static void task_quantize(void *arg, int ith, int nth)
+static void task_quantize(void *arg, int c, int nc, int ith)
 {
-    k_quantize_input(arg, ith, nth);
+    k_quantize_input(arg, c, nc, ith);
+}
+
+/* Matmuls and attention are cut finer than one piece per thread, so that a
+ * thread that starts late (or a core shared with other work) is absorbed. */
+static int chunks_for(const struct gs_node *n, int n_threads)
+{
+    bool big = n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD || n->op == GS_OP_ATTN;
+    return big ? 4 * n_threads : n_threads;
 }
 
 static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,
@@ -631,11 +640,11 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
             const enum gs_type vt = gs_type_traits(wt)->vec_dot_type;
             if (wt != GS_TYPE_F32 && (r.xq_node != n->src[0] || r.xq_type != vt)) {
                 r.xq_type = vt;
-                gs_cpu_pool_run(c->pool, task_quantize, &r);
+                gs_cpu_pool_run(c->pool, task_quantize, &r, r.cp->n_threads);
                 r.xq_node = n->src[0];
             }
         }
-        gs_cpu_pool_run(c->pool, task, &r);
+        gs_cpu_pool_run(c->pool, task, &r, chunks_for(n, r.cp->n_threads));
     }
     return GS_OK;
 }

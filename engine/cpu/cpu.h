@@ -15,11 +15,11 @@
  * reports (AVX2+FMA+F16C on x86-64; scalar everywhere else), so one binary
  * runs on any x86-64. gs_cpu_kernels_for() gives a specific table for tests.
  *
- * Worker pool. gs_cpu_pool runs one task on all its threads (the caller is
- * thread 0) and returns when every thread is done: one barrier per op. Its
- * threads are created once; running a task allocates nothing. Workers spin
- * briefly between tasks (ops follow each other within microseconds) and then
- * sleep on a condition variable.
+ * Worker pool. gs_cpu_pool runs one task as chunks that its threads (the
+ * caller included) claim from a shared counter, and returns when every chunk
+ * is done: one barrier per op. Its threads are created once; running a task
+ * allocates nothing. Workers spin briefly between tasks (ops follow each other
+ * within microseconds), then yield, then sleep on a condition variable.
  *
  * Ownership: tables are static and const. A pool is created and freed by its
  * owner (the backend instance). Threads: kernels are pure functions of their
@@ -74,10 +74,19 @@ const struct gs_cpu_kernels *gs_cpu_kernels(enum gs_type t);
  * ISA does not specialise fall back to the scalar row. */
 const struct gs_cpu_kernels *gs_cpu_kernels_for(enum gs_cpu_isa isa, enum gs_type t);
 
+/*
+ * The activation quantizer for format t (q8_0, q8_1, q8_K, f16, ...): the
+ * fastest this CPU has, byte-identical to the reference from_f32 of
+ * engine/quant.h. NULL when t has no quantizer.
+ */
+gs_from_f32_fn gs_cpu_quantizer(enum gs_type t);
+gs_from_f32_fn gs_cpu_quantizer_for(enum gs_cpu_isa isa, enum gs_type t);
+
 /* Per-ISA tables, [GS_TYPE_COUNT] rows each (kernels_scalar.c, kernels_avx2.c). */
 extern const struct gs_cpu_kernels gs_cpu__kernels_scalar[GS_TYPE_COUNT];
 /* Fills the rows the AVX2 file specialises (x86-64 builds only). */
 void gs_cpu__kernels_avx2_fill(struct gs_cpu_kernels *table);
+void gs_cpu__quantizers_avx2_fill(gs_from_f32_fn *table);
 
 /* The AVX2 versions of the vector helpers below (kernels_avx2.c). */
 void gs_cpu__avx2_f32_to_f16(const float *x, uint16_t *y, int64_t n);
@@ -108,17 +117,22 @@ void gs_cpu_scale_axpy_f16(float *y, float s, float v, const uint16_t *b, int64_
 
 struct gs_cpu_pool; /* opaque */
 
-/* A task: thread ith of nth does its share. */
-typedef void (*gs_cpu_task_fn)(void *arg, int ith, int nth);
+/* A task: do chunk `chunk` of n_chunks, on thread ith (for per-thread buffers). */
+typedef void (*gs_cpu_task_fn)(void *arg, int chunk, int n_chunks, int ith);
 
 /* Starts n_threads - 1 workers (the caller is the n_threads-th). n_threads 0:
- * the number of physical cores. GS_INVAL for a negative count, GS_NOMEM. */
+ * the number of physical cores. GS_INVAL for a count outside 0..1024, GS_NOMEM. */
 enum gs_status gs_cpu_pool_new(int n_threads, struct gs_cpu_pool **out, struct gs_err *err);
 /* Stops and joins the workers; NULL is a no-op. */
 void gs_cpu_pool_free(struct gs_cpu_pool *pool);
 int gs_cpu_pool_threads(const struct gs_cpu_pool *pool);
-/* Runs fn(arg, ith, nth) on every thread; returns when all have returned. */
-void gs_cpu_pool_run(struct gs_cpu_pool *pool, gs_cpu_task_fn fn, void *arg);
+/*
+ * Runs fn(arg, c, n_chunks, ith) once for every chunk c in 0..n_chunks-1
+ * (1 <= n_chunks <= 65535) and returns when all have returned. Threads claim
+ * chunks as they come free, so a worker the OS has not scheduled delays
+ * nothing: the caller takes its chunks.
+ */
+void gs_cpu_pool_run(struct gs_cpu_pool *pool, gs_cpu_task_fn fn, void *arg, int n_chunks);
 /* Physical cores of this machine (logical CPUs when unknown), >= 1. */
 int gs_cpu_physical_cores(void);
 

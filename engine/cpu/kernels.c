@@ -14,20 +14,27 @@
 #endif
 
 static struct gs_cpu_kernels tables[GS_CPU_ISA_COUNT][GS_TYPE_COUNT];
+static gs_from_f32_fn quantizers[GS_CPU_ISA_COUNT][GS_TYPE_COUNT];
 static bool isa_ok[GS_CPU_ISA_COUNT];
 static enum gs_cpu_isa isa_best = GS_CPU_ISA_SCALAR;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void detect(void)
 {
-    for (int i = 0; i < GS_CPU_ISA_COUNT; i++)
+    for (int i = 0; i < GS_CPU_ISA_COUNT; i++) {
         memcpy(tables[i], gs_cpu__kernels_scalar, sizeof(tables[i]));
+        for (int t = 0; t < GS_TYPE_COUNT; t++) {
+            const struct gs_type_traits *tt = gs_type_traits(t);
+            quantizers[i][t] = tt && tt->supported ? tt->from_f32 : NULL;
+        }
+    }
     isa_ok[GS_CPU_ISA_SCALAR] = true;
 #if GS_CPU_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
         __builtin_cpu_supports("f16c")) {
         gs_cpu__kernels_avx2_fill(tables[GS_CPU_ISA_AVX2]);
+        gs_cpu__quantizers_avx2_fill(quantizers[GS_CPU_ISA_AVX2]);
         isa_ok[GS_CPU_ISA_AVX2] = true;
         isa_best = GS_CPU_ISA_AVX2;
     }
@@ -57,6 +64,19 @@ const struct gs_cpu_kernels *gs_cpu_kernels_for(enum gs_cpu_isa isa, enum gs_typ
 const struct gs_cpu_kernels *gs_cpu_kernels(enum gs_type t)
 {
     return gs_cpu_kernels_for(gs_cpu_isa_best(), t);
+}
+
+gs_from_f32_fn gs_cpu_quantizer_for(enum gs_cpu_isa isa, enum gs_type t)
+{
+    pthread_once(&once, detect);
+    if ((unsigned)isa >= GS_CPU_ISA_COUNT || !isa_ok[isa] || (unsigned)t >= GS_TYPE_COUNT)
+        return NULL;
+    return quantizers[isa][t];
+}
+
+gs_from_f32_fn gs_cpu_quantizer(enum gs_type t)
+{
+    return gs_cpu_quantizer_for(gs_cpu_isa_best(), t);
 }
 
 /* ---- vector helpers ------------------------------------------------------------------ */

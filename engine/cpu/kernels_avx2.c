@@ -475,3 +475,147 @@ void gs_cpu__avx2_scale_axpy_f16(float *y, float s, float v, const uint16_t *b, 
     for (; i < n; i++)
         y[i] = y[i] * s + v * gs_fp16_to_f32(b[i]);
 }
+
+/* ---- activation quantizers ---------------------------------------------------------------------
+ * Byte-identical to the reference quantizers of engine/quant (same float
+ * operations in the same order: a product, no fused multiply-add), so the cpu
+ * backend multiplies exactly the activations ref rounds through. */
+
+static inline __m256 abs_ps(__m256 v)
+{
+    return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+}
+
+static inline float hmax_ps(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* roundf(): to nearest, halves away from zero. */
+static inline __m256 round_away_ps(__m256 v)
+{
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 half = _mm256_cmp_ps(abs_ps(_mm256_sub_ps(v, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, _mm256_set1_ps(-0.0f)));
+    return _mm256_add_ps(t, _mm256_and_ps(half, one));
+}
+
+/* 32 int32 lanes in four vectors -> 32 int8 in order, saturating. */
+static inline __m256i pack_i32x32(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd),
+                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* One 32-element q8 block: quants at qs, returns d; *sum gets the quant sum. */
+static inline float q8_block32(const float *x, int8_t *qs, int *sum)
+{
+    __m256 v[4], amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        amax = _mm256_max_ps(amax, abs_ps(v[k]));
+    }
+    const float d = hmax_ps(amax) / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    __m256i q[4];
+    for (int k = 0; k < 4; k++)
+        q[k] = _mm256_cvttps_epi32(round_away_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
+    const __m256i all = pack_i32x32(q[0], q[1], q[2], q[3]);
+    _mm256_storeu_si256((__m256i *)qs, all);
+    if (sum) {
+        const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+        *sum = _mm_cvtsi128_si32(t);
+    }
+    return d;
+}
+
+static inline void st_f16(uint8_t *p, float f)
+{
+    const uint16_t h = _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+    memcpy(p, &h, 2);
+}
+
+static void quantize_q8_0(const float *x, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / GS_QK; i++, b += GS_Q8_0_BYTES, x += GS_QK)
+        st_f16(b + GS_Q8_0_D, q8_block32(x, (int8_t *)(b + GS_Q8_0_QS), NULL));
+}
+
+static void quantize_q8_1(const float *x, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / GS_QK; i++, b += GS_Q8_1_BYTES, x += GS_QK) {
+        int sum;
+        const float d = q8_block32(x, (int8_t *)(b + GS_Q8_1_QS), &sum);
+        st_f16(b + GS_Q8_1_D, d);
+        st_f16(b + GS_Q8_1_S, (float)sum * d);
+    }
+}
+
+static void quantize_q8_K(const float *x, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / GS_QK_K; i++, b += GS_Q8_K_BYTES, x += GS_QK_K) {
+        __m256 am = _mm256_setzero_ps();
+        for (int k = 0; k < GS_QK_K; k += 8)
+            am = _mm256_max_ps(am, abs_ps(_mm256_loadu_ps(x + k)));
+        const float amax = hmax_ps(am);
+        if (amax == 0.0f) {
+            memset(b, 0, GS_Q8_K_BYTES);
+            continue;
+        }
+        /* The first element of largest magnitude sets the sign, as in the reference. */
+        float max = 0;
+        for (int k = 0; k < GS_QK_K; k++) {
+            if (fabsf(x[k]) == amax) {
+                max = x[k];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        const __m256 vs = _mm256_set1_ps(iscale);
+        const __m256 lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f);
+        int8_t *qs = (int8_t *)(b + GS_Q8_K_QS);
+        for (int k = 0; k < GS_QK_K; k += 32) {
+            __m256i q[4];
+            for (int j = 0; j < 4; j++) {
+                __m256 v = _mm256_mul_ps(vs, _mm256_loadu_ps(x + k + 8 * j));
+                v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                q[j] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+            }
+            _mm256_storeu_si256((__m256i *)(qs + k), pack_i32x32(q[0], q[1], q[2], q[3]));
+        }
+        for (int g = 0; g < GS_QK_K / 16; g++) {
+            const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + 16 * g)));
+            __m256i s = _mm256_madd_epi16(w, _mm256_set1_epi16(1));
+            __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+            const int16_t sum = (int16_t)_mm_cvtsi128_si32(t);
+            memcpy(b + GS_Q8_K_BSUMS + 2 * g, &sum, 2);
+        }
+        const float d = 1 / iscale;
+        memcpy(b + GS_Q8_K_D, &d, 4);
+    }
+}
+
+static void quantize_f16(const float *x, void *dst, int64_t n)
+{
+    gs_cpu__avx2_f32_to_f16(x, dst, n);
+}
+
+void gs_cpu__quantizers_avx2_fill(gs_from_f32_fn *t)
+{
+    t[GS_TYPE_Q8_0] = quantize_q8_0;
+    t[GS_TYPE_Q8_1] = quantize_q8_1;
+    t[GS_TYPE_Q8_K] = quantize_q8_K;
+    t[GS_TYPE_F16] = quantize_f16;
+}

@@ -1,16 +1,23 @@
 /*
  * engine/cpu/pool.c - the persistent worker pool of the cpu backend.
  *
- * A task is published by bumping a generation counter; workers spin on it for
- * a while (the next op of a step follows within microseconds, and a futex
- * wake-up would cost more than the op) and then sleep on a condition variable.
- * The caller runs share 0 and waits for a done counter: that wait is the one
- * barrier per op.
+ * One 64-bit word describes the task in flight: generation (32 bits), chunk
+ * count (16) and next unclaimed chunk (16). A thread claims a chunk by a
+ * compare-and-swap that only succeeds while the generation and count are
+ * those it saw, so a worker that wakes late can never run a chunk of a task
+ * that has moved on. The caller publishes a task, works through chunks like
+ * any worker, then waits for the done counter to reach the chunk count: the
+ * op's one barrier. It never waits for a worker that has not claimed a
+ * chunk, which keeps steps fast when the machine has more runnable threads
+ * than cores.
+ *
+ * fn and arg are written before the word that publishes them; a worker reads
+ * them only after claiming a chunk, and the caller cannot publish the next
+ * task until that chunk is done, so it reads the task it claimed.
  *
  * Sleeping is Dekker-style with sequentially consistent atomics: a worker
- * announces itself in n_sleeping before re-reading the generation under the
- * mutex, and the publisher bumps the generation before reading n_sleeping, so
- * at least one of them sees the other.
+ * counts itself in n_sleeping before re-reading the word under the mutex, and
+ * the publisher stores the word before reading n_sleeping.
  */
 #include "engine/cpu/cpu.h"
 
@@ -28,11 +35,14 @@
 #endif
 
 /* Busy-wait iterations before a waiting thread yields its core, and yields
- * before a worker sleeps. Yielding matters when the machine has more runnable
- * threads than cores: a spinning waiter would otherwise burn the time slice
- * the thread it waits for needs. */
+ * before a worker sleeps. */
 #define SPIN_ITERS 256
 #define YIELD_ITERS 2000
+
+#define WORD(gen, n, next) (((uint64_t)(gen) << 32) | ((uint64_t)(n) << 16) | (uint64_t)(next))
+#define WORD_GEN(w) ((uint32_t)((w) >> 32))
+#define WORD_N(w) ((uint32_t)(((w) >> 16) & 0xffff))
+#define WORD_NEXT(w) ((uint32_t)((w)&0xffff))
 
 struct worker {
     struct gs_cpu_pool *pool;
@@ -45,23 +55,36 @@ struct gs_cpu_pool {
     struct worker *workers; /* [n_threads - 1] */
     gs_cpu_task_fn fn;
     void *arg;
-    _Atomic unsigned gen;  /* bumped once per task */
-    _Atomic int n_done;    /* workers finished with the current task */
+    _Atomic uint64_t word; /* generation | chunk count | next chunk */
+    _Atomic int n_done;    /* chunks finished in the current task */
     _Atomic int n_sleeping;
     _Atomic bool stop;
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
 
+/* Claims and runs chunks of the task of generation gen until none is left. */
+static void work_on(struct gs_cpu_pool *pool, uint32_t gen, int ith)
+{
+    uint64_t w = atomic_load(&pool->word);
+    while (WORD_GEN(w) == gen && WORD_NEXT(w) < WORD_N(w)) {
+        if (!atomic_compare_exchange_weak(&pool->word, &w, w + 1))
+            continue;
+        pool->fn(pool->arg, (int)WORD_NEXT(w), (int)WORD_N(w), ith);
+        atomic_fetch_add_explicit(&pool->n_done, 1, memory_order_release);
+        w = atomic_load(&pool->word);
+    }
+}
+
 static void *worker_main(void *p)
 {
-    struct worker *w = p;
-    struct gs_cpu_pool *pool = w->pool;
-    unsigned seen = 0;
+    struct worker *wk = p;
+    struct gs_cpu_pool *pool = wk->pool;
+    uint32_t seen = 0;
     for (;;) {
-        unsigned g;
+        uint32_t g;
         int spins = 0;
-        while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen) {
+        while ((g = WORD_GEN(atomic_load(&pool->word))) == seen && !atomic_load(&pool->stop)) {
             if (++spins < SPIN_ITERS) {
                 cpu_relax();
                 continue;
@@ -72,17 +95,16 @@ static void *worker_main(void *p)
             }
             pthread_mutex_lock(&pool->mu);
             atomic_fetch_add(&pool->n_sleeping, 1);
-            while (atomic_load(&pool->gen) == seen && !atomic_load(&pool->stop))
+            while (WORD_GEN(atomic_load(&pool->word)) == seen && !atomic_load(&pool->stop))
                 pthread_cond_wait(&pool->cv, &pool->mu);
             atomic_fetch_sub(&pool->n_sleeping, 1);
             pthread_mutex_unlock(&pool->mu);
             spins = 0;
         }
-        seen = g;
         if (atomic_load(&pool->stop))
             return NULL;
-        pool->fn(pool->arg, w->ith, pool->n_threads);
-        atomic_fetch_add_explicit(&pool->n_done, 1, memory_order_acq_rel);
+        seen = g;
+        work_on(pool, g, wk->ith);
     }
 }
 
@@ -128,7 +150,7 @@ enum gs_status gs_cpu_pool_new(int n_threads, struct gs_cpu_pool **out, struct g
     struct gs_cpu_pool *pool = gs_calloc(1, sizeof(*pool));
     if (!pool)
         return gs_err_set(err, GS_NOMEM, "threads: out of memory");
-    pool->n_threads = n_threads;
+    pool->n_threads = 1;
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->cv, NULL);
     if (n_threads > 1) {
@@ -143,11 +165,11 @@ enum gs_status gs_cpu_pool_new(int n_threads, struct gs_cpu_pool **out, struct g
         w->pool = pool;
         w->ith = i + 1;
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-            pool->n_threads = i + 1; /* only the started ones are joined */
-            gs_cpu_pool_free(pool);
+            gs_cpu_pool_free(pool); /* joins the pool->n_threads - 1 started so far */
             return gs_err_set(err, GS_NOMEM, "threads: cannot start worker %d of %d", i + 1,
                               n_threads);
         }
+        pool->n_threads = i + 2;
     }
     *out = pool;
     return GS_OK;
@@ -157,9 +179,8 @@ void gs_cpu_pool_free(struct gs_cpu_pool *pool)
 {
     if (!pool)
         return;
-    atomic_store(&pool->stop, true);
     pthread_mutex_lock(&pool->mu);
-    atomic_fetch_add(&pool->gen, 1);
+    atomic_store(&pool->stop, true);
     pthread_cond_broadcast(&pool->cv);
     pthread_mutex_unlock(&pool->mu);
     for (int i = 0; i < pool->n_threads - 1; i++)
@@ -175,24 +196,26 @@ int gs_cpu_pool_threads(const struct gs_cpu_pool *pool)
     return pool->n_threads;
 }
 
-void gs_cpu_pool_run(struct gs_cpu_pool *pool, gs_cpu_task_fn fn, void *arg)
+void gs_cpu_pool_run(struct gs_cpu_pool *pool, gs_cpu_task_fn fn, void *arg, int n_chunks)
 {
-    if (pool->n_threads == 1) {
-        fn(arg, 0, 1);
+    n_chunks = GS_MAX(1, GS_MIN(n_chunks, 0xffff));
+    if (pool->n_threads == 1 || n_chunks == 1) {
+        for (int c = 0; c < n_chunks; c++)
+            fn(arg, c, n_chunks, 0);
         return;
     }
     pool->fn = fn;
     pool->arg = arg;
     atomic_store_explicit(&pool->n_done, 0, memory_order_relaxed);
-    atomic_fetch_add(&pool->gen, 1); /* seq_cst: publishes fn, arg and the reset */
+    const uint32_t gen = WORD_GEN(atomic_load(&pool->word)) + 1;
+    atomic_store(&pool->word, WORD(gen, n_chunks, 0)); /* seq_cst: publishes fn, arg, n_done */
     if (atomic_load(&pool->n_sleeping) > 0) {
         pthread_mutex_lock(&pool->mu);
         pthread_cond_broadcast(&pool->cv);
         pthread_mutex_unlock(&pool->mu);
     }
-    fn(arg, 0, pool->n_threads);
-    for (int spins = 0;
-         atomic_load_explicit(&pool->n_done, memory_order_acquire) < pool->n_threads - 1;)
+    work_on(pool, gen, 0);
+    for (int spins = 0; atomic_load_explicit(&pool->n_done, memory_order_acquire) < n_chunks;)
         if (++spins < SPIN_ITERS)
             cpu_relax();
         else

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const enum gs_type weight_types[] = {
     GS_TYPE_F32,  GS_TYPE_F16,  GS_TYPE_BF16, GS_TYPE_Q4_0, GS_TYPE_Q4_1,
@@ -221,32 +222,38 @@ Test(cpu_kernels, unknown_type_has_no_row_and_unsupported_isa_is_null)
 
 struct count_task {
     _Atomic int calls;
-    _Atomic long sum;
-    int seen_nth;
+    _Atomic long chunk_sum;
+    _Atomic int bad;
+    int n_threads;
+    int n_chunks;
 };
 
-static void count_fn(void *arg, int ith, int nth)
+static void count_fn(void *arg, int chunk, int n_chunks, int ith)
 {
     struct count_task *c = arg;
     atomic_fetch_add(&c->calls, 1);
-    atomic_fetch_add(&c->sum, ith);
-    c->seen_nth = nth;
+    atomic_fetch_add(&c->chunk_sum, chunk);
+    if (n_chunks != c->n_chunks || ith < 0 || ith >= c->n_threads)
+        atomic_fetch_add(&c->bad, 1);
 }
 
-Test(cpu_pool, runs_every_thread_once_per_task_and_waits)
+Test(cpu_pool, runs_every_chunk_once_per_task_and_waits)
 {
     for (int n = 1; n <= 4; n++) {
         struct gs_cpu_pool *pool;
         struct gs_err err = {0};
         cr_assert_eq(gs_cpu_pool_new(n, &pool, &err), GS_OK, "%s", err.msg);
         cr_assert_eq(gs_cpu_pool_threads(pool), n);
-        for (int rep = 0; rep < 2000; rep++) {
-            struct count_task c = {0};
-            gs_cpu_pool_run(pool, count_fn, &c);
-            /* Returning means every share is done. */
-            cr_assert_eq(atomic_load(&c.calls), n);
-            cr_assert_eq(atomic_load(&c.sum), (long)n * (n - 1) / 2);
-            cr_assert_eq(c.seen_nth, n);
+        for (int rep = 0; rep < 3000; rep++) {
+            int chunks = 1 + rep % 13;
+            struct count_task c = {.n_threads = n, .n_chunks = chunks};
+            gs_cpu_pool_run(pool, count_fn, &c, chunks);
+            /* Returning means every chunk is done, each exactly once. */
+            cr_assert_eq(atomic_load(&c.calls), chunks);
+            cr_assert_eq(atomic_load(&c.chunk_sum), (long)chunks * (chunks - 1) / 2);
+            cr_assert_eq(atomic_load(&c.bad), 0);
+            if (rep == 1500)
+                usleep(20000); /* let the workers fall asleep once */
         }
         gs_cpu_pool_free(pool);
     }
@@ -277,6 +284,43 @@ Test(cpu_pool, split_covers_range_in_aligned_pieces)
                 next = b;
             }
             cr_assert_eq(next, n);
+        }
+    }
+}
+
+Test(cpu_kernels, activation_quantizers_are_byte_identical_to_reference)
+{
+    static const enum gs_type acts[] = {GS_TYPE_Q8_0, GS_TYPE_Q8_1, GS_TYPE_Q8_K, GS_TYPE_F16,
+                                        GS_TYPE_BF16};
+    enum { N = 5 * 256 };
+    static float x[N];
+    static uint8_t want[N * 4], got[N * 4];
+    for (int isa = 0; isa < GS_CPU_ISA_COUNT; isa++) {
+        for (size_t k = 0; k < GS_ARRAY_LEN(acts); k++) {
+            gs_from_f32_fn q = gs_cpu_quantizer_for((enum gs_cpu_isa)isa, acts[k]);
+            if (!q)
+                continue;
+            for (int rep = 0; rep < 20; rep++) {
+                for (int i = 0; i < N; i++)
+                    x[i] = frand() * (rep + 1);
+                /* Exact halves, ties of magnitude, a zero block and a negative maximum. */
+                for (int i = 0; i < 32; i++)
+                    x[i] = (float)(i - 16) * 0.5f;
+                x[300] = -20.0f * (rep + 1);
+                x[301] = 20.0f * (rep + 1);
+                for (int i = 512; i < 768; i++)
+                    x[i] = 0;
+                uint64_t bytes;
+                cr_assert_eq(gs_type_row_bytes(acts[k], N, &bytes), GS_OK);
+                memset(want, 0xaa, bytes);
+                memset(got, 0x55, bytes);
+                cr_assert_eq(gs_quantize(acts[k], x, want, N), GS_OK);
+                q(x, got, N);
+                for (uint64_t b = 0; b < bytes; b++)
+                    cr_assert_eq(got[b], want[b], "%s/%s rep %d: byte %llu differs",
+                                 gs_cpu_isa_name((enum gs_cpu_isa)isa), gs_type_name(acts[k]),
+                                 rep, (unsigned long long)b);
+            }
         }
     }
 }
