@@ -496,7 +496,7 @@ static enum MHD_Result start_stream(struct gs_srv_req *r)
         for (uint32_t i = 0; i < r->n_choices; i++)
             emit_chunk(r, &r->choices[i], NULL);
     struct MHD_Response *resp = MHD_create_response_from_callback(
-        MHD_SIZE_UNKNOWN, 16 * 1024, gs_srv__gen_stream_read, r, NULL);
+        MHD_SIZE_UNKNOWN, 4096, gs_srv__gen_stream_read, r, NULL);
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");

@@ -626,6 +626,12 @@ void gs_srv_free(struct gs_srv *s)
         uv_run(&s->loop, UV_RUN_DEFAULT);
         uv_loop_close(&s->loop);
     }
+    /* Requests still waiting (a forced end of a drain) are woken so that MHD
+     * can close their connections; their readers see peer_gone and stop. */
+    for (struct gs_srv_req *r = s->active; r; r = r->next) {
+        r->peer_gone = true;
+        gs_srv__resume(r);
+    }
     if (s->mhd) {
         /* Completion callbacks run from here for connections still open. */
         MHD_stop_daemon(s->mhd);
