@@ -124,6 +124,7 @@ static void run_to_idle(struct gs_sched *s, struct job *jobs, uint32_t n_jobs)
 
 static void random_job(struct job *j, unsigned *seed, uint32_t max_prompt)
 {
+    memset(j, 0, sizeof(*j));
     j->n_prompt = 1 + (uint32_t)rand_r(seed) % max_prompt;
     j->prompt[0] = 1; /* BOS */
     for (uint32_t i = 1; i < j->n_prompt; i++)
