@@ -25,17 +25,17 @@ struct gs_srv_choice {
     uint32_t index;
     struct gs_tok_decoder *dec;
     struct gs_srv_stop stop;
-    struct gs_srv_buf text;  /* released text: all of it (non-stream) or not yet sent (stream) */
-    json_t *logprobs;        /* entries not yet reported (stream) or all (non-stream) */
-    size_t text_offset;      /* completions logprobs: bytes released before the pending ones */
-    bool done;               /* FINISH received */
-    bool stop_hit;           /* a stop string matched; the engine was told to cancel */
-    bool first_sent;         /* stream: the opening chunk went out */
+    struct gs_srv_buf text; /* released text: all of it (non-stream) or not yet sent (stream) */
+    json_t *logprobs;       /* entries not yet reported (stream) or all (non-stream) */
+    size_t text_offset;     /* completions logprobs: bytes released before the pending ones */
+    bool done;              /* FINISH received */
+    bool stop_hit;          /* a stop string matched; the engine was told to cancel */
+    bool first_sent;        /* stream: the opening chunk went out */
     enum gs_finish finish;
     struct gs_sched_req_stats stats;
     enum gs_status err_code;
     char err_msg[GS_ERR_MSG_LEN];
-    uint32_t n_tokens;       /* TOKEN events seen */
+    uint32_t n_tokens;         /* TOKEN events seen */
     uint32_t n_tokens_at_stop; /* n_tokens when the stop string completed */
     double t_first_ms, t_last_ms;
 };
@@ -54,13 +54,13 @@ struct gs_srv_req {
     char *url;
     struct gs_srv_buf body;
     bool too_large;
-    unsigned status;       /* HTTP status sent, for the log and metrics */
+    unsigned status; /* HTTP status sent, for the log and metrics */
     double t_start_ms;
     bool suspended;
-    bool waiting;          /* non-stream: suspended until every choice is done */
+    bool waiting; /* non-stream: suspended until every choice is done */
     bool streaming;
-    bool peer_gone;        /* the client closed or reset the connection */
-    bool drain_abort;      /* ended by the drain deadline: finish_reason "abort" */
+    bool peer_gone;   /* the client closed or reset the connection */
+    bool drain_abort; /* ended by the drain deadline: finish_reason "abort" */
     /* generation */
     struct gs_srv_gen gen;
     int32_t *prompt;
@@ -82,11 +82,11 @@ struct gs_srv {
     bool has_engine;
 
     uv_loop_t loop;
-    uv_poll_t mhd_poll;    /* MHD's epoll descriptor */
-    uv_timer_t mhd_timer;  /* MHD's next timeout */
-    uv_timer_t tick;       /* 1 s: dead peers and SSE keepalives, while requests run */
+    uv_poll_t mhd_poll;   /* MHD's epoll descriptor */
+    uv_timer_t mhd_timer; /* MHD's next timeout */
+    uv_timer_t tick;      /* 1 s: dead peers and SSE keepalives, while requests run */
     uv_timer_t drain_timer;
-    uv_async_t async;      /* engine events and cross-thread requests */
+    uv_async_t async; /* engine events and cross-thread requests */
     uv_signal_t sig_term, sig_int;
     bool handles_open, tick_on;
     struct MHD_Daemon *mhd;
@@ -101,7 +101,7 @@ struct gs_srv {
 
     _Atomic bool ready;
     _Atomic bool shutdown_requested;
-    char ready_why[64];        /* protected by ready_mu */
+    char ready_why[64]; /* protected by ready_mu */
     uv_mutex_t ready_mu;
 
     struct gs_srv_metrics metrics;
@@ -112,7 +112,7 @@ struct gs_srv_route {
     const char *method;
     const char *path;
     enum gs_srv_endpoint ep;
-    bool auth;      /* Bearer key required (when keys are configured) */
+    bool auth; /* Bearer key required (when keys are configured) */
     enum MHD_Result (*handler)(struct gs_srv_req *r);
 };
 

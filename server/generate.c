@@ -61,12 +61,12 @@ static json_t *timings_json(const struct gs_srv_req *r)
 {
     const struct gs_sched_req_stats *st = &r->choices[0].stats;
     uint32_t prompt_n = st->n_prompt - GS_MIN(st->n_prompt, st->n_prompt_cached);
-    return json_pack("{s:f,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "queue_ms", st->queue_ms,
-                     "prompt_n", (int)prompt_n, "prompt_ms", st->prefill_ms,
-                     "prompt_per_token_ms", prompt_n ? st->prefill_ms / prompt_n : 0.0,
-                     "prompt_per_second", st->prefill_ms > 0 ? prompt_n * 1000.0 / st->prefill_ms : 0.0,
-                     "predicted_n", (int)st->n_generated, "predicted_ms", st->decode_ms,
-                     "predicted_per_token_ms", st->n_generated ? st->decode_ms / st->n_generated : 0.0,
+    return json_pack("{s:f,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "queue_ms", st->queue_ms, "prompt_n",
+                     (int)prompt_n, "prompt_ms", st->prefill_ms, "prompt_per_token_ms",
+                     prompt_n ? st->prefill_ms / prompt_n : 0.0, "prompt_per_second",
+                     st->prefill_ms > 0 ? prompt_n * 1000.0 / st->prefill_ms : 0.0, "predicted_n",
+                     (int)st->n_generated, "predicted_ms", st->decode_ms, "predicted_per_token_ms",
+                     st->n_generated ? st->decode_ms / st->n_generated : 0.0,
                      "predicted_per_second",
                      st->decode_ms > 0 ? st->n_generated * 1000.0 / st->decode_ms : 0.0);
 }
@@ -122,9 +122,8 @@ static json_t *take_logprobs(struct gs_srv_req *r, struct gs_srv_choice *c)
         json_t *m = json_object();
         size_t k;
         json_t *t;
-        json_array_foreach(json_object_get(e, "top_logprobs"), k, t)
-            json_object_set(m, json_string_value(json_object_get(t, "token")),
-                            json_object_get(t, "logprob"));
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, t) json_object_set(
+            m, json_string_value(json_object_get(t, "token")), json_object_get(t, "logprob"));
         json_array_append_new(tops, m);
         json_array_append_new(offs, json_integer((json_int_t)c->text_offset));
         c->text_offset += json_array_size(json_object_get(e, "bytes"));
@@ -158,8 +157,7 @@ static void emit_chunk(struct gs_srv_req *r, struct gs_srv_choice *c, const char
         if (!fin || json_string_length(text))
             json_object_set(delta, "content", text);
         ch = json_pack("{s:i,s:o,s:o,s:o}", "index", (int)c->index, "delta", delta, "logprobs",
-                       take_logprobs(r, c), "finish_reason",
-                       fin ? json_string(fin) : json_null());
+                       take_logprobs(r, c), "finish_reason", fin ? json_string(fin) : json_null());
     } else {
         ch = json_pack("{s:i,s:O,s:o,s:o}", "index", (int)c->index, "text", text, "logprobs",
                        take_logprobs(r, c), "finish_reason", fin ? json_string(fin) : json_null());
@@ -259,7 +257,8 @@ static void on_token(struct gs_srv_req *r, struct gs_srv_choice *c, const struct
         emit_chunk(r, c, NULL);
 }
 
-static void on_finish(struct gs_srv_req *r, struct gs_srv_choice *c, const struct gs_sched_event *ev)
+static void on_finish(struct gs_srv_req *r, struct gs_srv_choice *c,
+                      const struct gs_sched_event *ev)
 {
     struct gs_srv *s = r->srv;
     c->done = true;
@@ -276,8 +275,7 @@ static void on_finish(struct gs_srv_req *r, struct gs_srv_choice *c, const struc
         if (gs_srv_stop_feed(&c->stop, rest, len, &c->text)) {
             c->stop_hit = true;
             c->n_tokens_at_stop = c->n_tokens;
-        }
-        else
+        } else
             gs_srv_stop_flush(&c->stop, &c->text);
     }
     s->metrics.generated_tokens += gs_srv__choice_tokens(c);
@@ -495,8 +493,8 @@ static enum MHD_Result start_stream(struct gs_srv_req *r)
     if (r->gen.chat)
         for (uint32_t i = 0; i < r->n_choices; i++)
             emit_chunk(r, &r->choices[i], NULL);
-    struct MHD_Response *resp = MHD_create_response_from_callback(
-        MHD_SIZE_UNKNOWN, 4096, gs_srv__gen_stream_read, r, NULL);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, gs_srv__gen_stream_read, r, NULL);
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");

@@ -24,10 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TICK_MS 1000          /* dead-peer checks while requests run */
-#define KEEPALIVE_MS 2000     /* SSE comment on a stream quiet this long */
-#define DRAIN_GRACE_MS 3000   /* after the deadline, aborted requests get this long */
-#define RETRY_AFTER_S "1"
+#define TICK_MS        1000 /* dead-peer checks while requests run */
+#define KEEPALIVE_MS   2000 /* SSE comment on a stream quiet this long */
+#define DRAIN_GRACE_MS 3000 /* after the deadline, aborted requests get this long */
+#define RETRY_AFTER_S  "1"
 
 static void mhd_run(struct gs_srv *s);
 static void begin_drain(struct gs_srv *s);
@@ -228,8 +228,9 @@ static enum MHD_Result on_headers(struct gs_srv_req *r)
             MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         if (!gs_srv_auth_check(auth, (const uint8_t(*)[32])s->key_digests, s->cfg.n_api_keys))
             return gs_srv__respond_error(r, GS_SRV_E_UNAUTHORIZED, NULL,
-                                         auth ? "invalid API key" : "missing API key: send "
-                                                                    "'Authorization: Bearer KEY'");
+                                         auth ? "invalid API key"
+                                              : "missing API key: send "
+                                                "'Authorization: Bearer KEY'");
     }
     const char *cl =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -522,9 +523,8 @@ static enum gs_status start_mhd(struct gs_srv *s, struct gs_err *err)
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)l->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)l->max_conns_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)l->conn_timeout_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)l->max_header_bytes,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, s, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-        (unsigned)1, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)l->max_header_bytes, MHD_OPTION_EXTERNAL_LOGGER,
+        mhd_logger, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
     if (!s->mhd)
         return gs_err_set(err, GS_IO, "cannot listen on %s:%u: %s", s->host, s->cfg.port,
                           strerror(errno));

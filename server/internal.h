@@ -85,28 +85,28 @@ struct gs_srv_parse_limits {
 };
 
 struct gs_srv_gen {
-    bool chat;                 /* /v1/chat/completions */
-    char *model;               /* NULL when absent */
-    struct gs_srv_msg *msgs;   /* chat: n_msgs >= 1 */
+    bool chat;               /* /v1/chat/completions */
+    char *model;             /* NULL when absent */
+    struct gs_srv_msg *msgs; /* chat: n_msgs >= 1 */
     size_t n_msgs;
-    char *prompt;              /* completions with a text prompt: prompt_len bytes */
+    char *prompt; /* completions with a text prompt: prompt_len bytes */
     size_t prompt_len;
-    int32_t *prompt_ids;       /* completions with token ids, each < n_vocab */
+    int32_t *prompt_ids; /* completions with token ids, each < n_vocab */
     size_t n_prompt_ids;
-    uint32_t max_tokens;       /* 0: not given */
-    uint32_t n;                /* choices, >= 1 */
+    uint32_t max_tokens; /* 0: not given */
+    uint32_t n;          /* choices, >= 1 */
     bool stream;
-    bool include_usage;        /* stream_options.include_usage */
+    bool include_usage; /* stream_options.include_usage */
     bool logprobs;
     int32_t top_logprobs;
-    bool echo;                 /* completions: prepend the prompt to the text */
+    bool echo; /* completions: prepend the prompt to the text */
     bool ignore_eos;
     bool has_seed;
     struct gs_sample_params sp; /* sp.bias points at bias */
     struct gs_sample_bias *bias;
-    char **stop;               /* n_stop non-empty strings */
+    char **stop; /* n_stop non-empty strings */
     size_t n_stop;
-    char ignored[256];         /* unknown top-level fields, comma-separated, truncated */
+    char ignored[256]; /* unknown top-level fields, comma-separated, truncated */
 };
 
 /*
@@ -181,7 +181,7 @@ void gs_srv_stop_deinit(struct gs_srv_stop *st);
 
 /* Appends "data: <compact json>\n\n". Returns false if j cannot be dumped. */
 bool gs_srv_sse_json(struct gs_srv_buf *out, const json_t *j);
-void gs_srv_sse_done(struct gs_srv_buf *out);           /* "data: [DONE]\n\n" */
+void gs_srv_sse_done(struct gs_srv_buf *out);                      /* "data: [DONE]\n\n" */
 void gs_srv_sse_comment(struct gs_srv_buf *out, const char *text); /* ": text\n\n" */
 
 /* ---- auth -------------------------------------------------------------------------------- */
@@ -228,7 +228,7 @@ struct gs_srv_metrics {
     } requests[GS_SRV_EP_COUNT][GS_SRV_METRICS_STATUSES];
     struct gs_srv_hist ttft, itl, e2e, queue; /* seconds */
     uint64_t prompt_tokens, generated_tokens, cached_prompt_tokens;
-    uint64_t cancelled;  /* client went away before the end */
+    uint64_t cancelled; /* client went away before the end */
     uint64_t rejected_busy;
     uint32_t in_flight;
 };

@@ -110,13 +110,14 @@ void gs_srv_metrics_render(const struct gs_srv_metrics *m, const struct gs_sched
     header(o, "graphserve_http_requests_total", "counter", "HTTP requests by endpoint and status.");
     for (int ep = 0; ep < GS_SRV_EP_COUNT; ep++)
         for (size_t i = 0; i < GS_SRV_METRICS_STATUSES && m->requests[ep][i].status; i++)
-            gs_srv_buf_addf(o, "graphserve_http_requests_total{endpoint=\"%s\",status=\"%u\"} %llu\n",
+            gs_srv_buf_addf(o,
+                            "graphserve_http_requests_total{endpoint=\"%s\",status=\"%u\"} %llu\n",
                             endpoint_labels[ep], m->requests[ep][i].status,
                             (unsigned long long)m->requests[ep][i].n);
     hist(o, "graphserve_time_to_first_token_seconds",
          "Time from request arrival to its first generated token.", &m->ttft);
-    hist(o, "graphserve_inter_token_latency_seconds", "Time between consecutive tokens of a choice.",
-         &m->itl);
+    hist(o, "graphserve_inter_token_latency_seconds",
+         "Time between consecutive tokens of a choice.", &m->itl);
     hist(o, "graphserve_e2e_request_latency_seconds", "Time from request arrival to its end.",
          &m->e2e);
     hist(o, "graphserve_queue_time_seconds", "Time a request waited before the engine took it.",
@@ -128,8 +129,8 @@ void gs_srv_metrics_render(const struct gs_srv_metrics *m, const struct gs_sched
     counter(o, "graphserve_cached_prompt_tokens_total",
             "Prompt tokens of finished requests served from the prefix cache.",
             m->cached_prompt_tokens);
-    counter(o, "graphserve_cancellations_total",
-            "Requests whose client went away before the end.", m->cancelled);
+    counter(o, "graphserve_cancellations_total", "Requests whose client went away before the end.",
+            m->cancelled);
     counter(o, "graphserve_rejected_busy_total", "Requests refused with 429 (queue full).",
             m->rejected_busy);
     gauge(o, "graphserve_requests_in_flight", "HTTP generation requests in progress.",

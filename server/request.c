@@ -117,7 +117,8 @@ static enum gs_status message_content(struct pctx *c, json_t *v, size_t i, char 
         if (!json_is_string(type) || strcmp(json_string_value(type), "text") ||
             !json_is_string(text)) {
             gs_srv_buf_free(&b);
-            return fail(c, param, "'%s[%zu]' must be {\"type\":\"text\",\"text\":string}", param, k);
+            return fail(c, param, "'%s[%zu]' must be {\"type\":\"text\",\"text\":string}", param,
+                        k);
         }
         gs_srv_buf_add(&b, json_string_value(text), json_string_length(text));
     }
@@ -173,8 +174,8 @@ static enum gs_status parse_messages(struct pctx *c, json_t *root, struct gs_srv
     return GS_OK;
 }
 
-static enum gs_status parse_prompt(struct pctx *c, json_t *root, const struct gs_srv_parse_limits *lim,
-                                   struct gs_srv_gen *g)
+static enum gs_status parse_prompt(struct pctx *c, json_t *root,
+                                   const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
 {
     json_t *p = json_object_get(root, "prompt");
     if (!p)
@@ -201,16 +202,17 @@ static enum gs_status parse_prompt(struct pctx *c, json_t *root, const struct gs
             return fail(c, "prompt", "'prompt[%zu]' must be a token id (an integer)", i);
         json_int_t id = json_integer_value(v);
         if (id < 0 || (uint64_t)id >= lim->n_vocab)
-            return fail(c, "prompt", "'prompt[%zu]': token id %lld is outside the vocabulary [0, %u)",
-                        i, (long long)id, lim->n_vocab);
+            return fail(c, "prompt",
+                        "'prompt[%zu]': token id %lld is outside the vocabulary [0, %u)", i,
+                        (long long)id, lim->n_vocab);
         g->prompt_ids[i] = (int32_t)id;
     }
     g->n_prompt_ids = json_array_size(p);
     return GS_OK;
 }
 
-static enum gs_status parse_stop(struct pctx *c, json_t *root, const struct gs_srv_parse_limits *lim,
-                                 struct gs_srv_gen *g)
+static enum gs_status parse_stop(struct pctx *c, json_t *root,
+                                 const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
 {
     json_t *s = json_object_get(root, "stop");
     if (!s || json_is_null(s))
@@ -265,7 +267,8 @@ static enum gs_status parse_logit_bias(struct pctx *c, json_t *root,
             return fail(c, "logit_bias", "'logit_bias': key '%.40s' is not a token id in [0, %u)",
                         key, lim->n_vocab);
         if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
-            return fail(c, "logit_bias", "'logit_bias[%.40s]' must be a number in [-100, 100]", key);
+            return fail(c, "logit_bias", "'logit_bias[%.40s]' must be a number in [-100, 100]",
+                        key);
         g->bias[i].token = (int32_t)id;
         /* -100 bans the token, as OpenAI describes it. */
         g->bias[i].bias = json_number_value(v) <= -100 ? -INFINITY : (float)json_number_value(v);
@@ -278,10 +281,30 @@ static enum gs_status parse_logit_bias(struct pctx *c, json_t *root,
 
 /* Fields we read; anything else is listed in g->ignored. */
 static const char *const known_fields[] = {
-    "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p",
-    "top_k", "min_p", "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n",
-    "seed", "stop", "logit_bias", "logprobs", "top_logprobs", "n", "stream", "stream_options",
-    "user", "ignore_eos", "echo",
+    "model",
+    "messages",
+    "prompt",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repeat_penalty",
+    "repeat_last_n",
+    "seed",
+    "stop",
+    "logit_bias",
+    "logprobs",
+    "top_logprobs",
+    "n",
+    "stream",
+    "stream_options",
+    "user",
+    "ignore_eos",
+    "echo",
 };
 
 static void list_ignored(json_t *root, struct gs_srv_gen *g)
@@ -386,8 +409,8 @@ static enum gs_status parse_logprobs(struct pctx *c, json_t *root, struct gs_srv
     return GS_OK;
 }
 
-static enum gs_status parse_root(struct pctx *c, json_t *root, const struct gs_srv_parse_limits *lim,
-                                 struct gs_srv_gen *g)
+static enum gs_status parse_root(struct pctx *c, json_t *root,
+                                 const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
 {
     enum gs_status st;
     int64_t i;
@@ -402,7 +425,8 @@ static enum gs_status parse_root(struct pctx *c, json_t *root, const struct gs_s
     if ((st = g->chat ? parse_messages(c, root, g) : parse_prompt(c, root, lim, g)) != GS_OK)
         return st;
     const char *mt = g->chat && json_object_get(root, "max_completion_tokens")
-                         ? "max_completion_tokens" : "max_tokens";
+                         ? "max_completion_tokens"
+                         : "max_tokens";
     if ((st = get_int(c, root, mt, 1, INT32_MAX, &i, &has)) != GS_OK)
         return st;
     if (has && i > lim->max_tokens)
@@ -424,7 +448,8 @@ static enum gs_status parse_root(struct pctx *c, json_t *root, const struct gs_s
         if (!json_is_object(so))
             return fail(c, "stream_options", "'stream_options' must be an object");
         if ((st = get_bool(c, so, "include_usage", &g->include_usage)) != GS_OK)
-            return fail(c, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+            return fail(c, "stream_options.include_usage",
+                        "'stream_options.include_usage' must be a boolean");
     }
     json_t *user = json_object_get(root, "user");
     if (user && !json_is_null(user) && !json_is_string(user))

@@ -41,12 +41,12 @@ static enum MHD_Result metrics(struct gs_srv_req *r)
 static enum MHD_Result models(struct gs_srv_req *r)
 {
     const struct gs_srv_model_info *m = &r->srv->cfg.model;
-    json_t *meta = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:s}", "n_vocab",
-                             (json_int_t)(m->tok ? gs_tok_n_vocab(m->tok) : 0), "n_ctx",
-                             (json_int_t)m->n_ctx, "n_ctx_train", (json_int_t)m->n_ctx_train,
-                             "n_embd", (json_int_t)m->n_embd, "n_params", (json_int_t)m->n_params,
-                             "size", (json_int_t)m->size_bytes, "chat_template",
-                             gs_srv_tmpl_name(r->srv->tmpl));
+    json_t *meta =
+        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:s}", "n_vocab",
+                  (json_int_t)(m->tok ? gs_tok_n_vocab(m->tok) : 0), "n_ctx", (json_int_t)m->n_ctx,
+                  "n_ctx_train", (json_int_t)m->n_ctx_train, "n_embd", (json_int_t)m->n_embd,
+                  "n_params", (json_int_t)m->n_params, "size", (json_int_t)m->size_bytes,
+                  "chat_template", gs_srv_tmpl_name(r->srv->tmpl));
     json_t *model = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", m->id, "object", "model", "created",
                               (json_int_t)time(NULL), "owned_by", "graphserve", "meta", meta);
     return gs_srv__respond_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model));
@@ -79,17 +79,20 @@ static enum MHD_Result tokenize(struct gs_srv_req *r)
     if (!root)
         return ret;
     json_t *content = json_object_get(root, "content");
-    json_t *add = json_object_get(root, "add_special"), *parse = json_object_get(root, "parse_special");
+    json_t *add = json_object_get(root, "add_special"),
+           *parse = json_object_get(root, "parse_special");
     json_t *pieces = json_object_get(root, "with_pieces");
     if (!json_is_string(content)) {
         json_decref(root);
-        return gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, "content", "'content' must be a string");
+        return gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, "content",
+                                     "'content' must be a string");
     }
     if ((add && !json_is_boolean(add)) || (parse && !json_is_boolean(parse)) ||
         (pieces && !json_is_boolean(pieces))) {
         json_decref(root);
-        return gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, NULL,
-                                     "'add_special', 'parse_special' and 'with_pieces' are booleans");
+        return gs_srv__respond_error(
+            r, GS_SRV_E_BAD_REQUEST, NULL,
+            "'add_special', 'parse_special' and 'with_pieces' are booleans");
     }
     unsigned flags = (json_is_true(add) ? GS_TOK_ADD_SPECIAL : 0) |
                      (!parse || json_is_true(parse) ? GS_TOK_PARSE_SPECIAL : 0);
@@ -195,6 +198,7 @@ void gs_srv__route_allow(const char *path, char *out, size_t cap)
     out[0] = '\0';
     for (size_t i = 0; i < GS_ARRAY_LEN(routes); i++)
         if (!strcmp(path, routes[i].path))
-            w += (size_t)snprintf(out + w, w < cap ? cap - w : 0, "%s%s", w ? ", " : "",
-                                  !strcmp(routes[i].method, "GET") ? "GET, HEAD" : routes[i].method);
+            w +=
+                (size_t)snprintf(out + w, w < cap ? cap - w : 0, "%s%s", w ? ", " : "",
+                                 !strcmp(routes[i].method, "GET") ? "GET, HEAD" : routes[i].method);
 }

@@ -65,7 +65,7 @@ struct gs_srv_model_info {
     uint32_t n_embd;
     uint64_t n_params;
     uint64_t size_bytes; /* model file size */
-    const char *backend;   /* for logs and the fingerprint */
+    const char *backend; /* for logs and the fingerprint */
 };
 
 /* The loop-thread side of the scheduler contract (scheduler/scheduler.h). */
@@ -83,10 +83,10 @@ struct gs_srv_cfg {
     struct gs_srv_limits limits;
     const char *const *api_keys; /* n_api_keys Bearer tokens; none: no auth */
     size_t n_api_keys;
-    uint32_t drain_timeout_ms;   /* SIGTERM: time in-flight requests get before "abort" */
-    const char *chat_template;   /* forced template family name; NULL: from the model */
+    uint32_t drain_timeout_ms; /* SIGTERM: time in-flight requests get before "abort" */
+    const char *chat_template; /* forced template family name; NULL: from the model */
     struct gs_srv_model_info model;
-    bool handle_signals;         /* SIGTERM/SIGINT drain, a second one exits at once */
+    bool handle_signals; /* SIGTERM/SIGINT drain, a second one exits at once */
 };
 
 struct gs_srv;

@@ -29,7 +29,7 @@ struct e2e_resp {
     int status;
     char *headers; /* raw response headers, lower-cased names */
     char *body;
-    json_t *json;  /* body parsed, NULL if not JSON */
+    json_t *json; /* body parsed, NULL if not JSON */
 };
 
 /* One request with curl. body may be NULL; extra_curl is added to curl's

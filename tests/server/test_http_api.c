@@ -66,7 +66,8 @@ Test(http_api, tokenize_detokenize_match_llama_cpp)
 {
     struct e2e_resp r;
     e2e_http(&d, "POST", "/tokenize",
-             "{\"content\":\"Once upon a time\",\"add_special\":true,\"with_pieces\":true}", NULL, &r);
+             "{\"content\":\"Once upon a time\",\"add_special\":true,\"with_pieces\":true}", NULL,
+             &r);
     cr_assert_eq(r.status, 200, "%s", r.body);
     json_t *g = golden("tokenize.json");
     cr_expect(json_equal(r.json, g), "got %s", r.body);
@@ -227,7 +228,8 @@ Test(http_api, logprobs_match_llama_cpp)
         json_array_foreach(json_object_get(ge, "top_logprobs"), k, gt)
         {
             json_t *v = json_object_get(top, json_string_value(json_object_get(gt, "token")));
-            cr_expect(v && fabs(json_number_value(v) - json_number_value(json_object_get(gt, "logprob"))) < 1e-3,
+            cr_expect(v && fabs(json_number_value(v) -
+                                json_number_value(json_object_get(gt, "logprob"))) < 1e-3,
                       "token %zu alternative %zu", i, k);
         }
     }
@@ -254,8 +256,9 @@ Test(http_api, chat_logprobs_have_openai_shape)
     cr_expect(json_is_array(json_object_get(e, "bytes")));
     cr_expect_eq(json_array_size(json_object_get(e, "top_logprobs")), 2);
     /* Greedy: the chosen token is the most likely one. */
-    cr_expect(json_equal(json_object_get(json_array_get(json_object_get(e, "top_logprobs"), 0), "token"),
-                         json_object_get(e, "token")));
+    cr_expect(
+        json_equal(json_object_get(json_array_get(json_object_get(e, "top_logprobs"), 0), "token"),
+                   json_object_get(e, "token")));
     e2e_resp_free(&r);
 }
 
@@ -270,12 +273,11 @@ Test(http_api, n2_gives_two_choices)
     cr_assert_eq(json_array_size(choices), 2);
     cr_expect_str_eq(completion_text(r.json, 0), completion_text(r.json, 1));
     cr_expect_eq(json_integer_value(json_object_get(json_array_get(choices, 1), "index")), 1);
-    cr_expect_eq(json_integer_value(json_object_get(json_object_get(r.json, "usage"),
-                                                    "completion_tokens")),
-                 16);
-    cr_expect_eq(json_integer_value(json_object_get(json_object_get(r.json, "usage"),
-                                                    "prompt_tokens")),
-                 5);
+    cr_expect_eq(
+        json_integer_value(json_object_get(json_object_get(r.json, "usage"), "completion_tokens")),
+        16);
+    cr_expect_eq(
+        json_integer_value(json_object_get(json_object_get(r.json, "usage"), "prompt_tokens")), 5);
     e2e_resp_free(&r);
 }
 
@@ -284,8 +286,8 @@ Test(http_api, n2_gives_two_choices)
 Test(http_api, chat_stream_equals_non_stream)
 {
 #define REQ(extra)                                                                                 \
-    "{\"messages\":[{\"role\":\"system\",\"content\":\"You tell stories.\"},"                          \
-    "{\"role\":\"user\",\"content\":\"Tell me about Lily.\"}],"                                      \
+    "{\"messages\":[{\"role\":\"system\",\"content\":\"You tell stories.\"},"                      \
+    "{\"role\":\"user\",\"content\":\"Tell me about Lily.\"}],"                                    \
     "\"max_tokens\":40,\"temperature\":0" extra "}"
     char body[512];
     snprintf(body, sizeof(body), "%s", REQ(""));
@@ -304,16 +306,19 @@ Test(http_api, chat_stream_equals_non_stream)
     cr_expect(done, "no [DONE]");
     size_t n = json_array_size(ev);
     cr_assert_geq(n, 3);
-    json_t *first = json_object_get(json_array_get(json_object_get(json_array_get(ev, 0), "choices"), 0), "delta");
+    json_t *first = json_object_get(
+        json_array_get(json_object_get(json_array_get(ev, 0), "choices"), 0), "delta");
     cr_expect_str_eq(json_string_value(json_object_get(first, "role")), "assistant");
     char text[4096] = "";
     const char *finish = NULL;
     for (size_t i = 0; i + 1 < n; i++) {
         json_t *e = json_array_get(ev, i);
         cr_expect_str_eq(json_string_value(json_object_get(e, "object")), "chat.completion.chunk");
-        cr_expect(json_equal(json_object_get(e, "id"), json_object_get(json_array_get(ev, 0), "id")));
+        cr_expect(
+            json_equal(json_object_get(e, "id"), json_object_get(json_array_get(ev, 0), "id")));
         json_t *c = json_array_get(json_object_get(e, "choices"), 0);
-        const char *delta = json_string_value(json_object_get(json_object_get(c, "delta"), "content"));
+        const char *delta =
+            json_string_value(json_object_get(json_object_get(c, "delta"), "content"));
         if (delta)
             strncat(text, delta, sizeof(text) - strlen(text) - 1);
         if (json_is_string(json_object_get(c, "finish_reason"))) {
@@ -322,13 +327,15 @@ Test(http_api, chat_stream_equals_non_stream)
         }
     }
     json_t *wc = json_array_get(json_object_get(whole.json, "choices"), 0);
-    cr_expect_str_eq(text, json_string_value(json_object_get(json_object_get(wc, "message"), "content")));
+    cr_expect_str_eq(text,
+                     json_string_value(json_object_get(json_object_get(wc, "message"), "content")));
     cr_expect_str_eq(finish, json_string_value(json_object_get(wc, "finish_reason")));
     json_t *last = json_array_get(ev, n - 1);
     cr_expect_eq(json_array_size(json_object_get(last, "choices")), 0);
     /* The second request may find its prompt in the prefix cache; the rest is equal. */
     json_t *su = json_object_get(last, "usage"), *wu = json_object_get(whole.json, "usage");
-    cr_expect(json_equal(json_object_get(su, "prompt_tokens"), json_object_get(wu, "prompt_tokens")));
+    cr_expect(
+        json_equal(json_object_get(su, "prompt_tokens"), json_object_get(wu, "prompt_tokens")));
     cr_expect(json_equal(json_object_get(su, "completion_tokens"),
                          json_object_get(wu, "completion_tokens")));
     cr_expect(json_is_integer(
@@ -385,9 +392,17 @@ Test(http_api, metrics_count_requests_by_endpoint_and_status)
     e2e_http(&d, "GET", "/metrics", NULL, NULL, &r);
     cr_assert_eq(r.status, 200);
     cr_expect(strstr(r.headers, "content-type: text/plain; version=0.0.4"));
-    cr_expect_eq(e2e_metric(r.body, "graphserve_http_requests_total{endpoint=\"/health\",status=\"200\"}"), 1);
-    cr_expect_eq(e2e_metric(r.body, "graphserve_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"}"), 1);
-    cr_expect_eq(e2e_metric(r.body, "graphserve_http_requests_total{endpoint=\"/v1/completions\",status=\"400\"}"), 1);
+    cr_expect_eq(
+        e2e_metric(r.body, "graphserve_http_requests_total{endpoint=\"/health\",status=\"200\"}"),
+        1);
+    cr_expect_eq(
+        e2e_metric(r.body,
+                   "graphserve_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"}"),
+        1);
+    cr_expect_eq(
+        e2e_metric(r.body,
+                   "graphserve_http_requests_total{endpoint=\"/v1/completions\",status=\"400\"}"),
+        1);
     cr_expect_eq(e2e_metric(r.body, "graphserve_generation_tokens_total"), 3);
     cr_expect_eq(e2e_metric(r.body, "graphserve_prompt_tokens_total"), 2);
     cr_expect_eq(e2e_metric(r.body, "graphserve_time_to_first_token_seconds_count"), 1);

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #define MAX_REQS 16
-#define MAX_EVS 64
+#define MAX_EVS  64
 
 struct fake {
     pthread_mutex_t mu;
@@ -212,9 +212,10 @@ TestSuite(http_engine, .init = setup, .fini = teardown, .timeout = 60);
 Test(http_engine, deltas_never_split_a_utf8_character)
 {
     struct e2e_resp r;
-    e2e_http(&d, "POST", "/v1/chat/completions",
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2,\"stream\":true}",
-             NULL, &r);
+    e2e_http(
+        &d, "POST", "/v1/chat/completions",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2,\"stream\":true}",
+        NULL, &r);
     cr_assert_eq(r.status, 200, "%s", r.body);
     bool done;
     json_t *ev = e2e_sse_events(r.body, &done);
@@ -267,8 +268,7 @@ Test(http_engine, error_after_the_header_is_an_error_event_then_done)
 Test(http_engine, waiting_stream_keeps_alive_and_cancels_on_disconnect)
 {
     char *cmd, *out;
-    cr_assert(asprintf(&cmd,
-                       "curl -sN --max-time 3 --data-binary @%s %s/v1/completions; echo",
+    cr_assert(asprintf(&cmd, "curl -sN --max-time 3 --data-binary @%s %s/v1/completions; echo",
                        e2e_body_file("{\"prompt\":\"x\",\"max_tokens\":4,\"stream\":true}"),
                        d.url) > 0);
     gs_test_run(cmd, 0, &out);

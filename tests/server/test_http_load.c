@@ -83,8 +83,9 @@ Test(http_load, concurrent_streams_equal_each_request_alone, .timeout = 300)
     char *cmd = strdup("");
     for (int i = 0; i < N_CLIENTS; i++) {
         char *next;
-        cr_assert(asprintf(&next, "%scurl -sN --max-time 120 --data-binary @%s %s/v1/completions "
-                                  "> %s.out & ",
+        cr_assert(asprintf(&next,
+                           "%scurl -sN --max-time 120 --data-binary @%s %s/v1/completions "
+                           "> %s.out & ",
                            cmd, files[i], d.url, files[i]) > 0);
         free(cmd);
         cmd = next;
@@ -196,14 +197,16 @@ Test(http_load, sigterm_drains_then_aborts_and_exits_0, .timeout = 120)
     char *cmd;
     /* Two long streams and, on one kept-alive connection, /health now and /ready
      * a second later (curl --rate), by which time the drain has begun. */
-    cr_assert(asprintf(&cmd,
-                       "mkdir -p %s; for i in 1 2; do curl -sN --max-time 30 --data-binary @%s "
-                       "%s/v1/completions > %s/long$i & done; "
-                       "curl -s --rate 1/s -o /dev/null -o /dev/null -w '%%{http_code} %%{num_connects}\\n' "
-                       "%s/health %s/ready > %s/ready & sleep 0.4; "
-                       "curl -sN --max-time 30 --data-binary @%s %s/v1/completions > %s/short & "
-                       "sleep 0.1; kill -TERM %d; wait",
-                       dir, lp, d.url, dir, d.url, d.url, dir, shrt, d.url, dir, (int)d.pid) > 0);
+    cr_assert(
+        asprintf(
+            &cmd,
+            "mkdir -p %s; for i in 1 2; do curl -sN --max-time 30 --data-binary @%s "
+            "%s/v1/completions > %s/long$i & done; "
+            "curl -s --rate 1/s -o /dev/null -o /dev/null -w '%%{http_code} %%{num_connects}\\n' "
+            "%s/health %s/ready > %s/ready & sleep 0.4; "
+            "curl -sN --max-time 30 --data-binary @%s %s/v1/completions > %s/short & "
+            "sleep 0.1; kill -TERM %d; wait",
+            dir, lp, d.url, dir, d.url, d.url, dir, shrt, d.url, dir, (int)d.pid) > 0);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     gs_test_run(cmd, 1, NULL);
@@ -258,9 +261,8 @@ static long thread_ticks(pid_t pid, pid_t tid)
     const char *p = strrchr(stat, ')');
     cr_assert(p);
     long utime = 0, stime = 0;
-    cr_assert_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime,
-                        &stime),
-                 2);
+    cr_assert_eq(
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime, &stime), 2);
     return utime + stime;
 }
 
@@ -289,8 +291,9 @@ Test(http_load, waiting_streams_cost_the_loop_no_cpu, .timeout = 120)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     pclose(bg);
     free(cmd);
-    double wall_ticks = ((double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9) *
-                        (double)sysconf(_SC_CLK_TCK);
+    double wall_ticks =
+        ((double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9) *
+        (double)sysconf(_SC_CLK_TCK);
     double share = (double)(loop1 - loop0) / wall_ticks;
     cr_log_info("loop thread CPU while 1 stream decodes and 3 wait: %.1f%%", share * 100);
     cr_expect_lt(share, 0.10, "the loop thread used %.0f%% of a core", share * 100);

@@ -116,8 +116,8 @@ Test(srv_request, unknown_fields_are_listed)
 {
     struct gs_srv_gen g;
     char param[64];
-    cr_assert_eq(parse("{\"prompt\":\"a\",\"foo\":1,\"tools\":[],\"bad name\":2}", false, &g, param),
-                 GS_OK);
+    cr_assert_eq(
+        parse("{\"prompt\":\"a\",\"foo\":1,\"tools\":[],\"bad name\":2}", false, &g, param), GS_OK);
     cr_expect_str_eq(g.ignored, "foo,tools");
     gs_srv_gen_free(&g);
 }
@@ -185,8 +185,9 @@ Test(srv_request, refusals_name_the_field)
  * side, whose allocator we do not hook) success; never a crash or a leak. */
 Test(srv_request, survives_allocation_failures)
 {
-    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stop\":[\"x\",\"y\"],"
-                       "\"logit_bias\":{\"5\":1}}";
+    const char *body =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stop\":[\"x\",\"y\"],"
+        "\"logit_bias\":{\"5\":1}}";
     for (long n = 0; n < 40; n++) {
         struct gs_srv_gen g;
         char param[64];
@@ -251,26 +252,28 @@ Test(srv_template, renders_published_formats)
         enum gs_srv_tmpl t;
         const char *want;
     } cases[] = {
-        {GS_SRV_TMPL_CHATML, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                             "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nBye?<|im_end|>\n"
-                             "<|im_start|>assistant\n"},
-        {GS_SRV_TMPL_LLAMA3,
-         "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
-         "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-         "<|start_header_id|>assistant<|end_header_id|>\n\nHello<|eot_id|>"
-         "<|start_header_id|>user<|end_header_id|>\n\nBye?<|eot_id|>"
-         "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+        {GS_SRV_TMPL_CHATML,
+         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+         "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nBye?<|im_end|>\n"
+         "<|im_start|>assistant\n"},
+        {GS_SRV_TMPL_LLAMA3, "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                             "<|start_header_id|>assistant<|end_header_id|>\n\nHello<|eot_id|>"
+                             "<|start_header_id|>user<|end_header_id|>\n\nBye?<|eot_id|>"
+                             "<|start_header_id|>assistant<|end_header_id|>\n\n"},
         {GS_SRV_TMPL_GEMMA, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
                             "<start_of_turn>model\nHello<end_of_turn>\n"
                             "<start_of_turn>user\nBye?<end_of_turn>\n<start_of_turn>model\n"},
         {GS_SRV_TMPL_PHI3, "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello"
                            "<|end|>\n<|user|>\nBye?<|end|>\n<|assistant|>\n"},
-        {GS_SRV_TMPL_ZEPHYR, "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\nHello</s>\n"
-                             "<|user|>\nBye?</s>\n<|assistant|>\n"},
+        {GS_SRV_TMPL_ZEPHYR,
+         "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\nHello</s>\n"
+         "<|user|>\nBye?</s>\n<|assistant|>\n"},
         {GS_SRV_TMPL_LLAMA2, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello </s><s>"
                              "[INST] Bye? [/INST]"},
         {GS_SRV_TMPL_MISTRAL, "[INST] Be brief.\n\nHi [/INST]Hello</s>[INST] Bye? [/INST]"},
-        {GS_SRV_TMPL_PLAIN, "system: Be brief.\nuser: Hi\nassistant: Hello\nuser: Bye?\nassistant:"},
+        {GS_SRV_TMPL_PLAIN,
+         "system: Be brief.\nuser: Hi\nassistant: Hello\nuser: Bye?\nassistant:"},
     };
     for (size_t i = 0; i < GS_ARRAY_LEN(cases); i++) {
         char *got = render(cases[i].t);
