@@ -85,7 +85,9 @@ static bool vtype_is_signed(enum gs_gguf_vtype t)
  * the array element type for ARRAY keys. Integer keys accept any integer type,
  * since writers disagree on u32 vs i32 for token ids.
  */
-enum key_kind { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_ARRAY };
+/* KEY_INT_OR_LAYERS: an integer, or an array of integers with one value per
+ * layer (gemma3n's feed_forward_length, OpenELM's head counts). */
+enum key_kind { KEY_INT, KEY_INT_OR_LAYERS, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_ARRAY };
 
 static const struct known_key {
     const char *key;
@@ -118,7 +120,9 @@ static const struct known_key known_suffixes[] = {
     {".context_length", KEY_INT, 0},
     {".embedding_length", KEY_INT, 0},
     {".block_count", KEY_INT, 0},
-    {".feed_forward_length", KEY_INT, 0},
+    {".feed_forward_length", KEY_INT_OR_LAYERS, 0},
+    {".attention.head_count", KEY_INT_OR_LAYERS, 0},
+    {".attention.head_count_kv", KEY_INT_OR_LAYERS, 0},
     {".vocab_size", KEY_INT, 0},
     {".rope.dimension_count", KEY_INT, 0},
     {".attention.layer_norm_rms_epsilon", KEY_FLOAT, 0},
@@ -126,7 +130,8 @@ static const struct known_key known_suffixes[] = {
 };
 
 static const char *const key_kind_name[] = {
-    [KEY_INT] = "an integer", [KEY_FLOAT] = "a float", [KEY_BOOL] = "a bool",
+    [KEY_INT] = "an integer", [KEY_INT_OR_LAYERS] = "an integer or an array of integers",
+    [KEY_FLOAT] = "a float", [KEY_BOOL] = "a bool",
     [KEY_STRING] = "a string", [KEY_ARRAY] = "an array",
 };
 
@@ -148,6 +153,9 @@ static bool kind_matches(const struct known_key *k, const struct gs_gguf_kv *kv)
     switch (k->kind) {
     case KEY_INT:
         return vtype_is_int(kv->type);
+    case KEY_INT_OR_LAYERS:
+        return vtype_is_int(kv->type) ||
+               (kv->type == GS_GGUF_ARRAY && vtype_is_int(kv->v.arr.type));
     case KEY_FLOAT:
         return kv->type == GS_GGUF_F32 || kv->type == GS_GGUF_F64;
     case KEY_BOOL:

@@ -262,6 +262,14 @@ static void *eps_as_string(size_t *len)
     return to_mem(w, len);
 }
 
+static void *head_count_as_floats(size_t *len)
+{
+    struct gs_gguf_writer *w = new_writer(NULL);
+    float heads[2] = {4, 4};
+    gs_gguf_w_arr(w, "llama.attention.head_count", GS_GGUF_F32, heads, 2);
+    return to_mem(w, len);
+}
+
 static void *alignment_zero(size_t *len)
 {
     struct gs_gguf_writer *w = new_writer(NULL);
@@ -439,6 +447,8 @@ static struct hostile_case hostile_cases[] = {
      "metadata 'general.architecture': expected a string, found u32"},
     {"eps as string", eps_as_string, GS_FORMAT,
      "metadata 'llama.attention.layer_norm_rms_epsilon': expected a float"},
+    {"head_count as f32 array", head_count_as_floats, GS_FORMAT,
+     "'llama.attention.head_count': expected an integer or an array of integers, found array"},
     {"alignment zero", alignment_zero, GS_FORMAT, "'general.alignment': 0 is not a power of two"},
     {"alignment 48", alignment_not_pow2, GS_FORMAT,
      "'general.alignment': 48 is not a power of two"},
@@ -771,6 +781,25 @@ Test(gguf_reader, reads_stories260K_header)
     cr_assert_eq(emb->ne[0], 64);
     cr_assert_eq(emb->ne[1], 512);
     cr_assert_eq(emb->type, GS_TYPE_F32);
+    gs_gguf_close(g);
+}
+
+/* Per-layer hyperparameters (one value per layer) are a legal form. */
+Test(gguf_reader, accepts_per_layer_integer_arrays)
+{
+    struct gs_gguf_writer *w = new_writer(NULL);
+    int32_t ff[3] = {128, 256, 128};
+    gs_gguf_w_arr(w, "x.feed_forward_length", GS_GGUF_I32, ff, 3);
+    gs_gguf_w_u32(w, "x.attention.head_count", 4);
+    size_t len;
+    void *buf = to_mem(w, &len);
+    struct gs_gguf *g;
+    struct gs_err err;
+    cr_assert_eq(gs_gguf_open_mem(buf, len, &g, &err), GS_OK, "%s", err.msg);
+    gs_gguf_close(g);
+    free(buf);
+    cr_assert_eq(gs_gguf_open(gs_test_shared_path("models/arch/gemma3n-tiny-F32.gguf"), &g, &err),
+                 GS_OK, "%s", err.msg);
     gs_gguf_close(g);
 }
 
