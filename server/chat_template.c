@@ -40,6 +40,7 @@ static const struct {
 } markers[] = {
     {GS_SRV_TMPL_CHATML, {"<|im_start|>", NULL}},
     {GS_SRV_TMPL_LLAMA3, {"<|start_header_id|>", NULL}},
+    {GS_SRV_TMPL_GEMMA4, {"<|turn>", "<turn|>"}},
     {GS_SRV_TMPL_GEMMA, {"<start_of_turn>", NULL}},
     {GS_SRV_TMPL_PHI3, {"<|assistant|>", "<|end|>"}},
     {GS_SRV_TMPL_ZEPHYR, {"<|user|>", NULL}},
@@ -70,6 +71,7 @@ static const struct {
     [GS_SRV_TMPL_CHATML] = {"<|im_start|>", "\n", "<|im_end|>\n", "assistant", false},
     [GS_SRV_TMPL_LLAMA3] = {"<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>",
                             "assistant", false},
+    [GS_SRV_TMPL_GEMMA4] = {"<|turn>", "\n", "<turn|>\n", "model", false},
     [GS_SRV_TMPL_GEMMA] = {"<start_of_turn>", "\n", "<end_of_turn>\n", "model", true},
     [GS_SRV_TMPL_PHI3] = {"<|", "|>\n", "<|end|>\n", "assistant", false},
     [GS_SRV_TMPL_ZEPHYR] = {"<|", "|>\n", "</s>\n", "assistant", false},

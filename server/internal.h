@@ -126,6 +126,7 @@ void gs_srv_gen_free(struct gs_srv_gen *g);
 #define GS_SRV_TMPL_MAP(X)                                                                         \
     X("chatml", CHATML)                                                                            \
     X("llama3", LLAMA3)                                                                            \
+    X("gemma4", GEMMA4)                                                                            \
     X("gemma", GEMMA)                                                                              \
     X("phi3", PHI3)                                                                                \
     X("zephyr", ZEPHYR)                                                                            \

@@ -4,7 +4,10 @@
  * across token boundaries, SSE framing, auth and the metrics text format.
  */
 #include "engine/digest.h"
+#include "engine/gguf.h"
+#include "engine/tok.h"
 #include "server/internal.h"
+#include "tests/common/testutil.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -272,6 +275,9 @@ Test(srv_template, renders_published_formats)
         {GS_SRV_TMPL_LLAMA2, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello </s><s>"
                              "[INST] Bye? [/INST]"},
         {GS_SRV_TMPL_MISTRAL, "[INST] Be brief.\n\nHi [/INST]Hello</s>[INST] Bye? [/INST]"},
+        {GS_SRV_TMPL_GEMMA4,
+         "<|turn>system\nBe brief.<turn|>\n<|turn>user\nHi<turn|>\n"
+         "<|turn>model\nHello<turn|>\n<|turn>user\nBye?<turn|>\n<|turn>model\n"},
         {GS_SRV_TMPL_PLAIN,
          "system: Be brief.\nuser: Hi\nassistant: Hello\nuser: Bye?\nassistant:"},
     };
@@ -279,6 +285,53 @@ Test(srv_template, renders_published_formats)
         char *got = render(cases[i].t);
         cr_expect_str_eq(got, cases[i].want, "%s", gs_srv_tmpl_name(cases[i].t));
         gs_free(got);
+    }
+}
+
+/* The chat templates shipped in real GGUF files are recognised, and the
+ * rendered text tokenizes with each turn marker as one special token. */
+Test(srv_template, real_gguf_templates_are_recognised)
+{
+    static const struct {
+        const char *file;
+        enum gs_srv_tmpl want;
+        const char *marker;
+    } cases[] = {
+        {"models/vocab/ggml-vocab-phi-3.gguf", GS_SRV_TMPL_PHI3, "<|assistant|>"},
+        {"models/vocab/ggml-vocab-gemma-4.gguf", GS_SRV_TMPL_GEMMA4, "<|turn>"},
+        {"models/vocab/ggml-vocab-qwen2.gguf", GS_SRV_TMPL_CHATML, "<|im_start|>"},
+        {"models/vocab/ggml-vocab-qwen35.gguf", GS_SRV_TMPL_CHATML, "<|im_start|>"},
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(cases); i++) {
+        struct gs_gguf *g;
+        struct gs_err err;
+        cr_assert_eq(gs_gguf_open(gs_test_shared_path(cases[i].file), &g, &err), GS_OK, "%s",
+                     err.msg);
+        struct gs_gguf_str t;
+        cr_assert_eq(gs_gguf_get_str(g, "tokenizer.chat_template", &t, &err), GS_OK, "%s", err.msg);
+        char *jinja = gs_strndup(t.data, t.len);
+        cr_expect_eq(gs_srv_tmpl_detect(jinja), cases[i].want, "%s", cases[i].file);
+        gs_free(jinja);
+        struct gs_tok *tok;
+        cr_assert_eq(gs_tok_new(g, &tok, &err), GS_OK, "%s", err.msg);
+        int32_t marker = gs_tok_find(tok, cases[i].marker, strlen(cases[i].marker));
+        cr_assert_geq(marker, 0, "%s has no token %s", cases[i].file, cases[i].marker);
+        char *text = render(cases[i].want);
+        int32_t *ids;
+        size_t n;
+        cr_assert_eq(gs_tok_encode(tok, text, strlen(text), GS_TOK_PARSE_SPECIAL, &ids, &n, &err),
+                     GS_OK);
+        size_t n_marker = 0;
+        for (size_t k = 0; k < n; k++)
+            n_marker += ids[k] == marker;
+        /* chatml and gemma4 open all 5 turns with the marker; phi3 names the
+         * assistant twice (one answer, one generation prompt). */
+        cr_expect_eq(n_marker, cases[i].want == GS_SRV_TMPL_PHI3 ? 2u : 5u, "%s: %zu markers",
+                     cases[i].file, n_marker);
+        gs_free(ids);
+        gs_free(text);
+        gs_tok_free(tok);
+        gs_gguf_close(g);
     }
 }
 
