@@ -16,7 +16,7 @@ static const struct command commands[] = {
     {"synth", gs_cmd_synth, "write a Llama-architecture GGUF with random weights"},
     {"tokenize", gs_cmd_tokenize, "print the token ids and pieces a model gives for a text"},
     {"graph", gs_cmd_graph, "print a model's forward-pass graph before/after rewrite passes"},
-    {"run", gs_cmd_run, "generate text from a prompt on one sequence"},
+    {"run", gs_cmd_run, "generate from one or several prompts (batched) on the command line"},
     {"validate", gs_cmd_validate, "compare a backend's logits with golden logits"},
     {"config", gs_cmd_config, "validate a config file; print the effective config or reference"},
     {"bench", gs_cmd_bench, "measure prompt and generation tokens/s and peak memory"},
