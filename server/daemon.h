@@ -28,6 +28,7 @@ struct gs_srv_choice {
     struct gs_srv_buf text; /* released text: all of it (non-stream) or not yet sent (stream) */
     json_t *logprobs;       /* entries not yet reported (stream) or all (non-stream) */
     size_t text_offset;     /* completions logprobs: bytes released before the pending ones */
+    bool submitted;         /* the engine has it (see submit_deferred in generate.c) */
     bool done;              /* FINISH received */
     bool stop_hit;          /* a stop string matched; the engine was told to cancel */
     bool first_sent;        /* stream: the opening chunk went out */
@@ -67,6 +68,9 @@ struct gs_srv_req {
     uint32_t n_prompt;
     struct gs_srv_choice *choices;
     uint32_t n_choices, n_done;
+    uint32_t max_tokens;   /* as submitted (the request's, or what the context allows) */
+    uint64_t seed;         /* choice i samples with seed + i */
+    bool deferred;         /* choices 1.. wait for choice 0's prompt to be cached */
     long long created;     /* unix seconds */
     struct gs_srv_buf out; /* stream: SSE bytes not yet handed to MHD */
     bool stream_end;       /* "[DONE]" is in out */

@@ -212,6 +212,8 @@ ssize_t gs_srv__gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     return 0;
 }
 
+static void submit_deferred(struct gs_srv_req *r, const struct gs_srv_choice *first);
+
 /* ---- engine events -------------------------------------------------------------------------- */
 
 static struct gs_srv_choice *find_choice(struct gs_srv *s, uint64_t id, struct gs_srv_req **out)
@@ -302,6 +304,8 @@ void gs_srv__gen_event(struct gs_srv *s, const struct gs_sched_event *ev)
         on_token(r, c, ev);
     else
         on_finish(r, c, ev);
+    if (r->deferred && c->index == 0)
+        submit_deferred(r, c);
     if (r->streaming ? r->out.len > 0 : r->n_done == r->n_choices)
         gs_srv__resume(r);
     if (r->n_done == r->n_choices)
@@ -311,8 +315,24 @@ void gs_srv__gen_event(struct gs_srv *s, const struct gs_sched_event *ev)
 void gs_srv__gen_cancel(struct gs_srv_req *r)
 {
     struct gs_srv *s = r->srv;
+    if (r->deferred) {
+        /* The choices not yet submitted end here, as the first will. */
+        r->deferred = false;
+        for (uint32_t i = 1; i < r->n_choices; i++)
+            if (!r->choices[i].submitted && !r->choices[i].done) {
+                struct gs_srv_choice *c = &r->choices[i];
+                c->done = true;
+                c->finish = r->drain_abort ? GS_FINISH_ABORT : GS_FINISH_CANCELLED;
+                r->n_done++;
+                if (r->streaming) {
+                    emit_chunk(r, c, finish_reason(r, c));
+                    if (r->n_done == r->n_choices)
+                        emit_end(r);
+                }
+            }
+    }
     for (uint32_t i = 0; i < r->n_choices; i++)
-        if (!r->choices[i].done && s->has_engine)
+        if (!r->choices[i].done && r->choices[i].submitted && s->has_engine)
             s->engine.cancel(s->engine.ctx, r->choices[i].sched_id);
 }
 
@@ -431,14 +451,61 @@ static uint64_t random_seed(void)
     return seed;
 }
 
+static enum gs_status submit_choice(struct gs_srv_req *r, uint32_t i, struct gs_err *err)
+{
+    struct gs_srv *s = r->srv;
+    struct gs_srv_gen *g = &r->gen;
+    struct gs_sched_request q = {
+        .id = r->choices[i].sched_id,
+        .prompt = r->prompt,
+        .n_prompt = r->n_prompt,
+        .max_tokens = r->max_tokens,
+        .ignore_eos = g->ignore_eos,
+        .n_top_logprobs = (uint32_t)g->top_logprobs,
+        .want_logprobs = g->logprobs,
+        .sampling = g->sp,
+    };
+    /* Choices differ by seed, so that n > 1 with sampling gives n answers. */
+    q.sampling.seed = r->seed + i;
+    enum gs_status st = s->engine.submit(s->engine.ctx, &q, err);
+    r->choices[i].submitted = st == GS_OK;
+    return st;
+}
+
+/*
+ * Choices after the first are submitted once the first has its prompt in
+ * the KV cache (its first event), so that they find the prompt's full pages
+ * in the prefix cache instead of computing them again. A choice that cannot
+ * be queued then ends with an error; the others go on.
+ */
+static void submit_deferred(struct gs_srv_req *r, const struct gs_srv_choice *first)
+{
+    r->deferred = false;
+    bool give_up =
+        first->done && (first->finish == GS_FINISH_ERROR || first->finish == GS_FINISH_CANCELLED ||
+                        first->finish == GS_FINISH_ABORT);
+    for (uint32_t i = 1; i < r->n_choices; i++) {
+        struct gs_srv_choice *c = &r->choices[i];
+        struct gs_err err = {0};
+        enum gs_status st = give_up ? GS_CANCELLED : submit_choice(r, i, &err);
+        if (st == GS_OK)
+            continue;
+        struct gs_sched_event ev = {.kind = GS_SCHED_EV_FINISH, .id = c->sched_id};
+        ev.finish = give_up ? first->finish : GS_FINISH_ERROR;
+        ev.err_code = give_up ? first->err_code : st;
+        snprintf(ev.err_msg, sizeof(ev.err_msg), "%s", give_up ? first->err_msg : err.msg);
+        gs_srv__gen_event(r->srv, &ev);
+    }
+}
+
 static enum MHD_Result submit_all(struct gs_srv_req *r)
 {
     struct gs_srv *s = r->srv;
     struct gs_srv_gen *g = &r->gen;
-    uint32_t max_tokens = g->max_tokens;
-    if (!max_tokens)
-        max_tokens = GS_MIN(s->cfg.limits.max_tokens, s->cfg.model.n_ctx - r->n_prompt);
-    uint64_t seed = g->has_seed ? g->sp.seed : random_seed();
+    r->max_tokens = g->max_tokens;
+    if (!r->max_tokens)
+        r->max_tokens = GS_MIN(s->cfg.limits.max_tokens, s->cfg.model.n_ctx - r->n_prompt);
+    r->seed = g->has_seed ? g->sp.seed : random_seed();
     r->choices = gs_calloc(g->n, sizeof(*r->choices));
     if (!r->choices)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
@@ -457,32 +524,16 @@ static enum MHD_Result submit_all(struct gs_srv_req *r)
     if (!g->chat && g->echo && g->prompt)
         for (uint32_t i = 0; i < g->n; i++)
             gs_srv_buf_add(&r->choices[i].text, g->prompt, g->prompt_len);
-    for (uint32_t i = 0; i < g->n; i++) {
-        struct gs_sched_request q = {
-            .id = r->choices[i].sched_id,
-            .prompt = r->prompt,
-            .n_prompt = r->n_prompt,
-            .max_tokens = max_tokens,
-            .ignore_eos = g->ignore_eos,
-            .n_top_logprobs = (uint32_t)g->top_logprobs,
-            .want_logprobs = g->logprobs,
-            .sampling = g->sp,
-        };
-        /* Choices differ by seed, so that n > 1 with sampling gives n answers. */
-        q.sampling.seed = seed + i;
-        struct gs_err err;
-        enum gs_status st = s->engine.submit(s->engine.ctx, &q, &err);
-        if (st != GS_OK) {
-            for (uint32_t k = 0; k < i; k++)
-                s->engine.cancel(s->engine.ctx, r->choices[k].sched_id);
-            r->n_done = r->n_choices; /* nothing left to cancel or wait for */
-            if (st == GS_BUSY)
-                return gs_srv__respond_error(r, GS_SRV_E_BUSY, NULL,
-                                             "the server is at capacity; retry shortly (%s)",
-                                             err.msg);
-            return gs_srv__respond_error(r, gs_srv_err_from_status(st), NULL, "%s", err.msg);
-        }
+    struct gs_err err;
+    enum gs_status st = submit_choice(r, 0, &err);
+    if (st != GS_OK) {
+        r->n_done = r->n_choices; /* nothing left to cancel or wait for */
+        if (st == GS_BUSY)
+            return gs_srv__respond_error(r, GS_SRV_E_BUSY, NULL,
+                                         "the server is at capacity; retry shortly (%s)", err.msg);
+        return gs_srv__respond_error(r, gs_srv_err_from_status(st), NULL, "%s", err.msg);
     }
+    r->deferred = g->n > 1;
     return MHD_YES;
 }
 

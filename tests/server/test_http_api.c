@@ -558,3 +558,28 @@ Test(http_opts, slow_excess_and_oversized_clients_are_cut_off, .timeout = 60)
     e2e_resp_free(&r);
     cr_expect_eq(e2e_stop(&k), 0);
 }
+
+/* The choices of one request share the prompt's KV pages: choices after the
+ * first find its full pages in the prefix cache and compute only the rest. */
+Test(http_api, n_choices_share_prompt_pages)
+{
+    char body[2048] = "{\"prompt\":\"";
+    for (int i = 0; i < 20; i++)
+        strcat(body, "Once upon a time there was a girl. ");
+    strcat(body, "\",\"max_tokens\":4,\"temperature\":0,\"n\":4}");
+    struct e2e_resp r;
+    e2e_http(&d, "POST", "/v1/completions", body, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_int_t n_prompt =
+        json_integer_value(json_object_get(json_object_get(r.json, "usage"), "prompt_tokens"));
+    for (size_t i = 1; i < 4; i++)
+        cr_expect_str_eq(completion_text(r.json, i), completion_text(r.json, 0));
+    e2e_resp_free(&r);
+    e2e_http(&d, "GET", "/metrics", NULL, NULL, &r);
+    double hits = e2e_metric(r.body, "graphserve_prefix_cache_hit_tokens_total");
+    double computed = e2e_metric(r.body, "graphserve_prompt_tokens_computed_total");
+    /* Three choices reuse every full page (16 tokens each) of the prompt. */
+    cr_expect_eq(hits, 3 * (double)(n_prompt / 16 * 16), "%s", r.body);
+    cr_expect_lt(computed, 2 * (double)n_prompt);
+    e2e_resp_free(&r);
+}
