@@ -38,18 +38,34 @@ static enum MHD_Result metrics(struct gs_srv_req *r)
     return ret;
 }
 
-static enum MHD_Result models(struct gs_srv_req *r)
+static json_t *model_json(const struct gs_srv *s)
 {
-    const struct gs_srv_model_info *m = &r->srv->cfg.model;
+    const struct gs_srv_model_info *m = &s->cfg.model;
     json_t *meta =
         json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:s}", "n_vocab",
                   (json_int_t)(m->tok ? gs_tok_n_vocab(m->tok) : 0), "n_ctx", (json_int_t)m->n_ctx,
                   "n_ctx_train", (json_int_t)m->n_ctx_train, "n_embd", (json_int_t)m->n_embd,
                   "n_params", (json_int_t)m->n_params, "size", (json_int_t)m->size_bytes,
-                  "chat_template", gs_srv_tmpl_name(r->srv->tmpl));
-    json_t *model = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", m->id, "object", "model", "created",
-                              (json_int_t)time(NULL), "owned_by", "graphserve", "meta", meta);
-    return gs_srv__respond_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model));
+                  "chat_template", gs_srv_tmpl_name(s->tmpl));
+    return json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", m->id, "object", "model", "created",
+                     (json_int_t)time(NULL), "owned_by", "graphserve", "meta", meta);
+}
+
+static enum MHD_Result models(struct gs_srv_req *r)
+{
+    return gs_srv__respond_json(
+        r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(r->srv)));
+}
+
+/* GET /v1/models/{id} */
+static enum MHD_Result model_one(struct gs_srv_req *r)
+{
+    const char *id = r->url + strlen("/v1/models/");
+    if (strcmp(id, r->srv->cfg.model.id))
+        return gs_srv__respond_error(r, GS_SRV_E_MODEL_NOT_FOUND, "model",
+                                     "the model '%s' does not exist; this server serves '%s'", id,
+                                     r->srv->cfg.model.id);
+    return gs_srv__respond_json(r, 200, model_json(r->srv));
 }
 
 /* Parses the body as a JSON object; answers 400 itself on failure. */
@@ -170,6 +186,7 @@ static const struct gs_srv_route routes[] = {
     {"POST", "/v1/chat/completions", GS_SRV_EP_CHAT, true, gs_srv__gen_start},
     {"POST", "/v1/completions", GS_SRV_EP_COMPLETIONS, true, gs_srv__gen_start},
     {"GET", "/v1/models", GS_SRV_EP_MODELS, true, models},
+    {"GET", "/v1/models/*", GS_SRV_EP_MODELS, true, model_one},
     {"GET", "/health", GS_SRV_EP_HEALTH, false, health},
     {"GET", "/ready", GS_SRV_EP_READY, false, ready},
     {"GET", "/metrics", GS_SRV_EP_METRICS, true, metrics},
@@ -177,12 +194,21 @@ static const struct gs_srv_route routes[] = {
     {"POST", "/detokenize", GS_SRV_EP_DETOKENIZE, true, detokenize},
 };
 
+/* An exact path, or a pattern ending in slash-asterisk for one more non-empty segment. */
+static bool path_match(const char *pattern, const char *path)
+{
+    size_t n = strlen(pattern);
+    if (n < 2 || strcmp(pattern + n - 2, "/*"))
+        return !strcmp(pattern, path);
+    return !strncmp(pattern, path, n - 1) && path[n - 1] && !strchr(path + n - 1, '/');
+}
+
 const struct gs_srv_route *gs_srv__route_find(const char *method, const char *path,
                                               bool *path_known)
 {
     *path_known = false;
     for (size_t i = 0; i < GS_ARRAY_LEN(routes); i++) {
-        if (strcmp(path, routes[i].path))
+        if (!path_match(routes[i].path, path))
             continue;
         *path_known = true;
         if (!strcmp(method, routes[i].method) ||
@@ -197,7 +223,7 @@ void gs_srv__route_allow(const char *path, char *out, size_t cap)
     size_t w = 0;
     out[0] = '\0';
     for (size_t i = 0; i < GS_ARRAY_LEN(routes); i++)
-        if (!strcmp(path, routes[i].path))
+        if (path_match(routes[i].path, path))
             w +=
                 (size_t)snprintf(out + w, w < cap ? cap - w : 0, "%s%s", w ? ", " : "",
                                  !strcmp(routes[i].method, "GET") ? "GET, HEAD" : routes[i].method);

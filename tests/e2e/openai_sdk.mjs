@@ -52,6 +52,9 @@ after(async () => {
 test('models.list names the served model', async () => {
   const page = await client.models.list();
   assert.deepEqual(page.data.map((m) => m.id), ['stories260K']);
+  const one = await client.models.retrieve('stories260K');
+  assert.equal(one.id, 'stories260K');
+  await assert.rejects(client.models.retrieve('gpt-4o'), (e) => e instanceof OpenAI.NotFoundError);
 });
 
 test('completions: greedy text equals llama.cpp, with usage', async () => {

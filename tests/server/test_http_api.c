@@ -583,3 +583,20 @@ Test(http_api, n_choices_share_prompt_pages)
     cr_expect_lt(computed, 2 * (double)n_prompt);
     e2e_resp_free(&r);
 }
+
+Test(http_api, model_by_id)
+{
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/v1/models/stories260K", NULL, NULL, &r);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "id")), "stories260K");
+    e2e_resp_free(&r);
+    e2e_http(&d, "GET", "/v1/models/gpt-4", NULL, NULL, &r);
+    cr_expect_eq(r.status, 404);
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(r.json, "error"), "code")),
+                     "model_not_found");
+    e2e_resp_free(&r);
+    e2e_http(&d, "GET", "/v1/models/a/b", NULL, NULL, &r);
+    cr_expect_eq(r.status, 404);
+    e2e_resp_free(&r);
+}
