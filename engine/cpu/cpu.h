@@ -58,6 +58,7 @@ struct gs_cpu_kernels {
 enum gs_cpu_isa {
     GS_CPU_ISA_SCALAR = 0,
     GS_CPU_ISA_AVX2,    /* x86-64 with AVX2, FMA and F16C */
+    GS_CPU_ISA_VNNI,    /* AVX2 kernels with AVX-512 VNNI byte products (256-bit) */
     GS_CPU_ISA_COUNT
 };
 
@@ -86,6 +87,7 @@ gs_from_f32_fn gs_cpu_quantizer_for(enum gs_cpu_isa isa, enum gs_type t);
 extern const struct gs_cpu_kernels gs_cpu__kernels_scalar[GS_TYPE_COUNT];
 /* Fills the rows the AVX2 file specialises (x86-64 builds only). */
 void gs_cpu__kernels_avx2_fill(struct gs_cpu_kernels *table);
+void gs_cpu__kernels_vnni_fill(struct gs_cpu_kernels *table);
 void gs_cpu__quantizers_avx2_fill(gs_from_f32_fn *table);
 
 /* The AVX2 versions of the vector helpers below (kernels_avx2.c). */

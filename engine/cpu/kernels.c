@@ -37,6 +37,13 @@ static void detect(void)
         gs_cpu__quantizers_avx2_fill(quantizers[GS_CPU_ISA_AVX2]);
         isa_ok[GS_CPU_ISA_AVX2] = true;
         isa_best = GS_CPU_ISA_AVX2;
+        if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) {
+            gs_cpu__kernels_avx2_fill(tables[GS_CPU_ISA_VNNI]);
+            gs_cpu__kernels_vnni_fill(tables[GS_CPU_ISA_VNNI]);
+            gs_cpu__quantizers_avx2_fill(quantizers[GS_CPU_ISA_VNNI]);
+            isa_ok[GS_CPU_ISA_VNNI] = true;
+            isa_best = GS_CPU_ISA_VNNI;
+        }
     }
 #endif
 }
@@ -49,7 +56,7 @@ enum gs_cpu_isa gs_cpu_isa_best(void)
 
 const char *gs_cpu_isa_name(enum gs_cpu_isa isa)
 {
-    static const char *const names[GS_CPU_ISA_COUNT] = {"scalar", "avx2"};
+    static const char *const names[GS_CPU_ISA_COUNT] = {"scalar", "avx2", "avx2-vnni"};
     return (unsigned)isa < GS_CPU_ISA_COUNT ? names[isa] : "unknown";
 }
 
@@ -83,7 +90,7 @@ gs_from_f32_fn gs_cpu_quantizer(enum gs_type t)
 
 static inline bool avx2(void)
 {
-    return GS_CPU_X86 && gs_cpu_isa_best() == GS_CPU_ISA_AVX2;
+    return GS_CPU_X86 && gs_cpu_isa_best() >= GS_CPU_ISA_AVX2;
 }
 
 void gs_cpu_f32_to_f16(const float *x, uint16_t *y, int64_t n)

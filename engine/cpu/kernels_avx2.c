@@ -9,6 +9,11 @@
  * activation (sign_epi8) and its magnitude becomes the unsigned side. Weights
  * that are unsigned by construction (q4_K/q5_K/q6_K quants before their
  * offset) go in directly, and the offset is applied through q8_K's block sums.
+ *
+ * Built a second time with GS_CPU_VNNI defined (and AVX-512 VNNI + VL
+ * enabled) for CPUs that have vpdpbusd: the unsigned-by-signed byte products
+ * then accumulate in one instruction instead of two, with no int16
+ * intermediate. Only the kernel table comes from that build.
  */
 #include "engine/cpu/cpu.h"
 #include "engine/quant/internal.h"
@@ -52,17 +57,21 @@ static inline __m256i nibbles32(const uint8_t *qs)
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
-/* Eight int32 partial sums of w[i] * y[i] for signed int8 w and y. */
-static inline __m256i dot_i8(__m256i w, __m256i y)
-{
-    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
-/* As dot_i8 with |w| and the signs already applied to y. */
+/* Eight int32 partial sums of uw[i] * y[i] for unsigned uw and signed y. */
 static inline __m256i dot_u8(__m256i uw, __m256i y)
 {
+#ifdef GS_CPU_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), uw, y);
+#else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(uw, y), _mm256_set1_epi16(1));
+#endif
+}
+
+/* Eight int32 partial sums of w[i] * y[i] for signed int8 w and y: the sign
+ * of w moves onto y. */
+static inline __m256i dot_i8(__m256i w, __m256i y)
+{
+    return dot_u8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w));
 }
 
 /* ---- 32-element formats ------------------------------------------------------------ */
@@ -70,8 +79,23 @@ static inline __m256i dot_u8(__m256i uw, __m256i y)
 static float dot_q4_0(int64_t n, const void *vw, const void *vx)
 {
     const uint8_t *w = vw, *x = vx;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / GS_QK; b++, w += GS_Q4_0_BYTES, x += GS_Q8_0_BYTES) {
+    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
+    int64_t b = 0;
+    /* Two blocks per round: two independent accumulation chains. */
+    for (; b + 2 <= n / GS_QK; b += 2, w += 2 * GS_Q4_0_BYTES, x += 2 * GS_Q8_0_BYTES) {
+        const __m256i q0 = _mm256_sub_epi8(nibbles32(w + GS_Q4_0_QS), _mm256_set1_epi8(8));
+        const __m256i q1 = _mm256_sub_epi8(nibbles32(w + GS_Q4_0_BYTES + GS_Q4_0_QS),
+                                           _mm256_set1_epi8(8));
+        const __m256i y0 = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
+        const __m256i y1 = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_BYTES + GS_Q8_0_QS));
+        const __m256 d0 = _mm256_set1_ps(ld_f16(w + GS_Q4_0_D) * ld_f16(x + GS_Q8_0_D));
+        const __m256 d1 = _mm256_set1_ps(ld_f16(w + GS_Q4_0_BYTES + GS_Q4_0_D) *
+                                         ld_f16(x + GS_Q8_0_BYTES + GS_Q8_0_D));
+        acc = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(dot_i8(q0, y0)), acc);
+        acc2 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(dot_i8(q1, y1)), acc2);
+    }
+    acc = _mm256_add_ps(acc, acc2);
+    for (; b < n / GS_QK; b++, w += GS_Q4_0_BYTES, x += GS_Q8_0_BYTES) {
         const __m256i q = _mm256_sub_epi8(nibbles32(w + GS_Q4_0_QS), _mm256_set1_epi8(8));
         const __m256i y = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
         const __m256 d = _mm256_set1_ps(ld_f16(w + GS_Q4_0_D) * ld_f16(x + GS_Q8_0_D));
@@ -83,8 +107,21 @@ static float dot_q4_0(int64_t n, const void *vw, const void *vx)
 static float dot_q8_0(int64_t n, const void *vw, const void *vx)
 {
     const uint8_t *w = vw, *x = vx;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / GS_QK; b++, w += GS_Q8_0_BYTES, x += GS_Q8_0_BYTES) {
+    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= n / GS_QK; b += 2, w += 2 * GS_Q8_0_BYTES, x += 2 * GS_Q8_0_BYTES) {
+        const __m256i q0 = _mm256_loadu_si256((const __m256i *)(w + GS_Q8_0_QS));
+        const __m256i q1 = _mm256_loadu_si256((const __m256i *)(w + GS_Q8_0_BYTES + GS_Q8_0_QS));
+        const __m256i y0 = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
+        const __m256i y1 = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_BYTES + GS_Q8_0_QS));
+        const __m256 d0 = _mm256_set1_ps(ld_f16(w + GS_Q8_0_D) * ld_f16(x + GS_Q8_0_D));
+        const __m256 d1 = _mm256_set1_ps(ld_f16(w + GS_Q8_0_BYTES + GS_Q8_0_D) *
+                                         ld_f16(x + GS_Q8_0_BYTES + GS_Q8_0_D));
+        acc = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(dot_i8(q0, y0)), acc);
+        acc2 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(dot_i8(q1, y1)), acc2);
+    }
+    acc = _mm256_add_ps(acc, acc2);
+    for (; b < n / GS_QK; b++, w += GS_Q8_0_BYTES, x += GS_Q8_0_BYTES) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(w + GS_Q8_0_QS));
         const __m256i y = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
         const __m256 d = _mm256_set1_ps(ld_f16(w + GS_Q8_0_D) * ld_f16(x + GS_Q8_0_D));
@@ -159,33 +196,43 @@ static inline int bsum(const uint8_t *x, int g)
     return v;
 }
 
-static inline void k4_scales(const uint8_t *sc, int s[8], int m[8])
+/* The 8 six-bit scales (s) and mins (m) of a q4_K/q5_K block, as bytes: the
+ * first four sit in the low 6 bits of bytes 0..3 (4..7 for mins); the last
+ * four keep their low 4 bits in the nibbles of bytes 8..11 and their high 2
+ * bits in the top of bytes 0..3 (4..7 for mins). */
+static inline void k4_scales(const uint8_t *sc, uint8_t s[8], uint8_t m[8])
 {
-    for (int g = 0; g < 4; g++) {
-        s[g] = sc[g] & 63;
-        m[g] = sc[g + 4] & 63;
-    }
-    for (int g = 4; g < 8; g++) {
-        s[g] = (sc[g + 4] & 0xf) | ((sc[g - 4] >> 6) << 4);
-        m[g] = (sc[g + 4] >> 4) | ((sc[g] >> 6) << 4);
-    }
+    uint32_t w0, w1, w2;
+    memcpy(&w0, sc, 4);
+    memcpy(&w1, sc + 4, 4);
+    memcpy(&w2, sc + 8, 4);
+    const uint32_t s0 = w0 & 0x3f3f3f3fu, m0 = w1 & 0x3f3f3f3fu;
+    const uint32_t s1 = (w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4);
+    const uint32_t m1 = ((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4);
+    memcpy(s, &s0, 4);
+    memcpy(s + 4, &s1, 4);
+    memcpy(m, &m0, 4);
+    memcpy(m + 4, &m1, 4);
 }
 
 /* q4_K (off_qh 0) and q5_K. */
 static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int block_bytes,
                             int off_qs, int off_qh)
 {
-    __m256 acc = _mm256_setzero_ps();
-    float summ = 0;
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += block_bytes, x += GS_Q8_K_BYTES) {
-        int s[8], m[8];
+        uint8_t s[8], m[8];
         k4_scales(w + GS_Q4_K_SCALES, s, m);
         const float dx = ld_f32(x + GS_Q8_K_D);
-        int ms = 0;
-        for (int g = 0; g < 8; g++)
-            ms += m[g] * (bsum(x, 2 * g) + bsum(x, 2 * g + 1));
-        summ -= dx * ld_f16(w + GS_Q4_K_DMIN) * (float)ms;
+        /* Minimums: sum over groups of m[g] * (bsum[2g] + bsum[2g + 1]). */
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS));
+        const __m256i pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
+        uint64_t m64;
+        memcpy(&m64, m, 8);
+        const __m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m64));
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(dx * ld_f16(w + GS_Q4_K_DMIN)),
+                               _mm256_cvtepi32_ps(_mm256_mullo_epi32(pairs, mins)), accm);
         const __m256i hb = off_qh ? _mm256_loadu_si256((const __m256i *)(w + off_qh))
                                   : _mm256_setzero_si256();
         __m256i sumi = _mm256_setzero_si256();
@@ -214,7 +261,7 @@ static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int b
         const __m256 d = _mm256_set1_ps(dx * ld_f16(w + GS_Q4_K_D));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
-    return hsum_ps(acc) + summ;
+    return hsum_ps(_mm256_sub_ps(acc, accm));
 }
 
 static float dot_q4_K(int64_t n, const void *w, const void *x)
@@ -399,7 +446,13 @@ GEMM_OF(f16)
 GEMM_OF(bf16)
 #undef GEMM_OF
 
-void gs_cpu__kernels_avx2_fill(struct gs_cpu_kernels *t)
+#ifdef GS_CPU_VNNI
+#define KERNELS_FILL gs_cpu__kernels_vnni_fill
+#else
+#define KERNELS_FILL gs_cpu__kernels_avx2_fill
+#endif
+
+void KERNELS_FILL(struct gs_cpu_kernels *t)
 {
 #define ROW(ty, name) t[ty] = (struct gs_cpu_kernels){.dot = dot_##name, .gemm = gemm_##name}
     ROW(GS_TYPE_F32, f32);
@@ -415,6 +468,8 @@ void gs_cpu__kernels_avx2_fill(struct gs_cpu_kernels *t)
     ROW(GS_TYPE_Q6_K, q6_K);
 #undef ROW
 }
+
+#ifndef GS_CPU_VNNI /* one copy of what does not use VNNI */
 
 /* ---- vector helpers -------------------------------------------------------------------------- */
 
@@ -619,3 +674,5 @@ void gs_cpu__quantizers_avx2_fill(gs_from_f32_fn *t)
     t[GS_TYPE_Q8_K] = quantize_q8_K;
     t[GS_TYPE_F16] = quantize_f16;
 }
+
+#endif /* !GS_CPU_VNNI */
