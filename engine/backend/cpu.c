@@ -27,14 +27,30 @@
 #include <math.h>
 #include <string.h>
 
+/* Steps of at most this many tokens quantize a matmul's input inside the
+ * matmul task, each thread for itself: redoing a few rows costs far less than
+ * the barrier a separate quantize task needs. */
+#define LOCAL_QUANT_TOKENS 4
+
 struct cpu_ctx {
     struct gs_cpu_pool *pool;
+    uint64_t n_steps; /* steps run, to date per-thread quantized rows */
+};
+
+/* What one thread's private quantized rows hold; one cache line each. */
+struct local_quant {
+    uint64_t step;
+    uint32_t node;
+    enum gs_type type;
+    char pad[48];
 };
 
 struct cpu_plan {
     float *scratch;      /* [scratch_bytes / 4] activations */
     uint8_t *xq;         /* [bucket][xq_stride] activations quantized for a matmul */
     uint64_t xq_stride;  /* bytes per token row in xq */
+    uint8_t *xq_local;   /* [n_threads][LOCAL_QUANT_TOKENS][xq_stride] */
+    struct local_quant *local; /* [n_threads] */
     float *thread_buf;   /* [n_threads][thread_floats] per-thread temporaries */
     int64_t thread_floats;
     float *scores;       /* [n_threads][scores_cap] attention scores of one head */
@@ -50,6 +66,7 @@ struct run {
     struct cpu_plan *cp;
     uint32_t xq_node;          /* node whose rows are in xq, GS_NODE_NONE when none */
     enum gs_type xq_type;
+    uint64_t step;             /* this step's number (cpu_ctx.n_steps) */
     const struct gs_node *n;   /* the op being run */
     float *out;
 };
@@ -231,6 +248,19 @@ static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
     gs_cpu_split(N, 8, chunk, n_chunks, &r0, &r1);
     if (r0 >= r1)
         return;
+    if (!plain && T <= LOCAL_QUANT_TOKENS) {
+        struct local_quant *lq = &r->cp->local[thread];
+        uint8_t *buf = r->cp->xq_local + (size_t)thread * LOCAL_QUANT_TOKENS * x_stride;
+        const enum gs_type vt = gs_type_traits(w->type)->vec_dot_type;
+        if (lq->step != r->step || lq->node != n->src[0] || lq->type != vt) {
+            const gs_from_f32_fn quantize = gs_cpu_quantizer(vt);
+            const float *xf = value(r, n->src[0]);
+            for (int64_t t = 0; t < T; t++)
+                quantize(xf + t * K, buf + t * x_stride, K);
+            *lq = (struct local_quant){.step = r->step, .node = n->src[0], .type = vt};
+        }
+        x = buf;
+    }
     kr->gemm(K, (const char *)w->data + r0 * w_stride, w_stride, (int)(r1 - r0), x, x_stride,
              (int)T, r->out + r0, (size_t)N);
     if (n->op == GS_OP_MATMUL_ADD) {
@@ -493,6 +523,8 @@ static void cpu_plan_free(struct gs_be *be, struct gs_plan *p)
     if (cp) {
         gs_free(cp->scratch);
         gs_free(cp->xq);
+        gs_free(cp->xq_local);
+        gs_free(cp->local);
         gs_free(cp->thread_buf);
         gs_free(cp->scores);
         gs_free(cp);
@@ -563,8 +595,11 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
     cp->thread_floats = (2 * max_head + 15) / 16 * 16;
     cp->scratch = gs_malloc(p->scratch_bytes ? p->scratch_bytes : 1);
     cp->xq = gs_alloc_array(s->n_tokens, xq_stride ? xq_stride : 1);
+    cp->xq_local = gs_alloc_array((size_t)cp->n_threads * LOCAL_QUANT_TOKENS,
+                                  xq_stride ? xq_stride : 1);
+    cp->local = gs_calloc((size_t)cp->n_threads, sizeof(*cp->local));
     cp->thread_buf = gs_alloc_array((size_t)cp->n_threads * cp->thread_floats, sizeof(float));
-    if (!cp->scratch || !cp->xq || !cp->thread_buf)
+    if (!cp->scratch || !cp->xq || !cp->thread_buf || !cp->xq_local || !cp->local)
         goto out_nomem;
     *out = p;
     return GS_OK;
@@ -624,7 +659,8 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
     enum gs_status st = gs_step_io_check(io, g, &p->shape, err);
     if (st)
         return st;
-    struct run r = {.plan = p, .g = g, .io = io, .cp = p->be_data, .xq_node = GS_NODE_NONE};
+    struct run r = {.plan = p, .g = g, .io = io, .cp = p->be_data, .xq_node = GS_NODE_NONE,
+                    .step = ++c->n_steps};
     st = reserve_scores(r.cp, io, err);
     if (st)
         return st;
@@ -638,7 +674,8 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
         if (n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD) {
             const enum gs_type wt = g->nodes[n->src[1]].type;
             const enum gs_type vt = gs_type_traits(wt)->vec_dot_type;
-            if (wt != GS_TYPE_F32 && (r.xq_node != n->src[0] || r.xq_type != vt)) {
+            const bool local = rows_of(&r, n) <= LOCAL_QUANT_TOKENS;
+            if (wt != GS_TYPE_F32 && !local && (r.xq_node != n->src[0] || r.xq_type != vt)) {
                 r.xq_type = vt;
                 gs_cpu_pool_run(c->pool, task_quantize, &r, r.cp->n_threads);
                 r.xq_node = n->src[0];
