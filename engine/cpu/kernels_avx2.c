@@ -20,6 +20,11 @@
 
 #include <immintrin.h>
 
+#ifdef GS_CPU_VNNI
+/* The VNNI build exports only the rows VNNI changes; the rest stays unused. */
+#pragma GCC diagnostic ignored "-Wunused-function"
+#endif
+
 /* Tokens per group of the register-blocked products. */
 #define TOK_TILE 4
 /* Tokens per cache block: activations of this many tokens stay in L2 while a
@@ -425,9 +430,151 @@ static inline __m256i q8_0_block(const uint8_t *b)
             }                                                                                    \
         }                                                                                        \
     }
+static inline __m256i q5_0_block(const uint8_t *b)
+{
+    const __m256i q = _mm256_or_si256(nibbles32(b + GS_Q5_0_QS), fifth_bits(b + GS_Q5_0_QH));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+}
+
 GEMM_Q80(q4_0, GS_Q4_0_BYTES, q4_0_block)
+GEMM_Q80(q5_0, GS_Q5_0_BYTES, q5_0_block)
 GEMM_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block)
 #undef GEMM_Q80
+
+/* Drives a register-blocked kernel over token tiles within cache blocks. */
+typedef void (*tile_fn)(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out,
+                        size_t os);
+
+static inline void gemm_tiled(tile_fn tile, gs_cpu_dot_fn dot, int64_t n, const void *vw,
+                              size_t ws, int nr, const void *vx, size_t xs, int nt, float *out,
+                              size_t os)
+{
+    for (int t0 = 0; t0 < nt; t0 += TOK_BLOCK) {
+        const int t1 = GS_MIN(nt, t0 + TOK_BLOCK);
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *wr = (const uint8_t *)vw + (size_t)r * ws;
+            int t = t0;
+            for (; t + TOK_TILE <= t1; t += TOK_TILE)
+                tile(n, wr, (const uint8_t *)vx + (size_t)t * xs, xs, out + (size_t)t * os + r, os);
+            for (; t < t1; t++)
+                out[(size_t)t * os + r] = dot(n, wr, (const uint8_t *)vx + (size_t)t * xs);
+        }
+    }
+}
+
+/* One q4_K row against TOK_TILE q8_K rows: each 32-quant run is unpacked once. */
+static void tile_q4_K(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out,
+                      size_t os)
+{
+    __m256 acc[TOK_TILE], accm[TOK_TILE];
+    for (int k = 0; k < TOK_TILE; k++)
+        acc[k] = accm[k] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q4_K_BYTES) {
+        uint8_t s[8], m[8];
+        k4_scales(w + GS_Q4_K_SCALES, s, m);
+        uint64_t m64;
+        memcpy(&m64, m, 8);
+        const __m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m64));
+        const float dw = ld_f16(w + GS_Q4_K_D), dmw = ld_f16(w + GS_Q4_K_DMIN);
+        __m256i sumi[TOK_TILE];
+        for (int k = 0; k < TOK_TILE; k++)
+            sumi[k] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w + GS_Q4_K_QS + 32 * j));
+            const __m256i lo = _mm256_and_si256(q, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i slo = _mm256_set1_epi16((short)s[2 * j]);
+            const __m256i shi = _mm256_set1_epi16((short)s[2 * j + 1]);
+            for (int k = 0; k < TOK_TILE; k++) {
+                const uint8_t *xb = x + (size_t)k * xs + b * GS_Q8_K_BYTES + GS_Q8_K_QS + 64 * j;
+                const __m256i ylo = _mm256_loadu_si256((const __m256i *)xb);
+                const __m256i yhi = _mm256_loadu_si256((const __m256i *)(xb + 32));
+                sumi[k] = _mm256_add_epi32(
+                    sumi[k], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), slo),
+                                              _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), shi)));
+            }
+        }
+        for (int k = 0; k < TOK_TILE; k++) {
+            const uint8_t *xb = x + (size_t)k * xs + b * GS_Q8_K_BYTES;
+            const float dx = ld_f32(xb + GS_Q8_K_D);
+            const __m256i pairs = _mm256_madd_epi16(
+                _mm256_loadu_si256((const __m256i *)(xb + GS_Q8_K_BSUMS)), _mm256_set1_epi16(1));
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dw), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+            accm[k] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dmw),
+                                      _mm256_cvtepi32_ps(_mm256_mullo_epi32(pairs, mins)), accm[k]);
+        }
+    }
+    for (int k = 0; k < TOK_TILE; k++)
+        out[(size_t)k * os] = hsum_ps(_mm256_sub_ps(acc[k], accm[k]));
+}
+
+/* One q6_K row against TOK_TILE q8_K rows. */
+static void tile_q6_K(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out,
+                      size_t os)
+{
+    __m256 acc[TOK_TILE];
+    for (int k = 0; k < TOK_TILE; k++)
+        acc[k] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
+    for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q6_K_BYTES) {
+        const int8_t *sc = (const int8_t *)(w + GS_Q6_K_SCALES);
+        __m256i sumi[TOK_TILE];
+        for (int k = 0; k < TOK_TILE; k++) {
+            const uint8_t *xb = x + (size_t)k * xs + b * GS_Q8_K_BYTES;
+            int off = 0;
+            for (int g = 0; g < 16; g++)
+                off += sc[g] * bsum(xb, g);
+            sumi[k] = _mm256_setr_epi32(-32 * off, 0, 0, 0, 0, 0, 0, 0);
+        }
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w + GS_Q6_K_QL + 64 * h, *qh = w + GS_Q6_K_QH + 32 * h;
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4], scv[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(hv, m2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2), m2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m2), 4));
+            for (int j = 0; j < 4; j++) {
+                const int g = 8 * h + 2 * j;
+                scv[j] = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+            }
+            for (int k = 0; k < TOK_TILE; k++) {
+                const uint8_t *xb = x + (size_t)k * xs + b * GS_Q8_K_BYTES + GS_Q8_K_QS + 128 * h;
+                for (int j = 0; j < 4; j++) {
+                    const __m256i y = _mm256_loadu_si256((const __m256i *)(xb + 32 * j));
+                    sumi[k] = _mm256_add_epi32(
+                        sumi[k], _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], y), scv[j]));
+                }
+            }
+        }
+        const float dw = ld_f16(w + GS_Q6_K_D);
+        for (int k = 0; k < TOK_TILE; k++) {
+            const float d = dw * ld_f32(x + (size_t)k * xs + b * GS_Q8_K_BYTES + GS_Q8_K_D);
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+        }
+    }
+    for (int k = 0; k < TOK_TILE; k++)
+        out[(size_t)k * os] = hsum_ps(acc[k]);
+}
+
+static void gemm_q4_K(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs,
+                      int nt, float *out, size_t os)
+{
+    gemm_tiled(tile_q4_K, dot_q4_K, n, w, ws, nr, x, xs, nt, out, os);
+}
+
+static void gemm_q6_K(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs,
+                      int nt, float *out, size_t os)
+{
+    gemm_tiled(tile_q6_K, dot_q6_K, n, w, ws, nr, x, xs, nt, out, os);
+}
 
 #define GEMM_OF(name)                                                                              \
     static void gemm_##name(int64_t n, const void *w, size_t ws, int nr, const void *x,           \
@@ -436,11 +583,8 @@ GEMM_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block)
         gs_cpu__gemm_generic(dot_##name, n, w, ws, nr, x, xs, nt, out, os);                       \
     }
 GEMM_OF(q4_1)
-GEMM_OF(q5_0)
 GEMM_OF(q5_1)
-GEMM_OF(q4_K)
 GEMM_OF(q5_K)
-GEMM_OF(q6_K)
 GEMM_OF(f32)
 GEMM_OF(f16)
 GEMM_OF(bf16)
@@ -455,17 +599,20 @@ GEMM_OF(bf16)
 void KERNELS_FILL(struct gs_cpu_kernels *t)
 {
 #define ROW(ty, name) t[ty] = (struct gs_cpu_kernels){.dot = dot_##name, .gemm = gemm_##name}
-    ROW(GS_TYPE_F32, f32);
-    ROW(GS_TYPE_F16, f16);
-    ROW(GS_TYPE_BF16, bf16);
+    /* The rows whose products go through dot_u8 (the only VNNI difference). */
     ROW(GS_TYPE_Q4_0, q4_0);
     ROW(GS_TYPE_Q4_1, q4_1);
     ROW(GS_TYPE_Q5_0, q5_0);
     ROW(GS_TYPE_Q5_1, q5_1);
     ROW(GS_TYPE_Q8_0, q8_0);
+#ifndef GS_CPU_VNNI
+    ROW(GS_TYPE_F32, f32);
+    ROW(GS_TYPE_F16, f16);
+    ROW(GS_TYPE_BF16, bf16);
     ROW(GS_TYPE_Q4_K, q4_K);
     ROW(GS_TYPE_Q5_K, q5_K);
     ROW(GS_TYPE_Q6_K, q6_K);
+#endif
 #undef ROW
 }
 
