@@ -573,6 +573,26 @@ enum gs_status gs_srv_new(const struct gs_srv_cfg *cfg, struct gs_srv **out, str
     return GS_OK;
 }
 
+enum gs_status gs_srv_update(struct gs_srv *s, const struct gs_srv_cfg *cfg, struct gs_err *err)
+{
+    uint8_t(*digests)[32] = gs_calloc(cfg->n_api_keys ? cfg->n_api_keys : 1, sizeof(*digests));
+    if (!digests)
+        return gs_err_set(err, GS_NOMEM, "out of memory");
+    for (size_t i = 0; i < cfg->n_api_keys; i++)
+        gs_sha256(cfg->api_keys[i], strlen(cfg->api_keys[i]), digests[i]);
+    gs_free(s->key_digests);
+    s->key_digests = digests;
+    s->cfg.n_api_keys = cfg->n_api_keys;
+    s->cfg.drain_timeout_ms = cfg->drain_timeout_ms;
+    struct gs_srv_limits *l = &s->cfg.limits;
+    l->max_body_bytes = cfg->limits.max_body_bytes;
+    l->max_tokens = cfg->limits.max_tokens;
+    l->max_n = cfg->limits.max_n;
+    l->max_stop = cfg->limits.max_stop;
+    l->max_stop_bytes = cfg->limits.max_stop_bytes;
+    return GS_OK;
+}
+
 void gs_srv_set_engine(struct gs_srv *s, const struct gs_srv_engine *engine)
 {
     s->has_engine = engine != NULL;

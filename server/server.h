@@ -113,6 +113,16 @@ void gs_srv_wake(void *srv);
  * shown in the 503 body. Any thread. */
 void gs_srv_set_ready(struct gs_srv *s, bool ready, const char *why);
 
+/*
+ * Applies what a reload (SIGHUP) may change while requests run: the API keys,
+ * drain_timeout_ms and the per-request limits (max_body_bytes, max_tokens,
+ * max_n, max_stop, max_stop_bytes). Connection limits, host, port, the model
+ * and the template need a restart and are ignored here. Requests already
+ * admitted keep what they were admitted with. Loop thread only (a SIGHUP
+ * handler on the loop). GS_NOMEM leaves the previous settings in place.
+ */
+enum gs_status gs_srv_update(struct gs_srv *s, const struct gs_srv_cfg *cfg, struct gs_err *err);
+
 /* Starts a drain as SIGTERM does. Any thread. */
 void gs_srv_shutdown(struct gs_srv *s);
 

@@ -323,3 +323,45 @@ Test(http_engine, drain_deadline_aborts_waiting_requests)
     loop_joined = true;
     cr_expect_eq(loop_rc, 0);
 }
+
+/* gs_srv_update (what a SIGHUP reload calls) swaps keys and request limits. */
+Test(http_update, keys_and_limits_change_without_restart, .timeout = 30)
+{
+    struct gs_err err;
+    struct gs_tok *tok;
+    cr_assert_eq(gs_tok_open(gs_test_shared_path("models/stories260K.gguf"), &tok, &err), GS_OK);
+    const char *old_keys[] = {"old-key"}, *new_keys[] = {"new-key", "other"};
+    struct gs_srv_cfg cfg = {
+        .limits = GS_SRV_LIMITS_DEFAULT,
+        .api_keys = old_keys,
+        .n_api_keys = 1,
+        .model = {.id = "fake", .tok = tok, .n_ctx = 256},
+    };
+    struct gs_srv *s;
+    cr_assert_eq(gs_srv_new(&cfg, &s, &err), GS_OK, "%s", err.msg);
+    cfg.api_keys = new_keys;
+    cfg.n_api_keys = 2;
+    cfg.limits.max_body_bytes = 1024;
+    cr_assert_eq(gs_srv_update(s, &cfg, &err), GS_OK);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, loop_main, s), 0);
+    struct e2e_daemon k = {.port = gs_srv_port(s)};
+    snprintf(k.url, sizeof(k.url), "http://127.0.0.1:%d", k.port);
+    struct e2e_resp r;
+    e2e_http(&k, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer old-key'", &r);
+    cr_expect_eq(r.status, 401);
+    e2e_resp_free(&r);
+    e2e_http(&k, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer other'", &r);
+    cr_expect_eq(r.status, 200);
+    e2e_resp_free(&r);
+    char body[2100];
+    memset(body, ' ', sizeof(body) - 1);
+    body[sizeof(body) - 1] = '\0';
+    e2e_http(&k, "POST", "/tokenize", body, "-H 'Authorization: Bearer new-key'", &r);
+    cr_expect_eq(r.status, 413);
+    e2e_resp_free(&r);
+    gs_srv_shutdown(s);
+    pthread_join(t, NULL);
+    gs_srv_free(s);
+    gs_tok_free(tok);
+}
