@@ -190,10 +190,24 @@ Test(http_load, sigterm_drains_then_aborts_and_exits_0, .timeout = 120)
                                     "\"ignore_eos\":true,\"stream\":true}");
     char lp[600];
     snprintf(lp, sizeof(lp), "%s", lng);
-    const char *shrt = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":40,"
-                                     "\"ignore_eos\":true,\"stream\":true}");
+    char shrt[600];
+    snprintf(shrt, sizeof(shrt), "%s",
+             e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":40,"
+                           "\"ignore_eos\":true,\"stream\":true}"));
     char dir[600];
     snprintf(dir, sizeof(dir), "%s/drain-%d", gs_test_tmpdir(), getpid());
+    /* A client that keeps its connection open across the SIGTERM and then
+     * asks for a completion: it must get 503 with Retry-After. */
+    char py[600];
+    snprintf(py, sizeof(py), "%s",
+             e2e_body_file("import http.client, sys, time\n"
+                           "c = http.client.HTTPConnection('127.0.0.1', int(sys.argv[1]))\n"
+                           "c.request('GET', '/health'); c.getresponse().read()\n"
+                           "time.sleep(1)\n"
+                           "c.request('POST', '/v1/completions', body='{\"prompt\":\"a\"}',\n"
+                           "          headers={'Content-Type': 'application/json'})\n"
+                           "r = c.getresponse()\n"
+                           "print(r.status, r.getheader('Retry-After'), r.read().decode())\n"));
     char *cmd;
     /* Two long streams and, on one kept-alive connection, /health now and /ready
      * a second later (curl --rate), by which time the drain has begun. */
@@ -203,10 +217,11 @@ Test(http_load, sigterm_drains_then_aborts_and_exits_0, .timeout = 120)
             "mkdir -p %s; for i in 1 2; do curl -sN --max-time 30 --data-binary @%s "
             "%s/v1/completions > %s/long$i & done; "
             "curl -s --rate 1/s -o /dev/null -o /dev/null -w '%%{http_code} %%{num_connects}\\n' "
-            "%s/health %s/ready > %s/ready & sleep 0.4; "
+            "%s/health %s/ready > %s/ready & python3 %s %d > %s/gen503 & sleep 0.4; "
             "curl -sN --max-time 30 --data-binary @%s %s/v1/completions > %s/short & "
             "sleep 0.1; kill -TERM %d; wait",
-            dir, lp, d.url, dir, d.url, d.url, dir, shrt, d.url, dir, (int)d.pid) > 0);
+            dir, lp, d.url, dir, d.url, d.url, dir, py, d.port, dir, shrt, d.url, dir,
+            (int)d.pid) > 0);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     gs_test_run(cmd, 1, NULL);
@@ -240,6 +255,11 @@ Test(http_load, sigterm_drains_then_aborts_and_exits_0, .timeout = 120)
     body = gs_test_read_file(path, NULL);
     cr_expect(!strncmp(body, "200 1\n503 0\n", 12), "health then ready on one connection: %s",
               body);
+    free(body);
+    snprintf(path, sizeof(path), "%s/gen503", dir);
+    body = gs_test_read_file(path, NULL);
+    cr_expect(!strncmp(body, "503 1 ", 6), "a completion during the drain: %s", body);
+    cr_expect(strstr(body, "\"service_unavailable\""), "%s", body);
     free(body);
     char *log = gs_test_read_file(d.log_path, NULL);
     cr_expect(!strstr(log, "Sanitizer"), "%s", log);
