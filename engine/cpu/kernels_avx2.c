@@ -392,18 +392,32 @@ static inline __m256i q8_0_block(const uint8_t *b)
     return _mm256_loadu_si256((const __m256i *)(b + GS_Q8_0_QS));
 }
 
+/* Blocks per row up to which the tiled q8_0-partner products keep the token
+ * block's activation scales as f32 on the stack (K <= 16384). */
+#define GEMM_MAX_BLOCKS 512
+
 #define GEMM_Q80(name, wbytes, unpack)                                                           \
     static void gemm_##name(int64_t n, const void *vw, size_t ws, int nr, const void *vx,        \
                             size_t xs, int nt, float *out, size_t os)                            \
     {                                                                                            \
         const int64_t nb = n / GS_QK;                                                            \
+        float dxs[TOK_BLOCK * GEMM_MAX_BLOCKS];                                                  \
+        if (nb > GEMM_MAX_BLOCKS) {                                                              \
+            gs_cpu__gemm_generic(dot_##name, n, vw, ws, nr, vx, xs, nt, out, os);               \
+            return;                                                                              \
+        }                                                                                        \
         for (int t0 = 0; t0 < nt; t0 += TOK_BLOCK) {                                             \
             const int t1 = GS_MIN(nt, t0 + TOK_BLOCK);                                           \
+            for (int t = t0; t < t1; t++)                                                        \
+                for (int64_t b = 0; b < nb; b++)                                                 \
+                    dxs[(t - t0) * nb + b] =                                                     \
+                        ld_f16((const uint8_t *)vx + (size_t)t * xs + b * GS_Q8_0_BYTES);        \
             for (int r = 0; r < nr; r++) {                                                       \
                 const uint8_t *wr = (const uint8_t *)vw + (size_t)r * ws;                        \
                 int t = t0;                                                                      \
                 for (; t + TOK_TILE <= t1; t += TOK_TILE) {                                      \
                     const uint8_t *x0 = (const uint8_t *)vx + (size_t)t * xs;                    \
+                    const float *dx0 = dxs + (t - t0) * nb;                                      \
                     __m256 acc[TOK_TILE];                                                        \
                     for (int k = 0; k < TOK_TILE; k++)                                           \
                         acc[k] = _mm256_setzero_ps();                                            \
@@ -411,12 +425,13 @@ static inline __m256i q8_0_block(const uint8_t *b)
                         const uint8_t *wb = wr + b * (wbytes);                                   \
                         const __m256i q = unpack(wb);                                            \
                         const __m256i aq = _mm256_sign_epi8(q, q);                               \
-                        const float dw = ld_f16(wb);                                             \
+                        const __m256 dw = _mm256_set1_ps(ld_f16(wb));                            \
                         for (int k = 0; k < TOK_TILE; k++) {                                     \
                             const uint8_t *xb = x0 + (size_t)k * xs + b * GS_Q8_0_BYTES;         \
                             const __m256i y = _mm256_sign_epi8(                                  \
                                 _mm256_loadu_si256((const __m256i *)(xb + GS_Q8_0_QS)), q);      \
-                            const __m256 d = _mm256_set1_ps(dw * ld_f16(xb));                    \
+                            const __m256 d =                                                     \
+                                _mm256_mul_ps(dw, _mm256_broadcast_ss(dx0 + k * nb + b));        \
                             acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8(aq, y)),       \
                                                      acc[k]);                                    \
                         }                                                                        \
@@ -430,6 +445,7 @@ static inline __m256i q8_0_block(const uint8_t *b)
             }                                                                                    \
         }                                                                                        \
     }
+
 static inline __m256i q5_0_block(const uint8_t *b)
 {
     const __m256i q = _mm256_or_si256(nibbles32(b + GS_Q5_0_QS), fifth_bits(b + GS_Q5_0_QH));
