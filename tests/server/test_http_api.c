@@ -600,3 +600,46 @@ Test(http_api, model_by_id)
     cr_expect_eq(r.status, 404);
     e2e_resp_free(&r);
 }
+
+/* Garbage and malformed HTTP over raw sockets: every connection is answered
+ * or closed, and the daemon keeps serving (and exits cleanly, checked by the
+ * sanitizer build). */
+Test(http_opts, malformed_http_leaves_the_daemon_serving, .timeout = 120)
+{
+    struct e2e_daemon k;
+    e2e_start(&k, "--conn-timeout-s 2");
+    const char *script =
+        "import random, socket, sys\n"
+        "port = int(sys.argv[1]); rnd = random.Random(7)\n"
+        "fixed = [b'GET /health HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: -5\\r\\n\\r\\n',\n"
+        "  b'POST /v1/completions HTTP/1.1\\r\\nHost: x\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"
+        "zzz\\r\\n',\n"
+        "  b'POST /v1/completions HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 3\\r\\n\\r\\n{\"p',\n"
+        "  b'GET /' + b'a' * 70000 + b' HTTP/1.1\\r\\n\\r\\n',\n"
+        "  b'\\x00\\xff\\r\\n\\r\\n', b'GET /health HTTP/9.9\\r\\n\\r\\n',\n"
+        "  b'POST /tokenize HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 20\\r\\n\\r\\n"
+        "{\"content\":\"\\xff\\xfe\"}']\n"
+        "blobs = fixed + [bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 400)))\n"
+        "                 for _ in range(150)]\n"
+        "for b in blobs:\n"
+        "    s = socket.create_connection(('127.0.0.1', port), timeout=5)\n"
+        "    try:\n"
+        "        s.sendall(b); s.shutdown(socket.SHUT_WR)\n"
+        "        while s.recv(65536): pass\n"
+        "    except OSError: pass\n"
+        "    s.close()\n"
+        "print('sent', len(blobs))\n";
+    char cmd[800], *out;
+    snprintf(cmd, sizeof(cmd), "python3 '%s' %d", e2e_body_file(script), k.port);
+    cr_expect_eq(gs_test_run(cmd, 1, &out), 0, "%s", out);
+    cr_expect(strstr(out, "sent 157"), "%s", out);
+    free(out);
+    struct e2e_resp r;
+    e2e_http(&k, "GET", "/health", NULL, NULL, &r);
+    cr_expect_eq(r.status, 200);
+    e2e_resp_free(&r);
+    e2e_http(&k, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":2}", NULL, &r);
+    cr_expect_eq(r.status, 200);
+    e2e_resp_free(&r);
+    cr_expect_eq(e2e_stop(&k), 0);
+}
