@@ -607,7 +607,7 @@ Test(http_api, model_by_id)
 Test(http_opts, malformed_http_leaves_the_daemon_serving, .timeout = 120)
 {
     struct e2e_daemon k;
-    e2e_start(&k, "--conn-timeout-s 2");
+    e2e_start(&k, "--conn-timeout-s 1");
     const char *script =
         "import random, socket, sys\n"
         "port = int(sys.argv[1]); rnd = random.Random(7)\n"
@@ -621,10 +621,11 @@ Test(http_opts, malformed_http_leaves_the_daemon_serving, .timeout = 120)
         "{\"content\":\"\\xff\\xfe\"}']\n"
         "blobs = fixed + [bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 400)))\n"
         "                 for _ in range(150)]\n"
-        "for b in blobs:\n"
+        "for i, b in enumerate(blobs):\n"
         "    s = socket.create_connection(('127.0.0.1', port), timeout=5)\n"
+        "    s.settimeout(3 if i < len(fixed) else 0.02)\n"
         "    try:\n"
-        "        s.sendall(b); s.shutdown(socket.SHUT_WR)\n"
+        "        s.sendall(b)\n"
         "        while s.recv(65536): pass\n"
         "    except OSError: pass\n"
         "    s.close()\n"
