@@ -166,7 +166,9 @@ Test(http_load, disconnected_clients_free_every_page, .timeout = 120)
     char *metrics;
     double dt = wait_idle(&d, 5.0, &metrics);
     cr_expect_geq(dt, 0, "still busy %.1f s after the clients left:\n%s", -dt, metrics);
-    cr_expect_leq(dt, 2.5, "took %.1f s to notice the clients had gone", dt);
+    /* About a second to notice (test_http_engine.c measures that precisely);
+     * the margin here is for a loaded machine running sanitized builds. */
+    cr_expect_leq(dt, 4.0, "took %.1f s to notice the clients had gone", dt);
     cr_expect_eq(e2e_metric(metrics, "graphserve_cancellations_total"), 8, "%s", metrics);
     cr_expect_geq(e2e_metric(metrics, "graphserve_engine_cancellations_total"), 8, "%s", metrics);
     cr_expect_eq(e2e_metric(metrics, "graphserve_kv_pages{state=\"used\"}"), 0);
