@@ -439,9 +439,32 @@ static inline __m256i q8_0_block(const uint8_t *b)
                     for (int k = 0; k < TOK_TILE; k++)                                           \
                         out[(size_t)(t + k) * os + r] = hsum_ps(acc[k]);                         \
                 }                                                                                \
-                for (; t < t1; t++)                                                              \
-                    out[(size_t)t * os + r] =                                                    \
-                        dot_##name(n, wr, (const uint8_t *)vx + (size_t)t * xs);                 \
+                for (; t < t1; t++) {                                                            \
+                    const uint8_t *xt = (const uint8_t *)vx + (size_t)t * xs;                    \
+                    const float *dxt = dxs + (t - t0) * nb;                                      \
+                    if (r + 1 < nr && (r & 1) == 0) {                                            \
+                        /* Rows r and r + 1 share each activation load. */                       \
+                        const uint8_t *wr1 = wr + ws;                                            \
+                        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();              \
+                        for (int64_t b = 0; b < nb; b++) {                                       \
+                            const __m256i y = _mm256_loadu_si256(                                \
+                                (const __m256i *)(xt + b * GS_Q8_0_BYTES + GS_Q8_0_QS));         \
+                            const __m256 dx = _mm256_broadcast_ss(dxt + b);                      \
+                            const __m256i q0 = unpack(wr + b * (wbytes));                        \
+                            const __m256i q1 = unpack(wr1 + b * (wbytes));                       \
+                            a0 = _mm256_fmadd_ps(                                                \
+                                _mm256_mul_ps(dx, _mm256_set1_ps(ld_f16(wr + b * (wbytes)))),    \
+                                _mm256_cvtepi32_ps(dot_i8(q0, y)), a0);                          \
+                            a1 = _mm256_fmadd_ps(                                                \
+                                _mm256_mul_ps(dx, _mm256_set1_ps(ld_f16(wr1 + b * (wbytes)))),   \
+                                _mm256_cvtepi32_ps(dot_i8(q1, y)), a1);                          \
+                        }                                                                        \
+                        out[(size_t)t * os + r] = hsum_ps(a0);                                   \
+                        out[(size_t)t * os + r + 1] = hsum_ps(a1);                               \
+                    } else if ((r & 1) == 0) { /* the last of an odd count */              \
+                        out[(size_t)t * os + r] = dot_##name(n, wr, xt);                         \
+                    }                                                                            \
+                }                                                                                \
             }                                                                                    \
         }                                                                                        \
     }
