@@ -11,6 +11,7 @@
 
 #include "config/log.h"
 #include "engine/digest.h"
+#include "server/systemd.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -439,6 +440,8 @@ static void begin_drain(struct gs_srv *s)
     s->draining = true;
     gs_log(GS_LOG_INFO, "drain", "requests_in_flight=%u deadline_ms=%u", s->n_reqs,
            s->cfg.drain_timeout_ms);
+    struct gs_err e;
+    gs_sd_notify("STOPPING=1", NULL, &e); /* a no-op outside systemd */
     /* Stop accepting: MHD hands back its listening socket, which we close. */
     MHD_socket fd = MHD_quiesce_daemon(s->mhd);
     if (fd != MHD_INVALID_SOCKET)
@@ -518,8 +521,15 @@ static enum gs_status start_mhd(struct gs_srv *s, struct gs_err *err)
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (v6)
         flags |= MHD_USE_IPv6;
+    bool passed = s->cfg.listen_fd > 2;
+    /* The address, or a passed socket (MHD then neither binds nor listens). */
+    struct MHD_OptionItem where[] = {
+        passed ? (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, s->cfg.listen_fd, NULL}
+               : (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &ss},
+        {MHD_OPTION_END, 0, NULL},
+    };
     s->mhd = MHD_start_daemon(
-        flags, s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        flags, s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, where,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)l->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)l->max_conns_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)l->conn_timeout_s,
@@ -530,6 +540,13 @@ static enum gs_status start_mhd(struct gs_srv *s, struct gs_err *err)
                           strerror(errno));
     const union MHD_DaemonInfo *pi = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     s->port = pi ? pi->port : s->cfg.port;
+    if (passed) {
+        struct sockaddr_storage bound;
+        socklen_t len = sizeof(bound);
+        if (getsockname(s->cfg.listen_fd, (struct sockaddr *)&bound, &len) == 0)
+            s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                        : ((struct sockaddr_in *)&bound)->sin_port);
+    }
     const union MHD_DaemonInfo *ei = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
     if (!ei)
         return gs_err_set(err, GS_IO, "libmicrohttpd has no epoll descriptor");

@@ -80,6 +80,8 @@ struct gs_srv_engine {
 struct gs_srv_cfg {
     const char *host; /* "127.0.0.1" when NULL; an address containing ':' is IPv6 */
     uint16_t port;    /* 0: an ephemeral port (gs_srv_port tells which) */
+    int listen_fd;    /* > 2: serve this listening TCP socket (socket activation) instead of
+                       * binding host:port; the server owns it from gs_srv_new on */
     struct gs_srv_limits limits;
     const char *const *api_keys; /* n_api_keys Bearer tokens; none: no auth */
     size_t n_api_keys;

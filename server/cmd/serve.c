@@ -13,10 +13,12 @@
 #include "scheduler/scheduler.h"
 #include "server/cli.h"
 #include "server/server.h"
+#include "server/systemd.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* The loop-thread half of the scheduler contract, as the server calls it. */
 static enum gs_status eng_submit(void *ctx, const struct gs_sched_request *req, struct gs_err *err)
@@ -180,15 +182,36 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
     };
 }
 
+/* Socket activation: the first listening TCP socket systemd passed, or -1.
+ * Must run before any thread starts (it edits the environment). */
+static int passed_socket(struct gs_err *err)
+{
+    struct gs_sd_fds fds = {0};
+    if (gs_sd_listen_fds(&fds, err) != GS_OK)
+        return -2;
+    int fd = -1;
+    for (size_t i = 0; i < fds.n && fd < 0; i++)
+        if (fds.v[i].listening && (fds.v[i].family == AF_INET || fds.v[i].family == AF_INET6))
+            fd = fds.v[i].fd;
+    if (fds.n && fd < 0)
+        gs_log(GS_LOG_WARN, "socket_activation", "passed=%zu usable=0", fds.n);
+    gs_sd_fds_deinit(&fds);
+    return fd;
+}
+
 static int serve(struct serve *sv)
 {
+    struct gs_err err;
+    int listen_fd = passed_socket(&err);
+    if (listen_fd == -2)
+        return gs_cli_fail("serve", "socket activation: %s", err.msg);
     int rc = load(sv);
     if (rc)
         return rc;
     char id[256];
     struct gs_srv_cfg c;
     server_cfg(sv, &c, id, sizeof(id));
-    struct gs_err err;
+    c.listen_fd = listen_fd;
     if (gs_srv_new(&c, &sv->srv, &err) != GS_OK)
         return gs_cli_fail("serve", "%s", err.msg);
     atomic_store(&sv->holder.srv, sv->srv);
@@ -203,6 +226,7 @@ static int serve(struct serve *sv)
     fprintf(stdout, "graphserve: listening on http://%s:%u\n", c.host ? c.host : "127.0.0.1",
             gs_srv_port(sv->srv));
     fflush(stdout);
+    gs_sd_notifyf(NULL, &err, "READY=1\nSTATUS=serving %s on port %u", id, gs_srv_port(sv->srv));
     rc = gs_srv_run(sv->srv);
     /* Every request has ended; the engine has nothing left to finish, and
      * the loop that gs_srv_wake would signal is closed. */

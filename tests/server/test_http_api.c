@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static struct e2e_daemon d;
 
@@ -643,4 +644,50 @@ Test(http_opts, malformed_http_leaves_the_daemon_serving, .timeout = 120)
     cr_expect_eq(r.status, 200);
     e2e_resp_free(&r);
     cr_expect_eq(e2e_stop(&k), 0);
+}
+
+/* Under systemd: the daemon serves the listening socket it was passed
+ * (LISTEN_FDS), reports READY=1 once serving and STOPPING=1 on SIGTERM to
+ * $NOTIFY_SOCKET, and exits 0. */
+Test(http_opts, systemd_socket_activation_and_notify, .timeout = 60)
+{
+    const char *script =
+        "import os, socket, sys, time, urllib.request, signal\n"
+        "bin, model = sys.argv[1], sys.argv[2]\n"
+        "ls = socket.socket(); ls.bind(('127.0.0.1', 0)); ls.listen(16)\n"
+        "port = ls.getsockname()[1]\n"
+        "nd = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+        "path = sys.argv[3]\n"
+        "nd.bind(path); nd.settimeout(10)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os.dup2(ls.fileno(), 3); os.set_inheritable(3, True)\n"
+        "    os.environ.update(LISTEN_FDS='1', LISTEN_PID=str(os.getpid()), NOTIFY_SOCKET=path)\n"
+        "    devnull = os.open(os.devnull, os.O_WRONLY); os.dup2(devnull, 1); os.dup2(devnull, 2)\n"
+        "    os.execv(bin, [bin, 'serve', '-m', model, '--port', '1'])\n"
+        "ls.close()\n"
+        "try:\n"
+        "    msgs = [nd.recv(4096).decode()]\n"
+        "    url = 'http://127.0.0.1:%d/health' % port\n"
+        "    body = urllib.request.urlopen(url, timeout=10).read().decode()\n"
+        "    os.kill(pid, signal.SIGTERM)\n"
+        "    msgs.append(nd.recv(4096).decode())\n"
+        "    _, st = os.waitpid(pid, 0)\n"
+        "finally:\n"
+        "    os.unlink(path)\n"
+        "    if 'st' not in dir(): os.kill(pid, signal.SIGKILL)\n"
+        "print('ready' if msgs[0].startswith('READY=1') else 'no-ready:' + msgs[0])\n"
+        "print('health', body)\n"
+        "print('stopping' if msgs[1] == 'STOPPING=1' else 'no-stopping:' + msgs[1])\n"
+        "print('exit', os.waitstatus_to_exitcode(st))\n";
+    char py[600], cmd[2000], *out;
+    snprintf(py, sizeof(py), "%s", e2e_body_file(script));
+    char bin[600], model[600];
+    snprintf(bin, sizeof(bin), "%s", gs_test_build_path("server/graphserve"));
+    snprintf(model, sizeof(model), "%s", gs_test_shared_path("models/stories260K.gguf"));
+    snprintf(cmd, sizeof(cmd), "timeout 50 python3 '%s' '%s' '%s' '%s/notify-%d'", py, bin, model,
+             gs_test_tmpdir(), (int)getpid());
+    cr_expect_eq(gs_test_run(cmd, 1, &out), 0, "%s", out);
+    cr_expect(strstr(out, "ready\nhealth {\"status\":\"ok\"}\nstopping\nexit 0\n"), "%s", out);
+    free(out);
 }

@@ -19,11 +19,14 @@
 #include "tests/common/testutil.h"
 #include "tests/server/e2e.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define MAX_REQS 16
@@ -364,4 +367,37 @@ Test(http_update, keys_and_limits_change_without_restart, .timeout = 30)
     pthread_join(t, NULL);
     gs_srv_free(s);
     gs_tok_free(tok);
+}
+
+/* A listening socket handed over (systemd socket activation) is served as is. */
+Test(http_update, serves_a_passed_listening_socket, .timeout = 30)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(fd > 2);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(fd, 16), 0);
+    socklen_t len = sizeof(a);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    struct gs_srv_cfg cfg = {
+        .limits = GS_SRV_LIMITS_DEFAULT,
+        .port = 1, /* ignored with a passed socket */
+        .listen_fd = fd,
+        .model = {.id = "fake", .n_ctx = 256},
+    };
+    struct gs_srv *s;
+    struct gs_err err;
+    cr_assert_eq(gs_srv_new(&cfg, &s, &err), GS_OK, "%s", err.msg);
+    cr_expect_eq(gs_srv_port(s), ntohs(a.sin_port));
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, loop_main, s), 0);
+    struct e2e_daemon k = {.port = ntohs(a.sin_port)};
+    snprintf(k.url, sizeof(k.url), "http://127.0.0.1:%d", k.port);
+    struct e2e_resp r;
+    e2e_http(&k, "GET", "/health", NULL, NULL, &r);
+    cr_expect_eq(r.status, 200);
+    e2e_resp_free(&r);
+    gs_srv_shutdown(s);
+    pthread_join(t, NULL);
+    gs_srv_free(s);
 }
