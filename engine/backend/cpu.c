@@ -117,11 +117,6 @@ static float *thread_buf(const struct run *r, int ith)
     return r->cp->thread_buf + (int64_t)ith * r->cp->thread_floats;
 }
 
-static float round_f16(float x)
-{
-    return gs_fp16_to_f32(gs_f32_to_fp16(x));
-}
-
 /* ---- ops ---------------------------------------------------------------------------- */
 
 static void k_embed(struct run *r, int chunk, int n_chunks, int thread)
@@ -355,26 +350,30 @@ static void attn_head(const struct run *r, int64_t t, int h, float *acc, float *
     const struct gs_kv_view *kv = io->kv;
     const bool f16 = kv->type == GS_TYPE_F16;
     const int hd = p->head_dim, kvh = h / (p->n_head / p->n_head_kv);
-    const uint64_t elem = f16 ? 2 : 4, row = (uint64_t)kv->kv_dim * elem;
+    const uint64_t elem = f16 ? 2 : 4;
     const float *qsrc = value(r, n->src[0]) + t * n->ne[0] + (int64_t)h * hd;
-    for (int d = 0; d < hd; d++)
-        q[d] = f16 ? round_f16(qsrc[d]) : qsrc[d];
+    memcpy(q, qsrc, (size_t)hd * sizeof(float));
+    if (f16)
+        gs_cpu_round_f16(q, hd);
     const struct gs_seq_pages *sp = &io->seqs[io->seq[t]];
     const int32_t last = io->pos[t];
-    float mx = -INFINITY;
-    for (int32_t j0 = 0; j0 <= last; j0 += (int32_t)kv->page_tokens) {
+    const int32_t pt = (int32_t)kv->page_tokens;
+    for (int32_t j0 = 0; j0 <= last; j0 += pt) {
         const uint32_t page = sp->pages[(uint32_t)j0 / kv->page_tokens];
         const char *kr = kv_page_rows(kv, page, p->layer, 0) + (uint64_t)kvh * hd * elem;
-        const int32_t n_slots = GS_MIN((int32_t)kv->page_tokens, last - j0 + 1);
-        for (int32_t s = 0; s < n_slots; s++) {
-            const char *ks = kr + s * row;
-            float v = (f16 ? gs_cpu_dot_f32_f16(q, (const uint16_t *)ks, hd)
-                           : gs_cpu_dot_f32(q, (const float *)ks, hd)) * p->scale;
-            if (p->softcap > 0)
-                v = p->softcap * tanhf(v / p->softcap);
-            sc[j0 + s] = v;
-            mx = fmaxf(mx, v);
-        }
+        const int32_t n_slots = GS_MIN(pt, last - j0 + 1);
+        if (f16)
+            gs_cpu_dots_f16(q, (const uint16_t *)kr, kv->kv_dim, n_slots, hd, sc + j0);
+        else
+            gs_cpu_dots_f32(q, (const float *)kr, kv->kv_dim, n_slots, hd, sc + j0);
+    }
+    float mx = -INFINITY;
+    for (int32_t j = 0; j <= last; j++) {
+        float v = sc[j] * p->scale;
+        if (p->softcap > 0)
+            v = p->softcap * tanhf(v / p->softcap);
+        sc[j] = v;
+        mx = fmaxf(mx, v);
     }
     double sum = 0;
     for (int32_t j = 0; j <= last; j++) {
@@ -382,19 +381,19 @@ static void attn_head(const struct run *r, int64_t t, int h, float *acc, float *
         sum += sc[j];
     }
     const float inv = (float)(1.0 / sum);
+    for (int32_t j = 0; j <= last; j++)
+        sc[j] *= inv;
+    if (f16)
+        gs_cpu_round_f16(sc, last + 1);
     memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int32_t j0 = 0; j0 <= last; j0 += (int32_t)kv->page_tokens) {
+    for (int32_t j0 = 0; j0 <= last; j0 += pt) {
         const uint32_t page = sp->pages[(uint32_t)j0 / kv->page_tokens];
         const char *vr = kv_page_rows(kv, page, p->layer, 1) + (uint64_t)kvh * hd * elem;
-        const int32_t n_slots = GS_MIN((int32_t)kv->page_tokens, last - j0 + 1);
-        for (int32_t s = 0; s < n_slots; s++) {
-            const float w = sc[j0 + s] * inv;
-            if (f16)
-                gs_cpu_scale_axpy_f16(acc, 1.0f, round_f16(w), (const uint16_t *)(vr + s * row),
-                                      hd);
-            else
-                gs_cpu_scale_axpy_f32(acc, 1.0f, w, (const float *)(vr + s * row), hd);
-        }
+        const int32_t n_slots = GS_MIN(pt, last - j0 + 1);
+        if (f16)
+            gs_cpu_axpys_f16(acc, sc + j0, (const uint16_t *)vr, kv->kv_dim, n_slots, hd);
+        else
+            gs_cpu_axpys_f32(acc, sc + j0, (const float *)vr, kv->kv_dim, n_slots, hd);
     }
     memcpy(r->out + t * n->ne[0] + (int64_t)h * hd, acc, (size_t)hd * sizeof(float));
 }

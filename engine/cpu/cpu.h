@@ -97,6 +97,13 @@ float gs_cpu__avx2_dot_f32(const float *a, const float *b, int64_t n);
 float gs_cpu__avx2_dot_f32_f16(const float *a, const uint16_t *b, int64_t n);
 void gs_cpu__avx2_scale_axpy_f32(float *y, float s, float v, const float *b, int64_t n);
 void gs_cpu__avx2_scale_axpy_f16(float *y, float s, float v, const uint16_t *b, int64_t n);
+void gs_cpu__avx2_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows,
+                           int64_t n, float *out);
+void gs_cpu__avx2_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride,
+                            int n_rows, int64_t n);
+void gs_cpu__avx2_axpys_f32(float *acc, const float *w, const float *v, size_t stride,
+                            int n_rows, int64_t n);
+void gs_cpu__avx2_round_f16(float *x, int64_t n);
 
 /* The generic tiled product: dot over tokens in blocks, weight row by row. */
 void gs_cpu__gemm_generic(gs_cpu_dot_fn dot, int64_t n, const void *w, size_t w_stride,
@@ -114,6 +121,20 @@ float gs_cpu_dot_f32_f16(const float *a, const uint16_t *b, int64_t n);
 /* y[i] = y[i] * s + v * b[i], with b f32 or f16: the online-softmax update. */
 void gs_cpu_scale_axpy_f32(float *y, float s, float v, const float *b, int64_t n);
 void gs_cpu_scale_axpy_f16(float *y, float s, float v, const uint16_t *b, int64_t n);
+
+/* Attention over one KV page: rows at k/v, `stride` elements apart.
+ * out[s] = sum_i q[i] * k[s][i] for s < n_rows (f16 or f32 rows). */
+void gs_cpu_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows, int64_t n,
+                     float *out);
+void gs_cpu_dots_f32(const float *q, const float *k, size_t stride, int n_rows, int64_t n,
+                     float *out);
+/* acc[i] += sum_s w[s] * v[s][i] for s < n_rows. */
+void gs_cpu_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride, int n_rows,
+                      int64_t n);
+void gs_cpu_axpys_f32(float *acc, const float *w, const float *v, size_t stride, int n_rows,
+                      int64_t n);
+/* x[i] = f32(f16(x[i])): rounding through half precision. */
+void gs_cpu_round_f16(float *x, int64_t n);
 
 /* ---- worker pool ------------------------------------------------------------- */
 

@@ -164,3 +164,63 @@ void gs_cpu_scale_axpy_f16(float *y, float s, float v, const uint16_t *b, int64_
     for (int64_t i = 0; i < n; i++)
         y[i] = y[i] * s + v * gs_fp16_to_f32(b[i]);
 }
+
+void gs_cpu_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows, int64_t n,
+                     float *out)
+{
+#if GS_CPU_X86
+    if (avx2()) {
+        gs_cpu__avx2_dots_f16(q, k, stride, n_rows, n, out);
+        return;
+    }
+#endif
+    for (int s = 0; s < n_rows; s++)
+        out[s] = gs_cpu_dot_f32_f16(q, k + (size_t)s * stride, n);
+}
+
+void gs_cpu_dots_f32(const float *q, const float *k, size_t stride, int n_rows, int64_t n,
+                     float *out)
+{
+    for (int s = 0; s < n_rows; s++)
+        out[s] = gs_cpu_dot_f32(q, k + (size_t)s * stride, n);
+}
+
+void gs_cpu_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride, int n_rows,
+                      int64_t n)
+{
+#if GS_CPU_X86
+    if (avx2()) {
+        gs_cpu__avx2_axpys_f16(acc, w, v, stride, n_rows, n);
+        return;
+    }
+#endif
+    for (int s = 0; s < n_rows; s++)
+        for (int64_t i = 0; i < n; i++)
+            acc[i] += w[s] * gs_fp16_to_f32(v[(size_t)s * stride + i]);
+}
+
+void gs_cpu_axpys_f32(float *acc, const float *w, const float *v, size_t stride, int n_rows,
+                      int64_t n)
+{
+#if GS_CPU_X86
+    if (avx2()) {
+        gs_cpu__avx2_axpys_f32(acc, w, v, stride, n_rows, n);
+        return;
+    }
+#endif
+    for (int s = 0; s < n_rows; s++)
+        for (int64_t i = 0; i < n; i++)
+            acc[i] += w[s] * v[(size_t)s * stride + i];
+}
+
+void gs_cpu_round_f16(float *x, int64_t n)
+{
+#if GS_CPU_X86
+    if (avx2()) {
+        gs_cpu__avx2_round_f16(x, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+        x[i] = gs_fp16_to_f32(gs_f32_to_fp16(x[i]));
+}

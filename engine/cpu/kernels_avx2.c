@@ -717,6 +717,53 @@ void gs_cpu__avx2_scale_axpy_f16(float *y, float s, float v, const uint16_t *b, 
         y[i] = y[i] * s + v * gs_fp16_to_f32(b[i]);
 }
 
+void gs_cpu__avx2_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows,
+                           int64_t n, float *out)
+{
+    for (int s = 0; s < n_rows; s++)
+        out[s] = gs_cpu__avx2_dot_f32_f16(q, k + (size_t)s * stride, n);
+}
+
+void gs_cpu__avx2_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride,
+                            int n_rows, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_loadu_ps(acc + i);
+        for (int s = 0; s < n_rows; s++)
+            a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + s), ld8_f16(v + (size_t)s * stride + i), a);
+        _mm256_storeu_ps(acc + i, a);
+    }
+    for (; i < n; i++)
+        for (int s = 0; s < n_rows; s++)
+            acc[i] += w[s] * gs_fp16_to_f32(v[(size_t)s * stride + i]);
+}
+
+void gs_cpu__avx2_axpys_f32(float *acc, const float *w, const float *v, size_t stride,
+                            int n_rows, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_loadu_ps(acc + i);
+        for (int s = 0; s < n_rows; s++)
+            a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + s), _mm256_loadu_ps(v + (size_t)s * stride + i), a);
+        _mm256_storeu_ps(acc + i, a);
+    }
+    for (; i < n; i++)
+        for (int s = 0; s < n_rows; s++)
+            acc[i] += w[s] * v[(size_t)s * stride + i];
+}
+
+void gs_cpu__avx2_round_f16(float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+                                                                _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++)
+        x[i] = gs_fp16_to_f32(gs_f32_to_fp16(x[i]));
+}
+
 /* ---- activation quantizers ---------------------------------------------------------------------
  * Byte-identical to the reference quantizers of engine/quant (same float
  * operations in the same order: a product, no fused multiply-add), so the cpu
