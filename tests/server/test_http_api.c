@@ -479,7 +479,7 @@ Test(http_opts, body_over_the_cap_is_413)
 }
 
 /* With one running sequence and a queue of one, a burst gets 429s with
- * Retry-After while the others complete. */
+ * Retry-After while the accepted ones complete. */
 Test(http_opts, full_queue_is_429_with_retry_after, .timeout = 120)
 {
     struct e2e_daemon k;
@@ -499,7 +499,10 @@ Test(http_opts, full_queue_is_429_with_retry_after, .timeout = 120)
         n200 += st == 200;
     }
     cr_expect_geq(n429, 1, "%s", out);
-    cr_expect_geq(n200, 2, "%s", out);
+    /* One or two are accepted: the queue holds one, and the first may or may
+     * not have moved on to running when the others arrive. */
+    cr_expect_geq(n200, 1, "%s", out);
+    cr_expect_leq(n200, 2, "%s", out);
     cr_expect_eq(n429 + n200, 6, "%s", out);
     cr_expect(strstr(out, "Retry-After: 1"), "%s", out);
     free(cmd);
