@@ -187,7 +187,7 @@ Test(http_load, disconnected_clients_free_every_page, .timeout = 120)
 Test(http_load, sigterm_drains_then_aborts_and_exits_0, .timeout = 120)
 {
     struct e2e_daemon d;
-    e2e_start(&d, "--drain-timeout-s 1 --max-seqs 4");
+    e2e_start(&d, "--drain-timeout-s 2 --max-seqs 4");
     const char *lng = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":1500,"
                                     "\"ignore_eos\":true,\"stream\":true}");
     char lp[600];
