@@ -483,7 +483,7 @@ Test(http_opts, body_over_the_cap_is_413)
 Test(http_opts, full_queue_is_429_with_retry_after, .timeout = 120)
 {
     struct e2e_daemon k;
-    e2e_start(&k, "--max-seqs 1 --max-queue 1 --max-batch-tokens 64");
+    e2e_start(&k, "--backend ref --max-seqs 1 --max-queue 1 --max-batch-tokens 64");
     char *cmd, *out;
     const char *body = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":200,"
                                      "\"ignore_eos\":true,\"temperature\":0}");

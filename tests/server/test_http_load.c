@@ -20,6 +20,10 @@
 
 #define N_CLIENTS 32
 
+/* Tests that need requests to still be running a second or two later pin
+ * the scalar reference backend (--backend ref) and ask for 1500 tokens: tens
+ * of seconds there, whatever faster backend becomes the default. */
+
 static void prompt_of(int i, char *out, size_t cap)
 {
     static const char *const who[] = {"Lily", "Tom", "Ben", "Sue", "Max", "Anna", "Sam", "Mia"};
@@ -147,7 +151,7 @@ static double wait_idle(const struct e2e_daemon *d, double timeout_s, char **met
 Test(http_load, disconnected_clients_free_every_page, .timeout = 120)
 {
     struct e2e_daemon d;
-    e2e_start(&d, "--max-seqs 2 --max-batch-tokens 64");
+    e2e_start(&d, "--backend ref --max-seqs 2 --max-batch-tokens 64");
     const char *stream = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":1500,"
                                        "\"ignore_eos\":true,\"stream\":true}");
     char sp[600];
@@ -187,7 +191,7 @@ Test(http_load, disconnected_clients_free_every_page, .timeout = 120)
 Test(http_load, sigterm_drains_then_aborts_and_exits_0, .timeout = 120)
 {
     struct e2e_daemon d;
-    e2e_start(&d, "--drain-timeout-s 2 --max-seqs 4");
+    e2e_start(&d, "--backend ref --drain-timeout-s 2 --max-seqs 4");
     const char *lng = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":1500,"
                                     "\"ignore_eos\":true,\"stream\":true}");
     char lp[600];
@@ -293,7 +297,7 @@ static long thread_ticks(pid_t pid, pid_t tid)
 Test(http_load, waiting_streams_cost_the_loop_no_cpu, .timeout = 120)
 {
     struct e2e_daemon d;
-    e2e_start(&d, "--max-seqs 1 --max-batch-tokens 64");
+    e2e_start(&d, "--backend ref --max-seqs 1 --max-batch-tokens 64");
     const char *body = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":1000,"
                                      "\"ignore_eos\":true,\"stream\":true}");
     char *cmd;
