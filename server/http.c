@@ -259,8 +259,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = r;
         return on_headers(r);
     }
-    if (r->status)
-        return MHD_YES; /* answered early (413, 401, ...); MHD discards the rest */
+    if (r->status) {
+        *upload_size = 0; /* answered early (413, 401, ...): the rest is discarded */
+        return MHD_YES;
+    }
     if (*upload_size) {
         if (!r->too_large && r->body.len + *upload_size > s->cfg.limits.max_body_bytes)
             r->too_large = true;
