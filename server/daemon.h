@@ -43,6 +43,18 @@ struct gs_srv_choice {
 
 struct gs_srv_route;
 
+/* A prompt being tokenized on libuv's thread pool (generate.c). */
+struct gs_srv_tok_job {
+    uv_work_t work;
+    struct gs_srv_buf text; /* the rendered prompt */
+    int32_t *ids;           /* result, gs_malloc'd */
+    size_t n_ids;
+    enum gs_status st;
+    struct gs_err err;
+    bool running; /* queued or on a pool thread: the request must not be freed */
+    bool done;    /* result ready for gs_srv__gen_continue */
+};
+
 struct gs_srv_req {
     struct gs_srv *srv;
     struct MHD_Connection *conn;
@@ -64,6 +76,7 @@ struct gs_srv_req {
     bool drain_abort; /* ended by the drain deadline: finish_reason "abort" */
     /* generation */
     struct gs_srv_gen gen;
+    struct gs_srv_tok_job tok_job;
     int32_t *prompt;
     uint32_t n_prompt;
     struct gs_srv_choice *choices;
@@ -135,6 +148,8 @@ enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind ki
                                       const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void gs_srv__suspend(struct gs_srv_req *r);
+/* Lets MHD process what changed (a resumed connection) outside its callbacks. */
+void gs_srv__kick(struct gs_srv *s);
 void gs_srv__resume(struct gs_srv_req *r);
 void gs_srv__active_add(struct gs_srv_req *r);
 void gs_srv__active_remove(struct gs_srv_req *r);
@@ -142,6 +157,8 @@ bool gs_srv__is_ready(struct gs_srv *s, char *why, size_t cap);
 
 /* generate.c */
 enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r);
+/* Called again once the prompt is tokenized: checks it and submits. */
+enum MHD_Result gs_srv__gen_continue(struct gs_srv_req *r);
 /* Called again for a resumed non-stream request: queues the final answer. */
 enum MHD_Result gs_srv__gen_respond(struct gs_srv_req *r);
 void gs_srv__gen_event(struct gs_srv *s, const struct gs_sched_event *ev);

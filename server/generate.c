@@ -347,6 +347,8 @@ void gs_srv__gen_free(struct gs_srv_req *r)
     }
     gs_free(r->choices);
     gs_free(r->prompt);
+    gs_free(r->tok_job.ids);
+    gs_srv_buf_free(&r->tok_job.text);
     gs_srv_buf_free(&r->out);
     gs_srv_gen_free(&r->gen);
     r->choices = NULL;
@@ -388,10 +390,34 @@ enum MHD_Result gs_srv__gen_respond(struct gs_srv_req *r)
 
 /* ---- starting a request --------------------------------------------------------------------- */
 
+/*
+ * Tokenizing a long prompt takes a while (about 0.3 s per MiB), so it runs on
+ * libuv's thread pool while the connection is suspended; the loop goes on
+ * serving other streams. The tokenizer is immutable and safe to share.
+ */
+static void tok_work(uv_work_t *w)
+{
+    struct gs_srv_req *r = w->data;
+    struct gs_srv_tok_job *j = &r->tok_job;
+    j->st = gs_tok_encode(r->srv->cfg.model.tok, j->text.p ? j->text.p : "", j->text.len,
+                          GS_TOK_ADD_SPECIAL | GS_TOK_PARSE_SPECIAL, &j->ids, &j->n_ids, &j->err);
+}
+
+static void tok_done(uv_work_t *w, int status)
+{
+    struct gs_srv_req *r = w->data;
+    r->tok_job.running = false;
+    r->tok_job.done = true;
+    if (status != 0 || r->srv->closing)
+        r->peer_gone = true; /* shutting down: the connection is closed */
+    /* The access handler runs again and goes on in gs_srv__gen_continue. */
+    gs_srv__resume(r);
+    gs_srv__kick(r->srv);
+}
+
 static enum MHD_Result tokenize_prompt(struct gs_srv_req *r)
 {
     struct gs_srv *s = r->srv;
-    const struct gs_tok *tok = s->cfg.model.tok;
     struct gs_srv_gen *g = &r->gen;
     if (g->prompt_ids) {
         r->prompt = g->prompt_ids;
@@ -399,31 +425,39 @@ static enum MHD_Result tokenize_prompt(struct gs_srv_req *r)
         g->prompt_ids = NULL;
         return MHD_YES;
     }
-    struct gs_srv_buf text = {0};
+    struct gs_srv_tok_job *j = &r->tok_job;
     if (g->chat)
-        gs_srv_tmpl_render(s->tmpl, g->msgs, g->n_msgs, &text);
+        gs_srv_tmpl_render(s->tmpl, g->msgs, g->n_msgs, &j->text);
     else
-        gs_srv_buf_add(&text, g->prompt, g->prompt_len);
-    if (text.failed) {
-        gs_srv_buf_free(&text);
+        gs_srv_buf_add(&j->text, g->prompt, g->prompt_len);
+    if (j->text.failed)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
-    }
-    int32_t *ids;
-    size_t n;
-    struct gs_err err;
-    enum gs_status st = gs_tok_encode(tok, text.p ? text.p : "", text.len,
-                                      GS_TOK_ADD_SPECIAL | GS_TOK_PARSE_SPECIAL, &ids, &n, &err);
-    gs_srv_buf_free(&text);
-    if (st != GS_OK)
-        return gs_srv__respond_error(r, gs_srv_err_from_status(st), g->chat ? "messages" : "prompt",
-                                     "%s", err.msg);
-    if (n == 0) {
-        gs_free(ids);
-        return gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, "prompt", "the prompt is empty");
-    }
-    r->prompt = ids;
-    r->n_prompt = (uint32_t)GS_MIN(n, UINT32_MAX);
+    j->work.data = r;
+    if (uv_queue_work(&s->loop, &j->work, tok_work, tok_done) != 0)
+        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "cannot queue tokenization");
+    j->running = true;
+    gs_srv__suspend(r);
     return MHD_YES;
+}
+
+/* Takes the pool's result; answers 400 itself for a bad or empty prompt. */
+static bool take_tokens(struct gs_srv_req *r, enum MHD_Result *ret)
+{
+    struct gs_srv_tok_job *j = &r->tok_job;
+    gs_srv_buf_free(&j->text);
+    if (j->st != GS_OK) {
+        *ret = gs_srv__respond_error(r, gs_srv_err_from_status(j->st),
+                                     r->gen.chat ? "messages" : "prompt", "%s", j->err.msg);
+        return false;
+    }
+    r->prompt = j->ids;
+    r->n_prompt = (uint32_t)GS_MIN(j->n_ids, UINT32_MAX);
+    j->ids = NULL;
+    if (r->n_prompt == 0) {
+        *ret = gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, "prompt", "the prompt is empty");
+        return false;
+    }
+    return true;
 }
 
 /* Context check: the prompt plus max_tokens must fit; never truncated. */
@@ -590,12 +624,25 @@ enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r)
         return gs_srv__respond_error(r, GS_SRV_E_MODEL_NOT_FOUND, "model",
                                      "the model '%s' does not exist; this server serves '%s'",
                                      r->gen.model, s->cfg.model.id);
+    r->created = (long long)time(NULL);
     enum MHD_Result ret = tokenize_prompt(r);
-    if (r->status)
+    if (r->status || r->tok_job.running)
         return ret;
+    return gs_srv__gen_continue(r);
+}
+
+enum MHD_Result gs_srv__gen_continue(struct gs_srv_req *r)
+{
+    enum MHD_Result ret;
+    if (r->tok_job.done) {
+        r->tok_job.done = false;
+        if (!take_tokens(r, &ret))
+            return ret;
+    }
+    if (!gs_srv__is_ready(r->srv, NULL, 0))
+        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "the server is draining");
     if (!check_context(r, &ret))
         return ret;
-    r->created = (long long)time(NULL);
     ret = submit_all(r);
     if (r->status || ret != MHD_YES)
         return ret;

@@ -273,6 +273,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (r->peer_gone)
         return MHD_NO;
+    if (r->tok_job.running)
+        return MHD_YES; /* resumed early (shutdown); the pool still has the prompt */
+    if (r->tok_job.done)
+        return gs_srv__gen_continue(r);
     if (r->waiting)
         return gs_srv__gen_respond(r);
     if (r->too_large)
@@ -332,6 +336,11 @@ static void mhd_run(struct gs_srv *s)
         uv_timer_start(&s->mhd_timer, on_mhd_timer, to, 0);
     else
         uv_timer_stop(&s->mhd_timer);
+}
+
+void gs_srv__kick(struct gs_srv *s)
+{
+    mhd_run(s);
 }
 
 static void on_mhd_poll(uv_poll_t *h, int status, int events)

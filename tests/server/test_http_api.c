@@ -694,3 +694,38 @@ Test(http_opts, systemd_socket_activation_and_notify, .timeout = 60)
     cr_expect(strstr(out, "ready\nhealth {\"status\":\"ok\"}\nstopping\nexit 0\n"), "%s", out);
     free(out);
 }
+
+/* A long prompt is tokenized off the loop thread: while it is, /health still
+ * answers at once. The prompt is then refused for the context, not cut. */
+Test(http_api, long_prompt_tokenizes_off_the_loop)
+{
+    size_t n = 1900000;
+    char *body = malloc(n + 64);
+    cr_assert(body);
+    int w = sprintf(body, "{\"prompt\":\"");
+    for (size_t i = 0; i < n; i++)
+        body[w + i] = "Once upon a time there was a girl "[i % 34];
+    strcpy(body + w + n, "\"}");
+    char big[600], *cmd, *out;
+    snprintf(big, sizeof(big), "%s", e2e_body_file(body));
+    free(body);
+    cr_assert(asprintf(&cmd,
+                       "curl -s -o /dev/null -w 'big %%{http_code} %%{time_total}\\n' "
+                       "--data-binary @%s %s/v1/completions & sleep 0.15; "
+                       "curl -s -o /dev/null -w 'health %%{http_code} %%{time_total}\\n' "
+                       "%s/health; wait",
+                       big, d.url, d.url) > 0);
+    gs_test_run(cmd, 0, &out);
+    free(cmd);
+    int big_status = 0, health_status = 0;
+    double big_s = 0, health_s = 0;
+    const char *b = strstr(out, "big "), *h = strstr(out, "health ");
+    cr_assert(b && h, "%s", out);
+    sscanf(b, "big %d %lf", &big_status, &big_s);
+    sscanf(h, "health %d %lf", &health_status, &health_s);
+    cr_expect_eq(big_status, 400, "%s", out);
+    cr_expect_eq(health_status, 200, "%s", out);
+    cr_expect_lt(health_s, big_s / 2, "health took %.3f s while the big prompt took %.3f s",
+                 health_s, big_s);
+    free(out);
+}
