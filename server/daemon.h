@@ -43,7 +43,9 @@ struct gs_srv_choice {
 
 struct gs_srv_route;
 
-/* A prompt being tokenized on libuv's thread pool (generate.c). */
+struct gs_srv_req;
+
+/* A text being tokenized on libuv's thread pool (gs_srv__tokenize_async). */
 struct gs_srv_tok_job {
     uv_work_t work;
     struct gs_srv_buf text; /* the rendered prompt */
@@ -51,8 +53,10 @@ struct gs_srv_tok_job {
     size_t n_ids;
     enum gs_status st;
     struct gs_err err;
+    unsigned flags;                                /* enum gs_tok_encode_flags */
+    enum MHD_Result (*then)(struct gs_srv_req *r); /* goes on once done; clears done */
     bool running; /* queued or on a pool thread: the request must not be freed */
-    bool done;    /* result ready for gs_srv__gen_continue */
+    bool done;    /* result ready for then() */
 };
 
 struct gs_srv_req {
@@ -77,6 +81,7 @@ struct gs_srv_req {
     /* generation */
     struct gs_srv_gen gen;
     struct gs_srv_tok_job tok_job;
+    bool tokenize_pieces; /* /tokenize: with_pieces */
     int32_t *prompt;
     uint32_t n_prompt;
     struct gs_srv_choice *choices;
@@ -150,6 +155,12 @@ enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind ki
 void gs_srv__suspend(struct gs_srv_req *r);
 /* Lets MHD process what changed (a resumed connection) outside its callbacks. */
 void gs_srv__kick(struct gs_srv *s);
+/* Tokenizes r->tok_job.text with flags on the thread pool, the connection
+ * suspended; then the access handler calls then(r), which takes the result
+ * (ids, n_ids, st, err) and clears done. Call from a handler; returns what
+ * the handler returns. */
+enum MHD_Result gs_srv__tokenize_async(struct gs_srv_req *r, unsigned flags,
+                                       enum MHD_Result (*then)(struct gs_srv_req *r));
 void gs_srv__resume(struct gs_srv_req *r);
 void gs_srv__active_add(struct gs_srv_req *r);
 void gs_srv__active_remove(struct gs_srv_req *r);

@@ -390,31 +390,6 @@ enum MHD_Result gs_srv__gen_respond(struct gs_srv_req *r)
 
 /* ---- starting a request --------------------------------------------------------------------- */
 
-/*
- * Tokenizing a long prompt takes a while (about 0.3 s per MiB), so it runs on
- * libuv's thread pool while the connection is suspended; the loop goes on
- * serving other streams. The tokenizer is immutable and safe to share.
- */
-static void tok_work(uv_work_t *w)
-{
-    struct gs_srv_req *r = w->data;
-    struct gs_srv_tok_job *j = &r->tok_job;
-    j->st = gs_tok_encode(r->srv->cfg.model.tok, j->text.p ? j->text.p : "", j->text.len,
-                          GS_TOK_ADD_SPECIAL | GS_TOK_PARSE_SPECIAL, &j->ids, &j->n_ids, &j->err);
-}
-
-static void tok_done(uv_work_t *w, int status)
-{
-    struct gs_srv_req *r = w->data;
-    r->tok_job.running = false;
-    r->tok_job.done = true;
-    if (status != 0 || r->srv->closing)
-        r->peer_gone = true; /* shutting down: the connection is closed */
-    /* The access handler runs again and goes on in gs_srv__gen_continue. */
-    gs_srv__resume(r);
-    gs_srv__kick(r->srv);
-}
-
 static enum MHD_Result tokenize_prompt(struct gs_srv_req *r)
 {
     struct gs_srv *s = r->srv;
@@ -432,12 +407,8 @@ static enum MHD_Result tokenize_prompt(struct gs_srv_req *r)
         gs_srv_buf_add(&j->text, g->prompt, g->prompt_len);
     if (j->text.failed)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
-    j->work.data = r;
-    if (uv_queue_work(&s->loop, &j->work, tok_work, tok_done) != 0)
-        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "cannot queue tokenization");
-    j->running = true;
-    gs_srv__suspend(r);
-    return MHD_YES;
+    return gs_srv__tokenize_async(r, GS_TOK_ADD_SPECIAL | GS_TOK_PARSE_SPECIAL,
+                                  gs_srv__gen_continue);
 }
 
 /* Takes the pool's result; answers 400 itself for a bad or empty prompt. */
@@ -635,7 +606,7 @@ enum MHD_Result gs_srv__gen_continue(struct gs_srv_req *r)
 {
     enum MHD_Result ret;
     if (r->tok_job.done) {
-        r->tok_job.done = false;
+        r->tok_job.done = false; /* consumed here */
         if (!take_tokens(r, &ret))
             return ret;
     }

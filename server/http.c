@@ -276,7 +276,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (r->tok_job.running)
         return MHD_YES; /* resumed early (shutdown); the pool still has the prompt */
     if (r->tok_job.done)
-        return gs_srv__gen_continue(r);
+        return r->tok_job.then(r);
     if (r->waiting)
         return gs_srv__gen_respond(r);
     if (r->too_large)
@@ -341,6 +341,45 @@ static void mhd_run(struct gs_srv *s)
 void gs_srv__kick(struct gs_srv *s)
 {
     mhd_run(s);
+}
+
+/* ---- tokenizing off the loop ---------------------------------------------------------------- */
+
+/* Tokenizing a long text takes a while (about 0.3 s per MiB), so it runs on
+ * libuv's thread pool while the connection is suspended; the loop goes on
+ * serving the others. The tokenizer is immutable and safe to share. */
+static void tok_work(uv_work_t *w)
+{
+    struct gs_srv_req *r = w->data;
+    struct gs_srv_tok_job *j = &r->tok_job;
+    j->st = gs_tok_encode(r->srv->cfg.model.tok, j->text.p ? j->text.p : "", j->text.len, j->flags,
+                          &j->ids, &j->n_ids, &j->err);
+}
+
+static void tok_done(uv_work_t *w, int status)
+{
+    struct gs_srv_req *r = w->data;
+    r->tok_job.running = false;
+    r->tok_job.done = true;
+    if (status != 0 || r->srv->closing)
+        r->peer_gone = true; /* shutting down: the connection is closed */
+    /* The access handler runs again and calls r->tok_job.then. */
+    gs_srv__resume(r);
+    gs_srv__kick(r->srv);
+}
+
+enum MHD_Result gs_srv__tokenize_async(struct gs_srv_req *r, unsigned flags,
+                                       enum MHD_Result (*then)(struct gs_srv_req *r))
+{
+    struct gs_srv_tok_job *j = &r->tok_job;
+    j->flags = flags;
+    j->then = then;
+    j->work.data = r;
+    if (uv_queue_work(&r->srv->loop, &j->work, tok_work, tok_done) != 0)
+        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "cannot queue tokenization");
+    j->running = true;
+    gs_srv__suspend(r);
+    return MHD_YES;
 }
 
 static void on_mhd_poll(uv_poll_t *h, int status, int events)

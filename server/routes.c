@@ -85,10 +85,31 @@ static json_t *body_object(struct gs_srv_req *r, enum MHD_Result *ret)
     return root;
 }
 
-static enum MHD_Result tokenize(struct gs_srv_req *r)
+/* The /tokenize answer, once the pool has the ids. */
+static enum MHD_Result tokenize_reply(struct gs_srv_req *r)
 {
     const struct gs_tok *tok = r->srv->cfg.model.tok;
-    if (!tok)
+    struct gs_srv_tok_job *j = &r->tok_job;
+    j->done = false;
+    if (j->st != GS_OK)
+        return gs_srv__respond_error(r, gs_srv_err_from_status(j->st), "content", "%s", j->err.msg);
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < j->n_ids; i++) {
+        if (!r->tokenize_pieces) {
+            json_array_append_new(arr, json_integer(j->ids[i]));
+            continue;
+        }
+        size_t pl;
+        const char *p = gs_tok_piece(tok, j->ids[i], GS_TOK_RENDER_SPECIAL, &pl);
+        json_array_append_new(arr, json_pack("{s:i,s:o}", "id", j->ids[i], "piece",
+                                             gs_srv_json_text(p ? p : "", p ? pl : 0)));
+    }
+    return gs_srv__respond_json(r, 200, json_pack("{s:o}", "tokens", arr));
+}
+
+static enum MHD_Result tokenize(struct gs_srv_req *r)
+{
+    if (!r->srv->cfg.model.tok)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "no tokenizer loaded");
     enum MHD_Result ret;
     json_t *root = body_object(r, &ret);
@@ -112,28 +133,12 @@ static enum MHD_Result tokenize(struct gs_srv_req *r)
     }
     unsigned flags = (json_is_true(add) ? GS_TOK_ADD_SPECIAL : 0) |
                      (!parse || json_is_true(parse) ? GS_TOK_PARSE_SPECIAL : 0);
-    int32_t *ids;
-    size_t n;
-    struct gs_err err;
-    enum gs_status st = gs_tok_encode(tok, json_string_value(content), json_string_length(content),
-                                      flags, &ids, &n, &err);
-    bool with_pieces = json_is_true(pieces);
+    r->tokenize_pieces = json_is_true(pieces);
+    gs_srv_buf_add(&r->tok_job.text, json_string_value(content), json_string_length(content));
     json_decref(root);
-    if (st != GS_OK)
-        return gs_srv__respond_error(r, gs_srv_err_from_status(st), "content", "%s", err.msg);
-    json_t *arr = json_array();
-    for (size_t i = 0; arr && i < n; i++) {
-        if (!with_pieces) {
-            json_array_append_new(arr, json_integer(ids[i]));
-            continue;
-        }
-        size_t pl;
-        const char *p = gs_tok_piece(tok, ids[i], GS_TOK_RENDER_SPECIAL, &pl);
-        json_array_append_new(arr, json_pack("{s:i,s:o}", "id", ids[i], "piece",
-                                             gs_srv_json_text(p ? p : "", p ? pl : 0)));
-    }
-    gs_free(ids);
-    return gs_srv__respond_json(r, 200, json_pack("{s:o}", "tokens", arr));
+    if (r->tok_job.text.failed)
+        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
+    return gs_srv__tokenize_async(r, flags, tokenize_reply);
 }
 
 static enum MHD_Result detokenize(struct gs_srv_req *r)
