@@ -378,13 +378,96 @@ static float dot_bf16(int64_t n, const void *vw, const void *vx)
 }
 
 /* ---- tiled products -------------------------------------------------------------------------
- * q4_0 and q8_0 (the types prefill time is spent on in Q4_0/Q8_0 models): each
- * weight block is unpacked once and multiplied with TOK_TILE tokens in
- * registers. Other types use the cache-blocked generic loop. */
+ * Prompt steps and batched decoding spend their time here: each weight block
+ * is unpacked once and multiplied with several tokens in registers. Types
+ * without a tiled kernel use the cache-blocked generic loop. */
 
-static inline __m256i q4_0_block(const uint8_t *b)
+/* Blocks per row up to which the tiled q8_0-partner products keep the token
+ * block's activation scales on the stack (K <= 16384). */
+#define GEMM_MAX_BLOCKS 512
+
+/* Four int32 vectors of partial sums -> their four totals, in order. */
+static inline __m128i sum4_epi32(__m256i s0, __m256i s1, __m256i s2, __m256i s3)
 {
-    return _mm256_sub_epi8(nibbles32(b + GS_Q4_0_QS), _mm256_set1_epi8(8));
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_hadd_epi32(s2, s3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* Four f16 block scales, one per weight row, as f32 (assembled in a general
+ * register: four small stores and a wide load would stall store forwarding). */
+static inline __m128 scales4(const uint8_t *w, size_t ws, int64_t off)
+{
+    uint64_t u = 0;
+    for (int i = 0; i < 4; i++) {
+        uint16_t h;
+        memcpy(&h, w + i * ws + off, 2);
+        u |= (uint64_t)h << (16 * i);
+    }
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)u));
+}
+
+/* Sum of the 32 quants of a q8_0 block. */
+static inline int block_sum(const uint8_t *xb)
+{
+    const __m256i y = _mm256_loadu_si256((const __m256i *)(xb + GS_Q8_0_QS));
+    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y),
+                                        _mm256_set1_epi16(1));
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+    return _mm_cvtsi128_si32(t);
+}
+
+/*
+ * Tiled products against q8_0 activations, four weight rows by TOK_TILE
+ * tokens: each block of the four rows is unpacked once and each activation
+ * block loaded once; the four rows' integer sums are folded into one vector
+ * (lane = row), so the float work per block is one convert and two fused
+ * multiply-adds for four rows. Unsigned formats (q4_0, q5_0: quant - offset)
+ * multiply the raw unsigned quants and subtract offset * sum(y) per block,
+ * which needs no sign juggling; q8_0 moves its signs onto the activations.
+ * Rows left over (fewer than four) and tokens left over use the paths below.
+ */
+#define GEMM4_Q80(name, wbytes, unpack_u, offset)                                                \
+    static void gemm4_##name(int64_t nb, const uint8_t *wr, size_t ws, const uint8_t *x0,         \
+                             size_t xs, const float *dx0, const float *cx0, float *out,           \
+                             size_t os, int nk)                                                   \
+    {                                                                                             \
+        __m128 acc[TOK_TILE];                                                                     \
+        for (int k = 0; k < TOK_TILE; k++)                                                        \
+            acc[k] = _mm_setzero_ps();                                                            \
+        for (int64_t b = 0; b < nb; b++) {                                                        \
+            const int64_t off = b * (wbytes);                                                     \
+            const __m256i q0 = unpack_u(wr + off), q1 = unpack_u(wr + ws + off);                  \
+            const __m256i q2 = unpack_u(wr + 2 * ws + off), q3 = unpack_u(wr + 3 * ws + off);     \
+            const __m128 dw = scales4(wr, ws, off);                                               \
+            for (int k = 0; k < nk; k++) {                                                        \
+                const __m256i y = _mm256_loadu_si256(                                             \
+                    (const __m256i *)(x0 + (size_t)k * xs + b * GS_Q8_0_BYTES + GS_Q8_0_QS));     \
+                __m128i si;                                                                       \
+                if (offset)                                                                       \
+                    si = sum4_epi32(dot_u8(q0, y), dot_u8(q1, y), dot_u8(q2, y), dot_u8(q3, y));  \
+                else                                                                              \
+                    si = sum4_epi32(dot_i8(q0, y), dot_i8(q1, y), dot_i8(q2, y), dot_i8(q3, y));  \
+                const __m128 dx = _mm_broadcast_ss(dx0 + (size_t)k * nb + b);                     \
+                __m128 t = _mm_mul_ps(dx, _mm_cvtepi32_ps(si));                                   \
+                if (offset)                                                                       \
+                    t = _mm_add_ps(t, _mm_broadcast_ss(cx0 + (size_t)k * nb + b));                \
+                acc[k] = _mm_fmadd_ps(dw, t, acc[k]);                                             \
+            }                                                                                     \
+        }                                                                                         \
+        for (int k = 0; k < nk; k++)                                                              \
+            _mm_storeu_ps(out + (size_t)k * os, acc[k]);                                          \
+    }
+
+static inline __m256i q4_0_block_u(const uint8_t *b)
+{
+    return nibbles32(b + GS_Q4_0_QS);
+}
+
+static inline __m256i q5_0_block_u(const uint8_t *b)
+{
+    return _mm256_or_si256(nibbles32(b + GS_Q5_0_QS), fifth_bits(b + GS_Q5_0_QH));
 }
 
 static inline __m256i q8_0_block(const uint8_t *b)
@@ -392,92 +475,54 @@ static inline __m256i q8_0_block(const uint8_t *b)
     return _mm256_loadu_si256((const __m256i *)(b + GS_Q8_0_QS));
 }
 
-/* Blocks per row up to which the tiled q8_0-partner products keep the token
- * block's activation scales as f32 on the stack (K <= 16384). */
-#define GEMM_MAX_BLOCKS 512
+GEMM4_Q80(q4_0, GS_Q4_0_BYTES, q4_0_block_u, 8)
+GEMM4_Q80(q5_0, GS_Q5_0_BYTES, q5_0_block_u, 16)
+GEMM4_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
+#undef GEMM4_Q80
 
-#define GEMM_Q80(name, wbytes, unpack)                                                           \
+/* The driver: token blocks; in each, the activation scales (and, for offset
+ * formats, -offset * scale * sum) as f32, then tiles of 4 rows by up to
+ * TOK_TILE tokens, then the rows left over (fewer than four) one by one. */
+#define GEMM_Q80(name, offset)                                                                  \
     static void gemm_##name(int64_t n, const void *vw, size_t ws, int nr, const void *vx,        \
                             size_t xs, int nt, float *out, size_t os)                            \
     {                                                                                            \
         const int64_t nb = n / GS_QK;                                                            \
-        float dxs[TOK_BLOCK * GEMM_MAX_BLOCKS];                                                  \
+        float dxs[TOK_BLOCK * GEMM_MAX_BLOCKS], cxs[TOK_BLOCK * GEMM_MAX_BLOCKS];                \
         if (nb > GEMM_MAX_BLOCKS) {                                                              \
             gs_cpu__gemm_generic(dot_##name, n, vw, ws, nr, vx, xs, nt, out, os);               \
             return;                                                                              \
         }                                                                                        \
         for (int t0 = 0; t0 < nt; t0 += TOK_BLOCK) {                                             \
             const int t1 = GS_MIN(nt, t0 + TOK_BLOCK);                                           \
-            for (int t = t0; t < t1; t++)                                                        \
-                for (int64_t b = 0; b < nb; b++)                                                 \
-                    dxs[(t - t0) * nb + b] =                                                     \
-                        ld_f16((const uint8_t *)vx + (size_t)t * xs + b * GS_Q8_0_BYTES);        \
-            for (int r = 0; r < nr; r++) {                                                       \
-                const uint8_t *wr = (const uint8_t *)vw + (size_t)r * ws;                        \
-                int t = t0;                                                                      \
-                for (; t + TOK_TILE <= t1; t += TOK_TILE) {                                      \
-                    const uint8_t *x0 = (const uint8_t *)vx + (size_t)t * xs;                    \
-                    const float *dx0 = dxs + (t - t0) * nb;                                      \
-                    __m256 acc[TOK_TILE];                                                        \
-                    for (int k = 0; k < TOK_TILE; k++)                                           \
-                        acc[k] = _mm256_setzero_ps();                                            \
-                    for (int64_t b = 0; b < nb; b++) {                                           \
-                        const uint8_t *wb = wr + b * (wbytes);                                   \
-                        const __m256i q = unpack(wb);                                            \
-                        const __m256i aq = _mm256_sign_epi8(q, q);                               \
-                        const __m256 dw = _mm256_set1_ps(ld_f16(wb));                            \
-                        for (int k = 0; k < TOK_TILE; k++) {                                     \
-                            const uint8_t *xb = x0 + (size_t)k * xs + b * GS_Q8_0_BYTES;         \
-                            const __m256i y = _mm256_sign_epi8(                                  \
-                                _mm256_loadu_si256((const __m256i *)(xb + GS_Q8_0_QS)), q);      \
-                            const __m256 d =                                                     \
-                                _mm256_mul_ps(dw, _mm256_broadcast_ss(dx0 + k * nb + b));        \
-                            acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8(aq, y)),       \
-                                                     acc[k]);                                    \
-                        }                                                                        \
-                    }                                                                            \
-                    for (int k = 0; k < TOK_TILE; k++)                                           \
-                        out[(size_t)(t + k) * os + r] = hsum_ps(acc[k]);                         \
-                }                                                                                \
-                for (; t < t1; t++) {                                                            \
-                    const uint8_t *xt = (const uint8_t *)vx + (size_t)t * xs;                    \
-                    const float *dxt = dxs + (t - t0) * nb;                                      \
-                    if (r + 1 < nr && (r & 1) == 0) {                                            \
-                        /* Rows r and r + 1 share each activation load. */                       \
-                        const uint8_t *wr1 = wr + ws;                                            \
-                        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();              \
-                        for (int64_t b = 0; b < nb; b++) {                                       \
-                            const __m256i y = _mm256_loadu_si256(                                \
-                                (const __m256i *)(xt + b * GS_Q8_0_BYTES + GS_Q8_0_QS));         \
-                            const __m256 dx = _mm256_broadcast_ss(dxt + b);                      \
-                            const __m256i q0 = unpack(wr + b * (wbytes));                        \
-                            const __m256i q1 = unpack(wr1 + b * (wbytes));                       \
-                            a0 = _mm256_fmadd_ps(                                                \
-                                _mm256_mul_ps(dx, _mm256_set1_ps(ld_f16(wr + b * (wbytes)))),    \
-                                _mm256_cvtepi32_ps(dot_i8(q0, y)), a0);                          \
-                            a1 = _mm256_fmadd_ps(                                                \
-                                _mm256_mul_ps(dx, _mm256_set1_ps(ld_f16(wr1 + b * (wbytes)))),   \
-                                _mm256_cvtepi32_ps(dot_i8(q1, y)), a1);                          \
-                        }                                                                        \
-                        out[(size_t)t * os + r] = hsum_ps(a0);                                   \
-                        out[(size_t)t * os + r + 1] = hsum_ps(a1);                               \
-                    } else if ((r & 1) == 0) { /* the last of an odd count */              \
-                        out[(size_t)t * os + r] = dot_##name(n, wr, xt);                         \
-                    }                                                                            \
+            for (int t = t0; t < t1; t++) {                                                      \
+                const uint8_t *xt = (const uint8_t *)vx + (size_t)t * xs;                        \
+                for (int64_t b = 0; b < nb; b++) {                                               \
+                    const float d = ld_f16(xt + b * GS_Q8_0_BYTES);                              \
+                    dxs[(t - t0) * nb + b] = d;                                                  \
+                    if (offset)                                                                  \
+                        cxs[(t - t0) * nb + b] =                                                 \
+                            -(float)(offset) * d * (float)block_sum(xt + b * GS_Q8_0_BYTES);    \
                 }                                                                                \
             }                                                                                    \
+            int r = 0;                                                                           \
+            for (; r + 4 <= nr; r += 4)                                                          \
+                for (int t = t0; t < t1; t += TOK_TILE)                                          \
+                    gemm4_##name(nb, (const uint8_t *)vw + (size_t)r * ws, ws,                   \
+                                 (const uint8_t *)vx + (size_t)t * xs, xs, dxs + (t - t0) * nb,  \
+                                 cxs + (t - t0) * nb, out + (size_t)t * os + r, os,              \
+                                 GS_MIN(TOK_TILE, t1 - t));                                      \
+            for (; r < nr; r++)                                                                  \
+                for (int t = t0; t < t1; t++)                                                    \
+                    out[(size_t)t * os + r] = dot_##name(                                        \
+                        n, (const uint8_t *)vw + (size_t)r * ws,                                 \
+                        (const uint8_t *)vx + (size_t)t * xs);                                   \
         }                                                                                        \
     }
 
-static inline __m256i q5_0_block(const uint8_t *b)
-{
-    const __m256i q = _mm256_or_si256(nibbles32(b + GS_Q5_0_QS), fifth_bits(b + GS_Q5_0_QH));
-    return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-}
-
-GEMM_Q80(q4_0, GS_Q4_0_BYTES, q4_0_block)
-GEMM_Q80(q5_0, GS_Q5_0_BYTES, q5_0_block)
-GEMM_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block)
+GEMM_Q80(q4_0, 8)
+GEMM_Q80(q5_0, 16)
+GEMM_Q80(q8_0, 0)
 #undef GEMM_Q80
 
 /* Drives a register-blocked kernel over token tiles within cache blocks. */
