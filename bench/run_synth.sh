@@ -6,7 +6,7 @@
 #
 # usage: bench/run_synth.sh BUILD_DIR [OUT_DIR]
 #   THREADS (default 2), TYPES (default "q4_0 q8_0 q4_K_M"), SHAPES (default
-#   "smol 1b"), STREAMS (default 1,8,16,32), REF=0 skips ref.
+#   "smol 1b"), STREAMS (default 1,8,16,32 on smol, 1,16 on 1b), REF=0 skips ref.
 # Models are cached in OUT_DIR (default /tmp/gs-bench); results go to stdout
 # as markdown, ready for bench/RESULTS.md.
 set -eu
@@ -16,7 +16,7 @@ GS="$BUILD/server/graphserve"
 THREADS=${THREADS:-2}
 TYPES=${TYPES:-"q4_0 q8_0 q4_K_M"}
 SHAPES=${SHAPES:-"smol 1b"}
-STREAMS=${STREAMS:-1,8,16,32}
+STREAMS=${STREAMS:-}
 REF=${REF:-1}
 mkdir -p "$OUT"
 
@@ -40,7 +40,9 @@ for shape in $SHAPES; do
         f="$OUT/$shape-$type.gguf"
         [ -f "$f" ] || "$GS" synth -o "$f" $(shape_args "$shape") --type "$type" >/dev/null
         mib=$(du -m "$f" | cut -f1)
-        j=$("$GS" bench -m "$f" -t "$THREADS" -p 512 -n 128 --streams "$STREAMS" --json)
+        streams=$STREAMS
+        [ -n "$streams" ] || { [ "$shape" = smol ] && streams=1,8,16,32 || streams=1,16; }
+        j=$("$GS" bench -m "$f" -t "$THREADS" -p 512 -n 128 -r "${REPS:-2}" --streams "$streams" --json)
         echo "$j" | python3 -c '
 import json, sys
 j = json.load(sys.stdin)
@@ -60,8 +62,8 @@ print("| %s | %s | %s | ref (pp16, tg4) | %.2f | %.3f | | %.0f | |" % (sys.argv[
 ' "$shape" "$type" "$mib"
         fi
         if [ -n "${LLAMA_BENCH:-}" ]; then
-            "$LLAMA_BENCH" -m "$f" -t "$THREADS" -p 512 -n 128 -o md | grep -E '^\| ' | tail -n +3 |
-                sed "s/^/| $shape | $type | $mib | llama.cpp: /"
+            "$LLAMA_BENCH" -m "$f" -t "$THREADS" -p 512 -n 128 -r 2 -o md 2>/dev/null |
+                grep -E '^\| ' | tail -n +3 | sed "s/^/| $shape | $type | $mib | llama.cpp: /"
         fi
     done
 done
