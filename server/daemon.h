@@ -15,6 +15,7 @@
 #define GS_SERVER_DAEMON_H
 
 #include "server/internal.h"
+#include "server/validation.h"
 
 #include <microhttpd.h>
 #include <stdatomic.h>
@@ -39,6 +40,7 @@ struct gs_srv_choice {
     uint32_t n_tokens;         /* TOKEN events seen */
     uint32_t n_tokens_at_stop; /* n_tokens when the stop string completed */
     double t_first_ms, t_last_ms;
+    struct gs_srv_choice_val val;
 };
 
 struct gs_srv_route;
@@ -93,6 +95,7 @@ struct gs_srv_req {
     struct gs_srv_buf out; /* stream: SSE bytes not yet handed to MHD */
     bool stream_end;       /* "[DONE]" is in out */
     double t_last_out_ms;
+    struct gs_srv_req_val val;
 };
 
 struct gs_srv {
@@ -127,6 +130,9 @@ struct gs_srv {
     uv_mutex_t ready_mu;
 
     struct gs_srv_metrics metrics;
+    struct gs_srv_val_metrics val_metrics;
+    bool known_answer_set, known_answer_passed;
+    char known_answer[256]; /* the readiness check's verdict, for /health */
 };
 
 /* A route: one row of routes.c's table. */
@@ -179,5 +185,32 @@ void gs_srv__gen_free(struct gs_srv_req *r);
 uint32_t gs_srv__choice_tokens(const struct gs_srv_choice *c);
 /* The SSE content reader for streaming requests. */
 ssize_t gs_srv__gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max);
+/* Streaming: once every choice ended, the closing chunks and [DONE], or the
+ * "pending" usage chunk while validation reports are awaited. */
+void gs_srv__gen_try_end(struct gs_srv_req *r);
+/* After a change: try_end, resume the connection if it has something to
+ * send or answer, leave the active list when nothing is awaited. */
+void gs_srv__gen_settle(struct gs_srv_req *r);
+
+/* validation.c: the request side (see server/validation.h) */
+/* Whether r is validated (asked, or sampled by validate_rate); its fingerprint. */
+void gs_srv__val_decide(struct gs_srv_req *r);
+const char *gs_srv__val_usage(const struct gs_srv_req *r); /* usage.validation */
+/* The structured receipt {"model_sha256", "backend", ...} (new reference). */
+json_t *gs_srv__val_receipt(const struct gs_srv_req *r);
+/* Sets body.validation (choice 0's) and, with n > 1, each choice's in
+ * body.validations; nothing when r is not validated. */
+void gs_srv__val_attach(struct gs_srv_req *r, json_t *body);
+void gs_srv__val_token(struct gs_srv_req *r, struct gs_srv_choice *c,
+                       const struct gs_sched_event *ev);
+void gs_srv__val_finish(struct gs_srv_req *r, struct gs_srv_choice *c,
+                        const struct gs_sched_event *ev);
+void gs_srv__val_report(struct gs_srv_req *r, struct gs_srv_choice *c,
+                        const struct gs_sched_event *ev);
+/* Ends every awaited report with state (TIMEOUT or ERROR) and drops the
+ * engine's job. */
+void gs_srv__val_give_up(struct gs_srv_req *r, enum gs_srv_val_state state, const char *why);
+/* The tick: requests whose reports are overdue time out. */
+void gs_srv__val_tick(struct gs_srv *s, double now_ms);
 
 #endif /* GS_SERVER_DAEMON_H */

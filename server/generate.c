@@ -51,9 +51,12 @@ static json_t *usage_json(const struct gs_srv_req *r)
     for (uint32_t i = 0; i < r->n_choices; i++)
         gen += gs_srv__choice_tokens(&r->choices[i]);
     uint32_t cached = r->n_choices ? r->choices[0].stats.n_prompt_cached : 0;
-    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", (int)r->n_prompt,
-                     "completion_tokens", (int)gen, "total_tokens", (int)(r->n_prompt + gen),
-                     "prompt_tokens_details", "cached_tokens", (int)cached);
+    json_t *u = json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", (int)r->n_prompt,
+                          "completion_tokens", (int)gen, "total_tokens", (int)(r->n_prompt + gen),
+                          "prompt_tokens_details", "cached_tokens", (int)cached);
+    if (u && r->val.on)
+        json_object_set_new(u, "validation", json_string(gs_srv__val_usage(r)));
+    return u;
 }
 
 /* Per-request timings, as llama.cpp reports them, for choice 0. */
@@ -97,7 +100,10 @@ static void add_logprob(struct gs_srv_req *r, struct gs_srv_choice *c,
         c->logprobs = json_array();
     json_t *e = token_json(tok, ev->token, ev->logprob, true);
     json_t *top = json_array();
-    for (uint32_t k = 0; k < ev->n_top && top; k++)
+    /* The engine may send more alternatives than asked, for validation's
+     * top_logprobs. */
+    uint32_t n_top = GS_MIN(ev->n_top, (uint32_t)r->gen.top_logprobs);
+    for (uint32_t k = 0; k < n_top && top; k++)
         json_array_append_new(top, token_json(tok, ev->top[k].token, ev->top[k].logprob, true));
     json_object_set_new(e, "top_logprobs", top);
     json_array_append_new(c->logprobs, e);
@@ -140,7 +146,7 @@ static json_t *chunk_base(const struct gs_srv_req *r, json_t *choices)
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", r->id, "object",
                      r->gen.chat ? "chat.completion.chunk" : "text_completion", "created",
                      (json_int_t)r->created, "model", r->srv->cfg.model.id, "system_fingerprint",
-                     "graphserve-0.1.0", "choices", choices);
+                     r->val.fingerprint, "choices", choices);
 }
 
 /* Appends one chunk for choice c carrying its pending text (and logprobs),
@@ -165,6 +171,8 @@ static void emit_chunk(struct gs_srv_req *r, struct gs_srv_choice *c, const char
     json_decref(text);
     c->first_sent = true;
     json_t *chunk = chunk_base(r, json_pack("[o]", ch));
+    if (chunk && fin)
+        json_object_set_new(chunk, "graphserve", gs_srv__val_receipt(r));
     gs_srv_sse_json(&r->out, chunk);
     json_decref(chunk);
 }
@@ -182,8 +190,17 @@ static void emit_end(struct gs_srv_req *r)
             break;
         }
     }
+    /* The validation report rides on the last chunk before [DONE]: the
+     * usage chunk when asked, else one of its own. */
+    if (r->val.on && !r->gen.include_usage) {
+        json_t *chunk = chunk_base(r, json_array());
+        gs_srv__val_attach(r, chunk);
+        gs_srv_sse_json(&r->out, chunk);
+        json_decref(chunk);
+    }
     if (r->gen.include_usage) {
         json_t *chunk = chunk_base(r, json_array());
+        gs_srv__val_attach(r, chunk);
         json_object_set_new(chunk, "usage", usage_json(r));
         json_object_set_new(chunk, "timings", timings_json(r));
         gs_srv_sse_json(&r->out, chunk);
@@ -250,6 +267,8 @@ static void on_token(struct gs_srv_req *r, struct gs_srv_choice *c, const struct
         len = 0;
     if (r->gen.logprobs)
         add_logprob(r, c, ev);
+    if (r->val.top_k)
+        gs_srv__val_token(r, c, ev);
     if (gs_srv_stop_feed(&c->stop, piece, len, &c->text)) {
         c->stop_hit = true;
         c->n_tokens_at_stop = c->n_tokens;
@@ -287,29 +306,66 @@ static void on_finish(struct gs_srv_req *r, struct gs_srv_choice *c,
         gs_srv_hist_observe(&s->metrics.queue, ev->stats.queue_ms / 1000.0);
     }
     r->n_done++;
+    gs_srv__val_finish(r, c, ev);
     if (r->streaming) {
         emit_chunk(r, c, finish_reason(r, c));
-        if (r->n_done == r->n_choices)
-            emit_end(r);
+        gs_srv__gen_try_end(r);
     }
+}
+
+/* Whether every choice has ended and no validation report is awaited. */
+static bool complete(const struct gs_srv_req *r)
+{
+    return r->n_done == r->n_choices && r->val.n_pending == 0;
+}
+
+void gs_srv__gen_try_end(struct gs_srv_req *r)
+{
+    if (!r->streaming || r->stream_end || r->n_done < r->n_choices)
+        return;
+    if (!complete(r)) {
+        /* The text is complete; the report is awaited. Say so once. */
+        if (!r->val.pending_told && r->gen.include_usage) {
+            json_t *chunk = chunk_base(r, json_array());
+            json_object_set_new(chunk, "usage", usage_json(r));
+            gs_srv_sse_json(&r->out, chunk);
+            json_decref(chunk);
+        }
+        r->val.pending_told = true;
+        return;
+    }
+    emit_end(r);
+}
+
+void gs_srv__gen_settle(struct gs_srv_req *r)
+{
+    gs_srv__gen_try_end(r);
+    if (r->streaming ? r->out.len > 0 : complete(r))
+        gs_srv__resume(r);
+    if (complete(r))
+        gs_srv__active_remove(r);
 }
 
 void gs_srv__gen_event(struct gs_srv *s, const struct gs_sched_event *ev)
 {
     struct gs_srv_req *r;
     struct gs_srv_choice *c = find_choice(s, ev->id, &r);
-    if (!c || c->done)
+    if (!c || (c->done && ev->kind != GS_SCHED_EV_VALIDATION))
         return; /* its client went away; the request is gone */
+    if (ev->kind == GS_SCHED_EV_VALIDATION) {
+        if (!c->val.pending)
+            return; /* timed out already */
+        gs_srv__val_report(r, c, ev);
+        gs_srv__gen_settle(r);
+        return;
+    }
     if (ev->kind == GS_SCHED_EV_TOKEN)
         on_token(r, c, ev);
     else
         on_finish(r, c, ev);
     if (r->deferred && c->index == 0)
         submit_deferred(r, c);
-    if (r->streaming ? r->out.len > 0 : r->n_done == r->n_choices)
-        gs_srv__resume(r);
-    if (r->n_done == r->n_choices)
-        gs_srv__active_remove(r);
+    gs_srv__gen_settle(r);
 }
 
 void gs_srv__gen_cancel(struct gs_srv_req *r)
@@ -326,14 +382,20 @@ void gs_srv__gen_cancel(struct gs_srv_req *r)
                 r->n_done++;
                 if (r->streaming) {
                     emit_chunk(r, c, finish_reason(r, c));
-                    if (r->n_done == r->n_choices)
-                        emit_end(r);
+                    gs_srv__gen_try_end(r);
                 }
             }
     }
     for (uint32_t i = 0; i < r->n_choices; i++)
         if (!r->choices[i].done && r->choices[i].submitted && s->has_engine)
             s->engine.cancel(s->engine.ctx, r->choices[i].sched_id);
+    /* Reports still awaited are dropped in the engine; the answer says so. */
+    if (r->val.n_pending) {
+        gs_srv__val_give_up(r, GS_SRV_VAL_ERROR, "cancelled");
+        gs_srv__gen_try_end(r);
+        if (r->drain_abort)
+            gs_srv__resume(r);
+    }
 }
 
 void gs_srv__gen_free(struct gs_srv_req *r)
@@ -344,6 +406,8 @@ void gs_srv__gen_free(struct gs_srv_req *r)
         gs_srv_stop_deinit(&c->stop);
         gs_srv_buf_free(&c->text);
         json_decref(c->logprobs);
+        json_decref(c->val.report);
+        json_decref(c->val.top);
     }
     gs_free(r->choices);
     gs_free(r->prompt);
@@ -383,8 +447,12 @@ enum MHD_Result gs_srv__gen_respond(struct gs_srv_req *r)
     json_t *body = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", r->id, "object",
                              r->gen.chat ? "chat.completion" : "text_completion", "created",
                              (json_int_t)r->created, "model", r->srv->cfg.model.id,
-                             "system_fingerprint", "graphserve-0.1.0", "choices", choices, "usage",
+                             "system_fingerprint", r->val.fingerprint, "choices", choices, "usage",
                              usage_json(r), "timings", timings_json(r));
+    if (body) {
+        json_object_set_new(body, "graphserve", gs_srv__val_receipt(r));
+        gs_srv__val_attach(r, body);
+    }
     return gs_srv__respond_json(r, 200, body);
 }
 
@@ -453,7 +521,7 @@ static uint64_t random_seed(void)
     uint64_t seed;
     if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed))
         seed = (uint64_t)time(NULL) ^ gs_now_ns();
-    return seed;
+    return seed & INT64_MAX; /* a seed a client can send back (JSON integers are signed) */
 }
 
 static enum gs_status submit_choice(struct gs_srv_req *r, uint32_t i, struct gs_err *err)
@@ -468,8 +536,11 @@ static enum gs_status submit_choice(struct gs_srv_req *r, uint32_t i, struct gs_
         .ignore_eos = g->ignore_eos,
         .n_top_logprobs = (uint32_t)g->top_logprobs,
         .want_logprobs = g->logprobs,
+        .validate = r->val.on,
         .sampling = g->sp,
     };
+    if (r->val.top_k > q.n_top_logprobs)
+        q.n_top_logprobs = r->val.top_k;
     /* Choices differ by seed, so that n > 1 with sampling gives n answers. */
     q.sampling.seed = r->seed + i;
     enum gs_status st = s->engine.submit(s->engine.ctx, &q, err);
@@ -511,6 +582,7 @@ static enum MHD_Result submit_all(struct gs_srv_req *r)
     if (!r->max_tokens)
         r->max_tokens = GS_MIN(s->cfg.limits.max_tokens, s->cfg.model.n_ctx - r->n_prompt);
     r->seed = g->has_seed ? g->sp.seed : random_seed();
+    gs_srv__val_decide(r);
     r->choices = gs_calloc(g->n, sizeof(*r->choices));
     if (!r->choices)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");

@@ -297,7 +297,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         return;
     *con_cls = NULL;
     bool ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
-    if (r->n_choices && r->n_done < r->n_choices) {
+    if (r->n_choices && (r->n_done < r->n_choices || r->val.n_pending)) {
         gs_srv__gen_cancel(r);
         if (!ok)
             s->metrics.cancelled++;
@@ -422,6 +422,7 @@ static void on_tick(uv_timer_t *h)
             gs_srv__resume(r);
         }
     }
+    gs_srv__val_tick(s, now);
     if (!s->active) {
         uv_timer_stop(&s->tick);
         s->tick_on = false;

@@ -106,7 +106,9 @@ struct gs_srv_gen {
     struct gs_sample_bias *bias;
     char **stop; /* n_stop non-empty strings */
     size_t n_stop;
-    char ignored[256]; /* unknown top-level fields, comma-separated, truncated */
+    char ignored[256];         /* unknown top-level fields, comma-separated, truncated */
+    bool validation;           /* "validation": true or an object */
+    uint32_t validation_top_k; /* "validation": {"top_logprobs": k} */
 };
 
 /*

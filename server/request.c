@@ -305,6 +305,7 @@ static const char *const known_fields[] = {
     "user",
     "ignore_eos",
     "echo",
+    "validation",
 };
 
 static void list_ignored(json_t *root, struct gs_srv_gen *g)
@@ -409,6 +410,29 @@ static enum gs_status parse_logprobs(struct pctx *c, json_t *root, struct gs_srv
     return GS_OK;
 }
 
+/* "validation": true, or {"top_logprobs": k} for the served top-k per
+ * position as well (server/validation.h). */
+static enum gs_status parse_validation(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+{
+    json_t *v = json_object_get(root, "validation");
+    if (!v || json_is_null(v) || json_is_false(v))
+        return GS_OK;
+    g->validation = true;
+    if (json_is_true(v))
+        return GS_OK;
+    if (!json_is_object(v))
+        return fail(c, "validation", "'validation' must be a boolean or an object");
+    int64_t k;
+    bool has;
+    if (get_int(c, v, "top_logprobs", 0, GS_SAMPLE_TOP_LOGPROBS_MAX, &k, &has) != GS_OK)
+        return fail(c, "validation.top_logprobs",
+                    "'validation.top_logprobs' must be an integer from 0 to %d",
+                    GS_SAMPLE_TOP_LOGPROBS_MAX);
+    if (has)
+        g->validation_top_k = (uint32_t)k;
+    return GS_OK;
+}
+
 static enum gs_status parse_root(struct pctx *c, json_t *root,
                                  const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
 {
@@ -456,7 +480,8 @@ static enum gs_status parse_root(struct pctx *c, json_t *root,
         return fail(c, "user", "'user' must be a string");
     if ((st = parse_sampling(c, root, g)) != GS_OK || (st = parse_logprobs(c, root, g)) != GS_OK ||
         (st = parse_stop(c, root, lim, g)) != GS_OK ||
-        (st = parse_logit_bias(c, root, lim, g)) != GS_OK)
+        (st = parse_logit_bias(c, root, lim, g)) != GS_OK ||
+        (st = parse_validation(c, root, g)) != GS_OK)
         return st;
     struct gs_err e;
     if (gs_sample_params_check(&g->sp, (int32_t)lim->n_vocab, &e) != GS_OK)

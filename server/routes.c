@@ -10,7 +10,13 @@
 
 static enum MHD_Result health(struct gs_srv_req *r)
 {
-    return gs_srv__respond_json(r, 200, json_pack("{s:s}", "status", "ok"));
+    json_t *body = json_pack("{s:s}", "status", "ok");
+    const struct gs_srv *s = r->srv;
+    if (body && s->known_answer_set)
+        json_object_set_new(
+            body, "known_answer",
+            json_pack("{s:b,s:s}", "passed", s->known_answer_passed, "detail", s->known_answer));
+    return gs_srv__respond_json(r, 200, body);
 }
 
 static enum MHD_Result ready(struct gs_srv_req *r)
@@ -30,6 +36,8 @@ static enum MHD_Result metrics(struct gs_srv_req *r)
     struct gs_srv_buf b = {0};
     gs_srv_metrics_render(&s->metrics, s->has_engine ? &st : NULL, gs_srv__is_ready(s, NULL, 0),
                           &b);
+    gs_srv_val_metrics_render(&s->val_metrics, s->cfg.model.id, s->cfg.model.backend,
+                              s->has_engine ? &st : NULL, &b);
     enum MHD_Result ret =
         b.failed ? gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory")
                  : gs_srv__respond_text(r, 200, "text/plain; version=0.0.4; charset=utf-8",

@@ -66,6 +66,12 @@ struct gs_srv_model_info {
     uint64_t n_params;
     uint64_t size_bytes; /* model file size */
     const char *backend; /* for logs and the fingerprint */
+    /* The reproducibility receipt (NULL: ""): the model file's SHA-256 in
+     * hex, the kernel variant ("avx2", "reference", ...) and a hash of the
+     * compiled graph's text. */
+    const char *sha256;
+    const char *kernel_variant;
+    const char *graph_hash;
 };
 
 /* The loop-thread side of the scheduler contract (scheduler/scheduler.h). */
@@ -89,6 +95,8 @@ struct gs_srv_cfg {
     const char *chat_template; /* forced template family name; NULL: from the model */
     struct gs_srv_model_info model;
     bool handle_signals; /* SIGTERM/SIGINT drain, a second one exits at once */
+    double validate_rate;         /* fraction of requests validated unasked, 0..1 */
+    uint32_t validate_timeout_ms; /* longest wait for a validation report; 0: 10000 */
 };
 
 struct gs_srv;
@@ -124,6 +132,11 @@ void gs_srv_set_ready(struct gs_srv *s, bool ready, const char *why);
  * handler on the loop). GS_NOMEM leaves the previous settings in place.
  */
 enum gs_status gs_srv_update(struct gs_srv *s, const struct gs_srv_cfg *cfg, struct gs_err *err);
+
+/* Records the known-answer readiness check's verdict, shown in /health's
+ * body as "known_answer": {"passed", "detail"}. Call before gs_srv_run;
+ * readiness itself is gs_srv_set_ready's. */
+void gs_srv_set_known_answer(struct gs_srv *s, bool passed, const char *detail);
 
 /* Starts a drain as SIGTERM does. Any thread. */
 void gs_srv_shutdown(struct gs_srv *s);

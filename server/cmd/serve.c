@@ -12,6 +12,7 @@
 #include "engine/tok.h"
 #include "scheduler/scheduler.h"
 #include "server/cli.h"
+#include "server/progress.h"
 #include "server/server.h"
 #include "server/systemd.h"
 
@@ -19,6 +20,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 /* The loop-thread half of the scheduler contract, as the server calls it. */
 static enum gs_status eng_submit(void *ctx, const struct gs_sched_request *req, struct gs_err *err)
@@ -100,6 +103,29 @@ struct serve {
     struct wake_holder holder;
 };
 
+/* Reads every page of the model file once, with a progress bar on a
+ * terminal: the weights are mapped, not read, so without this the first
+ * requests would pay for the disk reads, and a slow disk would look like a
+ * hung start. The sum only keeps the reads from being optimised away. */
+static void touch_weights(const struct gs_gguf *g)
+{
+    const volatile unsigned char *p = gs_gguf_file_data(g);
+    uint64_t n = gs_gguf_file_bytes(g);
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t step = page > 0 ? (uint64_t)page : 4096, chunk = 8u << 20;
+    struct gs_progress bar;
+    gs_progress_begin(&bar, stderr, "loading weights", n);
+    unsigned sum = 0;
+    for (uint64_t off = 0; off < n; off += chunk) {
+        uint64_t end = off + chunk < n ? off + chunk : n;
+        for (uint64_t i = off; i < end; i += step)
+            sum += p[i];
+        gs_progress_update(&bar, end);
+    }
+    gs_progress_end(&bar);
+    gs_log(GS_LOG_DEBUG, "weights_read", "bytes=%llu checksum=%u", (unsigned long long)n, sum);
+}
+
 static int load(struct serve *sv)
 {
     struct gs_err err;
@@ -108,6 +134,7 @@ static int load(struct serve *sv)
         gs_model_load(sv->gguf, &sv->model, &err) != GS_OK ||
         gs_tok_new(sv->gguf, &sv->tok, &err) != GS_OK)
         return gs_cli_fail("serve", "%s: %s", path, err.msg);
+    touch_weights(sv->gguf);
     sv->tmpl = chat_template_text(sv->gguf);
     struct gs_sched_cfg sc;
     gs_cfg_to_sched_cfg(&sv->cfg, &sc);
@@ -182,6 +209,39 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
     };
 }
 
+/* SIGHUP, on the loop thread: the config is rebuilt from the file and the
+ * environment with the original flags on top, and what may change while
+ * requests run is applied to the server and the logger. Requests already
+ * admitted keep what they were admitted with. */
+static void reload(void *ctx, struct gs_srv *srv)
+{
+    struct serve *sv = ctx;
+    struct gs_err err;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    gs_sd_notifyf(NULL, &err, "RELOADING=1\nMONOTONIC_USEC=%llu",
+                  (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+    struct gs_cfg_reload_report rep;
+    int64_t max_conns = sv->cfg.max_conns, max_conns_per_ip = sv->cfg.max_conns_per_ip;
+    if (gs_cfg_reload(&sv->cfg, NULL, &rep, &err) != GS_OK) {
+        gs_log(GS_LOG_ERROR, "config_reload", "refused=\"%s\"", err.msg);
+    } else {
+        gs_cfg_apply_log(&sv->cfg);
+        char id[256];
+        struct gs_srv_cfg c;
+        server_cfg(sv, &c, id, sizeof(id));
+        if (gs_srv_update(srv, &c, &err) != GS_OK)
+            gs_log(GS_LOG_ERROR, "config_reload", "not_applied=\"%s\"", err.msg);
+        else
+            gs_cfg_log_reload(&rep);
+        /* libmicrohttpd fixes its connection limits at start. */
+        if (sv->cfg.max_conns != max_conns || sv->cfg.max_conns_per_ip != max_conns_per_ip)
+            gs_log(GS_LOG_WARN, "config_reload",
+                   "not_applied=max-conns,max-conns-per-ip reason=\"needs a restart\"");
+    }
+    gs_sd_notify("READY=1", NULL, &err);
+}
+
 /* Socket activation: the first listening TCP socket systemd passed, or -1.
  * Must run before any thread starts (it edits the environment). */
 static int passed_socket(struct gs_err *err)
@@ -205,6 +265,9 @@ static int serve(struct serve *sv)
     int listen_fd = passed_socket(&err);
     if (listen_fd == -2)
         return gs_cli_fail("serve", "socket activation: %s", err.msg);
+    uint64_t watchdog_usec = 0;
+    if (gs_sd_watchdog_usec(&watchdog_usec, &err) != GS_OK)
+        gs_log(GS_LOG_WARN, "watchdog", "disabled=\"%s\"", err.msg);
     int rc = load(sv);
     if (rc)
         return rc;
@@ -212,6 +275,17 @@ static int serve(struct serve *sv)
     struct gs_srv_cfg c;
     server_cfg(sv, &c, id, sizeof(id));
     c.listen_fd = listen_fd;
+    c.tls = (struct gs_srv_tls_cfg){
+        .cert_path = sv->cfg.tls_cert,
+        .key_path = sv->cfg.tls_key,
+        .client_ca_path = sv->cfg.tls_client_ca,
+        .handshake_timeout_ms = (uint32_t)(sv->cfg.tls_handshake_timeout_s * 1000),
+        .max_handshakes = (uint32_t)sv->cfg.max_tls_handshakes,
+    };
+    c.on_reload = reload;
+    c.reload_ctx = sv;
+    c.watchdog_usec = watchdog_usec;
+    const char *scheme = sv->cfg.tls_cert ? "https" : "http";
     if (gs_srv_new(&c, &sv->srv, &err) != GS_OK)
         return gs_cli_fail("serve", "%s", err.msg);
     atomic_store(&sv->holder.srv, sv->srv);
@@ -220,11 +294,12 @@ static int serve(struct serve *sv)
     if (gs_sched_start(sv->sched, &err) != GS_OK)
         return gs_cli_fail("serve", "engine: %s", err.msg);
     print_start(sv, &c);
-    gs_log(GS_LOG_INFO, "listening", "url=http://%s:%u", c.host ? c.host : "127.0.0.1",
-           gs_srv_port(sv->srv));
+    gs_log(GS_LOG_INFO, "listening", "url=%s://%s:%u tls_client_cert=%s watchdog_usec=%llu",
+           scheme, c.host ? c.host : "127.0.0.1", gs_srv_port(sv->srv),
+           sv->cfg.tls_client_ca ? "required" : "no", (unsigned long long)watchdog_usec);
     /* Tests read the bound port from this line when they pass --port 0. */
-    fprintf(stdout, "graphserve: listening on http://%s:%u\n", c.host ? c.host : "127.0.0.1",
-            gs_srv_port(sv->srv));
+    fprintf(stdout, "graphserve: listening on %s://%s:%u\n", scheme,
+            c.host ? c.host : "127.0.0.1", gs_srv_port(sv->srv));
     fflush(stdout);
     gs_sd_notifyf(NULL, &err, "READY=1\nSTATUS=serving %s on port %u", id, gs_srv_port(sv->srv));
     rc = gs_srv_run(sv->srv);

@@ -1,0 +1,50 @@
+/*
+ * server/cmd/serve_val.h - what `graphserve serve` does for validation
+ * before it serves: the reproducibility receipt (model digest, kernel
+ * variant, graph hash), the known-answer readiness check, and the test-only
+ * logits poisoning hook.
+ */
+#ifndef GS_CMD_SERVE_VAL_H
+#define GS_CMD_SERVE_VAL_H
+
+#include "engine/digest.h"
+#include "engine/model.h"
+#include "engine/tok.h"
+#include "scheduler/scheduler.h"
+
+struct gs_serve_receipt {
+    char sha256[GS_SHA256_HEX_LEN]; /* the model file's SHA-256 */
+    char graph_hash[17];            /* 16 hex digits of SHA-256 over the graph's text */
+    const char *variant;            /* kernel variant: "reference", "avx2", "vnni", ... */
+};
+
+/*
+ * Fills r: one pass over the model file, and the graph as the scheduler
+ * rewrote it for backend (call after gs_sched_new). GS_IO when the file
+ * cannot be read.
+ */
+enum gs_status gs_serve_receipt_compute(const char *model_path, const struct gs_model *m,
+                                        const char *backend, struct gs_serve_receipt *r,
+                                        struct gs_err *err);
+
+/*
+ * TEST ONLY: GS_TEST_POISON_POS=N puts a NaN into every logits row
+ * at sequence position N or later, through the scheduler's logits_hook, so
+ * that tests see the numerical guard end only the sequences that reach N
+ * (and, with N small, the known-answer check fail).
+ * Unset (the default) or not a number: no hook. Returns whether it is on.
+ */
+bool gs_serve_poison_from_env(uint32_t *pos);
+void gs_serve_poison_hook(uint64_t id, uint32_t position, float *logits, uint32_t n_vocab,
+                          void *ctx); /* ctx: the uint32_t position */
+
+/*
+ * The known-answer check: runs a fixed short prompt greedily on the
+ * scheduler (synchronous mode: before gs_sched_start) with validation, so
+ * that the serving backend's logits are compared with the ref backend's.
+ * Returns true when the report passes; detail says what was measured or why
+ * it failed.
+ */
+bool gs_serve_known_answer(struct gs_sched *s, const struct gs_tok *tok, char *detail, size_t cap);
+
+#endif
