@@ -113,6 +113,12 @@ struct gs_srv {
     uv_timer_t drain_timer;
     uv_async_t async; /* engine events and cross-thread requests */
     uv_signal_t sig_term, sig_int;
+    uv_signal_t sig_hup;     /* service.c: SIGHUP -> cfg.on_reload */
+    uv_timer_t watchdog;     /* service.c: WATCHDOG=1 every half interval */
+    bool hup_on, watchdog_on;
+    uint64_t wd_steps;       /* engine steps at the last sign of progress */
+    double wd_progress_ms;   /* when the engine last progressed (or was idle) */
+    struct gs_srv_tls *tls;  /* tls.c: the TLS terminator; NULL: plain HTTP */
     bool handles_open, tick_on;
     struct MHD_Daemon *mhd;
     uint16_t port;
@@ -171,6 +177,10 @@ void gs_srv__resume(struct gs_srv_req *r);
 void gs_srv__active_add(struct gs_srv_req *r);
 void gs_srv__active_remove(struct gs_srv_req *r);
 bool gs_srv__is_ready(struct gs_srv *s, char *why, size_t cap);
+
+/* service.c: SIGHUP -> cfg.on_reload, and WATCHDOG=1 pings (when configured). */
+void gs_srv__service_start(struct gs_srv *s);
+void gs_srv__service_close(struct gs_srv *s);
 
 /* generate.c */
 enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r);

@@ -12,6 +12,7 @@
 #include "config/log.h"
 #include "engine/digest.h"
 #include "server/systemd.h"
+#include "server/tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -445,6 +446,8 @@ static void close_all(struct gs_srv *s)
         uv_close((uv_handle_t *)&s->sig_term, NULL);
         uv_close((uv_handle_t *)&s->sig_int, NULL);
     }
+    gs_srv__service_close(s);
+    gs_srv_tls_close(s->tls);
 }
 
 static void on_async(uv_async_t *h)
@@ -497,6 +500,7 @@ static void begin_drain(struct gs_srv *s)
     MHD_socket fd = MHD_quiesce_daemon(s->mhd);
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
+    gs_srv_tls_stop_accepting(s->tls);
     uv_timer_start(&s->drain_timer, on_drain_timer, s->cfg.drain_timeout_ms, 0);
     if (s->n_reqs == 0)
         close_all(s);
@@ -562,6 +566,42 @@ static enum gs_status copy_cfg(struct gs_srv *s, const struct gs_srv_cfg *cfg, s
     return GS_OK;
 }
 
+/* A connection whose TLS handshake finished: MHD serves its plaintext end as
+ * if the client had connected directly (peer is the client's address). */
+static void tls_deliver(void *ctx, int fd, const struct sockaddr *peer, socklen_t peer_len)
+{
+    struct gs_srv *s = ctx;
+    if (s->closing || !s->mhd) {
+        close(fd);
+        return;
+    }
+    /* On failure (limits, memory) MHD closes fd itself. */
+    MHD_add_connection(s->mhd, fd, peer, peer_len);
+    mhd_run(s);
+}
+
+/* HTTPS: MHD gets no listening socket; the TLS terminator owns the passed
+ * socket or binds host:port, and hands MHD each connection's plaintext. */
+static enum gs_status start_tls(struct gs_srv *s, const struct sockaddr_storage *ss, bool v6,
+                                struct gs_err *err)
+{
+    int fd = s->cfg.listen_fd;
+    if (fd <= 2) {
+        socklen_t len = v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+        struct gs_err e;
+        if (gs_srv_tls_listen((const struct sockaddr *)ss, len, &fd, &e) != GS_OK)
+            return gs_err_set(err, GS_IO, "%s:%u: %s", s->host, s->cfg.port, e.msg);
+    }
+    struct sockaddr_storage bound;
+    socklen_t len = sizeof(bound);
+    if (getsockname(fd, (struct sockaddr *)&bound, &len) == 0)
+        s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                    : ((struct sockaddr_in *)&bound)->sin_port);
+    enum gs_status st = gs_srv_tls_new(&s->loop, &s->cfg.tls, fd, tls_deliver, s, &s->tls, err);
+    s->cfg.tls.cert_path = s->cfg.tls.key_path = s->cfg.tls.client_ca_path = NULL; /* read */
+    return st;
+}
+
 static enum gs_status start_mhd(struct gs_srv *s, struct gs_err *err)
 {
     struct sockaddr_storage ss;
@@ -572,13 +612,18 @@ static enum gs_status start_mhd(struct gs_srv *s, struct gs_err *err)
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (v6)
         flags |= MHD_USE_IPv6;
-    bool passed = s->cfg.listen_fd > 2;
+    bool tls = s->cfg.tls.cert_path != NULL;
+    bool passed = s->cfg.listen_fd > 2 && !tls;
     /* The address, or a passed socket (MHD then neither binds nor listens). */
     struct MHD_OptionItem where[] = {
         passed ? (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, s->cfg.listen_fd, NULL}
                : (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &ss},
         {MHD_OPTION_END, 0, NULL},
     };
+    if (tls) {
+        flags |= MHD_USE_NO_LISTEN_SOCKET;
+        where[0] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    }
     s->mhd = MHD_start_daemon(
         flags, s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, where,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
@@ -591,6 +636,8 @@ static enum gs_status start_mhd(struct gs_srv *s, struct gs_err *err)
                           strerror(errno));
     const union MHD_DaemonInfo *pi = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     s->port = pi ? pi->port : s->cfg.port;
+    if (tls && start_tls(s, &ss, v6, err) != GS_OK)
+        return err->code;
     if (passed) {
         struct sockaddr_storage bound;
         socklen_t len = sizeof(bound);
@@ -658,6 +705,8 @@ enum gs_status gs_srv_update(struct gs_srv *s, const struct gs_srv_cfg *cfg, str
     l->max_n = cfg->limits.max_n;
     l->max_stop = cfg->limits.max_stop;
     l->max_stop_bytes = cfg->limits.max_stop_bytes;
+    s->cfg.validate_rate = cfg->validate_rate;
+    s->cfg.validate_timeout_ms = cfg->validate_timeout_ms;
     return GS_OK;
 }
 
@@ -699,6 +748,7 @@ int gs_srv_run(struct gs_srv *s)
         uv_signal_start(&s->sig_term, on_signal, SIGTERM);
         uv_signal_start(&s->sig_int, on_signal, SIGINT);
     }
+    gs_srv__service_start(s);
     mhd_run(s);
     int rc = uv_run(&s->loop, UV_RUN_DEFAULT);
     return rc < 0 ? 1 : 0;
@@ -725,6 +775,7 @@ void gs_srv_free(struct gs_srv *s)
         MHD_stop_daemon(s->mhd);
         s->mhd = NULL;
     }
+    gs_srv_tls_free(s->tls); /* its handles closed in the loop run above */
     uv_mutex_destroy(&s->ready_mu);
     gs_free(s->host);
     gs_free(s->model_id);

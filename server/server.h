@@ -83,6 +83,18 @@ struct gs_srv_engine {
     void (*stats)(void *ctx, struct gs_sched_stats *out);
 };
 
+/* HTTPS (server/tls.h): with cert_path and key_path the listener speaks TLS
+ * only. Paths are read by gs_srv_new and not kept. */
+struct gs_srv_tls_cfg {
+    const char *cert_path;      /* PEM certificate chain; NULL: plain HTTP */
+    const char *key_path;       /* PEM private key */
+    const char *client_ca_path; /* PEM CA bundle; set: clients must present a certificate */
+    uint32_t handshake_timeout_ms;
+    uint32_t max_handshakes; /* in progress at once; more wait in the kernel's backlog */
+};
+
+struct gs_srv;
+
 struct gs_srv_cfg {
     const char *host; /* "127.0.0.1" when NULL; an address containing ':' is IPv6 */
     uint16_t port;    /* 0: an ephemeral port (gs_srv_port tells which) */
@@ -95,15 +107,23 @@ struct gs_srv_cfg {
     const char *chat_template; /* forced template family name; NULL: from the model */
     struct gs_srv_model_info model;
     bool handle_signals; /* SIGTERM/SIGINT drain, a second one exits at once */
+    struct gs_srv_tls_cfg tls;
+    /* SIGHUP (with handle_signals): on_reload(reload_ctx, server) runs on the
+     * loop thread, between requests' callbacks, so it may call gs_srv_update.
+     * NULL: SIGHUP keeps its default action. */
+    void (*on_reload)(void *ctx, struct gs_srv *s);
+    void *reload_ctx;
+    /* > 0: the service manager's watchdog interval; WATCHDOG=1 goes out every
+     * half of it while the loop runs and the engine makes progress. */
+    uint64_t watchdog_usec;
     double validate_rate;         /* fraction of requests validated unasked, 0..1 */
     uint32_t validate_timeout_ms; /* longest wait for a validation report; 0: 10000 */
 };
 
-struct gs_srv;
-
 /*
  * Creates the loop, binds host:port and prepares the daemon. GS_INVAL for a
- * bad address or template name, GS_IO when the port cannot be bound.
+ * bad address or template name, GS_IO when the port cannot be bound or a TLS
+ * file cannot be loaded.
  */
 enum gs_status gs_srv_new(const struct gs_srv_cfg *cfg, struct gs_srv **out, struct gs_err *err);
 
@@ -125,9 +145,10 @@ void gs_srv_set_ready(struct gs_srv *s, bool ready, const char *why);
 
 /*
  * Applies what a reload (SIGHUP) may change while requests run: the API keys,
- * drain_timeout_ms and the per-request limits (max_body_bytes, max_tokens,
- * max_n, max_stop, max_stop_bytes). Connection limits, host, port, the model
- * and the template need a restart and are ignored here. Requests already
+ * drain_timeout_ms, the per-request limits (max_body_bytes, max_tokens,
+ * max_n, max_stop, max_stop_bytes), validate_rate and validate_timeout_ms.
+ * Connection limits, host, port, the model, the template and TLS need a
+ * restart and are ignored here. Requests already
  * admitted keep what they were admitted with. Loop thread only (a SIGHUP
  * handler on the loop). GS_NOMEM leaves the previous settings in place.
  */

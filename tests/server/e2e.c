@@ -47,10 +47,14 @@ void e2e_start(struct e2e_daemon *d, const char *extra_args)
     cr_assert(f);
     char line[512];
     bool found = false;
+    bool https = false;
     while (fgets(line, sizeof(line), f)) {
-        const char *p = strstr(line, "listening on http://127.0.0.1:");
-        if (p) {
-            d->port = atoi(p + strlen("listening on http://127.0.0.1:"));
+        /* "listening on http://127.0.0.1:PORT", or https:// with --tls-cert */
+        const char *p = strstr(line, "listening on http");
+        const char *h = p ? strstr(p, "://127.0.0.1:") : NULL;
+        if (h) {
+            https = p[strlen("listening on http")] == 's';
+            d->port = atoi(h + strlen("://127.0.0.1:"));
             found = true;
             break;
         }
@@ -60,7 +64,7 @@ void e2e_start(struct e2e_daemon *d, const char *extra_args)
         char *log = gs_test_read_file(d->log_path, NULL);
         cr_assert_fail("the daemon did not start; its log:\n%s", log);
     }
-    snprintf(d->url, sizeof(d->url), "http://127.0.0.1:%d", d->port);
+    snprintf(d->url, sizeof(d->url), "%s://127.0.0.1:%d", https ? "https" : "http", d->port);
 }
 
 int e2e_stop(struct e2e_daemon *d)

@@ -1,0 +1,97 @@
+/*
+ * server/tls.h - the daemon's TLS terminator. libmicrohttpd's own TLS is
+ * GnuTLS-only, so graphserve terminates TLS itself with mbedTLS and hands the
+ * plaintext to libmicrohttpd over a socketpair:
+ *
+ *   client --TCP/TLS--> [listening socket, accept] --handshake (mbedTLS)-->
+ *   relay: ciphertext on the TCP socket <-> plaintext on one end of a
+ *   socketpair; the other end goes to the deliver callback (the daemon passes
+ *   it to MHD_add_connection with the client's real address, so that logs and
+ *   per-IP limits see the client, not the relay).
+ *
+ * Policy: TLS 1.2 minimum, AEAD cipher suites with forward secrecy only
+ * (ECDHE/DHE with GCM, CCM or ChaCha20-Poly1305; no 8-byte-tag CCM), no
+ * renegotiation, a handshake timeout, and a cap on handshakes in progress
+ * (beyond it the listening socket is not polled, so further clients wait in
+ * the kernel's backlog instead of costing memory). With a client CA, clients
+ * must present a certificate it signed (verification required). A plain-HTTP
+ * request to the TLS port gets a short 400 in plain text and is closed; any
+ * other non-TLS first byte is closed at once.
+ *
+ * The relay is event-driven through uv_poll on both descriptors, level
+ * triggered, and polls a direction only while it can move data: each way has
+ * one 16 KiB buffer, and while the receiving side cannot take more, the
+ * sending side is not read (backpressure both ways). An idle connection polls
+ * only for readability and costs no CPU. When the daemon closes its end, the
+ * client gets a close_notify; when the client closes, resets or sends
+ * garbage, the daemon's end is closed and libmicrohttpd sees the peer gone.
+ *
+ * Threads: loop thread only (the loop passed to gs_srv_tls_new).
+ * Ownership: gs_srv_tls_new takes the listening descriptor; the file paths
+ * are read during the call and not kept. gs_srv_tls_close starts closing
+ * (handles close through the loop, which must run afterwards); then
+ * gs_srv_tls_free releases the rest.
+ */
+#ifndef GS_SERVER_TLS_H
+#define GS_SERVER_TLS_H
+
+#include "server/server.h"
+
+#include <sys/socket.h>
+#include <uv.h>
+
+struct gs_srv_tls;
+
+/* Receives the daemon's end of a socketpair carrying one connection's
+ * plaintext (non-blocking, close-on-exec; the callee owns it) and the
+ * client's address. */
+typedef void (*gs_srv_tls_deliver_fn)(void *ctx, int fd, const struct sockaddr *peer,
+                                      socklen_t peer_len);
+
+/*
+ * Loads the certificate, key and optional client CA named in cfg and starts
+ * accepting TLS connections on listen_fd (a bound, listening, non-blocking
+ * TCP socket; owned from this call on, closed on failure too). GS_IO when a
+ * PEM file cannot be read or parsed, GS_INVAL when the key does not match the
+ * certificate or no cipher suite is left; the message names the option
+ * (--tls-cert, --tls-key, --tls-client-ca) and mbedTLS's reason.
+ */
+enum gs_status gs_srv_tls_new(uv_loop_t *loop, const struct gs_srv_tls_cfg *cfg, int listen_fd,
+                              gs_srv_tls_deliver_fn deliver, void *ctx, struct gs_srv_tls **out,
+                              struct gs_err *err);
+
+/* Stops accepting (the drain): closes the listening socket. Connections
+ * already accepted carry on. Idempotent. */
+void gs_srv_tls_stop_accepting(struct gs_srv_tls *t);
+
+/*
+ * Closes everything: the listener, handshakes in progress at once, and each
+ * relay as soon as what the daemon already wrote has been sent to the client
+ * (within GS_SRV_TLS_CLOSE_GRACE_MS). Handles close through the loop; run it
+ * until it has no more handles, then call gs_srv_tls_free. Idempotent.
+ */
+void gs_srv_tls_close(struct gs_srv_tls *t);
+
+#define GS_SRV_TLS_CLOSE_GRACE_MS 2000
+
+/* Frees the TLS configuration; every handle must have closed (the loop ran
+ * after gs_srv_tls_close). NULL is a no-op. */
+void gs_srv_tls_free(struct gs_srv_tls *t);
+
+/* Counters, for tests and logs. */
+struct gs_srv_tls_stats {
+    uint64_t n_accepted;    /* TCP connections accepted */
+    uint64_t n_handshakes;  /* completed handshakes, handed to the daemon */
+    uint64_t n_refused;     /* failed handshakes, plain HTTP, garbage */
+    uint64_t n_timeouts;    /* handshakes not done within the timeout */
+    uint32_t n_handshaking; /* in progress now */
+    uint32_t n_open;        /* connections open now (handshaking or relaying) */
+};
+void gs_srv_tls_stats(const struct gs_srv_tls *t, struct gs_srv_tls_stats *out);
+
+/* Creates a non-blocking listening TCP socket bound to addr (SO_REUSEADDR);
+ * *fd_out on success. GS_IO with errno's text otherwise. */
+enum gs_status gs_srv_tls_listen(const struct sockaddr *addr, socklen_t len, int *fd_out,
+                                 struct gs_err *err);
+
+#endif /* GS_SERVER_TLS_H */

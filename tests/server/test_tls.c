@@ -1,0 +1,458 @@
+/*
+ * tests/server/test_tls.c - HTTPS on the real daemon: a test CA, a server
+ * certificate and client certificates made here with the openssl program;
+ * curl over https end to end (plain and streaming), the TLS policy (1.2
+ * minimum, AEAD only), client certificates required and refused, a plain-HTTP
+ * request and garbage handshakes refused while another connection in
+ * progress is unharmed, the handshake timeout and the handshake cap, and a
+ * SIGHUP reload that swaps the API key while a stream continues over TLS.
+ *
+ * The connection kept in progress is an mbedTLS client in this process, so
+ * the test controls exactly when each byte is sent.
+ */
+#define _GNU_SOURCE
+#include "tests/common/testutil.h"
+#include "tests/server/e2e.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/entropy.h>
+#include <mbedtls/net_sockets.h>
+#include <mbedtls/ssl.h>
+#include <mbedtls/x509_crt.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char certs[512]; /* ca.pem, srv.{pem,key}, cli.{pem,key}, rogue.{pem,key} */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A CA; a server certificate for 127.0.0.1 signed by it; a client
+ * certificate signed by it; and a client certificate from another CA. */
+static void make_certs(void)
+{
+    snprintf(certs, sizeof(certs), "%s/certs-%d", gs_test_tmpdir(), getpid());
+    char *cmd;
+    cr_assert(asprintf(&cmd,
+                       "set -e; mkdir -p '%s'; cd '%s'; "
+                       "K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'; "
+                       "openssl req -x509 $K -keyout ca.key -out ca.pem -days 2 -subj '/CN=gs test CA'; "
+                       "openssl req -x509 $K -keyout rca.key -out rca.pem -days 2 -subj '/CN=rogue CA'; "
+                       "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.cnf; "
+                       "openssl req $K -keyout srv.key -out srv.csr -subj '/CN=localhost'; "
+                       "openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+                       "  -out srv.pem -days 2 -extfile san.cnf; "
+                       "openssl req $K -keyout cli.key -out cli.csr -subj '/CN=client'; "
+                       "openssl x509 -req -in cli.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+                       "  -out cli.pem -days 2; "
+                       "openssl req $K -keyout rogue.key -out rogue.csr -subj '/CN=rogue'; "
+                       "openssl x509 -req -in rogue.csr -CA rca.pem -CAkey rca.key -CAcreateserial "
+                       "  -out rogue.pem -days 2",
+                       certs, certs) > 0);
+    char *out = NULL;
+    int rc = gs_test_run(cmd, 1, &out);
+    cr_assert_eq(rc, 0, "openssl failed: %s", out);
+    free(out);
+    free(cmd);
+}
+
+/* The daemon with the server certificate plus extra arguments. */
+static void start_tls(struct e2e_daemon *d, const char *extra)
+{
+    char *args;
+    cr_assert(asprintf(&args, "--tls-cert '%s/srv.pem' --tls-key '%s/srv.key' %s", certs, certs,
+                       extra) > 0);
+    e2e_start(d, args);
+    free(args);
+    cr_assert(!strncmp(d->url, "https://", 8), "the daemon did not announce https: %s", d->url);
+}
+
+static int tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s", strerror(errno));
+    return fd;
+}
+
+/* Reads until the peer closes (returns bytes read into buf, NUL-terminated)
+ * or timeout_s passes (returns -1). A reset counts as closed. */
+static long read_until_closed(int fd, char *buf, size_t cap, double timeout_s)
+{
+    size_t n = 0;
+    double end = now_s() + timeout_s;
+    for (;;) {
+        int left_ms = (int)((end - now_s()) * 1000);
+        if (left_ms <= 0)
+            return -1;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, left_ms) <= 0)
+            continue;
+        ssize_t r = recv(fd, buf + n, cap - 1 - n, 0);
+        if (r <= 0) {
+            buf[n] = '\0';
+            return (long)n;
+        }
+        n += (size_t)r;
+        if (n == cap - 1)
+            n = 0; /* only the end matters */
+    }
+}
+
+/* ---- a minimal blocking mbedTLS client ------------------------------------------------- */
+
+struct tls_client {
+    mbedtls_net_context net;
+    mbedtls_ssl_context ssl;
+    mbedtls_ssl_config conf;
+    mbedtls_x509_crt ca;
+    mbedtls_entropy_context entropy;
+    mbedtls_ctr_drbg_context drbg;
+};
+
+static void tls_client_open(struct tls_client *c, int port)
+{
+    mbedtls_net_init(&c->net);
+    mbedtls_ssl_init(&c->ssl);
+    mbedtls_ssl_config_init(&c->conf);
+    mbedtls_x509_crt_init(&c->ca);
+    mbedtls_entropy_init(&c->entropy);
+    mbedtls_ctr_drbg_init(&c->drbg);
+    cr_assert_eq(mbedtls_ctr_drbg_seed(&c->drbg, mbedtls_entropy_func, &c->entropy, NULL, 0), 0);
+    char ca[600];
+    snprintf(ca, sizeof(ca), "%s/ca.pem", certs);
+    cr_assert_eq(mbedtls_x509_crt_parse_file(&c->ca, ca), 0);
+    cr_assert_eq(mbedtls_ssl_config_defaults(&c->conf, MBEDTLS_SSL_IS_CLIENT,
+                                             MBEDTLS_SSL_TRANSPORT_STREAM,
+                                             MBEDTLS_SSL_PRESET_DEFAULT),
+                 0);
+    mbedtls_ssl_conf_authmode(&c->conf, MBEDTLS_SSL_VERIFY_REQUIRED);
+    mbedtls_ssl_conf_ca_chain(&c->conf, &c->ca, NULL);
+    mbedtls_ssl_conf_rng(&c->conf, mbedtls_ctr_drbg_random, &c->drbg);
+    cr_assert_eq(mbedtls_ssl_setup(&c->ssl, &c->conf), 0);
+    cr_assert_eq(mbedtls_ssl_set_hostname(&c->ssl, "localhost"), 0);
+    c->net.fd = tcp_connect(port);
+    mbedtls_ssl_set_bio(&c->ssl, &c->net, mbedtls_net_send, mbedtls_net_recv, NULL);
+    int r = mbedtls_ssl_handshake(&c->ssl);
+    cr_assert_eq(r, 0, "handshake: -0x%04x", (unsigned)-r);
+}
+
+static void tls_client_send(struct tls_client *c, const char *s)
+{
+    size_t n = strlen(s), off = 0;
+    while (off < n) {
+        int r = mbedtls_ssl_write(&c->ssl, (const unsigned char *)s + off, n - off);
+        cr_assert(r > 0, "ssl_write: -0x%04x", (unsigned)-r);
+        off += (size_t)r;
+    }
+}
+
+/* Reads a response with Connection: close until the server ends it. */
+static char *tls_client_read_all(struct tls_client *c)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    cr_assert(buf);
+    for (;;) {
+        int r = mbedtls_ssl_read(&c->ssl, (unsigned char *)buf + n, cap - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        cr_assert(n < cap - 1, "response too long");
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+static void tls_client_close(struct tls_client *c)
+{
+    mbedtls_ssl_close_notify(&c->ssl);
+    mbedtls_net_free(&c->net);
+    mbedtls_ssl_free(&c->ssl);
+    mbedtls_ssl_config_free(&c->conf);
+    mbedtls_x509_crt_free(&c->ca);
+    mbedtls_ctr_drbg_free(&c->drbg);
+    mbedtls_entropy_free(&c->entropy);
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+TestSuite(tls, .init = make_certs, .timeout = 120);
+
+Test(tls, curl_https_end_to_end)
+{
+    struct e2e_daemon d;
+    start_tls(&d, "");
+    char ca[600];
+    snprintf(ca, sizeof(ca), "--cacert '%s/ca.pem'", certs);
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/health", NULL, ca, &r);
+    cr_expect_eq(r.status, 200);
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "status")), "ok");
+    e2e_resp_free(&r);
+    e2e_http(&d, "POST", "/v1/completions",
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0}", ca, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    const char *text =
+        json_string_value(json_object_get(json_array_get(json_object_get(r.json, "choices"), 0),
+                                          "text"));
+    cr_expect(text && strlen(text) > 10, "completion text: %s", r.body);
+    e2e_resp_free(&r);
+    /* A stream long enough to span many TLS records. */
+    e2e_http(&d, "POST", "/v1/chat/completions",
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story\"}],"
+             "\"max_tokens\":300,\"ignore_eos\":true,\"stream\":true,"
+             "\"stream_options\":{\"include_usage\":true}}",
+             ca, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    bool done;
+    json_t *ev = e2e_sse_events(r.body, &done);
+    cr_expect(done, "no [DONE] over TLS");
+    json_t *last = json_array_get(ev, json_array_size(ev) - 1);
+    cr_expect_eq(json_integer_value(
+                     json_object_get(json_object_get(last, "usage"), "completion_tokens")),
+                 300);
+    json_decref(ev);
+    e2e_resp_free(&r);
+    /* Without the CA, curl refuses the self-made certificate: it is TLS for real. */
+    char *out = NULL;
+    char *cmd;
+    cr_assert(asprintf(&cmd, "curl -sS --max-time 10 %s/health", d.url) > 0);
+    cr_expect_neq(gs_test_run(cmd, 1, &out), 0, "curl trusted an unknown CA: %s", out);
+    free(out);
+    free(cmd);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
+/* TLS 1.2 at least, AEAD suites only, checked with openssl's client. */
+Test(tls, policy_tls12_minimum_aead_only)
+{
+    struct e2e_daemon d;
+    start_tls(&d, "");
+    static const struct {
+        const char *args;
+        bool ok;
+    } cases[] = {
+        {"-tls1_2", true},
+        {"-tls1_2 -cipher ECDHE-ECDSA-AES128-GCM-SHA256", true},
+        {"-tls1_2 -cipher ECDHE-ECDSA-CHACHA20-POLY1305", true},
+        {"-tls1_1 -cipher ALL:@SECLEVEL=0", false},
+        {"-tls1_2 -cipher ECDHE-ECDSA-AES128-SHA256:ECDHE-ECDSA-AES256-SHA", false}, /* CBC */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *cmd, *out = NULL;
+        cr_assert(asprintf(&cmd,
+                           "openssl s_client -connect 127.0.0.1:%d -CAfile '%s/ca.pem' %s "
+                           "-verify_return_error -brief </dev/null",
+                           d.port, certs, cases[i].args) > 0);
+        int rc = gs_test_run(cmd, 1, &out);
+        if (cases[i].ok) {
+            cr_expect_eq(rc, 0, "%s: refused: %s", cases[i].args, out);
+            cr_expect(strstr(out, "Protocol version: TLSv1.2"), "%s: %s", cases[i].args, out);
+            cr_expect(strstr(out, "GCM") || strstr(out, "CHACHA20"), "%s: not AEAD: %s",
+                      cases[i].args, out);
+        } else {
+            cr_expect(rc != 0 || !strstr(out, "Protocol version"), "%s: accepted: %s",
+                      cases[i].args, out);
+        }
+        free(out);
+        free(cmd);
+    }
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
+Test(tls, client_certificate_required_and_refused)
+{
+    struct e2e_daemon d;
+    char extra[700];
+    snprintf(extra, sizeof(extra), "--tls-client-ca '%s/ca.pem'", certs);
+    start_tls(&d, extra);
+    static const struct {
+        const char *who; /* cert/key base name, NULL: no certificate */
+        bool ok;
+    } cases[] = {{"cli", true}, {NULL, false}, {"rogue", false}};
+    for (size_t i = 0; i < 3; i++) {
+        char *cmd, *out = NULL;
+        char cert[1400] = "";
+        if (cases[i].who)
+            snprintf(cert, sizeof(cert), "--cert '%s/%s.pem' --key '%s/%s.key'", certs,
+                     cases[i].who, certs, cases[i].who);
+        cr_assert(asprintf(&cmd,
+                           "curl -sS --max-time 10 --cacert '%s/ca.pem' %s -o /dev/null "
+                           "-w '%%{http_code}' %s/health",
+                           certs, cert, d.url) > 0);
+        int rc = gs_test_run(cmd, 1, &out);
+        if (cases[i].ok)
+            cr_expect(rc == 0 && strstr(out, "200"), "client cert refused: %s", out);
+        else
+            cr_expect(rc != 0 && !strstr(out, "200"), "%s: accepted: %s",
+                      cases[i].who ? cases[i].who : "no certificate", out);
+        free(out);
+        free(cmd);
+    }
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
+/* While a TLS connection is half-way through a request: a plain-HTTP request
+ * gets a plain 400 and is closed, garbage and a broken ClientHello are
+ * closed without an HTTP answer, and then the first connection completes. */
+Test(tls, plain_http_and_garbage_refused_without_harm)
+{
+    struct e2e_daemon d;
+    start_tls(&d, "");
+    struct tls_client c;
+    tls_client_open(&c, d.port);
+    tls_client_send(&c, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+
+    char buf[4096];
+    int fd = tcp_connect(d.port);
+    const char plain[] = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    cr_assert_eq(send(fd, plain, sizeof(plain) - 1, 0), (ssize_t)sizeof(plain) - 1);
+    long n = read_until_closed(fd, buf, sizeof(buf), 5);
+    cr_expect(n > 0 && strstr(buf, "400 Bad Request") && strstr(buf, "HTTPS"),
+              "plain HTTP got: %s", n >= 0 ? buf : "(not closed)");
+    close(fd);
+
+    static const unsigned char garbage[][12] = {
+        {'\x00', '\xff', 'z', 'q', '\x13', '\x37', 0, 1, 2, 3, 4, 5},
+        /* a handshake record header with a nonsense body */
+        {0x16, 0x03, 0x01, 0x00, 0x07, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        fd = tcp_connect(d.port);
+        cr_assert_eq(send(fd, garbage[i], sizeof(garbage[i]), 0), (ssize_t)sizeof(garbage[i]));
+        n = read_until_closed(fd, buf, sizeof(buf), 5);
+        cr_expect(n >= 0, "garbage %zu: the connection stayed open", i);
+        cr_expect(n < 0 || !strstr(buf, "HTTP/"), "garbage %zu got an HTTP answer", i);
+        close(fd);
+    }
+
+    tls_client_send(&c, "Connection: close\r\n\r\n");
+    char *resp = tls_client_read_all(&c);
+    cr_expect(strstr(resp, "HTTP/1.1 200") && strstr(resp, "\"status\":\"ok\""),
+              "the connection in progress was harmed: %s", resp);
+    free(resp);
+    tls_client_close(&c);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
+/* A client that connects and sends nothing, or half a ClientHello, is
+ * dropped after --tls-handshake-timeout-s; beyond --max-tls-handshakes,
+ * others wait in the backlog and are served once a slot frees. */
+Test(tls, handshake_timeout_and_cap)
+{
+    struct e2e_daemon d;
+    start_tls(&d, "--tls-handshake-timeout-s 1 --max-tls-handshakes 2");
+    double t0 = now_s();
+    int idle = tcp_connect(d.port);
+    int half = tcp_connect(d.port);
+    const unsigned char hello_start[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01};
+    cr_assert_eq(send(half, hello_start, sizeof(hello_start), 0), (ssize_t)sizeof(hello_start));
+    /* Both slots are taken now: a real client waits until they time out. */
+    char *cmd, *out = NULL;
+    cr_assert(asprintf(&cmd,
+                       "curl -sS --max-time 20 --cacert '%s/ca.pem' -o /dev/null "
+                       "-w '%%{http_code} %%{time_total}' %s/health",
+                       certs, d.url) > 0);
+    int rc = gs_test_run(cmd, 1, &out);
+    double curl_done = now_s() - t0;
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "200 "), "%s", out);
+    cr_expect(curl_done >= 0.8, "served after %.2f s although both handshake slots were taken",
+              curl_done);
+    char buf[256];
+    long n1 = read_until_closed(idle, buf, sizeof(buf), 0.5);
+    long n2 = read_until_closed(half, buf, sizeof(buf), 0.5);
+    double closed = now_s() - t0;
+    cr_expect(n1 >= 0 && n2 >= 0, "a stalled handshake was not dropped");
+    cr_expect(closed < 4, "stalled handshakes dropped after %.2f s (timeout 1 s)", closed);
+    close(idle);
+    close(half);
+    free(out);
+    free(cmd);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
+/* SIGHUP with a new key in the config file: a stream admitted with the old
+ * key runs on to [DONE]; meanwhile the old key is refused and the new one
+ * accepted. The stream is over TLS and outlasts the checks. */
+Test(tls, sighup_swaps_api_key_while_stream_continues)
+{
+    char cfg[600];
+    snprintf(cfg, sizeof(cfg), "%s/reload-%d.json", gs_test_tmpdir(), getpid());
+    FILE *f = fopen(cfg, "w");
+    cr_assert(f);
+    fputs("{\"api_key\": [\"old-key\"]}\n", f);
+    fclose(f);
+    struct e2e_daemon d;
+    char extra[800];
+    snprintf(extra, sizeof(extra), "--config '%s' --backend ref --max-seqs 1", cfg);
+    start_tls(&d, extra);
+    char dir[600];
+    snprintf(dir, sizeof(dir), "%s/reload-%d", gs_test_tmpdir(), getpid());
+    const char *body = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":1500,"
+                                     "\"ignore_eos\":true,\"stream\":true}");
+    char *cmd;
+    const char *c = "curl -s --max-time 60 --cacert";
+    cr_assert(asprintf(&cmd,
+                       "mkdir -p %s; "
+                       "(%s '%s/ca.pem' -N -H 'Authorization: Bearer old-key' --data-binary @%s "
+                       "  %s/v1/completions > %s/stream; date +%%s.%%N > %s/stream_end) & "
+                       "sleep 0.5; echo '{\"api_key\": [\"new-key\"]}' > %s; kill -HUP %d; "
+                       "sleep 0.3; "
+                       "%s '%s/ca.pem' -o /dev/null -w '%%{http_code}' -H 'Authorization: Bearer "
+                       "old-key' %s/v1/models > %s/old; "
+                       "%s '%s/ca.pem' -o /dev/null -w '%%{http_code}' -H 'Authorization: Bearer "
+                       "new-key' %s/v1/models > %s/new; date +%%s.%%N > %s/checks_end; wait",
+                       dir, c, certs, body, d.url, dir, dir, cfg, (int)d.pid, c, certs, d.url, dir,
+                       c, certs, d.url, dir, dir) > 0);
+    gs_test_run(cmd, 1, NULL);
+    free(cmd);
+    char p[700];
+#define READ(name) (snprintf(p, sizeof(p), "%s/" name, dir), gs_test_read_file(p, NULL))
+    char *old_code = READ("old"), *new_code = READ("new"), *stream = READ("stream");
+    char *stream_end = READ("stream_end"), *checks_end = READ("checks_end");
+#undef READ
+    cr_expect_str_eq(old_code, "401", "the old key still works after SIGHUP");
+    cr_expect_str_eq(new_code, "200", "the new key is refused after SIGHUP");
+    cr_expect(atof(stream_end) > atof(checks_end),
+              "the stream ended before the checks: no overlap with the reload");
+    bool done;
+    json_t *ev = e2e_sse_events(stream, &done);
+    cr_expect(done, "the stream admitted before the reload did not complete");
+    json_t *last = json_array_get(ev, json_array_size(ev) - 1);
+    const char *finish = json_string_value(
+        json_object_get(json_array_get(json_object_get(last, "choices"), 0), "finish_reason"));
+    cr_expect(finish && !strcmp(finish, "length"), "stream finish: %s",
+              finish ? finish : "(none)");
+    json_decref(ev);
+    free(old_code);
+    free(new_code);
+    free(stream);
+    free(stream_end);
+    free(checks_end);
+    size_t n;
+    char *log;
+    cr_expect_eq(e2e_stop(&d), 0);
+    log = gs_test_read_file(d.log_path, &n);
+    cr_expect(strstr(log, "event=config_reload") && strstr(log, "api-key"),
+              "no reload line naming api-key in the log:\n%s", log);
+    free(log);
+}
