@@ -141,6 +141,10 @@ enum gs_status gs_gguf_get_str(const struct gs_gguf *g, const char *key,
 enum gs_status gs_gguf_get_arr(const struct gs_gguf *g, const char *key, enum gs_gguf_vtype elem,
                                const struct gs_gguf_kv **out, struct gs_err *err);
 
+/* Element i of an array as a scalar value (type = the element type, key = the
+ * array's key), decoded like a scalar entry. Callers index below arr.n. */
+struct gs_gguf_kv gs_gguf_arr_get(const struct gs_gguf_kv *arr, uint64_t i);
+
 /* Reads element i of a scalar array as the given C type (no bounds check beyond
  * an assert: callers index below arr.n). */
 float gs_gguf_arr_f32(const struct gs_gguf_kv *kv, uint64_t i);

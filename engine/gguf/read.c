@@ -236,6 +236,28 @@ static const char *printable(struct gs_gguf_str s, char *buf, size_t cap)
 
 /* ---- metadata ------------------------------------------------------------------ */
 
+/* Decodes one little-endian scalar of type t at p (vtypes[t].size bytes) into
+ * kv->v: integers zero- or sign-extended to 64 bits, floats widened to double.
+ * Assumes a little-endian host, as every supported platform is. */
+static void decode_scalar(enum gs_gguf_vtype t, const uint8_t *p, struct gs_gguf_kv *kv)
+{
+    size_t size = vtypes[t].size;
+    uint64_t raw = 0;
+    memcpy(&raw, p, size);
+    kv->type = t;
+    if (t == GS_GGUF_F32) {
+        float f;
+        memcpy(&f, p, 4);
+        kv->v.f64 = f;
+    } else if (t == GS_GGUF_F64) {
+        memcpy(&kv->v.f64, p, 8);
+    } else if (vtype_is_signed(t) && size < 8 && (raw >> (8 * size - 1)) & 1) {
+        kv->v.u64 = raw | (~UINT64_C(0) << (8 * size)); /* sign-extend */
+    } else {
+        kv->v.u64 = raw;
+    }
+}
+
 static enum gs_status read_scalar(struct cursor *c, enum gs_gguf_vtype t, struct gs_gguf_kv *kv,
                                   const char *what)
 {
@@ -243,60 +265,9 @@ static enum gs_status read_scalar(struct cursor *c, enum gs_gguf_vtype t, struct
     enum gs_status rc = rd_bytes(c, raw, vtypes[t].size, what);
     if (rc)
         return rc;
-    switch (t) {
-    case GS_GGUF_U8:
-        kv->v.u64 = raw[0];
-        break;
-    case GS_GGUF_BOOL:
-        if (raw[0] > 1)
-            return gs_err_set(c->err, GS_FORMAT, "%s: bool value %u is not 0 or 1", what, raw[0]);
-        kv->v.u64 = raw[0];
-        break;
-    case GS_GGUF_I8:
-        kv->v.i64 = (int8_t)raw[0];
-        break;
-    case GS_GGUF_U16: {
-        uint16_t v;
-        memcpy(&v, raw, 2);
-        kv->v.u64 = v;
-        break;
-    }
-    case GS_GGUF_I16: {
-        int16_t v;
-        memcpy(&v, raw, 2);
-        kv->v.i64 = v;
-        break;
-    }
-    case GS_GGUF_U32: {
-        uint32_t v;
-        memcpy(&v, raw, 4);
-        kv->v.u64 = v;
-        break;
-    }
-    case GS_GGUF_I32: {
-        int32_t v;
-        memcpy(&v, raw, 4);
-        kv->v.i64 = v;
-        break;
-    }
-    case GS_GGUF_F32: {
-        float v;
-        memcpy(&v, raw, 4);
-        kv->v.f64 = v;
-        break;
-    }
-    case GS_GGUF_U64:
-        memcpy(&kv->v.u64, raw, 8);
-        break;
-    case GS_GGUF_I64:
-        memcpy(&kv->v.i64, raw, 8);
-        break;
-    case GS_GGUF_F64:
-        memcpy(&kv->v.f64, raw, 8);
-        break;
-    default:
-        return gs_err_set(c->err, GS_FORMAT, "%s: not a scalar type", what);
-    }
+    if (t == GS_GGUF_BOOL && raw[0] > 1)
+        return gs_err_set(c->err, GS_FORMAT, "%s: bool value %u is not 0 or 1", what, raw[0]);
+    decode_scalar(t, raw, kv);
     return GS_OK;
 }
 
@@ -890,6 +861,20 @@ enum gs_status gs_gguf_get_arr(const struct gs_gguf *g, const char *key, enum gs
                           key, vtypes[elem].name, vtypes[kv->v.arr.type].name);
     *out = kv;
     return GS_OK;
+}
+
+struct gs_gguf_kv gs_gguf_arr_get(const struct gs_gguf_kv *arr, uint64_t i)
+{
+    struct gs_gguf_kv e = {.key = arr->key};
+    assert(arr->type == GS_GGUF_ARRAY && i < arr->v.arr.n);
+    if (arr->v.arr.type == GS_GGUF_STRING) {
+        e.type = GS_GGUF_STRING;
+        e.v.str = arr->v.arr.strs[i];
+    } else {
+        size_t size = vtypes[arr->v.arr.type].size;
+        decode_scalar(arr->v.arr.type, (const uint8_t *)arr->v.arr.data + i * size, &e);
+    }
+    return e;
 }
 
 float gs_gguf_arr_f32(const struct gs_gguf_kv *kv, uint64_t i)

@@ -39,45 +39,6 @@ static void print_str(FILE *f, struct gs_gguf_str s, size_t max)
         fprintf(f, "...(%" PRIu64 " bytes)", s.len);
 }
 
-/* Reads element i of a scalar array into a kv-shaped value, so that arrays and
- * scalars print through the same code. */
-static struct gs_gguf_kv array_elem(const struct gs_gguf_kv *kv, uint64_t i)
-{
-    struct gs_gguf_kv e = {.type = kv->v.arr.type};
-    if (e.type == GS_GGUF_STRING) {
-        e.v.str = kv->v.arr.strs[i];
-        return e;
-    }
-    size_t sz = gs_gguf_vtype_size(e.type);
-    const uint8_t *p = (const uint8_t *)kv->v.arr.data + i * sz;
-    uint64_t raw = 0;
-    memcpy(&raw, p, sz);
-    switch (e.type) {
-    case GS_GGUF_I8:
-        e.v.i64 = (int8_t)raw;
-        break;
-    case GS_GGUF_I16:
-        e.v.i64 = (int16_t)raw;
-        break;
-    case GS_GGUF_I32:
-        e.v.i64 = (int32_t)raw;
-        break;
-    case GS_GGUF_F32: {
-        float f;
-        memcpy(&f, p, 4);
-        e.v.f64 = f;
-        break;
-    }
-    case GS_GGUF_F64:
-        memcpy(&e.v.f64, p, 8);
-        break;
-    default:
-        e.v.u64 = raw;
-        break;
-    }
-    return e;
-}
-
 static bool is_signed(enum gs_gguf_vtype t)
 {
     return t == GS_GGUF_I8 || t == GS_GGUF_I16 || t == GS_GGUF_I32 || t == GS_GGUF_I64;
@@ -115,7 +76,7 @@ static void print_text(const struct gs_gguf *g, const char *path, const char *sh
         } else {
             printf("[%s x %" PRIu64 "] ", gs_gguf_vtype_name(kv->v.arr.type), kv->v.arr.n);
             for (uint64_t j = 0; j < kv->v.arr.n && j < ARRAY_HEAD; j++) {
-                struct gs_gguf_kv e = array_elem(kv, j);
+                struct gs_gguf_kv e = gs_gguf_arr_get(kv, j);
                 if (j)
                     fputs(", ", stdout);
                 print_scalar(stdout, &e);
@@ -209,7 +170,7 @@ static json_t *json_report(const struct gs_gguf *g, const char *path, const char
             json_object_set_new(val, "n", json_integer((json_int_t)kv->v.arr.n));
             json_t *head = json_array();
             for (uint64_t j = 0; j < kv->v.arr.n && j < ARRAY_HEAD; j++) {
-                struct gs_gguf_kv e = array_elem(kv, j);
+                struct gs_gguf_kv e = gs_gguf_arr_get(kv, j);
                 json_array_append_new(head, json_scalar(&e));
             }
             json_object_set_new(val, "head", head);

@@ -644,8 +644,12 @@ Test(gguf_writer, round_trips_every_value_type)
     cr_assert_eq(gs_gguf_get_arr(g, "t.arr_i32", GS_GGUF_I32, &arr, &err), GS_OK);
     cr_assert_eq(arr->v.arr.n, 4);
     cr_assert_eq(gs_gguf_arr_i32(arr, 3), -4);
+    struct gs_gguf_kv e = gs_gguf_arr_get(arr, 3);
+    cr_assert_eq(e.type, GS_GGUF_I32);
+    cr_assert_eq(e.v.i64, -4, "array elements are sign-extended like scalars");
     cr_assert_eq(gs_gguf_get_arr(g, "t.arr_str", GS_GGUF_STRING, &arr, &err), GS_OK);
     cr_assert(gs_gguf_str_eq(arr->v.arr.strs[0], "x"));
+    cr_assert(gs_gguf_str_eq(gs_gguf_arr_get(arr, 0).v.str, "x"));
     cr_assert_eq(arr->v.arr.strs[1].len, 0);
     cr_assert_eq(gs_gguf_get_arr(g, "t.arr_nul", GS_GGUF_STRING, &arr, &err), GS_OK);
     cr_assert_eq(arr->v.arr.strs[0].len, 3);
