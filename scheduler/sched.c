@@ -143,6 +143,10 @@ struct gs_sched {
     bool thread_running;
 };
 
+const uint32_t gs_sched_batch_bounds[GS_SCHED_BATCH_BUCKETS - 1] = {
+    1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024,
+};
+
 const char *gs_finish_name(enum gs_finish f)
 {
     static const char *const names[] = {
@@ -1077,6 +1081,13 @@ static void update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t pro
     pthread_mutex_lock(&s->mu);
     s->stats.n_steps += batch_tokens > 0;
     s->stats.last_batch_tokens = batch_tokens;
+    if (batch_tokens > 0) {
+        size_t b = 0;
+        while (b < GS_SCHED_BATCH_BUCKETS - 1 && batch_tokens > gs_sched_batch_bounds[b])
+            b++;
+        s->stats.batch_steps[b]++;
+        s->stats.batch_tokens_sum += batch_tokens;
+    }
     s->stats.n_tokens_prompt += prompt_tokens;
     s->stats.n_tokens_generated += gen_tokens;
     s->stats.n_running = s->n_running;

@@ -144,6 +144,11 @@ struct gs_sched_event {
     const struct gs_val_report *validation;
 };
 
+/* Buckets of the batch-size histogram: steps whose token count is <= bound i
+ * (the last bucket takes everything larger). */
+#define GS_SCHED_BATCH_BUCKETS 12
+extern const uint32_t gs_sched_batch_bounds[GS_SCHED_BATCH_BUCKETS - 1];
+
 /* Engine-wide counters, a consistent snapshot for /metrics. */
 struct gs_sched_stats {
     uint64_t n_steps;
@@ -156,6 +161,8 @@ struct gs_sched_stats {
     uint32_t n_running;
     uint32_t n_waiting;
     uint32_t last_batch_tokens;
+    uint64_t batch_steps[GS_SCHED_BATCH_BUCKETS]; /* steps by token count (not cumulative) */
+    uint64_t batch_tokens_sum;                    /* tokens over all steps */
     uint32_t pages_total, pages_used, pages_cached, pages_free;
     uint64_t n_evictions;
     uint64_t kv_bytes;

@@ -96,6 +96,20 @@ static void engine_metrics(struct gs_srv_buf *o, const struct gs_sched_stats *st
     gauge(o, "graphserve_requests_waiting", "Sequences queued for admission.", st->n_waiting);
     gauge(o, "graphserve_batch_tokens", "Tokens in the last engine step's batch.",
           st->last_batch_tokens);
+    header(o, "graphserve_batch_tokens_per_step", "histogram",
+           "Tokens per engine step (decode tokens plus prefill chunks).");
+    uint64_t cum = 0;
+    for (size_t b = 0; b + 1 < GS_SCHED_BATCH_BUCKETS; b++) {
+        cum += st->batch_steps[b];
+        gs_srv_buf_addf(o, "graphserve_batch_tokens_per_step_bucket{le=\"%u\"} %llu\n",
+                        gs_sched_batch_bounds[b], (unsigned long long)cum);
+    }
+    cum += st->batch_steps[GS_SCHED_BATCH_BUCKETS - 1];
+    gs_srv_buf_addf(o, "graphserve_batch_tokens_per_step_bucket{le=\"+Inf\"} %llu\n",
+                    (unsigned long long)cum);
+    gs_srv_buf_addf(o, "graphserve_batch_tokens_per_step_sum %llu\n"
+                       "graphserve_batch_tokens_per_step_count %llu\n",
+                    (unsigned long long)st->batch_tokens_sum, (unsigned long long)st->n_steps);
     header(o, "graphserve_kv_pages", "gauge", "KV cache pages by state.");
     gs_srv_buf_addf(o, "graphserve_kv_pages{state=\"used\"} %u\n", st->pages_used);
     gs_srv_buf_addf(o, "graphserve_kv_pages{state=\"cached\"} %u\n", st->pages_cached);

@@ -410,6 +410,14 @@ Test(http_api, metrics_count_requests_by_endpoint_and_status)
     cr_expect_eq(e2e_metric(r.body, "graphserve_inter_token_latency_seconds_count"), 2);
     cr_expect_eq(e2e_metric(r.body, "graphserve_kv_pages{state=\"used\"}"), 0);
     cr_expect_gt(e2e_metric(r.body, "graphserve_kv_pages_capacity"), 0);
+    /* every engine step lands in the batch-size histogram */
+    cr_expect_gt(e2e_metric(r.body, "graphserve_batch_tokens_per_step_count"), 0);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_batch_tokens_per_step_count"),
+                 e2e_metric(r.body, "graphserve_engine_steps_total"));
+    cr_expect_eq(e2e_metric(r.body, "graphserve_batch_tokens_per_step_bucket{le=\"+Inf\"}"),
+                 e2e_metric(r.body, "graphserve_engine_steps_total"));
+    cr_expect_geq(e2e_metric(r.body, "graphserve_batch_tokens_per_step_sum"),
+                  e2e_metric(r.body, "graphserve_engine_steps_total"));
     /* Prometheus' own linter accepts the exposition (./dev installs promtool). */
     char cmd[700], *out;
     snprintf(cmd, sizeof(cmd), "promtool check metrics < '%s'", e2e_body_file(r.body));
