@@ -23,6 +23,7 @@
 #include "engine/model.h"
 #include "kvcache/kvcache.h"
 #include "server/cli.h"
+#include "server/cmd/validate_server.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -33,6 +34,7 @@
 static const char usage[] =
     "-m MODEL --golden FILE [--golden FILE ...] [options]\n"
     "       graphserve validate --a FILE --b FILE [options]\n"
+    "       graphserve validate --server URL [--api-key K] [--prompts-file F | -p P ...]\n"
     "  -m, --model PATH     GGUF file, or a folder holding each golden's \"model\"\n"
     "  --golden FILE        a golden completion (../shared/golden/completions/*.json)\n"
     "  --backend NAME       backend to validate (default ref)\n"
@@ -474,6 +476,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 int gs_cmd_validate(int argc, char **argv)
 {
+    if (gs_validate_server_wanted(argc, argv))
+        return gs_validate_server(argc, argv);
     struct opts o = {.backend = "ref", .passes = true};
     gs_val_thresholds_init(&o.thr);
     o.goldens = gs_alloc_array((size_t)argc, sizeof(*o.goldens));

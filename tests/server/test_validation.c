@@ -349,3 +349,34 @@ Test(srv_validation, passing_check_is_in_health, .timeout = 30)
     e2e_resp_free(&r);
     cr_expect_eq(e2e_stop(&d), 0);
 }
+
+/* `graphserve validate --server`: a prompt set against a running daemon. */
+Test(srv_validation, validate_command_against_a_daemon, .timeout = 60)
+{
+    struct e2e_daemon d;
+    start_on(&d, "models/stories260K-Q8_0.gguf", "--backend cpu");
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof(cmd),
+             "'%s' validate --server %s -p 'Once upon a time' -p 'The little dog' --max-tokens 12",
+             gs_test_build_path("server/graphserve"), d.url);
+    cr_expect_eq(gs_test_run(cmd, 1, &out), 0, "%s", out);
+    cr_expect(strstr(out, "2/2 passed against ref"), "%s", out);
+    cr_expect(strstr(out, "PASS   positions=12 "), "%s", out);
+    free(out);
+    cr_expect_eq(e2e_stop(&d), 0);
+
+    /* Answers that fail (here: a numerical error past position 20) make it exit 1. */
+    setenv("GS_TEST_POISON_POS", "20", 1);
+    start_on(&d, "", "");
+    unsetenv("GS_TEST_POISON_POS");
+    snprintf(cmd, sizeof(cmd),
+             "'%s' validate --server %s -p 'Once upon a time' --max-tokens 30 --json",
+             gs_test_build_path("server/graphserve"), d.url);
+    cr_expect_eq(gs_test_run(cmd, 1, &out), 1, "%s", out);
+    json_t *line = json_loads(out, JSON_DISABLE_EOF_CHECK, NULL);
+    cr_expect_eq(json_integer_value(json_object_get(line, "http_status")), 500, "%s", out);
+    cr_expect(json_is_false(json_object_get(line, "passed")), "%s", out);
+    json_decref(line);
+    free(out);
+    cr_expect_eq(e2e_stop(&d), 0);
+}

@@ -1,0 +1,314 @@
+/*
+ * server/cmd/validate_server.c - see validate_server.h.
+ *
+ * The client is a small blocking HTTP/1.1 client over one TCP socket per
+ * request (Connection: close, the answer read to EOF): plain http:// only,
+ * which is what a daemon on 127.0.0.1 or a trusted network speaks. No
+ * library is needed for that; for https, put a TLS proxy in front or use
+ * curl against the API.
+ */
+#define _GNU_SOURCE
+#include "server/cmd/validate_server.h"
+
+#include "engine/base.h"
+#include "server/cli.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "--server URL [--api-key K] [--prompts-file F | -p PROMPT ...] [options]\n"
+    "  --server URL         a running daemon, http://HOST:PORT\n"
+    "  --api-key K          Bearer key, when the daemon has keys\n"
+    "  -p, --prompt TEXT    a prompt (repeatable)\n"
+    "  --prompts-file F     one prompt per line (blank lines skipped)\n"
+    "  --max-tokens N       tokens per answer (default 32)\n"
+    "  --timeout-s S        per request (default 120)\n"
+    "  --json               one JSON object per prompt instead of text\n"
+    "Without prompts, four short built-in prompts run.";
+
+static const char *const builtin[] = {
+    "Once upon a time",
+    "The little dog",
+    "One day, Lily went to the park and",
+    "Tom and his mom",
+};
+
+bool gs_validate_server_wanted(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--server"))
+            return true;
+    return false;
+}
+
+struct vs_opts {
+    char host[256], port[16];
+    const char *api_key;
+    const char **prompts;
+    size_t n_prompts;
+    char *file_text; /* owns the prompts read from --prompts-file */
+    int64_t max_tokens, timeout_s;
+    bool json;
+};
+
+static bool parse_url(const char *url, struct vs_opts *o)
+{
+    if (strncmp(url, "http://", 7))
+        return false;
+    const char *h = url + 7, *end = h + strcspn(h, "/");
+    const char *colon = memchr(h, ':', (size_t)(end - h));
+    size_t hl = (size_t)((colon ? colon : end) - h);
+    if (!hl || hl >= sizeof(o->host))
+        return false;
+    memcpy(o->host, h, hl);
+    o->host[hl] = '\0';
+    size_t pl = colon ? (size_t)(end - colon - 1) : 0;
+    if (colon && (!pl || pl >= sizeof(o->port)))
+        return false;
+    snprintf(o->port, sizeof(o->port), "%.*s", (int)pl, colon ? colon + 1 : "80");
+    return true;
+}
+
+static bool add_prompts_file(struct vs_opts *o, const char *path, const char **v, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return false;
+    char buf[4096];
+    size_t n, len = 0;
+    char *t = NULL;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) {
+        char *nt = gs_realloc(t, len + n + 1);
+        if (!nt)
+            break;
+        t = nt;
+        memcpy(t + len, buf, n);
+        len += n;
+    }
+    fclose(f);
+    if (!t)
+        return true;
+    t[len] = '\0';
+    o->file_text = t;
+    for (char *line = strtok(t, "\r\n"); line && o->n_prompts < cap; line = strtok(NULL, "\r\n"))
+        if (*line)
+            v[o->n_prompts++] = line;
+    return true;
+}
+
+/* One request; returns the HTTP status (0 when no answer) and the body. */
+static int http_post(const struct vs_opts *o, const char *path, const char *body, char **resp,
+                     char *why, size_t why_cap)
+{
+    *resp = NULL;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+    int rc = getaddrinfo(o->host, o->port, &hints, &ai);
+    if (rc) {
+        snprintf(why, why_cap, "%.200s: %s", o->host, gai_strerror(rc));
+        return 0;
+    }
+    int fd = -1;
+    for (struct addrinfo *p = ai; p && fd < 0; p = p->ai_next) {
+        fd = socket(p->ai_family, p->ai_socktype, p->ai_protocol);
+        if (fd >= 0 && connect(fd, p->ai_addr, p->ai_addrlen)) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(ai);
+    if (fd < 0) {
+        snprintf(why, why_cap, "cannot connect to %.200s:%s: %s", o->host, o->port, strerror(errno));
+        return 0;
+    }
+    struct timeval tv = {.tv_sec = o->timeout_s};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    char *req = NULL;
+    int n =
+        asprintf(&req,
+                 "POST %s HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\n"
+                 "Content-Length: %zu\r\nConnection: close\r\n%s%s%s\r\n%s",
+                 path, o->host, o->port, strlen(body), o->api_key ? "Authorization: Bearer " : "",
+                 o->api_key ? o->api_key : "", o->api_key ? "\r\n" : "", body);
+    if (n < 0) {
+        close(fd);
+        snprintf(why, why_cap, "out of memory");
+        return 0;
+    }
+    for (size_t off = 0; off < (size_t)n;) {
+        ssize_t w = send(fd, req + off, (size_t)n - off, MSG_NOSIGNAL);
+        if (w <= 0) {
+            snprintf(why, why_cap, "send: %s", strerror(errno));
+            free(req);
+            close(fd);
+            return 0;
+        }
+        off += (size_t)w;
+    }
+    free(req);
+    size_t len = 0, cap = 0;
+    char *buf = NULL;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            size_t nc = cap ? cap * 2 : 16384;
+            char *nb = gs_realloc(buf, nc);
+            if (!nb)
+                break;
+            buf = nb;
+            cap = nc;
+        }
+        ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
+        if (r <= 0) {
+            if (r < 0)
+                snprintf(why, why_cap, "recv: %s", strerror(errno));
+            break;
+        }
+        len += (size_t)r;
+    }
+    close(fd);
+    if (!buf)
+        return 0;
+    buf[len] = '\0';
+    int status = 0;
+    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+        status = 0;
+    char *b = strstr(buf, "\r\n\r\n");
+    if (b) {
+        memmove(buf, b + 4, strlen(b + 4) + 1);
+        *resp = buf;
+    } else {
+        gs_free(buf);
+        if (!why[0])
+            snprintf(why, why_cap, "no HTTP answer");
+        return 0;
+    }
+    return status;
+}
+
+static double fig(const json_t *v, const char *k)
+{
+    json_t *x = json_object_get(v, k);
+    return json_is_number(x) ? json_number_value(x) : -1;
+}
+
+/* Runs one prompt; prints its line; returns whether it passed. */
+static bool run_one(const struct vs_opts *o, const char *prompt, const char **fingerprint_out,
+                    char *fp, size_t fp_cap)
+{
+    json_t *req = json_pack("{s:s,s:I,s:f,s:b}", "prompt", prompt, "max_tokens",
+                            (json_int_t)o->max_tokens, "temperature", 0.0, "validation", 1);
+    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    char *resp = NULL, why[512] = "";
+    int status = body ? http_post(o, "/v1/completions", body, &resp, why, sizeof(why)) : 0;
+    free(body);
+    json_t *j = resp ? json_loads(resp, 0, NULL) : NULL;
+    json_t *v = json_object_get(j, "validation");
+    bool passed = status == 200 && json_is_true(json_object_get(v, "passed"));
+    const char *f = json_string_value(json_object_get(j, "system_fingerprint"));
+    if (f && fp[0] == '\0') {
+        snprintf(fp, fp_cap, "%s", f);
+        *fingerprint_out = fp;
+    }
+    if (o->json) {
+        json_t *line =
+            json_pack("{s:s,s:i,s:b,s:O?,s:O?}", "prompt", prompt, "http_status", status, "passed",
+                      passed, "validation", v, "graphserve", json_object_get(j, "graphserve"));
+        char *s = line ? json_dumps(line, JSON_COMPACT) : NULL;
+        printf("%s\n", s ? s : "{}");
+        free(s);
+        json_decref(line);
+    } else if (status != 200 || !json_is_object(v)) {
+        const char *msg =
+            json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+        printf("ERROR  status=%d %s  prompt=\"%.40s\"\n", status, msg ? msg : why, prompt);
+    } else {
+        json_t *fd = json_object_get(v, "first_divergence");
+        char div[32] = "none";
+        if (json_is_integer(fd))
+            snprintf(div, sizeof(div), "%lld", (long long)json_integer_value(fd));
+        const char *reason = json_string_value(json_object_get(v, "reason"));
+        printf("%s  positions=%d top1_rate=%.4f topk_overlap=%.4f min_pearson=%.6f "
+               "max_abs_err=%.3g mean_kl=%.3g first_divergence=%s  prompt=\"%.40s\"\n",
+               passed ? "PASS " : "FAIL ", (int)fig(v, "n_positions"), fig(v, "top1_rate"),
+               fig(v, "mean_topk_overlap"), fig(v, "min_pearson"), fig(v, "max_abs_err"),
+               fig(v, "mean_kl"), div, prompt);
+        if (!passed)
+            printf("       reason: %s\n", reason ? reason : "?");
+    }
+    json_decref(j);
+    gs_free(resp);
+    return passed;
+}
+
+int gs_validate_server(int argc, char **argv)
+{
+    struct vs_opts o = {.max_tokens = 32, .timeout_s = 120};
+    const char **v = gs_alloc_array((size_t)argc + 1024, sizeof(*v));
+    if (!v)
+        return gs_cli_fail("validate", "out of memory");
+    size_t cap = (size_t)argc + 1024;
+    o.prompts = v;
+    int rc = -1;
+    bool have_server = false;
+    for (int i = 1; i < argc && rc < 0; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes = strcmp(a, "--json") != 0;
+        if (takes && !val) {
+            rc = gs_cli_fail("validate", "%s needs a value", a) + 1;
+            break;
+        }
+        if (!strcmp(a, "--server")) {
+            if (!parse_url(val, &o))
+                rc = gs_cli_fail("validate", "--server: expected http://HOST[:PORT], got '%s'",
+                                 val) +
+                     1;
+            have_server = true;
+        } else if (!strcmp(a, "--api-key"))
+            o.api_key = val;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
+            v[o.n_prompts++] = val;
+        else if (!strcmp(a, "--prompts-file")) {
+            if (!add_prompts_file(&o, val, v, cap))
+                rc = gs_cli_fail("validate", "--prompts-file %s: %s", val, strerror(errno));
+        } else if (!strcmp(a, "--max-tokens")) {
+            if (!gs_cli_parse_i64(a, val, 1, 1 << 20, &o.max_tokens))
+                rc = 2;
+        } else if (!strcmp(a, "--timeout-s")) {
+            if (!gs_cli_parse_i64(a, val, 1, 86400, &o.timeout_s))
+                rc = 2;
+        } else if (!strcmp(a, "--json"))
+            o.json = true;
+        else
+            rc = gs_cli_usage("validate", usage);
+        if (takes)
+            i++;
+    }
+    if (rc < 0 && !have_server)
+        rc = gs_cli_usage("validate", usage);
+    if (rc < 0) {
+        if (!o.n_prompts)
+            for (size_t i = 0; i < GS_ARRAY_LEN(builtin); i++)
+                v[o.n_prompts++] = builtin[i];
+        size_t n_pass = 0;
+        char fp[64] = "";
+        const char *fpp = NULL;
+        for (size_t i = 0; i < o.n_prompts; i++)
+            n_pass += run_one(&o, v[i], &fpp, fp, sizeof(fp));
+        if (!o.json)
+            printf("%zu/%zu passed against ref on %s:%s (system_fingerprint %s)\n", n_pass,
+                   o.n_prompts, o.host, o.port, fpp ? fpp : "?");
+        rc = n_pass == o.n_prompts ? 0 : 1;
+    }
+    gs_free(o.file_text);
+    gs_free(v);
+    return rc;
+}
