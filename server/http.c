@@ -684,6 +684,9 @@ enum gs_status gs_srv_new(const struct gs_srv_cfg *cfg, struct gs_srv **out, str
         gs_srv_free(s);
         return err->code;
     }
+    /* From here on a SIGHUP reloads (once the loop runs) instead of ending
+     * the process, so a reload sent as soon as the port is announced is safe. */
+    gs_srv__service_start(s);
     *out = s;
     return GS_OK;
 }
@@ -748,7 +751,6 @@ int gs_srv_run(struct gs_srv *s)
         uv_signal_start(&s->sig_term, on_signal, SIGTERM);
         uv_signal_start(&s->sig_int, on_signal, SIGINT);
     }
-    gs_srv__service_start(s);
     mhd_run(s);
     int rc = uv_run(&s->loop, UV_RUN_DEFAULT);
     return rc < 0 ? 1 : 0;
