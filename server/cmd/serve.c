@@ -13,6 +13,7 @@
 #include "scheduler/scheduler.h"
 #include "server/cli.h"
 #include "server/progress.h"
+#include "server/cmd/serve_val.h"
 #include "server/server.h"
 #include "server/systemd.h"
 
@@ -101,6 +102,8 @@ struct serve {
     struct gs_sched *sched;
     struct gs_srv *srv;
     struct wake_holder holder;
+    struct gs_serve_receipt receipt;
+    uint32_t poison_pos; /* test only: GS_TEST_POISON_POS */
 };
 
 /* Reads every page of the model file once, with a progress bar on a
@@ -143,8 +146,18 @@ static int load(struct serve *sv)
     sc.n_eog = (uint32_t)n_eog;
     sc.notify = wake;
     sc.notify_ctx = &sv->holder;
+    if (gs_serve_poison_from_env(&sv->poison_pos)) {
+        gs_log(GS_LOG_WARN, "test_hook",
+               "GS_TEST_POISON_POS=%u: logits at and after that position become NaN (tests only)",
+               sv->poison_pos);
+        sc.logits_hook = gs_serve_poison_hook;
+        sc.logits_hook_ctx = &sv->poison_pos;
+    }
     if (gs_sched_new(&sc, sv->model, &sv->sched, &err) != GS_OK)
         return gs_cli_fail("serve", "scheduler: %s", err.msg);
+    /* Before serving: one pass over the model file for the receipt. */
+    if (gs_serve_receipt_compute(path, sv->model, sc.backend, &sv->receipt, &err) != GS_OK)
+        return gs_cli_fail("serve", "%s", err.msg);
     return 0;
 }
 
@@ -206,7 +219,12 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
         .n_params = count_params(sv->gguf),
         .size_bytes = gs_gguf_file_bytes(sv->gguf),
         .backend = gs_cfg_backend_name(cfg->backend),
+        .sha256 = sv->receipt.sha256,
+        .kernel_variant = sv->receipt.variant,
+        .graph_hash = sv->receipt.graph_hash,
     };
+    c->validate_rate = cfg->validate_rate;
+    c->validate_timeout_ms = (uint32_t)cfg->validate_timeout_ms;
 }
 
 /* SIGHUP, on the loop thread: the config is rebuilt from the file and the
@@ -219,8 +237,8 @@ static void reload(void *ctx, struct gs_srv *srv)
     struct gs_err err;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    gs_sd_notifyf(NULL, &err, "RELOADING=1\nMONOTONIC_USEC=%llu",
-                  (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+    unsigned long long usec = (unsigned long long)ts.tv_sec * 1000000ull + ts.tv_nsec / 1000;
+    gs_sd_notifyf(NULL, &err, "RELOADING=1\nMONOTONIC_USEC=%llu", usec);
     struct gs_cfg_reload_report rep;
     int64_t max_conns = sv->cfg.max_conns, max_conns_per_ip = sv->cfg.max_conns_per_ip;
     if (gs_cfg_reload(&sv->cfg, NULL, &rep, &err) != GS_OK) {
@@ -291,6 +309,16 @@ static int serve(struct serve *sv)
     atomic_store(&sv->holder.srv, sv->srv);
     struct gs_srv_engine eng = {sv->sched, eng_submit, eng_cancel, eng_poll, eng_stats};
     gs_srv_set_engine(sv->srv, &eng);
+    /* Known-answer check: the serving backend against ref on a fixed prompt,
+     * before the engine thread starts; /ready and READY=1 wait for it. */
+    char ka[256];
+    bool ka_ok = gs_serve_known_answer(sv->sched, sv->tok, ka, sizeof(ka));
+    gs_srv_set_known_answer(sv->srv, ka_ok, ka);
+    gs_srv_set_ready(sv->srv, ka_ok, ka_ok ? NULL : "known-answer check failed");
+    gs_log(ka_ok ? GS_LOG_INFO : GS_LOG_ERROR, "known_answer", "passed=%s detail=%s",
+           ka_ok ? "true" : "false", ka);
+    gs_log(GS_LOG_INFO, "receipt", "model_sha256=%s backend=%s kernel_variant=%s graph_hash=%s",
+           sv->receipt.sha256, c.model.backend, sv->receipt.variant, sv->receipt.graph_hash);
     if (gs_sched_start(sv->sched, &err) != GS_OK)
         return gs_cli_fail("serve", "engine: %s", err.msg);
     print_start(sv, &c);
@@ -301,7 +329,11 @@ static int serve(struct serve *sv)
     fprintf(stdout, "graphserve: listening on %s://%s:%u\n", scheme,
             c.host ? c.host : "127.0.0.1", gs_srv_port(sv->srv));
     fflush(stdout);
-    gs_sd_notifyf(NULL, &err, "READY=1\nSTATUS=serving %s on port %u", id, gs_srv_port(sv->srv));
+    if (ka_ok)
+        gs_sd_notifyf(NULL, &err, "READY=1\nSTATUS=serving %s on port %u", id,
+                      gs_srv_port(sv->srv));
+    else /* no READY=1: the service manager sees a start that never completes */
+        gs_sd_notifyf(NULL, &err, "STATUS=known-answer check failed: %s", ka);
     rc = gs_srv_run(sv->srv);
     /* Every request has ended; the engine has nothing left to finish, and
      * the loop that gs_srv_wake would signal is closed. */
