@@ -380,3 +380,41 @@ Test(srv_validation, validate_command_against_a_daemon, .timeout = 60)
     free(out);
     cr_expect_eq(e2e_stop(&d), 0);
 }
+
+/* A report that does not come within --validate-timeout-ms: the answer goes
+ * out saying so, and the engine drops the job. */
+Test(srv_validation, timeout_answers_without_the_report_and_drops_the_job, .timeout = 90)
+{
+    struct e2e_daemon d;
+    /* 2000 tokens take ~2 s to generate on cpu and several more to evaluate
+     * on ref; the timeout fires on the first 1 s tick after the text ends. */
+    start_on(&d, "", "--backend cpu --validate-timeout-ms 1");
+    struct e2e_resp r;
+    double t0 = gs_now_ms();
+    e2e_http(&d, "POST", "/v1/completions",
+             "{\"prompt\":\"Once\",\"max_tokens\":2000,\"ignore_eos\":true,\"validation\":true}",
+             NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_expect_str_eq(
+        json_string_value(json_object_get(json_object_get(r.json, "usage"), "validation")),
+        "timeout");
+    json_t *v = json_object_get(r.json, "validation");
+    cr_expect_str_eq(json_string_value(json_object_get(v, "status")), "timeout");
+    cr_expect(json_is_false(json_object_get(v, "passed")));
+    e2e_resp_free(&r);
+    /* Dropped: nothing left validating a moment later. */
+    double running = -1;
+    for (int i = 0; i < 50 && running != 0; i++) {
+        usleep(100000);
+        e2e_http(&d, "GET", "/metrics", NULL, NULL, &r);
+        running = e2e_metric(r.body, "graphserve_validations_running");
+        if (running == 0)
+            cr_expect_eq(e2e_metric(r.body, "graphserve_validated_requests_total{model="
+                                            "\"stories260K\",backend=\"cpu\",result=\"timeout\"}"),
+                         1);
+        e2e_resp_free(&r);
+    }
+    cr_expect_eq(running, 0, "the engine still validates");
+    cr_log_info("timed-out request answered and its job dropped after %.0f ms", gs_now_ms() - t0);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
