@@ -162,6 +162,19 @@ bool gs_srv__is_ready(struct gs_srv *s, char *why, size_t cap)
 
 /* ---- the request log ----------------------------------------------------------------------- */
 
+/* The client's address as MHD has it: the peer of the TCP connection, or with
+ * TLS the address the terminator handed over with the plaintext socket. */
+static void client_address(struct gs_srv_req *r, char *out, size_t cap)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (sa && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)cap);
+    else if (sa && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)cap);
+}
+
 static void log_request(struct gs_srv *s, struct gs_srv_req *r, bool completed_ok)
 {
     uint32_t n_gen = 0, n_cached = 0;
@@ -175,11 +188,14 @@ static void log_request(struct gs_srv *s, struct gs_srv_req *r, bool completed_o
                 ttft_ms = r->choices[i].t_first_ms - r->t_start_ms;
         }
     }
+    char client[INET6_ADDRSTRLEN] = "-";
+    client_address(r, client, sizeof(client));
     gs_log(GS_LOG_INFO, "request",
-           "id=%s method=%s path=%s status=%u prompt_tokens=%u cached_tokens=%u gen_tokens=%u "
-           "queue_ms=%.1f ttft_ms=%.1f total_ms=%.1f client_gone=%s",
-           r->id, r->method, r->url ? r->url : "-", r->status, r->n_prompt, n_cached, n_gen,
-           queue_ms, ttft_ms, gs_now_ms() - r->t_start_ms, completed_ok ? "false" : "true");
+           "id=%s client=%s method=%s path=%s status=%u prompt_tokens=%u cached_tokens=%u "
+           "gen_tokens=%u queue_ms=%.1f ttft_ms=%.1f total_ms=%.1f client_gone=%s",
+           r->id, client, r->method, r->url ? r->url : "-", r->status, r->n_prompt, n_cached,
+           n_gen, queue_ms, ttft_ms, gs_now_ms() - r->t_start_ms,
+           completed_ok ? "false" : "true");
 }
 
 /* ---- MHD callbacks ------------------------------------------------------------------------- */

@@ -456,3 +456,47 @@ Test(tls, sighup_swaps_api_key_while_stream_continues)
               "no reload line naming api-key in the log:\n%s", log);
     free(log);
 }
+
+/* libmicrohttpd sees each TLS client's own address: the request log names
+ * it, and --max-conns-per-ip counts TLS connections per client (a third
+ * connection from 127.0.0.1 is refused while two are open, and served once
+ * one of them closes). */
+Test(tls, client_address_reaches_log_and_per_ip_limit)
+{
+    struct e2e_daemon d;
+    start_tls(&d, "--max-conns-per-ip 2");
+    struct tls_client a, b;
+    tls_client_open(&a, d.port);
+    tls_client_open(&b, d.port);
+    tls_client_send(&a, "GET /health HTTP/1.1\r\nHost: x\r\n");
+    tls_client_send(&b, "GET /health HTTP/1.1\r\nHost: x\r\n");
+    char *cmd, *out = NULL;
+    cr_assert(asprintf(&cmd,
+                       "curl -sS --max-time 10 --cacert '%s/ca.pem' -o /dev/null "
+                       "-w '%%{http_code}' %s/health",
+                       certs, d.url) > 0);
+    int rc = gs_test_run(cmd, 1, &out);
+    cr_expect(rc != 0 && !strstr(out, "200"), "a third connection from one address: %s", out);
+    free(out);
+    tls_client_send(&a, "Connection: close\r\n\r\n");
+    char *resp = tls_client_read_all(&a);
+    cr_expect(strstr(resp, "HTTP/1.1 200"), "%s", resp);
+    free(resp);
+    tls_client_close(&a);
+    bool served = false;
+    for (int i = 0; i < 20 && !served; i++) {
+        out = NULL;
+        served = gs_test_run(cmd, 1, &out) == 0 && strstr(out, "200");
+        free(out);
+        if (!served)
+            usleep(100 * 1000);
+    }
+    cr_expect(served, "no connection slot came back after a client left");
+    free(cmd);
+    tls_client_close(&b);
+    cr_expect_eq(e2e_stop(&d), 0);
+    char *log = gs_test_read_file(d.log_path, NULL);
+    cr_expect(strstr(log, "event=request") && strstr(log, "client=127.0.0.1 method=GET"),
+              "the request log does not name the TLS client:\n%s", log);
+    free(log);
+}
