@@ -500,3 +500,57 @@ Test(tls, client_address_reaches_log_and_per_ip_limit)
               "the request log does not name the TLS client:\n%s", log);
     free(log);
 }
+
+/* About 1 MB up and 6 MB down through the relay, with curl reading slowly
+ * (--limit-rate), so that both directions fill their buffers and wait: the
+ * pieces /tokenize returns must spell the text exactly. */
+Test(tls, large_bodies_with_a_slow_reader_arrive_intact)
+{
+    struct e2e_daemon d;
+    start_tls(&d, "");
+    static const char *const words[] = {"Once", "upon", "a", "time", "there", "was", "a",
+                                        "little", "girl", "named", "Lily", "."};
+    size_t cap = 1 << 20, n = 0;
+    char *text = malloc(cap);
+    cr_assert(text);
+    for (unsigned i = 0; n + 16 < cap - 64; i++)
+        n += (size_t)snprintf(text + n, cap - n, "%s%s", i ? " " : "",
+                              words[(i * 7u + i / 13u) % 12u]);
+    json_t *body = json_pack("{s:s, s:b}", "content", text, "with_pieces", 1);
+    char *s = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    const char *path = e2e_body_file(s);
+    free(s);
+    char out_path[600];
+    snprintf(out_path, sizeof(out_path), "%s/large-%d.json", gs_test_tmpdir(), getpid());
+    char *cmd, *out = NULL;
+    cr_assert(asprintf(&cmd,
+                       "curl -sS --max-time 60 --limit-rate 4M --cacert '%s/ca.pem' "
+                       "--data-binary @%s -o %s -w '%%{http_code}' %s/tokenize",
+                       certs, path, out_path, d.url) > 0);
+    cr_assert_eq(gs_test_run(cmd, 1, &out), 0, "%s", out);
+    cr_expect_str_eq(out, "200");
+    json_t *resp = json_load_file(out_path, 0, NULL);
+    cr_assert(resp, "the response is not JSON (truncated or corrupted)");
+    json_t *toks = json_object_get(resp, "tokens");
+    size_t len = 0;
+    char *joined = malloc(cap + 8);
+    cr_assert(joined);
+    for (size_t i = 0; i < json_array_size(toks); i++) {
+        const char *piece = json_string_value(json_object_get(json_array_get(toks, i), "piece"));
+        cr_assert(piece && len + strlen(piece) < cap + 8);
+        memcpy(joined + len, piece, strlen(piece));
+        len += strlen(piece);
+    }
+    joined[len] = '\0';
+    cr_expect_gt(json_array_size(toks), 100000u);
+    /* The tokenizer adds one leading space to the text. */
+    cr_expect(len == n + 1 && !strcmp(joined + 1, text), "the pieces do not spell the text (%zu "
+              "vs %zu bytes)", len, n);
+    json_decref(resp);
+    free(joined);
+    free(text);
+    free(out);
+    free(cmd);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
