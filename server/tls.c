@@ -223,11 +223,16 @@ static bool first_byte_ok(struct conn *c, bool *wait)
     if (b == 0x16)
         return true;
     if (b >= 'A' && b <= 'Z') {
-        /* Best effort: the answer fits any socket buffer; a short write only
-         * shortens a courtesy message. */
+        /* The request is read first: closing a socket with unread input
+         * resets it, and the reset can overtake the answer. The answer fits
+         * any socket buffer; a short write only shortens a courtesy message. */
+        unsigned char junk[4096];
+        while (recv(c->fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+            ;
         ssize_t w = send(c->fd, plain_http_answer, sizeof(plain_http_answer) - 1,
                          MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)w;
+        shutdown(c->fd, SHUT_WR);
         conn_close(c, "plain HTTP on the TLS port");
     } else {
         conn_close(c, "not a TLS handshake");
@@ -494,7 +499,8 @@ static void listen_update(struct gs_srv_tls *t)
 
 /* ---- configuration ------------------------------------------------------------------------ */
 
-/* AEAD suites with an ephemeral key exchange, in mbedTLS's preference order. */
+/* AEAD suites with an ephemeral elliptic-curve key exchange (RSA or ECDSA
+ * certificates), in mbedTLS's preference order. */
 static enum gs_status pick_suites(struct gs_srv_tls *t, struct gs_err *err)
 {
     size_t n = 0;
@@ -503,8 +509,7 @@ static enum gs_status pick_suites(struct gs_srv_tls *t, struct gs_err *err)
         if (!cs || (cs->flags & MBEDTLS_CIPHERSUITE_SHORT_TAG))
             continue;
         if (cs->key_exchange != MBEDTLS_KEY_EXCHANGE_ECDHE_RSA &&
-            cs->key_exchange != MBEDTLS_KEY_EXCHANGE_ECDHE_ECDSA &&
-            cs->key_exchange != MBEDTLS_KEY_EXCHANGE_DHE_RSA)
+            cs->key_exchange != MBEDTLS_KEY_EXCHANGE_ECDHE_ECDSA)
             continue;
         const mbedtls_cipher_info_t *ci = mbedtls_cipher_info_from_type(cs->cipher);
         if (!ci || (ci->mode != MBEDTLS_MODE_GCM && ci->mode != MBEDTLS_MODE_CCM &&

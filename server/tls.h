@@ -10,7 +10,7 @@
  *   per-IP limits see the client, not the relay).
  *
  * Policy: TLS 1.2 minimum, AEAD cipher suites with forward secrecy only
- * (ECDHE/DHE with GCM, CCM or ChaCha20-Poly1305; no 8-byte-tag CCM), no
+ * (ECDHE with GCM, CCM or ChaCha20-Poly1305; no 8-byte-tag CCM), no
  * renegotiation, a handshake timeout, and a cap on handshakes in progress
  * (beyond it the listening socket is not polled, so further clients wait in
  * the kernel's backlog instead of costing memory). With a client CA, clients
