@@ -554,3 +554,41 @@ Test(tls, large_bodies_with_a_slow_reader_arrive_intact)
     free(cmd);
     cr_expect_eq(e2e_stop(&d), 0);
 }
+
+/* SIGTERM during a TLS stream: after --drain-timeout-s the stream ends with
+ * finish_reason "abort" and [DONE], and those last bytes, written just
+ * before the daemon closes everything, still reach the client through the
+ * relay; the daemon exits 0. */
+Test(tls, drain_delivers_the_last_bytes_of_a_stream)
+{
+    struct e2e_daemon d;
+    start_tls(&d, "--backend ref --drain-timeout-s 1 --max-seqs 1");
+    const char *body = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":1500,"
+                                     "\"ignore_eos\":true,\"stream\":true}");
+    char out_path[600];
+    snprintf(out_path, sizeof(out_path), "%s/drain-%d.txt", gs_test_tmpdir(), getpid());
+    char *cmd;
+    cr_assert(asprintf(&cmd,
+                       "curl -sN --max-time 30 --cacert '%s/ca.pem' --data-binary @%s "
+                       "%s/v1/completions > %s & sleep 0.5; kill -TERM %d; wait",
+                       certs, body, d.url, out_path, (int)d.pid) > 0);
+    gs_test_run(cmd, 1, NULL);
+    free(cmd);
+    int st;
+    cr_assert_eq(waitpid(d.pid, &st, 0), d.pid);
+    d.pid = 0;
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
+    char *stream = gs_test_read_file(out_path, NULL);
+    bool done;
+    json_t *ev = e2e_sse_events(stream, &done);
+    cr_expect(done, "no [DONE] after the drain: ...%s",
+              stream + (strlen(stream) > 300 ? strlen(stream) - 300 : 0));
+    const char *finish = NULL;
+    for (size_t i = 0; i < json_array_size(ev) && !finish; i++)
+        finish = json_string_value(json_object_get(
+            json_array_get(json_object_get(json_array_get(ev, i), "choices"), 0),
+            "finish_reason"));
+    cr_expect(finish && !strcmp(finish, "abort"), "finish_reason %s", finish ? finish : "none");
+    json_decref(ev);
+    free(stream);
+}
