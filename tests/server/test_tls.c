@@ -4,8 +4,10 @@
  * curl over https end to end (plain and streaming), the TLS policy (1.2
  * minimum, AEAD only), client certificates required and refused, a plain-HTTP
  * request and garbage handshakes refused while another connection in
- * progress is unharmed, the handshake timeout and the handshake cap, and a
- * SIGHUP reload that swaps the API key while a stream continues over TLS.
+ * progress is unharmed, the handshake timeout and the handshake cap, a
+ * SIGHUP reload that swaps the API key while a stream continues over TLS,
+ * the client's address in logs and per-IP limits, large bodies with a slow
+ * reader, the drain's last bytes, and TLS on a socket passed by systemd.
  *
  * The connection kept in progress is an mbedTLS client in this process, so
  * the test controls exactly when each byte is sent.
@@ -17,6 +19,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/entropy.h>
 #include <mbedtls/net_sockets.h>
@@ -591,4 +594,67 @@ Test(tls, drain_delivers_the_last_bytes_of_a_stream)
     cr_expect(finish && !strcmp(finish, "abort"), "finish_reason %s", finish ? finish : "none");
     json_decref(ev);
     free(stream);
+}
+
+/* Socket activation with TLS, as deploy/systemd runs it: the daemon serves
+ * HTTPS on the listening socket it is passed as descriptor 3 (LISTEN_FDS),
+ * binding nothing itself. */
+Test(tls, serves_https_on_a_passed_socket)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(lfd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(lfd, 16), 0);
+    socklen_t len = sizeof(a);
+    cr_assert_eq(getsockname(lfd, (struct sockaddr *)&a, &len), 0);
+    int port = ntohs(a.sin_port);
+    char bin[512], model[512], cert[600], key[600], log[600];
+    snprintf(bin, sizeof(bin), "%s", gs_test_build_path("server/graphserve"));
+    snprintf(model, sizeof(model), "%s", gs_test_shared_path("models/stories260K.gguf"));
+    snprintf(cert, sizeof(cert), "%s/srv.pem", certs);
+    snprintf(key, sizeof(key), "%s/srv.key", certs);
+    snprintf(log, sizeof(log), "%s/activated-%d.log", gs_test_tmpdir(), getpid());
+    int pfd[2];
+    cr_assert_eq(pipe(pfd), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(pfd[1], 1);
+        int lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(lf, 2);
+        dup2(lfd, 3);
+        char pidbuf[32];
+        snprintf(pidbuf, sizeof(pidbuf), "%d", (int)getpid());
+        setenv("LISTEN_PID", pidbuf, 1);
+        setenv("LISTEN_FDS", "1", 1);
+        execl(bin, bin, "serve", "-m", model, "--port", "1", "--tls-cert", cert, "--tls-key", key,
+              (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    close(lfd);
+    FILE *f = fdopen(pfd[0], "r");
+    char line[512] = "";
+    char want[64];
+    snprintf(want, sizeof(want), "listening on https://127.0.0.1:%d", port);
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f))
+        found = strstr(line, want) != NULL;
+    fclose(f);
+    cr_expect(found, "no '%s' (last line: %s)", want, line);
+    char *cmd, *out = NULL;
+    cr_assert(asprintf(&cmd,
+                       "curl -sS --max-time 10 --cacert '%s/ca.pem' -o /dev/null "
+                       "-w '%%{http_code}' https://127.0.0.1:%d/health",
+                       certs, port) > 0);
+    int rc = gs_test_run(cmd, 1, &out);
+    cr_expect(rc == 0 && !strcmp(out, "200"), "https on the passed socket: %s", out);
+    free(out);
+    free(cmd);
+    kill(pid, SIGTERM);
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
 }
