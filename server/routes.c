@@ -4,6 +4,7 @@
  * Generation endpoints are in generate.c.
  */
 #include "server/daemon.h"
+#include "server/tls.h"
 
 #include <string.h>
 #include <time.h>
@@ -38,6 +39,8 @@ static enum MHD_Result metrics(struct gs_srv_req *r)
                           &b);
     gs_srv_val_metrics_render(&s->val_metrics, s->cfg.model.id, s->cfg.model.backend,
                               s->has_engine ? &st : NULL, &b);
+    if (s->tls)
+        gs_srv_tls_metrics_render(s->tls, &b);
     enum MHD_Result ret =
         b.failed ? gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory")
                  : gs_srv__respond_text(r, 200, "text/plain; version=0.0.4; charset=utf-8",

@@ -47,6 +47,7 @@ struct conn {
     bool draining;    /* the daemon is closing: end once its bytes are sent */
     bool peeked;      /* the first byte was seen to start a TLS handshake */
     bool up_dead;     /* the daemon closed its end: what the client sends is dropped */
+    bool timed_out;   /* the handshake timeout ended it */
     int tcp_events, plain_events; /* what each poll watches now */
     mbedtls_ssl_context ssl;
     struct sockaddr_storage peer;
@@ -147,7 +148,8 @@ static void conn_close(struct conn *c, const char *why)
         t->st.n_handshaking--;
         if (why) {
             char ip[INET6_ADDRSTRLEN];
-            t->st.n_refused++;
+            if (!c->timed_out)
+                t->st.n_refused++;
             gs_log(GS_LOG_DEBUG, "tls_refused", "peer=%s reason=\"%s\"",
                    peer_text(c, ip, sizeof(ip)), why);
         }
@@ -175,6 +177,7 @@ static void on_conn_timer(uv_timer_t *h)
     struct conn *c = h->data;
     if (c->state == CONN_HANDSHAKE) {
         c->t->st.n_timeouts++;
+        c->timed_out = true;
         conn_close(c, "handshake timeout");
     } else {
         conn_close(c, NULL); /* the close grace ran out */
@@ -675,4 +678,24 @@ void gs_srv_tls_free(struct gs_srv_tls *t)
 void gs_srv_tls_stats(const struct gs_srv_tls *t, struct gs_srv_tls_stats *out)
 {
     *out = t->st;
+}
+
+void gs_srv_tls_metrics_render(const struct gs_srv_tls *t, struct gs_srv_buf *o)
+{
+    const struct gs_srv_tls_stats *st = &t->st;
+    gs_srv_buf_addf(o,
+                    "# HELP graphserve_tls_handshakes_total TLS handshakes by outcome.\n"
+                    "# TYPE graphserve_tls_handshakes_total counter\n"
+                    "graphserve_tls_handshakes_total{result=\"ok\"} %llu\n"
+                    "graphserve_tls_handshakes_total{result=\"refused\"} %llu\n"
+                    "graphserve_tls_handshakes_total{result=\"timeout\"} %llu\n"
+                    "# HELP graphserve_tls_handshakes_in_progress TLS handshakes under way.\n"
+                    "# TYPE graphserve_tls_handshakes_in_progress gauge\n"
+                    "graphserve_tls_handshakes_in_progress %u\n"
+                    "# HELP graphserve_tls_connections_open TLS connections open (handshaking or "
+                    "relaying).\n"
+                    "# TYPE graphserve_tls_connections_open gauge\n"
+                    "graphserve_tls_connections_open %u\n",
+                    (unsigned long long)st->n_handshakes, (unsigned long long)st->n_refused,
+                    (unsigned long long)st->n_timeouts, st->n_handshaking, st->n_open);
 }

@@ -35,6 +35,7 @@
 #ifndef GS_SERVER_TLS_H
 #define GS_SERVER_TLS_H
 
+#include "server/internal.h"
 #include "server/server.h"
 
 #include <sys/socket.h>
@@ -82,12 +83,17 @@ void gs_srv_tls_free(struct gs_srv_tls *t);
 struct gs_srv_tls_stats {
     uint64_t n_accepted;    /* TCP connections accepted */
     uint64_t n_handshakes;  /* completed handshakes, handed to the daemon */
-    uint64_t n_refused;     /* failed handshakes, plain HTTP, garbage */
+    uint64_t n_refused;     /* failed handshakes, plain HTTP, garbage (not timeouts) */
     uint64_t n_timeouts;    /* handshakes not done within the timeout */
     uint32_t n_handshaking; /* in progress now */
     uint32_t n_open;        /* connections open now (handshaking or relaying) */
 };
 void gs_srv_tls_stats(const struct gs_srv_tls *t, struct gs_srv_tls_stats *out);
+
+/* Appends the counters in Prometheus text format for /metrics:
+ * graphserve_tls_handshakes_total{result="ok|refused|timeout"},
+ * graphserve_tls_handshakes_in_progress, graphserve_tls_connections_open. */
+void gs_srv_tls_metrics_render(const struct gs_srv_tls *t, struct gs_srv_buf *o);
 
 /* Creates a non-blocking listening TCP socket bound to addr (SO_REUSEADDR);
  * *fd_out on success. GS_IO with errno's text otherwise. */

@@ -353,6 +353,16 @@ Test(tls, plain_http_and_garbage_refused_without_harm)
               "the connection in progress was harmed: %s", resp);
     free(resp);
     tls_client_close(&c);
+    /* /metrics counts them: the plain request and both garbage openings. */
+    char ca[600];
+    snprintf(ca, sizeof(ca), "--cacert '%s/ca.pem'", certs);
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/metrics", NULL, ca, &r);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"refused\"}"), 3,
+                 "%s", r.body);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"ok\"}"), 2);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_in_progress"), 0);
+    e2e_resp_free(&r);
     cr_expect_eq(e2e_stop(&d), 0);
 }
 
@@ -390,6 +400,14 @@ Test(tls, handshake_timeout_and_cap)
     close(half);
     free(out);
     free(cmd);
+    char ca[600];
+    snprintf(ca, sizeof(ca), "--cacert '%s/ca.pem'", certs);
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/metrics", NULL, ca, &r);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"timeout\"}"), 2,
+                 "%s", r.body);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"refused\"}"), 0);
+    e2e_resp_free(&r);
     cr_expect_eq(e2e_stop(&d), 0);
 }
 
