@@ -104,6 +104,7 @@ struct serve {
     struct wake_holder holder;
     struct gs_serve_receipt receipt;
     uint32_t poison_pos; /* test only: GS_TEST_POISON_POS */
+    bool known_answer_ok; /* READY=1 was (and may again be) sent */
 };
 
 /* Reads every page of the model file once, with a progress bar on a
@@ -257,7 +258,12 @@ static void reload(void *ctx, struct gs_srv *srv)
             gs_log(GS_LOG_WARN, "config_reload",
                    "not_applied=max-conns,max-conns-per-ip reason=\"needs a restart\"");
     }
-    gs_sd_notify("READY=1", NULL, &err);
+    /* A daemon whose known-answer check failed never said READY=1; a reload
+     * must not say it either. */
+    if (sv->known_answer_ok)
+        gs_sd_notify("READY=1", NULL, &err);
+    else
+        gs_sd_notify("STATUS=reloaded; not ready: known-answer check failed", NULL, &err);
 }
 
 /* Socket activation: the first listening TCP socket systemd passed, or -1.
@@ -313,6 +319,7 @@ static int serve(struct serve *sv)
      * before the engine thread starts; /ready and READY=1 wait for it. */
     char ka[256];
     bool ka_ok = gs_serve_known_answer(sv->sched, sv->tok, ka, sizeof(ka));
+    sv->known_answer_ok = ka_ok;
     gs_srv_set_known_answer(sv->srv, ka_ok, ka);
     gs_srv_set_ready(sv->srv, ka_ok, ka_ok ? NULL : "known-answer check failed");
     gs_log(ka_ok ? GS_LOG_INFO : GS_LOG_ERROR, "known_answer", "passed=%s detail=%s",

@@ -126,3 +126,52 @@ Test(service, sighup_without_systemd_keeps_serving, .timeout = 60)
     cr_expect(strstr(log, "event=config_reload"), "no reload line:\n%s", log);
     free(log);
 }
+
+/* A daemon whose known-answer check failed never tells systemd READY=1, not
+ * even after a SIGHUP reload (the start stays incomplete, so the service
+ * manager's start timeout acts on it). GS_TEST_POISON_POS=0 makes every
+ * logits row non-finite, so the check fails. */
+Test(service, failed_known_answer_never_says_ready, .timeout = 60)
+{
+    char path[108];
+    snprintf(path, sizeof(path), "/tmp/gs-test-svc-ka-%d.sock", (int)getpid());
+    unlink(path);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    cr_assert(fd >= 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "%s", strerror(errno));
+    setenv("NOTIFY_SOCKET", path, 1);
+    setenv("GS_TEST_POISON_POS", "0", 1);
+    struct e2e_daemon d;
+    e2e_start(&d, "");
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("GS_TEST_POISON_POS");
+
+    kill(d.pid, SIGHUP);
+    /* Every message from the start until a moment after the reload's status
+     * line: none may announce readiness. */
+    char buf[4096];
+    bool reloaded = false;
+    double end = now_s() + 10;
+    while (now_s() < end) {
+        if (!next_msg(fd, buf, sizeof(buf), end - now_s()))
+            continue;
+        cr_expect(strncmp(buf, "READY=1", 7) && !strstr(buf, "\nREADY=1"),
+                  "READY=1 after a failed known-answer check: '%s'", buf);
+        if (strstr(buf, "STATUS=reloaded; not ready") && !reloaded) {
+            reloaded = true;
+            end = now_s() + 0.5;
+        }
+    }
+    cr_expect(reloaded, "no status line after the reload");
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/ready", NULL, NULL, &r);
+    cr_expect_eq(r.status, 503);
+    e2e_resp_free(&r);
+    kill(d.pid, SIGTERM);
+    int st;
+    cr_assert_eq(waitpid(d.pid, &st, 0), d.pid);
+    close(fd);
+    unlink(path);
+}
