@@ -234,3 +234,26 @@ Test(cli_run, several_prompts_batched_match_goldens)
     for (int i = 0; i < 3; i++)
         json_decref(golden[i]);
 }
+
+/* The README's configuration reference is the option table's own output:
+ * a change to an option that is not carried into README.md fails here. */
+Test(cli_config, readme_reference_matches_the_option_table)
+{
+    char *out;
+    cr_assert_eq(run(&out, "config reference"), 0, "%s", out);
+    const char *src = getenv("GS_SOURCE_DIR");
+    cr_assert(src);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/README.md", src);
+    char *readme = gs_test_read_file(path, NULL);
+    /* trailing newlines of the command's output are not part of the table */
+    size_t n = strlen(out);
+    while (n > 0 && out[n - 1] == '\n')
+        out[--n] = '\0';
+    cr_assert(n > 1000, "reference too short: %s", out);
+    cr_assert(strstr(readme, out),
+              "README.md's configuration table differs from `graphserve config reference`; "
+              "paste the command's output into README.md");
+    free(readme);
+    free(out);
+}
