@@ -162,8 +162,9 @@ static bool kind_matches(const struct known_key *k, const struct gs_gguf_kv *kv)
         return kv->type == GS_GGUF_BOOL;
     case KEY_STRING:
         return kv->type == GS_GGUF_STRING;
-    case KEY_ARRAY:
-        return kv->type == GS_GGUF_ARRAY && kv->v.arr.type == k->elem;
+    case KEY_ARRAY: /* elem GS_GGUF_VTYPE_COUNT: any element type */
+        return kv->type == GS_GGUF_ARRAY &&
+               (k->elem == GS_GGUF_VTYPE_COUNT || kv->v.arr.type == k->elem);
     }
     return false;
 }
@@ -747,12 +748,18 @@ const struct gs_gguf_tensor *gs_gguf_find_tensor(const struct gs_gguf *g, const 
 
 /* ---- typed getters ------------------------------------------------------------------ */
 
-static enum gs_status get_kv(const struct gs_gguf *g, const char *key,
-                             const struct gs_gguf_kv **out, struct gs_err *err)
+/* Finds key and checks that its value is of the given kind (the same rules as
+ * for well-known keys at open), naming the key in either failure. */
+static enum gs_status get_kind(const struct gs_gguf *g, const char *key, enum key_kind kind,
+                               const struct gs_gguf_kv **out, struct gs_err *err)
 {
     *out = gs_gguf_find_kv(g, key);
     if (!*out)
         return gs_err_set(err, GS_NOTFOUND, "metadata '%s': missing", key);
+    const struct known_key want = {.key = key, .kind = kind, .elem = GS_GGUF_VTYPE_COUNT};
+    if (!kind_matches(&want, *out))
+        return gs_err_set(err, GS_FORMAT, "metadata '%s': expected %s, found %s", key,
+                          key_kind_name[kind], vtypes[(*out)->type].name);
     return GS_OK;
 }
 
@@ -760,12 +767,9 @@ enum gs_status gs_gguf_get_i64(const struct gs_gguf *g, const char *key, int64_t
                                struct gs_err *err)
 {
     const struct gs_gguf_kv *kv;
-    enum gs_status rc = get_kv(g, key, &kv, err);
+    enum gs_status rc = get_kind(g, key, KEY_INT, &kv, err);
     if (rc)
         return rc;
-    if (!vtype_is_int(kv->type))
-        return gs_err_set(err, GS_FORMAT, "metadata '%s': expected an integer, found %s", key,
-                          vtypes[kv->type].name);
     if (!vtype_is_signed(kv->type) && kv->v.u64 > (uint64_t)INT64_MAX)
         return gs_err_set(err, GS_FORMAT, "metadata '%s': %llu is out of range", key,
                           (unsigned long long)kv->v.u64);
@@ -777,12 +781,9 @@ enum gs_status gs_gguf_get_u64(const struct gs_gguf *g, const char *key, uint64_
                                struct gs_err *err)
 {
     const struct gs_gguf_kv *kv;
-    enum gs_status rc = get_kv(g, key, &kv, err);
+    enum gs_status rc = get_kind(g, key, KEY_INT, &kv, err);
     if (rc)
         return rc;
-    if (!vtype_is_int(kv->type))
-        return gs_err_set(err, GS_FORMAT, "metadata '%s': expected an integer, found %s", key,
-                          vtypes[kv->type].name);
     if (vtype_is_signed(kv->type) && kv->v.i64 < 0)
         return gs_err_set(err, GS_FORMAT, "metadata '%s': %lld is negative", key,
                           (long long)kv->v.i64);
@@ -808,12 +809,9 @@ enum gs_status gs_gguf_get_f32(const struct gs_gguf *g, const char *key, float *
                                struct gs_err *err)
 {
     const struct gs_gguf_kv *kv;
-    enum gs_status rc = get_kv(g, key, &kv, err);
+    enum gs_status rc = get_kind(g, key, KEY_FLOAT, &kv, err);
     if (rc)
         return rc;
-    if (kv->type != GS_GGUF_F32 && kv->type != GS_GGUF_F64)
-        return gs_err_set(err, GS_FORMAT, "metadata '%s': expected a float, found %s", key,
-                          vtypes[kv->type].name);
     *out = (float)kv->v.f64;
     return GS_OK;
 }
@@ -822,12 +820,9 @@ enum gs_status gs_gguf_get_bool(const struct gs_gguf *g, const char *key, bool *
                                 struct gs_err *err)
 {
     const struct gs_gguf_kv *kv;
-    enum gs_status rc = get_kv(g, key, &kv, err);
+    enum gs_status rc = get_kind(g, key, KEY_BOOL, &kv, err);
     if (rc)
         return rc;
-    if (kv->type != GS_GGUF_BOOL)
-        return gs_err_set(err, GS_FORMAT, "metadata '%s': expected a bool, found %s", key,
-                          vtypes[kv->type].name);
     *out = kv->v.u64 != 0;
     return GS_OK;
 }
@@ -836,12 +831,9 @@ enum gs_status gs_gguf_get_str(const struct gs_gguf *g, const char *key,
                                struct gs_gguf_str *out, struct gs_err *err)
 {
     const struct gs_gguf_kv *kv;
-    enum gs_status rc = get_kv(g, key, &kv, err);
+    enum gs_status rc = get_kind(g, key, KEY_STRING, &kv, err);
     if (rc)
         return rc;
-    if (kv->type != GS_GGUF_STRING)
-        return gs_err_set(err, GS_FORMAT, "metadata '%s': expected a string, found %s", key,
-                          vtypes[kv->type].name);
     *out = kv->v.str;
     return GS_OK;
 }
@@ -850,12 +842,9 @@ enum gs_status gs_gguf_get_arr(const struct gs_gguf *g, const char *key, enum gs
                                const struct gs_gguf_kv **out, struct gs_err *err)
 {
     const struct gs_gguf_kv *kv;
-    enum gs_status rc = get_kv(g, key, &kv, err);
+    enum gs_status rc = get_kind(g, key, KEY_ARRAY, &kv, err);
     if (rc)
         return rc;
-    if (kv->type != GS_GGUF_ARRAY)
-        return gs_err_set(err, GS_FORMAT, "metadata '%s': expected an array, found %s", key,
-                          vtypes[kv->type].name);
     if (elem != GS_GGUF_VTYPE_COUNT && kv->v.arr.type != elem)
         return gs_err_set(err, GS_FORMAT, "metadata '%s': expected an array of %s, found %s",
                           key, vtypes[elem].name, vtypes[kv->v.arr.type].name);
