@@ -480,6 +480,62 @@ GEMM4_Q80(q5_0, GS_Q5_0_BYTES, q5_0_block_u, 16)
 GEMM4_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
 #undef GEMM4_Q80
 
+/*
+ * Products for steps of fewer than TOK_TILE tokens (decoding): one weight row
+ * at a time, which streams from memory best, with the activation scales
+ * (and offset corrections) already as f32, and two blocks per round for two
+ * independent accumulation chains.
+ */
+#define GEMV_Q80(name, wbytes, unpack_u, offset)                                                  \
+    static void gemv_##name(int64_t nb, const uint8_t *w, size_t ws, int nr, const uint8_t *x,    \
+                            size_t xs, int nt, const float *dxs, const float *cxs, float *out,    \
+                            size_t os)                                                            \
+    {                                                                                             \
+        for (int r = 0; r < nr; r++) {                                                            \
+            const uint8_t *wr = w + (size_t)r * ws;                                               \
+            for (int t = 0; t < nt; t++) {                                                        \
+                const uint8_t *xt = x + (size_t)t * xs;                                           \
+                const float *dx = dxs + (size_t)t * nb, *cx = cxs + (size_t)t * nb;               \
+                __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                        \
+                float corr = 0;                                                                   \
+                int64_t b = 0;                                                                    \
+                for (; b + 2 <= nb; b += 2) {                                                     \
+                    const uint8_t *w0 = wr + b * (wbytes), *w1 = w0 + (wbytes);                   \
+                    const __m256i y0 = _mm256_loadu_si256(                                        \
+                        (const __m256i *)(xt + b * GS_Q8_0_BYTES + GS_Q8_0_QS));                  \
+                    const __m256i y1 = _mm256_loadu_si256(                                        \
+                        (const __m256i *)(xt + (b + 1) * GS_Q8_0_BYTES + GS_Q8_0_QS));            \
+                    const __m256i q0 = unpack_u(w0), q1 = unpack_u(w1);                           \
+                    const float d0 = ld_f16(w0), d1 = ld_f16(w1);                                 \
+                    const __m256i s0 = (offset) ? dot_u8(q0, y0) : dot_i8(q0, y0);                \
+                    const __m256i s1 = (offset) ? dot_u8(q1, y1) : dot_i8(q1, y1);                \
+                    a0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * dx[b]), _mm256_cvtepi32_ps(s0), a0); \
+                    a1 = _mm256_fmadd_ps(_mm256_set1_ps(d1 * dx[b + 1]), _mm256_cvtepi32_ps(s1),  \
+                                         a1);                                                     \
+                    if (offset)                                                                   \
+                        corr += d0 * cx[b] + d1 * cx[b + 1];                                      \
+                }                                                                                 \
+                for (; b < nb; b++) {                                                             \
+                    const uint8_t *w0 = wr + b * (wbytes);                                        \
+                    const __m256i y0 = _mm256_loadu_si256(                                        \
+                        (const __m256i *)(xt + b * GS_Q8_0_BYTES + GS_Q8_0_QS));                  \
+                    const __m256i q0 = unpack_u(w0);                                              \
+                    const float d0 = ld_f16(w0);                                                  \
+                    const __m256i s0 = (offset) ? dot_u8(q0, y0) : dot_i8(q0, y0);                \
+                    a0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * dx[b]), _mm256_cvtepi32_ps(s0), a0); \
+                    if (offset)                                                                   \
+                        corr += d0 * cx[b];                                                       \
+                }                                                                                 \
+                out[(size_t)t * os + r] = hsum_ps(_mm256_add_ps(a0, a1)) + corr;                  \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+GEMV_Q80(q4_0, GS_Q4_0_BYTES, q4_0_block_u, 8)
+GEMV_Q80(q5_0, GS_Q5_0_BYTES, q5_0_block_u, 16)
+GEMV_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
+#undef GEMV_Q80
+
 /* The driver: token blocks; in each, the activation scales (and, for offset
  * formats, -offset * scale * sum) as f32, then tiles of 4 rows by up to
  * TOK_TILE tokens, then the rows left over (fewer than four) one by one. */
@@ -489,8 +545,7 @@ GEMM4_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
     {                                                                                            \
         const int64_t nb = n / GS_QK;                                                            \
         float dxs[TOK_BLOCK * GEMM_MAX_BLOCKS], cxs[TOK_BLOCK * GEMM_MAX_BLOCKS];                \
-        if (nb > GEMM_MAX_BLOCKS || nt < TOK_TILE) {                                            \
-            /* Few tokens: rows stream best one at a time (measured: 2x on decode). */            \
+        if (nb > GEMM_MAX_BLOCKS) {                                                              \
             gs_cpu__gemm_generic(dot_##name, n, vw, ws, nr, vx, xs, nt, out, os);               \
             return;                                                                              \
         }                                                                                        \
@@ -505,6 +560,12 @@ GEMM4_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
                         cxs[(t - t0) * nb + b] =                                                 \
                             -(float)(offset) * d * (float)block_sum(xt + b * GS_Q8_0_BYTES);    \
                 }                                                                                \
+            }                                                                                    \
+            if (t1 - t0 < TOK_TILE) {                                                            \
+                /* Few tokens: rows stream best one at a time (measured: 2x on decode). */        \
+                gemv_##name(nb, (const uint8_t *)vw, ws, nr, (const uint8_t *)vx + (size_t)t0 * xs, \
+                            xs, t1 - t0, dxs, cxs, out + (size_t)t0 * os, os);                   \
+                continue;                                                                        \
             }                                                                                    \
             int r = 0;                                                                           \
             for (; r + 4 <= nr; r += 4)                                                          \
