@@ -43,9 +43,9 @@ static const struct gs_cfg_opt opts[] = {
     /* name, short, type, field, group, default, min, max, choices, flags, unit, help */
     {"model", 'm', GS_CFG_STR, F(model), g_model, NULL, 0, 0, NULL, PATH, NULL,
      "GGUF model file to serve (required)."},
-    {"backend", 0, GS_CFG_ENUM, F(backend), g_model, "ref", 0, 0, backend_choices, 0, NULL,
-     "Compute backend: ref is the scalar reference (the validation oracle), cpu the fast "
-     "SIMD one. The default becomes cpu once that backend is complete."},
+    {"backend", 0, GS_CFG_ENUM, F(backend), g_model, "cpu", 0, 0, backend_choices, 0, NULL,
+     "Compute backend: cpu is the fast one (SIMD kernels picked at start, worker threads); "
+     "ref is the scalar reference, the oracle that validation compares against."},
     {"threads", 't', GS_CFG_INT, F(threads), g_model, "0", 0, 1024, NULL, 0, "threads",
      "Backend worker threads; 0 uses one per physical core."},
     {"kv-cache-bytes", 0, GS_CFG_BYTES, F(kv_cache_bytes), g_model, "0", 0, TiB, NULL, 0,

@@ -30,7 +30,7 @@ static const char usage[] =
     "  -n N                tokens to generate per prompt (default 64)\n"
     "  --temp T            temperature (default 0: greedy)\n"
     "  --top-k K, --top-p P, --seed S   sampling (defaults off, off, 0)\n"
-    "  --backend NAME      backend (default ref)\n"
+    "  --backend NAME      backend: cpu (default) or ref, the scalar oracle\n"
     "  --kv-type f32|f16   KV cache element type (default f16)\n"
     "  --page-tokens N     tokens per KV page (default 16)\n"
     "  --batch N           most tokens per engine step (default 512)\n"
@@ -64,7 +64,7 @@ struct item {
 
 static bool parse_args(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){.backend = "ref", .n_predict = 64, .page_tokens = 16, .batch = 512,
+    *o = (struct opts){.backend = "cpu", .n_predict = 64, .page_tokens = 16, .batch = 512,
                        .top_p = 1.0, .kv_type = GS_TYPE_F16};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -61,7 +61,7 @@ Test(config_defaults, every_default_is_valid_and_safe)
     cr_assert_eq(load(&cfg, NULL, NULL, &err), GS_OK, "%s", err.msg);
     cr_assert_str_eq(cfg.host, "127.0.0.1");
     cr_assert_eq(cfg.port, 8080);
-    cr_assert_eq(cfg.backend, GS_CFG_BACKEND_REF);
+    cr_assert_eq(cfg.backend, GS_CFG_BACKEND_CPU);
     cr_assert_eq(cfg.kv_type, GS_CFG_KV_F16);
     cr_assert_eq(cfg.api_key.n, 0);
     cr_assert_eq(cfg.max_body_bytes, 2u << 20);

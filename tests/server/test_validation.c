@@ -204,7 +204,7 @@ Test(srv_validation, rate_one_validates_unasked_and_off_leaves_it_out, .timeout 
     cr_assert_eq(r.status, 200, "%s", r.body);
     cr_expect_null(json_object_get(r.json, "validation"));
     cr_expect_null(json_object_get(json_object_get(r.json, "usage"), "validation"));
-    check_receipt(r.json, "models/stories260K.gguf", "ref"); /* the default backend */
+    check_receipt(r.json, "models/stories260K.gguf", "cpu"); /* the default backend */
     e2e_resp_free(&r);
     e2e_http(&d, "POST", "/v1/completions",
              "{\"prompt\":\"Hi\",\"validation\":{\"top_logprobs\":99}}", NULL, &r);
