@@ -560,6 +560,12 @@ size_t gs_sched_poll(struct gs_sched *s, struct gs_sched_event *out, size_t cap)
         gs_val_report_free(s->borrowed[i].report);
     s->n_borrowed = 0;
     size_t n = GS_MIN(cap, s->n_events);
+    if (n == 0) {
+        /* nothing to hand out (and the buffers may not exist yet: memcpy with
+         * a NULL pointer is undefined even for zero bytes) */
+        pthread_mutex_unlock(&s->mu);
+        return 0;
+    }
     if (n > s->cap_borrowed) {
         struct ev_item *b = gs_realloc(s->borrowed, n * sizeof(*b));
         if (!b) {
