@@ -649,6 +649,21 @@ Test(sched_validate, reports_non_finite_served_logits)
     rig_close(&r);
 }
 
+/* ---- soak (long suite: ./dev test --long) ----------------------------------------------- */
+
+/* Many rounds of random load on a pool too small for it, with and without the
+ * prefix cache, with random cancellations, on every backend: each round checks
+ * every sequence against its alone run and every page free at the end. */
+Test(sched_soak, many_rounds_of_random_load_on_every_backend, .timeout = 3000)
+{
+    static const char *const backends[] = {"ref", "cpu"};
+    for (size_t b = 0; b < GS_ARRAY_LEN(backends); b++) {
+        backend = backends[b];
+        for (unsigned round = 0; round < 12; round++)
+            stress(round % 2 == 0, true, 1000 + round);
+    }
+}
+
 /* Cancelling a finished request drops its pending validation without an event. */
 Test(sched_validate, cancel_drops_pending_validation)
 {
