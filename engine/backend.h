@@ -79,6 +79,11 @@ struct gs_step_io {
  * tables covering every position, KV layout matching the graph's attention).
  * Backends call it at the top of run; GS_INVAL names the bad field.
  */
+/* The rows a node has in this step: weights their own, token rows n_tokens,
+ * output rows n_outputs, 0 for nodes without a value. (gs_plan_rows in
+ * engine/compile.h is the worst case of a bucket, for planning.) */
+int64_t gs_step_rows(const struct gs_node *n, const struct gs_step_io *io);
+
 enum gs_status gs_step_io_check(const struct gs_step_io *io, const struct gs_graph *g,
                                 const struct gs_shape *shape, struct gs_err *err);
 

@@ -147,3 +147,18 @@ enum gs_status gs_step_io_check(const struct gs_step_io *io, const struct gs_gra
                               o, io->out_rows[o]);
     return check_kv(io, g, err);
 }
+
+int64_t gs_step_rows(const struct gs_node *n, const struct gs_step_io *io)
+{
+    switch (n->rows) {
+    case GS_ROWS_TOKENS:
+        return io->n_tokens;
+    case GS_ROWS_OUTPUTS:
+        return io->n_outputs;
+    case GS_ROWS_FIXED:
+        return n->ne[1];
+    case GS_ROWS_NONE:
+        break;
+    }
+    return 0;
+}

@@ -83,21 +83,6 @@ static float *value(const struct run *r, uint32_t id)
     return (float *)((char *)r->cp->scratch + r->plan->offset[id]);
 }
 
-static int64_t rows_of(const struct run *r, const struct gs_node *n)
-{
-    switch (n->rows) {
-    case GS_ROWS_TOKENS:
-        return r->io->n_tokens;
-    case GS_ROWS_OUTPUTS:
-        return r->io->n_outputs;
-    case GS_ROWS_FIXED:
-        return n->ne[1];
-    case GS_ROWS_NONE:
-        break;
-    }
-    return 0;
-}
-
 static bool is_weight(const struct run *r, uint32_t id)
 {
     return r->g->nodes[id].op == GS_OP_WEIGHT;
@@ -136,7 +121,7 @@ static void k_rms_norm(struct run *r, int chunk, int n_chunks, int thread)
     const struct gs_node *n = r->n;
     const float *x = value(r, n->src[0]);
     int64_t ne0 = n->ne[0], i0, i1;
-    gs_cpu_split(rows_of(r, n), 1, chunk, n_chunks, &i0, &i1);
+    gs_cpu_split(gs_step_rows(n, r->io), 1, chunk, n_chunks, &i0, &i1);
     for (int64_t i = i0; i < i1; i++) {
         const float *xr = x + i * ne0;
         double sum = 0;
@@ -201,7 +186,7 @@ static void elementwise_span(const struct run *r, int64_t i, int64_t j0, int64_t
 /* Rows are shared out when there are enough; a single row is split by columns. */
 static void k_elementwise(struct run *r, int chunk, int n_chunks, int thread)
 {
-    const int64_t rows = rows_of(r, r->n), ne0 = r->n->ne[0];
+    const int64_t rows = gs_step_rows(r->n, r->io), ne0 = r->n->ne[0];
     int64_t a, b;
     if (rows >= n_chunks) {
         gs_cpu_split(rows, 1, chunk, n_chunks, &a, &b);
@@ -222,7 +207,7 @@ static void k_quantize_input(struct run *r, int chunk, int n_chunks, int thread)
     const float *x = value(r, n->src[0]);
     const int64_t K = w->ne[0];
     int64_t t0, t1;
-    gs_cpu_split(rows_of(r, n), 1, chunk, n_chunks, &t0, &t1);
+    gs_cpu_split(gs_step_rows(n, r->io), 1, chunk, n_chunks, &t0, &t1);
     for (int64_t t = t0; t < t1; t++)
         quantize(x + t * K, r->cp->xq + t * r->cp->xq_stride, K);
 }
@@ -233,7 +218,7 @@ static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_node *n = r->n, *w = &r->g->nodes[n->src[1]];
     const struct gs_cpu_kernels *kr = gs_cpu_kernels(w->type);
-    const int64_t K = w->ne[0], N = w->ne[1], T = rows_of(r, n);
+    const int64_t K = w->ne[0], N = w->ne[1], T = gs_step_rows(n, r->io);
     uint64_t w_stride = 0;
     gs_type_row_bytes(w->type, K, &w_stride);
     const bool plain = w->type == GS_TYPE_F32;
@@ -416,7 +401,7 @@ static void k_softmax(struct run *r, int chunk, int n_chunks, int thread)
     const struct gs_softmax_params *p = &n->p.softmax;
     const int64_t ne0 = n->ne[0];
     int64_t i0, i1;
-    gs_cpu_split(rows_of(r, n), 1, chunk, n_chunks, &i0, &i1);
+    gs_cpu_split(gs_step_rows(n, r->io), 1, chunk, n_chunks, &i0, &i1);
     for (int64_t i = i0; i < i1; i++) {
         const float *xr = x + i * ne0;
         float *o = r->out + i * ne0, mx = -INFINITY;
@@ -673,7 +658,7 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
         if (n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD) {
             const enum gs_type wt = g->nodes[n->src[1]].type;
             const enum gs_type vt = gs_type_traits(wt)->vec_dot_type;
-            const bool local = rows_of(&r, n) <= LOCAL_QUANT_TOKENS;
+            const bool local = gs_step_rows(n, r.io) <= LOCAL_QUANT_TOKENS;
             if (wt != GS_TYPE_F32 && !local && (r.xq_node != n->src[0] || r.xq_type != vt)) {
                 r.xq_type = vt;
                 gs_cpu_pool_run(c->pool, task_quantize, &r, r.cp->n_threads);

@@ -125,21 +125,6 @@ static const float *weight_row(const struct gs_node *w, int64_t row, float *buf)
     return buf;
 }
 
-static int64_t rows_of(const struct run *r, const struct gs_node *n)
-{
-    switch (n->rows) {
-    case GS_ROWS_TOKENS:
-        return r->io->n_tokens;
-    case GS_ROWS_OUTPUTS:
-        return r->io->n_outputs;
-    case GS_ROWS_FIXED:
-        return n->ne[1];
-    case GS_ROWS_NONE:
-        break;
-    }
-    return 0;
-}
-
 /* Row `row` of any node (weight or activation) as F32. */
 static const float *row_of(const struct run *r, uint32_t id, int64_t row, float *buf)
 {
@@ -169,7 +154,7 @@ static void k_embed(const struct run *r, const struct gs_node *n, float *out)
 static void k_rms_norm(const struct run *r, const struct gs_node *n, float *out)
 {
     const float *x = value(r, n->src[0]);
-    int64_t ne0 = n->ne[0], rows = rows_of(r, n);
+    int64_t ne0 = n->ne[0], rows = gs_step_rows(n, r->io);
     for (int64_t i = 0; i < rows; i++) {
         double sum = 0;
         for (int64_t j = 0; j < ne0; j++)
@@ -199,7 +184,7 @@ static float gelu(float x)
 /* MUL, ADD, SWIGLU, SILU, GELU: row-local elementwise ops. */
 static void k_elementwise(const struct run *r, const struct gs_node *n, float *out)
 {
-    int64_t ne0 = n->ne[0], rows = rows_of(r, n);
+    int64_t ne0 = n->ne[0], rows = gs_step_rows(n, r->io);
     const float *a = value(r, n->src[0]);
     bool bcast = n->n_src > 1 && r->g->nodes[n->src[1]].rows == GS_ROWS_FIXED;
     const float *b = bcast ? row_of(r, n->src[1], 0, r->rp->row_a) : NULL;
@@ -263,7 +248,7 @@ static void k_matmul(const struct run *r, const struct gs_node *n, float *out)
     const struct gs_node *w = &r->g->nodes[n->src[1]];
     const float *x = value(r, n->src[0]);
     const float *res = n->op == GS_OP_MATMUL_ADD ? value(r, n->src[2]) : NULL;
-    int64_t K = w->ne[0], N = w->ne[1], rows = rows_of(r, n);
+    int64_t K = w->ne[0], N = w->ne[1], rows = gs_step_rows(n, r->io);
     x = round_activations(r, w, x, rows);
     for (int64_t o = 0; o < N; o++) {
         const float *wr = weight_row(w, o, r->rp->row_a);
@@ -408,7 +393,7 @@ static void k_attn(const struct run *r, const struct gs_node *n, float *out)
 static void k_softmax(const struct run *r, const struct gs_node *n, float *out)
 {
     const float *x = value(r, n->src[0]);
-    int64_t ne0 = n->ne[0], rows = rows_of(r, n);
+    int64_t ne0 = n->ne[0], rows = gs_step_rows(n, r->io);
     const struct gs_softmax_params *p = &n->p.softmax;
     for (int64_t i = 0; i < rows; i++) {
         float mx = -INFINITY;
