@@ -103,6 +103,13 @@ void gs_kv_seq_init(struct gs_kv_seq *seq);
 enum gs_status gs_kv_seq_reserve(struct gs_kv_pool *pool, struct gs_kv_seq *seq,
                                  uint32_t n_tokens, struct gs_err *err);
 
+/*
+ * Appends to seq (whose pages are all full) the cached page registered under
+ * hash, taking a reference: the prefix-cache hit of a sequence's next full
+ * page. False on a miss or when the page table cannot grow (nothing taken).
+ */
+bool gs_kv_seq_append_cached(struct gs_kv_pool *pool, struct gs_kv_seq *seq, uint64_t hash);
+
 /* Drops every page reference of seq and frees its table (seq is reusable). */
 void gs_kv_seq_release(struct gs_kv_pool *pool, struct gs_kv_seq *seq);
 

@@ -330,6 +330,30 @@ void gs_kv_seq_init(struct gs_kv_seq *seq)
     memset(seq, 0, sizeof(*seq));
 }
 
+/* Makes room for need entries in seq's page table. */
+static bool seq_grow(struct gs_kv_seq *seq, uint32_t need)
+{
+    if (need <= seq->cap_pages)
+        return true;
+    uint32_t cap = GS_MAX(need, 2 * seq->cap_pages);
+    uint32_t *pages = gs_realloc(seq->pages, (size_t)cap * sizeof(*pages));
+    if (!pages)
+        return false;
+    seq->pages = pages;
+    seq->cap_pages = cap;
+    return true;
+}
+
+bool gs_kv_seq_append_cached(struct gs_kv_pool *pool, struct gs_kv_seq *seq, uint64_t hash)
+{
+    uint32_t page;
+    if (!seq_grow(seq, seq->n_pages + 1) || !gs_kv_prefix_lookup(pool, hash, &page))
+        return false;
+    seq->pages[seq->n_pages++] = page;
+    seq->n_tokens = seq->n_pages * pool->cfg.page_tokens;
+    return true;
+}
+
 enum gs_status gs_kv_seq_reserve(struct gs_kv_pool *pool, struct gs_kv_seq *seq,
                                  uint32_t n_tokens, struct gs_err *err)
 {
@@ -342,13 +366,8 @@ enum gs_status gs_kv_seq_reserve(struct gs_kv_pool *pool, struct gs_kv_seq *seq,
     if (need - seq->n_pages > gs_kv_pool_n_free(pool))
         return gs_err_set(err, GS_BUSY, "kv pool: %u more pages needed, %u free",
                           need - seq->n_pages, gs_kv_pool_n_free(pool));
-    if (need > seq->cap_pages) {
-        uint32_t *pages = gs_realloc(seq->pages, (size_t)need * sizeof(*pages));
-        if (!pages)
-            return gs_err_set(err, GS_NOMEM, "kv pool: out of memory for a page table");
-        seq->pages = pages;
-        seq->cap_pages = need;
-    }
+    if (!seq_grow(seq, need))
+        return gs_err_set(err, GS_NOMEM, "kv pool: out of memory for a page table");
     /* Cannot fail: enough pages were counted free above. */
     while (seq->n_pages < need)
         gs_kv_page_alloc(pool, &seq->pages[seq->n_pages++], NULL);

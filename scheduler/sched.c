@@ -887,19 +887,8 @@ static void attach_prefix(struct gs_sched *s, struct seq *q)
     while (q->kv.n_pages < usable) {
         uint32_t at = q->kv.n_pages * pt;
         uint64_t h = gs_kv_hash_tokens(q->chain_hash, q->tokens + at, pt);
-        uint32_t page;
-        if (q->kv.n_pages == q->kv.cap_pages) {
-            uint32_t cap = q->kv.cap_pages ? 2 * q->kv.cap_pages : 8;
-            uint32_t *p = gs_realloc(q->kv.pages, cap * sizeof(*p));
-            if (!p)
-                return;
-            q->kv.pages = p;
-            q->kv.cap_pages = cap;
-        }
-        if (!gs_kv_prefix_lookup(s->pool, h, &page))
+        if (!gs_kv_seq_append_cached(s->pool, &q->kv, h))
             return;
-        q->kv.pages[q->kv.n_pages++] = page;
-        q->kv.n_tokens = q->kv.n_pages * pt;
         q->chain_hash = h;
         q->n_registered = q->kv.n_pages;
         q->n_computed = q->kv.n_tokens;

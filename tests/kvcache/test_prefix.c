@@ -155,3 +155,28 @@ Test(kv_prefix, reserve_reclaims_cached_pages)
     check_stats(p, 0, 0, 2);
     gs_kv_pool_free(p);
 }
+
+/* A sequence takes cached pages by hash, one full page at a time; a miss
+ * takes nothing. */
+Test(kv_prefix, seq_appends_cached_pages_by_hash)
+{
+    struct gs_kv_pool *p = new_pool(4);
+    struct gs_err err;
+    uint32_t a;
+    cr_assert_eq(gs_kv_page_alloc(p, &a, &err), GS_OK);
+    gs_kv_page_set_hash(p, a, 11);
+    gs_kv_page_unref(p, a);
+    struct gs_kv_seq s;
+    gs_kv_seq_init(&s);
+    cr_assert(gs_kv_seq_append_cached(p, &s, 11));
+    cr_assert_eq(s.n_pages, 1);
+    cr_assert_eq(s.pages[0], a);
+    cr_assert_eq(s.n_tokens, 4, "one full page of 4 tokens");
+    cr_assert_eq(gs_kv_page_refcount(p, a), 1);
+    cr_assert_not(gs_kv_seq_append_cached(p, &s, 12));
+    cr_assert_eq(s.n_pages, 1, "a miss takes nothing");
+    check_stats(p, 1, 0, 3);
+    gs_kv_seq_release(p, &s);
+    check_stats(p, 0, 1, 3);
+    gs_kv_pool_free(p);
+}
