@@ -878,6 +878,16 @@ static void drop_cancelled(struct gs_sched *s)
     }
 }
 
+/* Gives q's pages back (full registered ones stay cached) and forgets what
+ * was computed: q starts again from position 0, prefix cache permitting. */
+static void drop_pages(struct gs_sched *s, struct seq *q)
+{
+    gs_kv_seq_release(s->pool, &q->kv);
+    q->n_computed = 0;
+    q->n_registered = 0;
+    q->chain_hash = GS_KV_HASH_SEED;
+}
+
 /* Attaches cached pages for the leading full pages of q's tokens, leaving at
  * least one token to compute (its logits are needed). */
 static void attach_prefix(struct gs_sched *s, struct seq *q)
@@ -910,12 +920,8 @@ static void admit(struct gs_sched *s)
         if (need > gs_kv_pool_n_free(s->pool) && s->n_running > 0) {
             /* Give the attached pages back to the cache: they may be evicted
              * while we wait, and are looked up again at admission. */
-            if (q->kv.n_pages && q->n_computed == q->kv.n_tokens) {
-                gs_kv_seq_release(s->pool, &q->kv);
-                q->n_computed = 0;
-                q->n_registered = 0;
-                q->chain_hash = GS_KV_HASH_SEED;
-            }
+            if (q->kv.n_pages && q->n_computed == q->kv.n_tokens)
+                drop_pages(s, q);
             break;
         }
         wait_pop(s);
@@ -934,10 +940,7 @@ static void preempt(struct gs_sched *s, struct seq *q)
             remove_running(s, i);
             break;
         }
-    gs_kv_seq_release(s->pool, &q->kv);
-    q->n_computed = 0;
-    q->n_registered = 0;
-    q->chain_hash = GS_KV_HASH_SEED;
+    drop_pages(s, q);
     q->st.n_preemptions++;
     wait_push_front(s, q);
     pthread_mutex_lock(&s->mu);
