@@ -10,8 +10,19 @@
 
 #include "engine/base.h"
 
+#include <mbedtls/sha256.h>
+
 #define GS_SHA256_BYTES 32
 #define GS_SHA256_HEX_LEN 65 /* 64 hex digits and a NUL */
+
+/* A digest computed piece by piece (one pass over data that arrives in
+ * chunks, e.g. with a progress bar). Caller-allocated; begin before update. */
+struct gs_sha256 {
+    mbedtls_sha256_context ctx;
+};
+void gs_sha256_begin(struct gs_sha256 *h);
+void gs_sha256_update(struct gs_sha256 *h, const void *p, size_t n);
+void gs_sha256_end(struct gs_sha256 *h, uint8_t out[GS_SHA256_BYTES]); /* also frees h's state */
 
 /* Digest of n bytes at p. */
 void gs_sha256(const void *p, size_t n, uint8_t out[GS_SHA256_BYTES]);

@@ -18,14 +18,29 @@
 #define sha256_finish mbedtls_sha256_finish_ret
 #endif
 
+void gs_sha256_begin(struct gs_sha256 *h)
+{
+    mbedtls_sha256_init(&h->ctx);
+    sha256_starts(&h->ctx, 0);
+}
+
+void gs_sha256_update(struct gs_sha256 *h, const void *p, size_t n)
+{
+    sha256_update(&h->ctx, p, n);
+}
+
+void gs_sha256_end(struct gs_sha256 *h, uint8_t out[GS_SHA256_BYTES])
+{
+    sha256_finish(&h->ctx, out);
+    mbedtls_sha256_free(&h->ctx);
+}
+
 void gs_sha256(const void *p, size_t n, uint8_t out[GS_SHA256_BYTES])
 {
-    mbedtls_sha256_context ctx;
-    mbedtls_sha256_init(&ctx);
-    sha256_starts(&ctx, 0);
-    sha256_update(&ctx, p, n);
-    sha256_finish(&ctx, out);
-    mbedtls_sha256_free(&ctx);
+    struct gs_sha256 h;
+    gs_sha256_begin(&h);
+    gs_sha256_update(&h, p, n);
+    gs_sha256_end(&h, out);
 }
 
 enum gs_status gs_sha256_file(const char *path, uint8_t out[GS_SHA256_BYTES], struct gs_err *err)
@@ -33,17 +48,15 @@ enum gs_status gs_sha256_file(const char *path, uint8_t out[GS_SHA256_BYTES], st
     FILE *f = fopen(path, "rb");
     if (!f)
         return gs_err_set(err, GS_IO, "%s: %s", path, strerror(errno));
-    mbedtls_sha256_context ctx;
-    mbedtls_sha256_init(&ctx);
-    sha256_starts(&ctx, 0);
+    struct gs_sha256 h;
+    gs_sha256_begin(&h);
     static __thread unsigned char chunk[1 << 16];
     size_t n;
     while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        sha256_update(&ctx, chunk, n);
+        gs_sha256_update(&h, chunk, n);
     bool failed = ferror(f);
     fclose(f);
-    sha256_finish(&ctx, out);
-    mbedtls_sha256_free(&ctx);
+    gs_sha256_end(&h, out);
     if (failed)
         return gs_err_set(err, GS_IO, "%s: read error", path);
     return GS_OK;

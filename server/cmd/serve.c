@@ -107,27 +107,25 @@ struct serve {
     bool known_answer_ok; /* READY=1 was (and may again be) sent */
 };
 
-/* Reads every page of the model file once, with a progress bar on a
- * terminal: the weights are mapped, not read, so without this the first
- * requests would pay for the disk reads, and a slow disk would look like a
- * hung start. The sum only keeps the reads from being optimised away. */
-static void touch_weights(const struct gs_gguf *g)
+/* Reads the model file once through its mapping, hashing it for the
+ * reproducibility receipt, with a progress bar on a terminal: the weights are
+ * mapped, not read, so without this pass the first requests would pay for the
+ * disk reads, and hashing the file separately would read it a second time. */
+static void read_weights(const struct gs_gguf *g, uint8_t digest[GS_SHA256_BYTES])
 {
-    const volatile unsigned char *p = gs_gguf_file_data(g);
-    uint64_t n = gs_gguf_file_bytes(g);
-    long page = sysconf(_SC_PAGESIZE);
-    uint64_t step = page > 0 ? (uint64_t)page : 4096, chunk = 8u << 20;
+    const unsigned char *p = gs_gguf_file_data(g);
+    uint64_t n = gs_gguf_file_bytes(g), chunk = 8u << 20;
     struct gs_progress bar;
+    struct gs_sha256 h;
     gs_progress_begin(&bar, stderr, "loading weights", n);
-    unsigned sum = 0;
+    gs_sha256_begin(&h);
     for (uint64_t off = 0; off < n; off += chunk) {
         uint64_t end = off + chunk < n ? off + chunk : n;
-        for (uint64_t i = off; i < end; i += step)
-            sum += p[i];
+        gs_sha256_update(&h, p + off, (size_t)(end - off));
         gs_progress_update(&bar, end);
     }
+    gs_sha256_end(&h, digest);
     gs_progress_end(&bar);
-    gs_log(GS_LOG_DEBUG, "weights_read", "bytes=%llu checksum=%u", (unsigned long long)n, sum);
 }
 
 static int load(struct serve *sv)
@@ -138,7 +136,8 @@ static int load(struct serve *sv)
         gs_model_load(sv->gguf, &sv->model, &err) != GS_OK ||
         gs_tok_new(sv->gguf, &sv->tok, &err) != GS_OK)
         return gs_cli_fail("serve", "%s: %s", path, err.msg);
-    touch_weights(sv->gguf);
+    uint8_t digest[GS_SHA256_BYTES];
+    read_weights(sv->gguf, digest);
     sv->tmpl = chat_template_text(sv->gguf);
     struct gs_sched_cfg sc;
     gs_cfg_to_sched_cfg(&sv->cfg, &sc);
@@ -156,8 +155,7 @@ static int load(struct serve *sv)
     }
     if (gs_sched_new(&sc, sv->model, &sv->sched, &err) != GS_OK)
         return gs_cli_fail("serve", "scheduler: %s", err.msg);
-    /* Before serving: one pass over the model file for the receipt. */
-    if (gs_serve_receipt_compute(path, sv->model, sc.backend, &sv->receipt, &err) != GS_OK)
+    if (gs_serve_receipt_compute(digest, sv->model, sc.backend, &sv->receipt, &err) != GS_OK)
         return gs_cli_fail("serve", "%s", err.msg);
     return 0;
 }

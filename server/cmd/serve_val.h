@@ -19,13 +19,13 @@ struct gs_serve_receipt {
 };
 
 /*
- * Fills r: one pass over the model file, and the graph as the scheduler
- * rewrote it for backend (call after gs_sched_new). GS_IO when the file
- * cannot be read.
+ * Fills r from the model file's digest (computed while the weights were read
+ * at load) and the graph as the scheduler rewrote it for backend (call after
+ * gs_sched_new). GS_NOMEM only.
  */
-enum gs_status gs_serve_receipt_compute(const char *model_path, const struct gs_model *m,
-                                        const char *backend, struct gs_serve_receipt *r,
-                                        struct gs_err *err);
+enum gs_status gs_serve_receipt_compute(const uint8_t model_sha256[GS_SHA256_BYTES],
+                                        const struct gs_model *m, const char *backend,
+                                        struct gs_serve_receipt *r, struct gs_err *err);
 
 /*
  * TEST ONLY: GS_TEST_POISON_POS=N puts a NaN into every logits row
