@@ -540,7 +540,7 @@ GEMV_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
  * formats, -offset * scale * sum) as f32, then tiles of 4 rows by up to
  * TOK_TILE tokens, then the rows left over (fewer than four) one by one. */
 #define GEMM_Q80(name, offset)                                                                  \
-    static void gemm_##name(int64_t n, const void *vw, size_t ws, int nr, const void *vx,        \
+    static void gemm_rows_##name(int64_t n, const void *vw, size_t ws, int nr, const void *vx,        \
                             size_t xs, int nt, float *out, size_t os)                            \
     {                                                                                            \
         const int64_t nb = n / GS_QK;                                                            \
@@ -586,6 +586,192 @@ GEMM_Q80(q4_0, 8)
 GEMM_Q80(q5_0, 16)
 GEMM_Q80(q8_0, 0)
 #undef GEMM_Q80
+
+#ifdef GS_CPU_VNNI
+/*
+ * Panel products (VNNI): eight weight rows at a time, transposed in registers
+ * so that int32 lane i of every byte product belongs to row i. One vpdpbusd
+ * then multiplies four quants of each of the eight rows with the same four
+ * activation bytes (broadcast), and a block's eight row totals come out in
+ * one vector with no horizontal sums. The transposition costs a few dozen
+ * shuffles per block of eight rows and is paid once for all the tokens of a
+ * token block, so steps of many tokens (prompts, batched decoding) gain and
+ * the weights stay as they are in the file: nothing is repacked in memory.
+ *
+ * vpdpbusd multiplies unsigned by signed bytes: the weights go in unsigned
+ * (q4_0/q5_0 quants before their offset, q8_0 quants + 128) and the offset
+ * comes out exactly, in integers, as offset * sum(activation quants).
+ */
+#define PANEL 8
+/* Fewer tokens than this take the row-by-row path (decoding). */
+#define PANEL_MIN_TOKENS 4
+
+/* a[i] = eight dwords of row i -> a[g] = dword g of rows 0..7. */
+static inline void transpose8_epi32(__m256i a[8])
+{
+    __m256i t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(a[i], a[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(a[i], a[i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        a[g] = _mm256_permute2x128_si256(u[g], u[g + 4], 0x20);
+        a[g + 4] = _mm256_permute2x128_si256(u[g], u[g + 4], 0x31);
+    }
+}
+
+static inline int32_t ld_i32(const uint8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline __m256i q8_0_block_u(const uint8_t *b)
+{
+    return _mm256_xor_si256(q8_0_block(b), _mm256_set1_epi8((char)0x80));
+}
+
+/* Tokens per register tile of the panel products. */
+#define PANEL_TOK 4
+
+/* One packed block of a panel: q[g] lane i = quants 4g..4g+3 of row i. */
+struct panel_block {
+    __m256i q[8];
+};
+
+/* n_tok (<= PANEL_TOK) tokens at x against a packed panel of nb blocks (row
+ * scales in dw): the eight products of token k go to out + k * os. */
+static inline void panel_tile(int64_t nb, const struct panel_block *pb, const __m256 *dw,
+                              const uint8_t *x, size_t xs, int nk, const float *dx,
+                              const int32_t *ox, float *out, size_t os)
+{
+    __m256 acc[PANEL_TOK];
+    for (int k = 0; k < PANEL_TOK; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i *q = pb[b].q;
+        const uint8_t *xb = x + b * GS_Q8_0_BYTES + GS_Q8_0_QS;
+#pragma GCC unroll 4
+        for (int k = 0; k < PANEL_TOK; k++) {
+            if (k >= nk)
+                break;
+            const uint8_t *y = xb + (size_t)k * xs;
+            __m256i s0 = _mm256_set1_epi32(-ox[(size_t)k * nb + b]);
+            __m256i s1 = _mm256_setzero_si256();
+            s0 = _mm256_dpbusd_epi32(s0, q[0], _mm256_set1_epi32(ld_i32(y)));
+            s1 = _mm256_dpbusd_epi32(s1, q[1], _mm256_set1_epi32(ld_i32(y + 4)));
+            s0 = _mm256_dpbusd_epi32(s0, q[2], _mm256_set1_epi32(ld_i32(y + 8)));
+            s1 = _mm256_dpbusd_epi32(s1, q[3], _mm256_set1_epi32(ld_i32(y + 12)));
+            s0 = _mm256_dpbusd_epi32(s0, q[4], _mm256_set1_epi32(ld_i32(y + 16)));
+            s1 = _mm256_dpbusd_epi32(s1, q[5], _mm256_set1_epi32(ld_i32(y + 20)));
+            s0 = _mm256_dpbusd_epi32(s0, q[6], _mm256_set1_epi32(ld_i32(y + 24)));
+            s1 = _mm256_dpbusd_epi32(s1, q[7], _mm256_set1_epi32(ld_i32(y + 28)));
+            const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),
+                                           _mm256_set1_ps(dx[(size_t)k * nb + b]));
+            acc[k] = _mm256_fmadd_ps(dw[b], t, acc[k]);
+        }
+    }
+    for (int k = 0; k < nk; k++)
+        _mm256_storeu_ps(out + (size_t)k * os, acc[k]);
+}
+
+/*
+ * Eight rows at wr (ws bytes apart) by nt tokens at x (xs apart); dx[k * nb
+ * + b] is token k's block scale, ox[k * nb + b] offset * its quant sum;
+ * out[k * os + i] = row i . token k. The panel is unpacked and transposed
+ * once into pb/dw (the caller's scratch, nb blocks), then read by every tile.
+ */
+#define PANEL_Q80(name, wbytes, unpack_u)                                                          \
+    static void panel_##name(int64_t nb, const uint8_t *wr, size_t ws, const uint8_t *x,          \
+                             size_t xs, int nt, const float *dx, const int32_t *ox,               \
+                             struct panel_block *pb, __m256 *dw, float *out, size_t os)           \
+    {                                                                                             \
+        for (int64_t b = 0; b < nb; b++) {                                                        \
+            const int64_t off = b * (wbytes);                                                     \
+            __m256i *q = pb[b].q;                                                                 \
+            _Pragma("GCC unroll 8") for (int i = 0; i < PANEL; i++)                               \
+                q[i] = unpack_u(wr + (size_t)i * ws + off);                                       \
+            transpose8_epi32(q);                                                                  \
+            dw[b] = _mm256_set_m128(scales4(wr + 4 * ws, ws, off), scales4(wr, ws, off));         \
+        }                                                                                         \
+        for (int k = 0; k < nt; k += PANEL_TOK)                                                   \
+            panel_tile(nb, pb, dw, x + (size_t)k * xs, xs, GS_MIN(PANEL_TOK, nt - k),             \
+                       dx + (size_t)k * nb, ox + (size_t)k * nb, out + (size_t)k * os, os);       \
+    }
+
+PANEL_Q80(q4_0, GS_Q4_0_BYTES, q4_0_block_u)
+PANEL_Q80(q5_0, GS_Q5_0_BYTES, q5_0_block_u)
+PANEL_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block_u)
+#undef PANEL_Q80
+
+/* The driver: token blocks; in each, the activation scales and offset sums,
+ * then panels of eight rows, then the rows left over one by one. */
+#define GEMM_PANEL(name, offset)                                                                   \
+    static void gemm_##name(int64_t n, const void *vw, size_t ws, int nr, const void *vx,          \
+                            size_t xs, int nt, float *out, size_t os)                              \
+    {                                                                                              \
+        const int64_t nb = n / GS_QK;                                                              \
+        if (nt < PANEL_MIN_TOKENS || nr < PANEL || nb > GEMM_MAX_BLOCKS) {                         \
+            gemm_rows_##name(n, vw, ws, nr, vx, xs, nt, out, os);                                  \
+            return;                                                                                \
+        }                                                                                          \
+        float dxs[TOK_BLOCK * GEMM_MAX_BLOCKS];                                                    \
+        int32_t oxs[TOK_BLOCK * GEMM_MAX_BLOCKS];                                                  \
+        struct panel_block pb[GEMM_MAX_BLOCKS];                                                    \
+        __m256 dw[GEMM_MAX_BLOCKS];                                                                \
+        const uint8_t *w = vw, *x = vx;                                                            \
+        for (int t0 = 0; t0 < nt; t0 += TOK_BLOCK) {                                               \
+            const int t1 = GS_MIN(nt, t0 + TOK_BLOCK);                                             \
+            for (int t = t0; t < t1; t++) {                                                        \
+                const uint8_t *xt = x + (size_t)t * xs;                                            \
+                for (int64_t b = 0; b < nb; b++) {                                                 \
+                    dxs[(t - t0) * nb + b] = ld_f16(xt + b * GS_Q8_0_BYTES + GS_Q8_0_D);          \
+                    oxs[(t - t0) * nb + b] = (offset) * block_sum(xt + b * GS_Q8_0_BYTES);         \
+                }                                                                                  \
+            }                                                                                      \
+            int r = 0;                                                                             \
+            for (; r + PANEL <= nr; r += PANEL)                                                    \
+                panel_##name(nb, w + (size_t)r * ws, ws, x + (size_t)t0 * xs, xs, t1 - t0, dxs,   \
+                             oxs, pb, dw, out + (size_t)t0 * os + r, os);                          \
+            for (; r < nr; r++)                                                                    \
+                for (int t = t0; t < t1; t++)                                                      \
+                    out[(size_t)t * os + r] = dot_##name(n, w + (size_t)r * ws, x + (size_t)t * xs); \
+        }                                                                                          \
+    }
+
+GEMM_PANEL(q4_0, 8)
+GEMM_PANEL(q5_0, 16)
+GEMM_PANEL(q8_0, 128)
+#undef GEMM_PANEL
+#else
+static void gemm_q4_0(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs,
+                      int nt, float *out, size_t os)
+{
+    gemm_rows_q4_0(n, w, ws, nr, x, xs, nt, out, os);
+}
+
+static void gemm_q5_0(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs,
+                      int nt, float *out, size_t os)
+{
+    gemm_rows_q5_0(n, w, ws, nr, x, xs, nt, out, os);
+}
+
+static void gemm_q8_0(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs,
+                      int nt, float *out, size_t os)
+{
+    gemm_rows_q8_0(n, w, ws, nr, x, xs, nt, out, os);
+}
+#endif /* GS_CPU_VNNI */
 
 /* Drives a register-blocked kernel over token tiles within cache blocks. */
 typedef void (*tile_fn)(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out,

@@ -145,7 +145,11 @@ Test(cpu_kernels, dot_matches_dequantized_reference_on_every_isa)
     }
 }
 
-Test(cpu_kernels, gemm_equals_dot_for_batches_1_to_64)
+/* 19 rows: two panels of eight (the many-token kernels) and three left over;
+ * up to 70 tokens: more than one token block. */
+enum { GEMM_ROWS = 19, GEMM_STRIDE = 21, GEMM_TOKS = 70 };
+
+Test(cpu_kernels, gemm_equals_dot_for_batches_1_to_70)
 {
     for (int isa = 0; isa < GS_CPU_ISA_COUNT; isa++) {
         for (size_t k = 0; k < GS_ARRAY_LEN(weight_types); k++) {
@@ -156,23 +160,26 @@ Test(cpu_kernels, gemm_equals_dot_for_batches_1_to_64)
             int64_t sizes[4];
             sizes_for(t, sizes);
             struct operands o;
-            operands_make(&o, t, sizes[1], 7, 64);
-            float *out = malloc(sizeof(float) * 64 * 9);
-            for (int nt = 1; nt <= 64; nt += (nt < 8 ? 1 : 9)) {
-                for (size_t i = 0; i < 64 * 9; i++)
+            operands_make(&o, t, sizes[1], GEMM_ROWS, GEMM_TOKS);
+            float *out = malloc(sizeof(float) * GEMM_TOKS * GEMM_STRIDE);
+            static const int batches[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 31, 63, 64, 65, 70};
+            for (size_t bi = 0; bi < GS_ARRAY_LEN(batches); bi++) {
+                const int nt = batches[bi];
+                for (size_t i = 0; i < GEMM_TOKS * GEMM_STRIDE; i++)
                     out[i] = NAN;
-                /* out_stride 9 > rows: the kernel must leave the gap alone. */
-                kr->gemm(o.n, o.w, o.w_stride, o.rows, o.x, o.x_stride, nt, out, 9);
+                /* out_stride > rows: the kernel must leave the gap alone. */
+                kr->gemm(o.n, o.w, o.w_stride, o.rows, o.x, o.x_stride, nt, out, GEMM_STRIDE);
                 for (int tk = 0; tk < nt; tk++) {
                     for (int r = 0; r < o.rows; r++) {
                         float want = kr->dot(o.n, o.w + r * o.w_stride, o.x + tk * o.x_stride);
-                        float got = out[tk * 9 + r];
+                        float got = out[tk * GEMM_STRIDE + r];
                         cr_assert(fabsf(got - want) <= 1e-5f * (1 + fabsf(want)),
                                   "%s/%s batch %d: out[%d][%d] = %g, dot %g",
                                   gs_cpu_isa_name((enum gs_cpu_isa)isa), gs_type_name(t), nt, tk,
                                   r, got, want);
                     }
-                    cr_assert(isnan(out[tk * 9 + 7]) && isnan(out[tk * 9 + 8]));
+                    for (int r = GEMM_ROWS; r < GEMM_STRIDE; r++)
+                        cr_assert(isnan(out[tk * GEMM_STRIDE + r]));
                 }
             }
             free(out);
