@@ -923,6 +923,195 @@ GEMM_OF(bf16)
 #undef GEMM_OF
 
 #ifdef GS_CPU_VNNI
+/*
+ * Panel products for q4_K and q6_K against q8_K (VNNI), built like the q8_0
+ * ones above: eight rows are unpacked into eight runs of 32 unsigned quants
+ * each and transposed so that lane i is row i. A super-block then has 16
+ * groups of 16 quants; group g has one integer scale per row (q4_K: the
+ * 6-bit scale of its 32-quant half, q6_K: its own int8 scale) and an offset
+ * term c_g * bsum_g, bsum_g being the activation's own 16-element sums
+ * (q4_K: c = the 6-bit min, a separate term with scale dmin; q6_K: c = 32 *
+ * scale, the quant offset, subtracted exactly in integers).
+ */
+
+/* Super-blocks per row up to which the packed panel lives on the stack. */
+#define KPANEL_MAX_BLOCKS 64
+
+struct kpanel_block {
+    uint8_t q[64][32];   /* [4g + i]: lane r = quants 16g + 4i .. + 3 of row r */
+    int32_t sc[16][8];   /* [g][r]: group scale */
+    uint32_t c[8][8];    /* [p][r]: offsets c_2p | c_2p+1 << 16 (int16 pairs) */
+    float d[8], e[8];    /* [r]: super-block scale; the offset's (q4_K: dmin) */
+} __attribute__((aligned(32)));
+
+/* Row r of a q4_K super-block: runs of 32 quants and the group terms. */
+static void kpack_q4_K(const uint8_t *w, __m256i run[8], int16_t sc[16], int16_t c[16],
+                       float *d, float *e)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int j = 0; j < 4; j++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w + GS_Q4_K_QS + 32 * j));
+        run[2 * j] = _mm256_and_si256(q, m4);
+        run[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    }
+    uint8_t s[8], m[8];
+    k4_scales(w + GS_Q4_K_SCALES, s, m);
+    for (int g = 0; g < 16; g++) {
+        sc[g] = s[g / 2];
+        c[g] = m[g / 2];
+    }
+    *d = ld_f16(w + GS_Q4_K_D);
+    *e = ld_f16(w + GS_Q4_K_DMIN);
+}
+
+static void kpack_q6_K(const uint8_t *w, __m256i run[8], int16_t sc[16], int16_t c[16],
+                       float *d, float *e)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = w + GS_Q6_K_QL + 64 * h, *qh = w + GS_Q6_K_QH + 32 * h;
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+        const __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
+        __m256i *q = run + 4 * h;
+        q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(hv, m2), 4));
+        q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2), m2), 4));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m2), 4));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m2), 4));
+    }
+    const int8_t *s = (const int8_t *)(w + GS_Q6_K_SCALES);
+    for (int g = 0; g < 16; g++) {
+        sc[g] = s[g];
+        c[g] = (int16_t)(32 * s[g]);
+    }
+    *d = *e = ld_f16(w + GS_Q6_K_D);
+}
+
+typedef void (*kpack_fn)(const uint8_t *w, __m256i run[8], int16_t sc[16], int16_t c[16],
+                         float *d, float *e);
+
+/* Packs super-block b of eight rows at wr (ws bytes apart, wbytes a block). */
+static void kpanel_pack(kpack_fn pack, const uint8_t *wr, size_t ws, int64_t off,
+                        struct kpanel_block *pb)
+{
+    __m256i run[PANEL][8];
+    int16_t sc[PANEL][16], c[PANEL][16];
+    for (int r = 0; r < PANEL; r++)
+        pack(wr + (size_t)r * ws + off, run[r], sc[r], c[r], &pb->d[r], &pb->e[r]);
+    for (int j = 0; j < 8; j++) {
+        __m256i a[PANEL];
+        for (int r = 0; r < PANEL; r++)
+            a[r] = run[r][j];
+        transpose8_epi32(a);
+        for (int i = 0; i < 8; i++)
+            _mm256_store_si256((__m256i *)pb->q[8 * j + i], a[i]);
+    }
+    for (int r = 0; r < PANEL; r++) {
+        for (int g = 0; g < 16; g++)
+            pb->sc[g][r] = sc[r][g];
+        for (int p = 0; p < 8; p++)
+            pb->c[p][r] = (uint16_t)c[r][2 * p] | (uint32_t)(uint16_t)c[r][2 * p + 1] << 16;
+    }
+}
+
+/* nk (<= PANEL_TOK) tokens at x against a packed panel of nb super-blocks.
+ * exact_offset: the offset shares the main scale (q6_K) and is subtracted in
+ * integers; otherwise it is its own term with scale e (q4_K's mins). */
+static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const uint8_t *x,
+                               size_t xs, int nk, float *out, size_t os, bool exact_offset)
+{
+    __m256 acc[PANEL_TOK];
+    for (int k = 0; k < PANEL_TOK; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const struct kpanel_block *kb = pb + b;
+        __m256i isum[PANEL_TOK];
+        for (int k = 0; k < PANEL_TOK; k++)
+            isum[k] = _mm256_setzero_si256();
+        for (int g = 0; g < 16; g++) {
+            const __m256i q0 = _mm256_load_si256((const __m256i *)kb->q[4 * g]);
+            const __m256i q1 = _mm256_load_si256((const __m256i *)kb->q[4 * g + 1]);
+            const __m256i q2 = _mm256_load_si256((const __m256i *)kb->q[4 * g + 2]);
+            const __m256i q3 = _mm256_load_si256((const __m256i *)kb->q[4 * g + 3]);
+            const __m256i scv = _mm256_load_si256((const __m256i *)kb->sc[g]);
+#pragma GCC unroll 4
+            for (int k = 0; k < PANEL_TOK; k++) {
+                if (k >= nk)
+                    break;
+                const uint8_t *y = x + (size_t)k * xs + b * GS_Q8_K_BYTES + GS_Q8_K_QS + 16 * g;
+                __m256i s0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q0,
+                                                 _mm256_set1_epi32(ld_i32(y)));
+                __m256i s1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q1,
+                                                 _mm256_set1_epi32(ld_i32(y + 4)));
+                s0 = _mm256_dpbusd_epi32(s0, q2, _mm256_set1_epi32(ld_i32(y + 8)));
+                s1 = _mm256_dpbusd_epi32(s1, q3, _mm256_set1_epi32(ld_i32(y + 12)));
+                isum[k] = _mm256_add_epi32(isum[k],
+                                           _mm256_mullo_epi32(_mm256_add_epi32(s0, s1), scv));
+            }
+        }
+        const __m256 d = _mm256_load_ps(kb->d), e = _mm256_load_ps(kb->e);
+#pragma GCC unroll 4
+        for (int k = 0; k < PANEL_TOK; k++) {
+            if (k >= nk)
+                break;
+            const uint8_t *xb = x + (size_t)k * xs + b * GS_Q8_K_BYTES;
+            __m256i osum = _mm256_setzero_si256();
+            for (int p = 0; p < 8; p++)
+                osum = _mm256_add_epi32(
+                    osum, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)kb->c[p]),
+                                            _mm256_set1_epi32(ld_i32(xb + GS_Q8_K_BSUMS + 4 * p))));
+            __m256 t;
+            if (exact_offset)
+                t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[k], osum)), d);
+            else
+                t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(isum[k]), d,
+                                    _mm256_mul_ps(_mm256_cvtepi32_ps(osum), e));
+            acc[k] = _mm256_fmadd_ps(t, _mm256_set1_ps(ld_f32(xb + GS_Q8_K_D)), acc[k]);
+        }
+    }
+    for (int k = 0; k < nk; k++)
+        _mm256_storeu_ps(out + (size_t)k * os, acc[k]);
+}
+
+/* Token blocks; in each, every panel of eight rows is packed once and read by
+ * all the block's token tiles; rows left over go to the row kernels. */
+#define GEMM_KPANEL(name, wbytes, exact_offset)                                                          \
+    static void gemm_panel_##name(int64_t n, const void *vw, size_t ws, int nr, const void *vx,    \
+                                  size_t xs, int nt, float *out, size_t os)                        \
+    {                                                                                              \
+        const int64_t nb = n / GS_QK_K;                                                            \
+        if (nt < PANEL_MIN_TOKENS || nr < PANEL || nb > KPANEL_MAX_BLOCKS) {                       \
+            gemm_##name(n, vw, ws, nr, vx, xs, nt, out, os);                                       \
+            return;                                                                                \
+        }                                                                                          \
+        struct kpanel_block pb[KPANEL_MAX_BLOCKS];                                                 \
+        const uint8_t *w = vw, *x = vx;                                                            \
+        const int rp = nr / PANEL * PANEL;                                                         \
+        for (int t0 = 0; t0 < nt; t0 += TOK_BLOCK) {                                               \
+            const int t1 = GS_MIN(nt, t0 + TOK_BLOCK);                                             \
+            for (int r = 0; r < rp; r += PANEL) {                                                  \
+                for (int64_t b = 0; b < nb; b++)                                                   \
+                    kpanel_pack(kpack_##name, w + (size_t)r * ws, ws, b * (wbytes),                 \
+                                pb + b);                                                           \
+                for (int t = t0; t < t1; t += PANEL_TOK)                                           \
+                    kpanel_tile(nb, pb, x + (size_t)t * xs, xs, GS_MIN(PANEL_TOK, t1 - t),         \
+                                out + (size_t)t * os + r, os, exact_offset);                       \
+            }                                                                                      \
+        }                                                                                          \
+        if (rp < nr)                                                                               \
+            gemm_##name(n, w + (size_t)rp * ws, ws, nr - rp, vx, xs, nt, out + rp, os);            \
+    }
+
+GEMM_KPANEL(q4_K, GS_Q4_K_BYTES, false)
+GEMM_KPANEL(q6_K, GS_Q6_K_BYTES, true)
+#undef GEMM_KPANEL
+#endif /* GS_CPU_VNNI */
+
+#ifdef GS_CPU_VNNI
 #define KERNELS_FILL gs_cpu__kernels_vnni_fill
 #else
 #define KERNELS_FILL gs_cpu__kernels_avx2_fill
@@ -937,7 +1126,10 @@ void KERNELS_FILL(struct gs_cpu_kernels *t)
     ROW(GS_TYPE_Q5_0, q5_0);
     ROW(GS_TYPE_Q5_1, q5_1);
     ROW(GS_TYPE_Q8_0, q8_0);
-#ifndef GS_CPU_VNNI
+#ifdef GS_CPU_VNNI
+    t[GS_TYPE_Q4_K] = (struct gs_cpu_kernels){.dot = dot_q4_K, .gemm = gemm_panel_q4_K};
+    t[GS_TYPE_Q6_K] = (struct gs_cpu_kernels){.dot = dot_q6_K, .gemm = gemm_panel_q6_K};
+#else
     ROW(GS_TYPE_F32, f32);
     ROW(GS_TYPE_F16, f16);
     ROW(GS_TYPE_BF16, bf16);
