@@ -140,11 +140,6 @@ static void k_rms_norm(struct run *r, int chunk, int n_chunks, int thread)
     }
 }
 
-static float silu(float x)
-{
-    return x / (1.0f + expf(-x));
-}
-
 static float gelu(float x)
 {
     const float c = 0.7978845608028654f; /* sqrt(2 / pi), tanh approximation */
@@ -169,12 +164,8 @@ static void elementwise_span(const struct run *r, int64_t i, int64_t j0, int64_t
             o[j] = a[j] + b[j];
         break;
     case GS_OP_SWIGLU:
-        for (int64_t j = j0; j < j1; j++)
-            o[j] = silu(a[j]) * b[j];
-        break;
     case GS_OP_SILU:
-        for (int64_t j = j0; j < j1; j++)
-            o[j] = silu(a[j]);
+        gs_cpu_swiglu(o + j0, a + j0, b ? b + j0 : NULL, j1 - j0);
         break;
     default: /* GS_OP_GELU */
         for (int64_t j = j0; j < j1; j++)
@@ -352,20 +343,15 @@ static void attn_head(const struct run *r, int64_t t, int h, float *acc, float *
         else
             gs_cpu_dots_f32(q, (const float *)kr, kv->kv_dim, n_slots, hd, sc + j0);
     }
-    float mx = -INFINITY;
-    for (int32_t j = 0; j <= last; j++) {
-        float v = sc[j] * p->scale;
-        if (p->softcap > 0)
-            v = p->softcap * tanhf(v / p->softcap);
-        sc[j] = v;
-        mx = fmaxf(mx, v);
+    float mx = gs_cpu_scale_max(sc, p->scale, last + 1);
+    if (p->softcap > 0) {
+        mx = -INFINITY;
+        for (int32_t j = 0; j <= last; j++) {
+            sc[j] = p->softcap * tanhf(sc[j] / p->softcap);
+            mx = sc[j] > mx ? sc[j] : mx;
+        }
     }
-    double sum = 0;
-    for (int32_t j = 0; j <= last; j++) {
-        sc[j] = expf(sc[j] - mx);
-        sum += sc[j];
-    }
-    const float inv = (float)(1.0 / sum);
+    const float inv = 1.0f / gs_cpu_exp_sum(sc, mx, last + 1);
     for (int32_t j = 0; j <= last; j++)
         sc[j] *= inv;
     if (f16)

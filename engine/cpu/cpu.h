@@ -104,6 +104,9 @@ void gs_cpu__avx2_axpys_f16(float *acc, const float *w, const uint16_t *v, size_
 void gs_cpu__avx2_axpys_f32(float *acc, const float *w, const float *v, size_t stride,
                             int n_rows, int64_t n);
 void gs_cpu__avx2_round_f16(float *x, int64_t n);
+void gs_cpu__avx2_swiglu(float *o, const float *g, const float *u, int64_t n);
+float gs_cpu__avx2_scale_max(float *x, float scale, int64_t n);
+float gs_cpu__avx2_exp_sum(float *x, float m, int64_t n);
 
 /* The generic tiled product: dot over tokens in blocks, weight row by row. */
 void gs_cpu__gemm_generic(gs_cpu_dot_fn dot, int64_t n, const void *w, size_t w_stride,
@@ -135,6 +138,18 @@ void gs_cpu_axpys_f32(float *acc, const float *w, const float *v, size_t stride,
                       int64_t n);
 /* x[i] = f32(f16(x[i])): rounding through half precision. */
 void gs_cpu_round_f16(float *x, int64_t n);
+
+/*
+ * Exponentials. The SIMD versions compute e^x with a degree-7 polynomial
+ * after range reduction (within 2 ulp of expf; e^x for x below -87.3 is 0),
+ * as llama.cpp's vector exp is not expf either: ref keeps libm's.
+ */
+/* o[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i]; u NULL: silu alone. */
+void gs_cpu_swiglu(float *o, const float *g, const float *u, int64_t n);
+/* x[i] *= scale; returns max x[i] (-inf for n 0). */
+float gs_cpu_scale_max(float *x, float scale, int64_t n);
+/* x[i] = e^(x[i] - m); returns the sum of the new x[i]. */
+float gs_cpu_exp_sum(float *x, float m, int64_t n);
 
 /* ---- worker pool ------------------------------------------------------------- */
 

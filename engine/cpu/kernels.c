@@ -4,6 +4,7 @@
  */
 #include "engine/cpu/cpu.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -223,4 +224,44 @@ void gs_cpu_round_f16(float *x, int64_t n)
 #endif
     for (int64_t i = 0; i < n; i++)
         x[i] = gs_fp16_to_f32(gs_f32_to_fp16(x[i]));
+}
+
+void gs_cpu_swiglu(float *o, const float *g, const float *u, int64_t n)
+{
+#if GS_CPU_X86
+    if (avx2()) {
+        gs_cpu__avx2_swiglu(o, g, u, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+        o[i] = g[i] / (1.0f + expf(-g[i])) * (u ? u[i] : 1.0f);
+}
+
+float gs_cpu_scale_max(float *x, float scale, int64_t n)
+{
+#if GS_CPU_X86
+    if (avx2())
+        return gs_cpu__avx2_scale_max(x, scale, n);
+#endif
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] *= scale;
+        m = x[i] > m ? x[i] : m;
+    }
+    return m;
+}
+
+float gs_cpu_exp_sum(float *x, float m, int64_t n)
+{
+#if GS_CPU_X86
+    if (avx2())
+        return gs_cpu__avx2_exp_sum(x, m, n);
+#endif
+    float sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        sum += x[i];
+    }
+    return sum;
 }

@@ -9,6 +9,7 @@
 #include "engine/cpu/cpu.h"
 
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -336,4 +337,54 @@ Test(cpu_kernels, activation_quantizers_are_byte_identical_to_reference)
             }
         }
     }
+}
+
+/* Relative distance of got from libm's want, in units of float epsilon. */
+static double ulps(float got, double want)
+{
+    return fabs(got - want) / (fabs(want) * FLT_EPSILON + FLT_MIN);
+}
+
+/* The vector exponentials against libm over the whole range that matters:
+ * softmax feeds x - max <= 0 down to the underflow, SiLU both signs. */
+Test(cpu_kernels, exponentials_match_libm)
+{
+    enum { N = 4099 };
+    float *x = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N);
+    float *o = malloc(sizeof(float) * N), *e = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) {
+        x[i] = -100.0f + 190.0f * (float)i / (N - 1); /* -100 .. 90 */
+        u[i] = frand();
+    }
+    x[7] = 0.0f, x[8] = -0.0f, x[9] = 1e-30f;
+    gs_cpu_swiglu(o, x, u, N);
+    for (int i = 0; i < N; i++) {
+        double want = (double)x[i] / (1.0 + exp(-(double)x[i])) * u[i];
+        cr_assert(ulps(o[i], want) < 2 || fabs(want) < 1e-35, "swiglu(%g, %g) = %g, want %g",
+                  x[i], u[i], o[i], want);
+    }
+    gs_cpu_swiglu(o, x, NULL, N);
+    for (int i = 0; i < N; i++) {
+        double want = (double)x[i] / (1.0 + exp(-(double)x[i]));
+        cr_assert(ulps(o[i], want) < 2 || fabs(want) < 1e-35, "silu(%g) = %g, want %g", x[i],
+                  o[i], want);
+    }
+    /* Softmax: scale, max, e^(x - max) and the sum. */
+    memcpy(e, x, sizeof(float) * N);
+    float m = gs_cpu_scale_max(e, 0.5f, N);
+    cr_assert_eq(m, 45.0f);
+    memcpy(o, e, sizeof(float) * N);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(o[i], x[i] * 0.5f);
+    float sum = gs_cpu_exp_sum(e, m, N);
+    double want_sum = 0;
+    for (int i = 0; i < N; i++) {
+        double want = exp((double)(o[i] - m)); /* the argument the kernel rounds to */
+        want_sum += e[i];
+        cr_assert(ulps(e[i], want) < 2 || want < 1.2e-38, "exp(%g) = %g, want %g",
+                  (double)(o[i] - m), e[i], want);
+        cr_assert(e[i] >= 0);
+    }
+    cr_assert(fabs(sum - want_sum) <= 1e-5 * want_sum, "sum %g, want %g", sum, want_sum);
+    free(x), free(u), free(o), free(e);
 }
