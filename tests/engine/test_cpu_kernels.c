@@ -388,3 +388,29 @@ Test(cpu_kernels, exponentials_match_libm)
     cr_assert(fabs(sum - want_sum) <= 1e-5 * want_sum, "sum %g, want %g", sum, want_sum);
     free(x), free(u), free(o), free(e);
 }
+
+/* Attention's key products: groups of eight keys and the rows left over, on
+ * head sizes that are and are not multiples of eight. */
+Test(cpu_kernels, attention_dots_match_double)
+{
+    enum { ROWS = 19, STRIDE = 200 };
+    static const int64_t dims[] = {64, 128, 60, 7};
+    uint16_t *k = malloc(sizeof(uint16_t) * ROWS * STRIDE);
+    float q[128], out[ROWS];
+    for (int i = 0; i < ROWS * STRIDE; i++)
+        k[i] = gs_f32_to_fp16(frand());
+    for (int i = 0; i < 128; i++)
+        q[i] = frand();
+    for (size_t d = 0; d < GS_ARRAY_LEN(dims); d++) {
+        const int64_t n = dims[d];
+        gs_cpu_dots_f16(q, k, STRIDE, ROWS, n, out);
+        for (int s = 0; s < ROWS; s++) {
+            double want = 0;
+            for (int64_t i = 0; i < n; i++)
+                want += (double)q[i] * gs_fp16_to_f32(k[s * STRIDE + i]);
+            cr_assert(fabs(out[s] - want) <= 1e-5 * (1 + fabs(want)), "n %lld key %d: %g, want %g",
+                      (long long)n, s, out[s], want);
+        }
+    }
+    free(k);
+}
