@@ -480,6 +480,18 @@ GEMM4_Q80(q5_0, GS_Q5_0_BYTES, q5_0_block_u, 16)
 GEMM4_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
 #undef GEMM4_Q80
 
+/* Eight vectors of int32 partial sums -> the vector of their eight totals:
+ * one transposing reduction for eight blocks instead of a float multiply
+ * per block. */
+static inline __m256i hsum8_epi32(const __m256i a[8])
+{
+    const __m256i t0 = _mm256_hadd_epi32(a[0], a[1]), t1 = _mm256_hadd_epi32(a[2], a[3]);
+    const __m256i t2 = _mm256_hadd_epi32(a[4], a[5]), t3 = _mm256_hadd_epi32(a[6], a[7]);
+    const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                            _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
 /*
  * Products for steps of fewer than TOK_TILE tokens (decoding): one weight row
  * at a time, which streams from memory best, with the activation scales
@@ -497,8 +509,28 @@ GEMM4_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
                 const uint8_t *xt = x + (size_t)t * xs;                                           \
                 const float *dx = dxs + (size_t)t * nb, *cx = cxs + (size_t)t * nb;               \
                 __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                        \
+                __m256 c8 = _mm256_setzero_ps();                                                  \
                 float corr = 0;                                                                   \
                 int64_t b = 0;                                                                    \
+                for (; b + 8 <= nb; b += 8) {                                                     \
+                    const uint8_t *w0 = wr + b * (wbytes);                                        \
+                    const uint8_t *y0 = xt + b * GS_Q8_0_BYTES + GS_Q8_0_QS;                      \
+                    __m256i sj[8];                                                                \
+                    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                         \
+                        const __m256i q = unpack_u(w0 + j * (wbytes));                            \
+                        const __m256i y =                                                         \
+                            _mm256_loadu_si256((const __m256i *)(y0 + j * GS_Q8_0_BYTES));        \
+                        sj[j] = (offset) ? dot_u8(q, y) : dot_i8(q, y);                           \
+                    }                                                                             \
+                    const __m256 dw = _mm256_set_m128(scales4(w0 + 4 * (wbytes), (wbytes), 0),    \
+                                                      scales4(w0, (wbytes), 0));                  \
+                    a0 = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_loadu_ps(dx + b)),              \
+                                         _mm256_cvtepi32_ps(hsum8_epi32(sj)), a0);                \
+                    if (offset)                                                                   \
+                        c8 = _mm256_fmadd_ps(dw, _mm256_loadu_ps(cx + b), c8);                    \
+                }                                                                                 \
+                if (offset)                                                                       \
+                    corr = hsum_ps(c8);                                                           \
                 for (; b + 2 <= nb; b += 2) {                                                     \
                     const uint8_t *w0 = wr + b * (wbytes), *w1 = w0 + (wbytes);                   \
                     const __m256i y0 = _mm256_loadu_si256(                                        \
