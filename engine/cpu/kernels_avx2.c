@@ -220,6 +220,18 @@ static inline void k4_scales(const uint8_t *sc, uint8_t s[8], uint8_t m[8])
     memcpy(m + 4, &m1, 4);
 }
 
+/* Eight vectors of int32 partial sums -> the vector of their eight totals:
+ * one transposing reduction for eight blocks instead of a float multiply
+ * per block. */
+static inline __m256i hsum8_epi32(const __m256i a[8])
+{
+    const __m256i t0 = _mm256_hadd_epi32(a[0], a[1]), t1 = _mm256_hadd_epi32(a[2], a[3]);
+    const __m256i t2 = _mm256_hadd_epi32(a[4], a[5]), t3 = _mm256_hadd_epi32(a[6], a[7]);
+    const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                            _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
 /* q4_K (off_qh 0) and q5_K. */
 static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int block_bytes,
                             int off_qs, int off_qh)
@@ -241,6 +253,14 @@ static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int b
         const __m256i hb = off_qh ? _mm256_loadu_si256((const __m256i *)(w + off_qh))
                                   : _mm256_setzero_si256();
         __m256i sumi = _mm256_setzero_si256();
+        /* The eight scales as int16 in both halves; each is spread over a
+         * vector with one byte shuffle (broadcasting them one by one from
+         * general registers cost a fifth of the loop). */
+        uint64_t s64;
+        memcpy(&s64, s, 8);
+        const __m256i s16 =
+            _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)s64)));
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(w + off_qs + 32 * j));
             __m256i lo = _mm256_and_si256(q, m4);
@@ -257,10 +277,10 @@ static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int b
             const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 64 * j));
             const __m256i yhi =
                 _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 64 * j + 32));
-            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo),
-                                                  _mm256_set1_epi16((short)s[2 * j]));
-            const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi),
-                                                  _mm256_set1_epi16((short)s[2 * j + 1]));
+            const __m256i slo = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * j)));
+            const __m256i shi = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
+            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), slo);
+            const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), shi);
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
         }
         const __m256 d = _mm256_set1_ps(dx * ld_f16(w + GS_Q4_K_D));
@@ -285,12 +305,12 @@ static float dot_q6_K(int64_t n, const void *vw, const void *vx)
     __m256 acc = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q6_K_BYTES, x += GS_Q8_K_BYTES) {
-        const int8_t *sc = (const int8_t *)(w + GS_Q6_K_SCALES);
-        /* q - 32: the offset goes through the block sums. */
-        int off = 0;
-        for (int g = 0; g < 16; g++)
-            off += sc[g] * bsum(x, g);
-        __m256i sumi = _mm256_setzero_si256();
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)(w + GS_Q6_K_SCALES));
+        /* q - 32: the offset goes through the block sums, as a vector:
+         * 32 * sum_g sc[g] * bsum[g], subtracted exactly in integers. */
+        const __m256i off = _mm256_madd_epi16(
+            _mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS)));
+        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = w + GS_Q6_K_QL + 64 * h, *qh = w + GS_Q6_K_QH + 32 * h;
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
@@ -305,16 +325,21 @@ static float dot_q6_K(int64_t n, const void *vw, const void *vx)
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m2), 4));
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m2), 4));
+            /* Scales 8h..8h+7 as int16 in both halves; group g = 8h + 2k goes
+             * to the low half of its run's vector and g + 1 to the high
+             * half, each with one byte shuffle. */
+            const __m256i s16 = _mm256_broadcastsi128_si256(
+                _mm_cvtepi8_epi16(h ? _mm_srli_si128(sc8, 8) : sc8));
+#pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
-                const int g = 8 * h + 2 * k;
                 const __m256i y =
                     _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 128 * h + 32 * k));
-                const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+                const __m256i scv = _mm256_shuffle_epi8(
+                    s16, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k + 1))),
+                                          _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k)))));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], y), scv));
             }
         }
-        /* The offset cancels much of the sum: subtract it exactly, in integers. */
-        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * off, 0, 0, 0, 0, 0, 0, 0));
         const float d = ld_f32(x + GS_Q8_K_D) * ld_f16(w + GS_Q6_K_D);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -479,18 +504,6 @@ GEMM4_Q80(q4_0, GS_Q4_0_BYTES, q4_0_block_u, 8)
 GEMM4_Q80(q5_0, GS_Q5_0_BYTES, q5_0_block_u, 16)
 GEMM4_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
 #undef GEMM4_Q80
-
-/* Eight vectors of int32 partial sums -> the vector of their eight totals:
- * one transposing reduction for eight blocks instead of a float multiply
- * per block. */
-static inline __m256i hsum8_epi32(const __m256i a[8])
-{
-    const __m256i t0 = _mm256_hadd_epi32(a[0], a[1]), t1 = _mm256_hadd_epi32(a[2], a[3]);
-    const __m256i t2 = _mm256_hadd_epi32(a[4], a[5]), t3 = _mm256_hadd_epi32(a[6], a[7]);
-    const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
-                            _mm256_permute2x128_si256(u0, u1, 0x31));
-}
 
 /*
  * Products for steps of fewer than TOK_TILE tokens (decoding): one weight row
