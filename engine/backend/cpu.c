@@ -590,8 +590,12 @@ static enum gs_status reserve_scores(struct cpu_plan *cp, const struct gs_step_i
         need = GS_MAX(need, (int64_t)io->pos[t] + 1);
     if (need <= cp->scores_cap)
         return GS_OK;
-    int64_t cap = GS_MAX(need, 2 * cp->scores_cap);
-    cap = GS_MAX(cap, 256);
+    /* No sequence outgrows the KV pool it lives in: sized for the pool the
+     * first time, the rows are never reallocated while serving from it
+     * (4 bytes per pool token per thread, against kilobytes of KV). */
+    int64_t cap = GS_MAX(need, 256);
+    if (io->kv)
+        cap = GS_MAX(cap, (int64_t)io->kv->n_pages * io->kv->page_tokens);
     float *s = gs_alloc_array((size_t)cap * cp->n_threads, sizeof(float));
     if (!s)
         return gs_err_set(err, GS_NOMEM, "cpu: out of memory for %lld attention scores",

@@ -367,3 +367,28 @@ Test(cpu_models, tiny_k_quants_pass_goldens)
     check_quant_model("tiny-k-Q3_K_M");
     check_quant_model("tiny-k-Q2_K");
 }
+
+/* Steady state allocates nothing: once the one-token plan exists, decoding
+ * far past the first context lengths runs with every allocation failing
+ * (the attention score rows are sized for the KV pool up front). */
+Test(cpu_models, decoding_allocates_nothing_once_planned)
+{
+    enum { CTX = 600 };
+    struct llama_rig r;
+    struct gs_err err = {0};
+    llama_rig_open(&r, "models/stories260K.gguf", GS_TYPE_F16, true, CTX);
+    rig_use(&r, "cpu");
+    const int32_t prompt[] = {1, 403, 407};
+    const float *logits = llama_rig_step(&r, prompt, 3, false);
+    cr_assert_eq(gs_kv_seq_reserve(r.pool, &r.seq, CTX, &err), GS_OK, "%s", err.msg);
+    int32_t tok = llama_argmax(logits, r.model->hp.n_vocab);
+    logits = llama_rig_step(&r, &tok, 1, false);
+    gs_alloc_fail_after(0);
+    for (uint32_t i = r.n_past; i < CTX - 1; i++) {
+        tok = llama_argmax(logits, r.model->hp.n_vocab);
+        logits = llama_rig_step(&r, &tok, 1, false);
+    }
+    gs_alloc_fail_after(-1);
+    cr_assert_eq(r.n_past, CTX - 1);
+    llama_rig_close(&r);
+}
