@@ -705,7 +705,9 @@ struct panel_block {
 };
 
 /* n_tok (<= PANEL_TOK) tokens at x against a packed panel of nb blocks (row
- * scales in dw): the eight products of token k go to out + k * os. */
+ * scales in dw): the eight products of token k go to out + k * os. ox holds
+ * -offset * the activation block's quant sum (negated once, so that the
+ * accumulator starts from a broadcast load, not from a general register). */
 static inline void panel_tile(int64_t nb, const struct panel_block *pb, const __m256 *dw,
                               const uint8_t *x, size_t xs, int nk, const float *dx,
                               const int32_t *ox, float *out, size_t os)
@@ -721,7 +723,7 @@ static inline void panel_tile(int64_t nb, const struct panel_block *pb, const __
             if (k >= nk)
                 break;
             const uint8_t *y = xb + (size_t)k * xs;
-            __m256i s0 = _mm256_set1_epi32(-ox[(size_t)k * nb + b]);
+            __m256i s0 = _mm256_set1_epi32(ox[(size_t)k * nb + b]);
             __m256i s1 = _mm256_setzero_si256();
             s0 = _mm256_dpbusd_epi32(s0, q[0], _mm256_set1_epi32(ld_i32(y)));
             s1 = _mm256_dpbusd_epi32(s1, q[1], _mm256_set1_epi32(ld_i32(y + 4)));
@@ -742,7 +744,7 @@ static inline void panel_tile(int64_t nb, const struct panel_block *pb, const __
 
 /*
  * Eight rows at wr (ws bytes apart) by nt tokens at x (xs apart); dx[k * nb
- * + b] is token k's block scale, ox[k * nb + b] offset * its quant sum;
+ * + b] is token k's block scale, ox[k * nb + b] -offset * its quant sum;
  * out[k * os + i] = row i . token k. The panel is unpacked and transposed
  * once into pb/dw (the caller's scratch, nb blocks), then read by every tile.
  */
@@ -792,7 +794,7 @@ PANEL_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block_u)
                 const uint8_t *xt = x + (size_t)t * xs;                                            \
                 for (int64_t b = 0; b < nb; b++) {                                                 \
                     dxs[(t - t0) * nb + b] = ld_f16(xt + b * GS_Q8_0_BYTES + GS_Q8_0_D);          \
-                    oxs[(t - t0) * nb + b] = (offset) * block_sum(xt + b * GS_Q8_0_BYTES);         \
+                    oxs[(t - t0) * nb + b] = -(offset) * block_sum(xt + b * GS_Q8_0_BYTES);        \
                 }                                                                                  \
             }                                                                                      \
             int r = 0;                                                                             \
