@@ -32,11 +32,6 @@
  * the barrier a separate quantize task needs. */
 #define LOCAL_QUANT_TOKENS 4
 
-struct cpu_ctx {
-    struct gs_cpu_pool *pool;
-    uint64_t n_steps; /* steps run, to date per-thread quantized rows */
-};
-
 /* What one thread's private quantized rows hold; one cache line each. */
 struct local_quant {
     uint64_t step;
@@ -45,17 +40,37 @@ struct local_quant {
     char pad[48];
 };
 
-struct cpu_plan {
-    float *scratch;      /* [scratch_bytes / 4] activations */
-    uint8_t *xq;         /* [bucket][xq_stride] activations quantized for a matmul */
-    uint64_t xq_stride;  /* bytes per token row in xq */
-    uint8_t *xq_local;   /* [n_threads][LOCAL_QUANT_TOKENS][xq_stride] */
-    struct local_quant *local; /* [n_threads] */
-    float *thread_buf;   /* [n_threads][thread_floats] per-thread temporaries */
-    int64_t thread_floats;
-    float *scores;       /* [n_threads][scores_cap] attention scores of one head */
-    int64_t scores_cap;  /* positions; grows when a step reaches further */
+/*
+ * Work memory. A backend instance runs one step at a time (engine/backend.h),
+ * so all its plans share one set of buffers, each grown when a plan that
+ * needs more is compiled: the process holds the largest bucket's scratch,
+ * not the sum over every bucket it has seen.
+ */
+struct cpu_ctx {
+    struct gs_cpu_pool *pool;
     int n_threads;
+    uint64_t n_steps;          /* steps run, to date per-thread quantized rows */
+    void *scratch;             /* activations: a plan's offsets index it */
+    size_t scratch_bytes;
+    uint8_t *xq;               /* [tokens][xq_stride] activations quantized for a matmul */
+    size_t xq_bytes;
+    uint8_t *xq_local;         /* [n_threads][LOCAL_QUANT_TOKENS][xq_stride] */
+    size_t xq_local_bytes;
+    struct local_quant *local; /* [n_threads] */
+    float *thread_buf;         /* [n_threads][thread_floats] per-thread temporaries */
+    size_t thread_buf_bytes;
+    float *scores;             /* [n_threads][scores_cap] attention scores of one head */
+    int64_t scores_cap;        /* positions */
+};
+
+/* The sizes a plan's graph needs from the work memory. */
+struct cpu_plan {
+    uint64_t xq_stride;  /* bytes per token row in xq */
+    int64_t thread_floats;
+    /* The matmul whose only reader is the LOGITS node, or GS_NODE_NONE: it
+     * writes straight into the caller's logits (same [output][vocab]
+     * layout), so vocab x outputs floats of scratch are never touched. */
+    uint32_t logits_matmul;
 };
 
 /* One step in flight. The fields below io are per op. */
@@ -63,7 +78,8 @@ struct run {
     const struct gs_plan *plan;
     const struct gs_graph *g;
     const struct gs_step_io *io;
-    struct cpu_plan *cp;
+    const struct cpu_plan *cp;
+    struct cpu_ctx *ctx;       /* the work memory */
     uint32_t xq_node;          /* node whose rows are in xq, GS_NODE_NONE when none */
     enum gs_type xq_type;
     uint64_t step;             /* this step's number (cpu_ctx.n_steps) */
@@ -80,7 +96,7 @@ static const kernel_fn kernels[GS_OP_COUNT];
 
 static float *value(const struct run *r, uint32_t id)
 {
-    return (float *)((char *)r->cp->scratch + r->plan->offset[id]);
+    return (float *)((char *)r->ctx->scratch + r->plan->offset[id]);
 }
 
 static bool is_weight(const struct run *r, uint32_t id)
@@ -99,7 +115,7 @@ static const float *row_of(const struct run *r, uint32_t id, int64_t row)
 
 static float *thread_buf(const struct run *r, int ith)
 {
-    return r->cp->thread_buf + (int64_t)ith * r->cp->thread_floats;
+    return r->ctx->thread_buf + (int64_t)ith * r->cp->thread_floats;
 }
 
 /* ---- ops ---------------------------------------------------------------------------- */
@@ -200,7 +216,7 @@ static void k_quantize_input(struct run *r, int chunk, int n_chunks, int thread)
     int64_t t0, t1;
     gs_cpu_split(gs_step_rows(n, r->io), 1, chunk, n_chunks, &t0, &t1);
     for (int64_t t = t0; t < t1; t++)
-        quantize(x + t * K, r->cp->xq + t * r->cp->xq_stride, K);
+        quantize(x + t * K, r->ctx->xq + t * r->cp->xq_stride, K);
 }
 
 /* x [K x T] @ W [K x N] -> out [N x T] (+ residual): each thread takes a
@@ -213,15 +229,15 @@ static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
     uint64_t w_stride = 0;
     gs_type_row_bytes(w->type, K, &w_stride);
     const bool plain = w->type == GS_TYPE_F32;
-    const void *x = plain ? (const void *)value(r, n->src[0]) : r->cp->xq;
+    const void *x = plain ? (const void *)value(r, n->src[0]) : r->ctx->xq;
     const size_t x_stride = plain ? (size_t)K * sizeof(float) : r->cp->xq_stride;
     int64_t r0, r1;
     gs_cpu_split(N, 8, chunk, n_chunks, &r0, &r1);
     if (r0 >= r1)
         return;
     if (!plain && T <= LOCAL_QUANT_TOKENS) {
-        struct local_quant *lq = &r->cp->local[thread];
-        uint8_t *buf = r->cp->xq_local + (size_t)thread * LOCAL_QUANT_TOKENS * x_stride;
+        struct local_quant *lq = &r->ctx->local[thread];
+        uint8_t *buf = r->ctx->xq_local + (size_t)thread * LOCAL_QUANT_TOKENS * x_stride;
         const enum gs_type vt = gs_type_traits(w->type)->vec_dot_type;
         if (lq->step != r->step || lq->node != n->src[0] || lq->type != vt) {
             const gs_from_f32_fn quantize = gs_cpu_quantizer(vt);
@@ -373,7 +389,7 @@ static void k_attn(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_attn_params *p = &r->n->p.attn;
     float *acc = thread_buf(r, thread), *q = acc + p->head_dim;
-    float *sc = r->cp->scores + (int64_t)thread * r->cp->scores_cap;
+    float *sc = r->ctx->scores + (int64_t)thread * r->ctx->scores_cap;
     int64_t u0, u1;
     gs_cpu_split((int64_t)r->io->n_tokens * p->n_head, 1, chunk, n_chunks, &u0, &u1);
     for (int64_t u = u0; u < u1; u++)
@@ -423,6 +439,8 @@ static void k_outputs(struct run *r, int chunk, int n_chunks, int thread)
 static void k_logits(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_node *n = r->n;
+    if (n->src[0] == r->cp->logits_matmul)
+        return; /* written in place by the matmul */
     int64_t o0, o1;
     gs_cpu_split(r->io->n_outputs, 1, chunk, n_chunks, &o0, &o1);
     if (o1 > o0)
@@ -462,6 +480,13 @@ static enum gs_status cpu_open(struct gs_be *be, const struct gs_be_cfg *cfg, st
         gs_free(c);
         return gs_err_prefix(err, "cpu");
     }
+    c->n_threads = gs_cpu_pool_threads(c->pool);
+    c->local = gs_calloc((size_t)c->n_threads, sizeof(*c->local));
+    if (!c->local) {
+        gs_cpu_pool_free(c->pool);
+        gs_free(c);
+        return gs_err_set(err, GS_NOMEM, "cpu: out of memory");
+    }
     be->ctx = c;
     return GS_OK;
 }
@@ -472,6 +497,12 @@ static void cpu_close(struct gs_be *be)
     if (!c)
         return;
     gs_cpu_pool_free(c->pool);
+    gs_free(c->scratch);
+    gs_free(c->xq);
+    gs_free(c->xq_local);
+    gs_free(c->local);
+    gs_free(c->thread_buf);
+    gs_free(c->scores);
     gs_free(c);
     be->ctx = NULL;
 }
@@ -489,16 +520,7 @@ static bool cpu_supports(const struct gs_be *be, const struct gs_node *n)
 
 static void cpu_plan_free(struct gs_be *be, struct gs_plan *p)
 {
-    struct cpu_plan *cp = p->be_data;
-    if (cp) {
-        gs_free(cp->scratch);
-        gs_free(cp->xq);
-        gs_free(cp->xq_local);
-        gs_free(cp->local);
-        gs_free(cp->thread_buf);
-        gs_free(cp->scores);
-        gs_free(cp);
-    }
+    gs_free(p->be_data);
     gs_plan_free(p);
 }
 
@@ -539,6 +561,37 @@ static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
     return GS_OK;
 }
 
+/* The matmul feeding the graph's LOGITS node when nothing else reads it. */
+static uint32_t logits_matmul(const struct gs_graph *g)
+{
+    uint32_t m = GS_NODE_NONE;
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const struct gs_node *n = &g->nodes[i];
+        if (n->op == GS_OP_LOGITS && g->nodes[n->src[0]].op == GS_OP_MATMUL)
+            m = n->src[0];
+    }
+    for (uint32_t i = 0; m != GS_NODE_NONE && i < g->n_nodes; i++) {
+        const struct gs_node *n = &g->nodes[i];
+        for (uint32_t k = 0; k < n->n_src; k++)
+            if (n->src[k] == m && n->op != GS_OP_LOGITS)
+                return GS_NODE_NONE;
+    }
+    return m;
+}
+
+/* Makes *buf hold at least need bytes (contents are not kept: nothing in
+ * the work memory outlives a step). false: out of memory, *buf gone. */
+static bool grow(void **buf, size_t *cap, size_t need)
+{
+    need = need ? need : 1;
+    if (need <= *cap)
+        return true;
+    gs_free(*buf);
+    *buf = gs_malloc(need);
+    *cap = *buf ? need : 0;
+    return *buf != NULL;
+}
+
 static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
                                   const struct gs_shape *s, struct gs_plan **out,
                                   struct gs_err *err)
@@ -560,16 +613,15 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
     p->be_data = cp;
     if (!cp)
         goto out_nomem;
-    cp->n_threads = gs_cpu_pool_threads(c->pool);
+    const size_t nt = (size_t)c->n_threads, row = xq_stride ? xq_stride : 1;
     cp->xq_stride = xq_stride;
     cp->thread_floats = (2 * max_head + 15) / 16 * 16;
-    cp->scratch = gs_malloc(p->scratch_bytes ? p->scratch_bytes : 1);
-    cp->xq = gs_alloc_array(s->n_tokens, xq_stride ? xq_stride : 1);
-    cp->xq_local = gs_alloc_array((size_t)cp->n_threads * LOCAL_QUANT_TOKENS,
-                                  xq_stride ? xq_stride : 1);
-    cp->local = gs_calloc((size_t)cp->n_threads, sizeof(*cp->local));
-    cp->thread_buf = gs_alloc_array((size_t)cp->n_threads * cp->thread_floats, sizeof(float));
-    if (!cp->scratch || !cp->xq || !cp->thread_buf || !cp->xq_local || !cp->local)
+    cp->logits_matmul = logits_matmul(g);
+    if (!grow(&c->scratch, &c->scratch_bytes, p->scratch_bytes) ||
+        !grow((void **)&c->xq, &c->xq_bytes, s->n_tokens * row) ||
+        !grow((void **)&c->xq_local, &c->xq_local_bytes, nt * LOCAL_QUANT_TOKENS * row) ||
+        !grow((void **)&c->thread_buf, &c->thread_buf_bytes,
+              nt * (size_t)cp->thread_floats * sizeof(float)))
         goto out_nomem;
     *out = p;
     return GS_OK;
@@ -579,16 +631,16 @@ out_nomem:
                       (unsigned long long)p->scratch_bytes);
 }
 
-/* Attention keeps one score per position: the buffer grows (by doubling, so
- * rarely) when a step reaches past every earlier one; other steps allocate
- * nothing. */
-static enum gs_status reserve_scores(struct cpu_plan *cp, const struct gs_step_io *io,
+/* Attention keeps one score per position and thread; the rows are sized on
+ * the first step (see below) and after that only a new, larger KV pool
+ * grows them. */
+static enum gs_status reserve_scores(struct cpu_ctx *c, const struct gs_step_io *io,
                                      struct gs_err *err)
 {
     int64_t need = 1;
     for (uint32_t t = 0; t < io->n_tokens; t++)
         need = GS_MAX(need, (int64_t)io->pos[t] + 1);
-    if (need <= cp->scores_cap)
+    if (need <= c->scores_cap)
         return GS_OK;
     /* No sequence outgrows the KV pool it lives in: sized for the pool the
      * first time, the rows are never reallocated while serving from it
@@ -596,13 +648,13 @@ static enum gs_status reserve_scores(struct cpu_plan *cp, const struct gs_step_i
     int64_t cap = GS_MAX(need, 256);
     if (io->kv)
         cap = GS_MAX(cap, (int64_t)io->kv->n_pages * io->kv->page_tokens);
-    float *s = gs_alloc_array((size_t)cap * cp->n_threads, sizeof(float));
+    float *s = gs_alloc_array((size_t)cap * c->n_threads, sizeof(float));
     if (!s)
         return gs_err_set(err, GS_NOMEM, "cpu: out of memory for %lld attention scores",
                           (long long)cap);
-    gs_free(cp->scores);
-    cp->scores = s;
-    cp->scores_cap = cap;
+    gs_free(c->scores);
+    c->scores = s;
+    c->scores_cap = cap;
     return GS_OK;
 }
 
@@ -633,9 +685,9 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
     enum gs_status st = gs_step_io_check(io, g, &p->shape, err);
     if (st)
         return st;
-    struct run r = {.plan = p, .g = g, .io = io, .cp = p->be_data, .xq_node = GS_NODE_NONE,
-                    .step = ++c->n_steps};
-    st = reserve_scores(r.cp, io, err);
+    struct run r = {.plan = p, .g = g, .io = io, .cp = p->be_data, .ctx = c,
+                    .xq_node = GS_NODE_NONE, .step = ++c->n_steps};
+    st = reserve_scores(c, io, err);
     if (st)
         return st;
     for (uint32_t k = 0; k < p->n_order; k++) {
@@ -645,17 +697,19 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
             return gs_err_set(err, GS_UNSUPPORTED, "cpu: node %u has no kernel", id);
         r.n = n;
         r.out = p->offset[id] == GS_PLAN_NO_OFFSET ? NULL : value(&r, id);
+        if (id == r.cp->logits_matmul)
+            r.out = io->logits;
         if (n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD) {
             const enum gs_type wt = g->nodes[n->src[1]].type;
             const enum gs_type vt = gs_type_traits(wt)->vec_dot_type;
             const bool local = gs_step_rows(n, r.io) <= LOCAL_QUANT_TOKENS;
             if (wt != GS_TYPE_F32 && !local && (r.xq_node != n->src[0] || r.xq_type != vt)) {
                 r.xq_type = vt;
-                gs_cpu_pool_run(c->pool, task_quantize, &r, r.cp->n_threads);
+                gs_cpu_pool_run(c->pool, task_quantize, &r, c->n_threads);
                 r.xq_node = n->src[0];
             }
         }
-        gs_cpu_pool_run(c->pool, task, &r, chunks_for(n, r.cp->n_threads));
+        gs_cpu_pool_run(c->pool, task, &r, chunks_for(n, c->n_threads));
     }
     return GS_OK;
 }
