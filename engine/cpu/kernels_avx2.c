@@ -72,6 +72,18 @@ static inline __m256i dot_u8(__m256i uw, __m256i y)
 #endif
 }
 
+/* acc + the eight int32 sums of uw[i] * y[i] (unsigned uw, signed y). Without
+ * VNNI the int16 pair sums of maddubs must not saturate: |uw * y| summed in
+ * pairs stays below 2^15 for uw <= 127, so callers keep uw under 128. */
+static inline __m256i dpbusd_acc(__m256i acc, __m256i uw, __m256i y)
+{
+#ifdef GS_CPU_VNNI
+    return _mm256_dpbusd_epi32(acc, uw, y);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(uw, y), _mm256_set1_epi16(1)));
+#endif
+}
+
 /* Eight int32 partial sums of w[i] * y[i] for signed int8 w and y: the sign
  * of w moves onto y. */
 static inline __m256i dot_i8(__m256i w, __m256i y)
@@ -632,9 +644,8 @@ GEMM_Q80(q5_0, 16)
 GEMM_Q80(q8_0, 0)
 #undef GEMM_Q80
 
-#ifdef GS_CPU_VNNI
 /*
- * Panel products (VNNI): eight weight rows at a time, transposed in registers
+ * Panel products: eight weight rows at a time, transposed in registers
  * so that int32 lane i of every byte product belongs to row i. One vpdpbusd
  * then multiplies four quants of each of the eight rows with the same four
  * activation bytes (broadcast), and a block's eight row totals come out in
@@ -725,14 +736,14 @@ static inline void panel_tile(int64_t nb, const struct panel_block *pb, const __
             const uint8_t *y = xb + (size_t)k * xs;
             __m256i s0 = _mm256_set1_epi32(ox[(size_t)k * nb + b]);
             __m256i s1 = _mm256_setzero_si256();
-            s0 = _mm256_dpbusd_epi32(s0, q[0], _mm256_set1_epi32(ld_i32(y)));
-            s1 = _mm256_dpbusd_epi32(s1, q[1], _mm256_set1_epi32(ld_i32(y + 4)));
-            s0 = _mm256_dpbusd_epi32(s0, q[2], _mm256_set1_epi32(ld_i32(y + 8)));
-            s1 = _mm256_dpbusd_epi32(s1, q[3], _mm256_set1_epi32(ld_i32(y + 12)));
-            s0 = _mm256_dpbusd_epi32(s0, q[4], _mm256_set1_epi32(ld_i32(y + 16)));
-            s1 = _mm256_dpbusd_epi32(s1, q[5], _mm256_set1_epi32(ld_i32(y + 20)));
-            s0 = _mm256_dpbusd_epi32(s0, q[6], _mm256_set1_epi32(ld_i32(y + 24)));
-            s1 = _mm256_dpbusd_epi32(s1, q[7], _mm256_set1_epi32(ld_i32(y + 28)));
+            s0 = dpbusd_acc(s0, q[0], _mm256_set1_epi32(ld_i32(y)));
+            s1 = dpbusd_acc(s1, q[1], _mm256_set1_epi32(ld_i32(y + 4)));
+            s0 = dpbusd_acc(s0, q[2], _mm256_set1_epi32(ld_i32(y + 8)));
+            s1 = dpbusd_acc(s1, q[3], _mm256_set1_epi32(ld_i32(y + 12)));
+            s0 = dpbusd_acc(s0, q[4], _mm256_set1_epi32(ld_i32(y + 16)));
+            s1 = dpbusd_acc(s1, q[5], _mm256_set1_epi32(ld_i32(y + 20)));
+            s0 = dpbusd_acc(s0, q[6], _mm256_set1_epi32(ld_i32(y + 24)));
+            s1 = dpbusd_acc(s1, q[7], _mm256_set1_epi32(ld_i32(y + 28)));
             const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),
                                            _mm256_set1_ps(dx[(size_t)k * nb + b]));
             acc[k] = _mm256_fmadd_ps(dw[b], t, acc[k]);
@@ -769,7 +780,9 @@ static inline void panel_tile(int64_t nb, const struct panel_block *pb, const __
 
 PANEL_Q80(q4_0, GS_Q4_0_BYTES, q4_0_block_u)
 PANEL_Q80(q5_0, GS_Q5_0_BYTES, q5_0_block_u)
+#ifdef GS_CPU_VNNI
 PANEL_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block_u)
+#endif
 #undef PANEL_Q80
 
 /* The driver: token blocks; in each, the activation scales and offset sums,
@@ -809,27 +822,17 @@ PANEL_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block_u)
 
 GEMM_PANEL(q4_0, 8)
 GEMM_PANEL(q5_0, 16)
+#ifdef GS_CPU_VNNI
 GEMM_PANEL(q8_0, 128)
-#undef GEMM_PANEL
 #else
-static void gemm_q4_0(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs,
-                      int nt, float *out, size_t os)
-{
-    gemm_rows_q4_0(n, w, ws, nr, x, xs, nt, out, os);
-}
-
-static void gemm_q5_0(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs,
-                      int nt, float *out, size_t os)
-{
-    gemm_rows_q5_0(n, w, ws, nr, x, xs, nt, out, os);
-}
-
+/* q8_0 + 128 reaches 255: maddubs would saturate, so no panels without VNNI. */
 static void gemm_q8_0(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs,
                       int nt, float *out, size_t os)
 {
     gemm_rows_q8_0(n, w, ws, nr, x, xs, nt, out, os);
 }
-#endif /* GS_CPU_VNNI */
+#endif
+#undef GEMM_PANEL
 
 /* Drives a register-blocked kernel over token tiles within cache blocks. */
 typedef void (*tile_fn)(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out,
@@ -980,9 +983,8 @@ GEMM_OF(f16)
 GEMM_OF(bf16)
 #undef GEMM_OF
 
-#ifdef GS_CPU_VNNI
 /*
- * Panel products for q4_K and q6_K against q8_K (VNNI), built like the q8_0
+ * Panel products for q4_K and q6_K against q8_K, built like the q8_0
  * ones above: eight rows are unpacked into eight runs of 32 unsigned quants
  * each and transposed so that lane i is row i. A super-block then has 16
  * groups of 16 quants; group g has one integer scale per row (q4_K: the
@@ -1101,12 +1103,12 @@ static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const 
                 if (k >= nk)
                     break;
                 const uint8_t *y = x + (size_t)k * xs + b * GS_Q8_K_BYTES + GS_Q8_K_QS + 16 * g;
-                __m256i s0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q0,
+                __m256i s0 = dpbusd_acc(_mm256_setzero_si256(), q0,
                                                  _mm256_set1_epi32(ld_i32(y)));
-                __m256i s1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q1,
+                __m256i s1 = dpbusd_acc(_mm256_setzero_si256(), q1,
                                                  _mm256_set1_epi32(ld_i32(y + 4)));
-                s0 = _mm256_dpbusd_epi32(s0, q2, _mm256_set1_epi32(ld_i32(y + 8)));
-                s1 = _mm256_dpbusd_epi32(s1, q3, _mm256_set1_epi32(ld_i32(y + 12)));
+                s0 = dpbusd_acc(s0, q2, _mm256_set1_epi32(ld_i32(y + 8)));
+                s1 = dpbusd_acc(s1, q3, _mm256_set1_epi32(ld_i32(y + 12)));
                 isum[k] = _mm256_add_epi32(isum[k],
                                            _mm256_mullo_epi32(_mm256_add_epi32(s0, s1), scv));
             }
@@ -1168,7 +1170,6 @@ static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const 
 GEMM_KPANEL(q4_K, GS_Q4_K_BYTES, false)
 GEMM_KPANEL(q6_K, GS_Q6_K_BYTES, true)
 #undef GEMM_KPANEL
-#endif /* GS_CPU_VNNI */
 
 #ifdef GS_CPU_VNNI
 #define KERNELS_FILL gs_cpu__kernels_vnni_fill
@@ -1185,16 +1186,13 @@ void KERNELS_FILL(struct gs_cpu_kernels *t)
     ROW(GS_TYPE_Q5_0, q5_0);
     ROW(GS_TYPE_Q5_1, q5_1);
     ROW(GS_TYPE_Q8_0, q8_0);
-#ifdef GS_CPU_VNNI
     t[GS_TYPE_Q4_K] = (struct gs_cpu_kernels){.dot = dot_q4_K, .gemm = gemm_panel_q4_K};
     t[GS_TYPE_Q6_K] = (struct gs_cpu_kernels){.dot = dot_q6_K, .gemm = gemm_panel_q6_K};
-#else
+#ifndef GS_CPU_VNNI
     ROW(GS_TYPE_F32, f32);
     ROW(GS_TYPE_F16, f16);
     ROW(GS_TYPE_BF16, bf16);
-    ROW(GS_TYPE_Q4_K, q4_K);
     ROW(GS_TYPE_Q5_K, q5_K);
-    ROW(GS_TYPE_Q6_K, q6_K);
 #endif
 #undef ROW
 }
