@@ -60,7 +60,8 @@ struct cpu_ctx {
     float *thread_buf;         /* [n_threads][thread_floats] per-thread temporaries */
     size_t thread_buf_bytes;
     float *scores;             /* [n_threads][scores_cap] attention scores of one head */
-    int64_t scores_cap;        /* positions */
+    size_t scores_bytes;
+    int64_t scores_cap;        /* positions per thread */
 };
 
 /* The sizes a plan's graph needs from the work memory. */
@@ -579,17 +580,24 @@ static uint32_t logits_matmul(const struct gs_graph *g)
     return m;
 }
 
-/* Makes *buf hold at least need bytes (contents are not kept: nothing in
- * the work memory outlives a step). false: out of memory, *buf gone. */
-static bool grow(void **buf, size_t *cap, size_t need)
+/* Makes *buf hold at least n * size bytes (contents are not kept: nothing
+ * in the work memory outlives a step). false: out of memory or overflow, and
+ * *buf is left as it was, so plans compiled earlier keep running. */
+static bool grow(void **buf, size_t *cap, uint64_t n, uint64_t size)
 {
+    uint64_t need;
+    if (gs_mul_overflow(n, size, &need) || need > SIZE_MAX)
+        return false;
     need = need ? need : 1;
     if (need <= *cap)
         return true;
+    void *p = gs_malloc((size_t)need);
+    if (!p)
+        return false;
     gs_free(*buf);
-    *buf = gs_malloc(need);
-    *cap = *buf ? need : 0;
-    return *buf != NULL;
+    *buf = p;
+    *cap = (size_t)need;
+    return true;
 }
 
 static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
@@ -613,15 +621,15 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
     p->be_data = cp;
     if (!cp)
         goto out_nomem;
-    const size_t nt = (size_t)c->n_threads, row = xq_stride ? xq_stride : 1;
+    const uint64_t nt = (uint64_t)c->n_threads, row = xq_stride ? xq_stride : 1;
     cp->xq_stride = xq_stride;
     cp->thread_floats = (2 * max_head + 15) / 16 * 16;
     cp->logits_matmul = logits_matmul(g);
-    if (!grow(&c->scratch, &c->scratch_bytes, p->scratch_bytes) ||
-        !grow((void **)&c->xq, &c->xq_bytes, s->n_tokens * row) ||
-        !grow((void **)&c->xq_local, &c->xq_local_bytes, nt * LOCAL_QUANT_TOKENS * row) ||
-        !grow((void **)&c->thread_buf, &c->thread_buf_bytes,
-              nt * (size_t)cp->thread_floats * sizeof(float)))
+    if (!grow(&c->scratch, &c->scratch_bytes, p->scratch_bytes, 1) ||
+        !grow((void **)&c->xq, &c->xq_bytes, s->n_tokens, row) ||
+        !grow((void **)&c->xq_local, &c->xq_local_bytes, nt * LOCAL_QUANT_TOKENS, row) ||
+        !grow((void **)&c->thread_buf, &c->thread_buf_bytes, nt * (uint64_t)cp->thread_floats,
+              sizeof(float)))
         goto out_nomem;
     *out = p;
     return GS_OK;
@@ -648,12 +656,10 @@ static enum gs_status reserve_scores(struct cpu_ctx *c, const struct gs_step_io 
     int64_t cap = GS_MAX(need, 256);
     if (io->kv)
         cap = GS_MAX(cap, (int64_t)io->kv->n_pages * io->kv->page_tokens);
-    float *s = gs_alloc_array((size_t)cap * c->n_threads, sizeof(float));
-    if (!s)
+    if (!grow((void **)&c->scores, &c->scores_bytes, (uint64_t)cap * c->n_threads,
+              sizeof(float)))
         return gs_err_set(err, GS_NOMEM, "cpu: out of memory for %lld attention scores",
                           (long long)cap);
-    gs_free(c->scores);
-    c->scores = s;
     c->scores_cap = cap;
     return GS_OK;
 }

@@ -392,3 +392,31 @@ Test(cpu_models, decoding_allocates_nothing_once_planned)
     cr_assert_eq(r.n_past, CTX - 1);
     llama_rig_close(&r);
 }
+
+/* A plan that cannot get its work memory fails alone: plans compiled before
+ * it keep theirs and still run. */
+Test(cpu_models, failed_compile_leaves_earlier_plans_running)
+{
+    struct llama_rig r;
+    struct gs_err err = {0};
+    llama_rig_open(&r, "models/stories260K.gguf", GS_TYPE_F16, true, 64);
+    rig_use(&r, "cpu");
+    const int32_t prompt[] = {1, 403, 407};
+    const float *logits = llama_rig_step(&r, prompt, 3, false);
+    const int32_t first = llama_argmax(logits, r.model->hp.n_vocab);
+    /* Fail the 512-token compile at every allocation in turn; each time the
+     * 3-token plan compiled before must still run and give the same token. */
+    enum gs_status st = GS_NOMEM;
+    for (long n = 0; st == GS_NOMEM; n++) {
+        struct gs_plan *big;
+        cr_assert(n < 1000, "the 512-token compile never succeeded");
+        gs_alloc_fail_after(n);
+        st = gs_plan_cache_get(&r.cache, 512, &big, &err);
+        gs_alloc_fail_after(-1);
+        cr_assert(st == GS_OK || st == GS_NOMEM, "%s", gs_status_str(st));
+        r.n_past = 0;
+        logits = llama_rig_step(&r, prompt, 3, false);
+        cr_assert_eq(llama_argmax(logits, r.model->hp.n_vocab), first, "after %ld allocations", n);
+    }
+    llama_rig_close(&r);
+}
