@@ -633,10 +633,10 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
         goto out_nomem;
     *out = p;
     return GS_OK;
-out_nomem:
+out_nomem:;
+    const unsigned long long bytes = p->scratch_bytes;
     cpu_plan_free(be, p);
-    return gs_err_set(err, GS_NOMEM, "cpu: out of memory reserving %llu scratch bytes",
-                      (unsigned long long)p->scratch_bytes);
+    return gs_err_set(err, GS_NOMEM, "cpu: out of memory reserving %llu scratch bytes", bytes);
 }
 
 /* Attention keeps one score per position and thread; the rows are sized on
