@@ -311,11 +311,30 @@ static float dot_q5_K(int64_t n, const void *w, const void *x)
     return dot_k45(n, w, x, GS_Q5_K_BYTES, GS_Q5_K_QS, GS_Q5_K_QH);
 }
 
+/* The four 32-quant runs of half h (128 quants) of a q6_K block, unsigned
+ * 0..63: run k holds quants 128h + 32k .. + 31, its low four bits from ql and
+ * its top two from qh. */
+static inline void q6_K_runs(const uint8_t *w, int h, __m256i q[4])
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
+    const uint8_t *ql = w + GS_Q6_K_QL + 64 * h, *qh = w + GS_Q6_K_QH + 32 * h;
+    const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+    const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    const __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
+    q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                           _mm256_slli_epi16(_mm256_and_si256(hv, m2), 4));
+    q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2), m2), 4));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m2), 4));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m2), 4));
+}
+
 static float dot_q6_K(int64_t n, const void *vw, const void *vx)
 {
     const uint8_t *w = vw, *x = vx;
     __m256 acc = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q6_K_BYTES, x += GS_Q8_K_BYTES) {
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)(w + GS_Q6_K_SCALES));
         /* q - 32: the offset goes through the block sums, as a vector:
@@ -324,19 +343,8 @@ static float dot_q6_K(int64_t n, const void *vw, const void *vx)
             _mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS)));
         __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
         for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = w + GS_Q6_K_QL + 64 * h, *qh = w + GS_Q6_K_QH + 32 * h;
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            const __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
             __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(hv, m2), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2), m2), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m2), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m2), 4));
+            q6_K_runs(w, h, q);
             /* Scales 8h..8h+7 as int16 in both halves; group g = 8h + 2k goes
              * to the low half of its run's vector and g + 1 to the high
              * half, each with one byte shuffle. */
@@ -909,7 +917,6 @@ static void tile_q6_K(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, 
     __m256 acc[TOK_TILE];
     for (int k = 0; k < TOK_TILE; k++)
         acc[k] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q6_K_BYTES) {
         const int8_t *sc = (const int8_t *)(w + GS_Q6_K_SCALES);
         __m256i sumi[TOK_TILE];
@@ -921,19 +928,8 @@ static void tile_q6_K(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, 
             sumi[k] = _mm256_setr_epi32(-32 * off, 0, 0, 0, 0, 0, 0, 0);
         }
         for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = w + GS_Q6_K_QL + 64 * h, *qh = w + GS_Q6_K_QH + 32 * h;
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            const __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
             __m256i q[4], scv[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(hv, m2), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2), m2), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m2), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m2), 4));
+            q6_K_runs(w, h, q);
             for (int j = 0; j < 4; j++) {
                 const int g = 8 * h + 2 * j;
                 scv[j] = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
@@ -1041,22 +1037,8 @@ static void kpack_q4_K(const uint8_t *w, struct krow *k)
 
 static void kpack_q6_K(const uint8_t *w, struct krow *k)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
-    for (int h = 0; h < 2; h++) {
-        const uint8_t *ql = w + GS_Q6_K_QL + 64 * h, *qh = w + GS_Q6_K_QH + 32 * h;
-        const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-        const __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
-        __m256i *q = k->run + 4 * h;
-        q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
-                               _mm256_slli_epi16(_mm256_and_si256(hv, m2), 4));
-        q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2), m2), 4));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m2), 4));
-        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m2), 4));
-    }
+    q6_K_runs(w, 0, k->run);
+    q6_K_runs(w, 1, k->run + 4);
     /* int8 scales; the offset of group g is 32 * scale, as int16 pairs. */
     const __m128i s8 = _mm_loadu_si128((const __m128i *)(w + GS_Q6_K_SCALES));
     k->sc[0] = _mm256_cvtepi8_epi32(s8);
