@@ -203,36 +203,43 @@ Test(http_load, sigterm_drains_then_aborts_and_exits_0, .timeout = 120)
     char dir[600];
     snprintf(dir, sizeof(dir), "%s/drain-%d", gs_test_tmpdir(), getpid());
     /* A client that keeps its connection open across the SIGTERM and then
-     * asks for a completion: it must get 503 with Retry-After. */
+     * asks for a completion: it must get 503 with Retry-After. It says when
+     * it holds its connection (argv[2]) and posts once the signal is sent
+     * (argv[3]): an interpreter can take seconds to start on a loaded machine. */
     char py[600];
     snprintf(py, sizeof(py), "%s",
-             e2e_body_file("import http.client, sys, time\n"
+             e2e_body_file("import http.client, os, sys, time\n"
                            "c = http.client.HTTPConnection('127.0.0.1', int(sys.argv[1]))\n"
                            "c.request('GET', '/health'); c.getresponse().read()\n"
-                           "open(sys.argv[2], 'w').close()\n"
-                           "time.sleep(1)\n"
+                           "open(sys.argv[2], 'w').write('1')\n"
+                           "while not os.path.exists(sys.argv[3]): time.sleep(0.05)\n"
+                           "time.sleep(0.3)\n"
                            "c.request('POST', '/v1/completions', body='{\"prompt\":\"a\"}',\n"
                            "          headers={'Content-Type': 'application/json'})\n"
                            "r = c.getresponse()\n"
                            "print(r.status, r.getheader('Retry-After'), r.read().decode())\n"));
     char *cmd;
-    /* Two long streams, the Python client (the signal waits until it holds
-     * its connection: an interpreter can take seconds to start on a loaded
-     * machine) and, on one kept-alive connection, /health now and /ready a
-     * second later (curl --rate), by which time the drain has begun. */
+    /* Two long streams, a short one and the Python client; once each has
+     * been answered (its output file is not empty), /health on a kept-alive
+     * connection that asks /ready a second later (curl --rate; its -w lines
+     * go to stderr, which curl does not buffer); once /health is answered,
+     * the signal. Then /ready and Python's completion fall in
+     * the drain. */
     cr_assert(
         asprintf(
             &cmd,
-            "mkdir -p %s; for i in 1 2; do curl -sN --max-time 30 --data-binary @%s "
-            "%s/v1/completions > %s/long$i & done; "
-            "python3 %s %d %s/connected > %s/gen503 & "
-            "for i in $(seq 200); do [ -e %s/connected ] && break; sleep 0.05; done; "
-            "curl -s --rate 1/s -o /dev/null -o /dev/null -w '%%{http_code} %%{num_connects}\\n' "
-            "%s/health %s/ready > %s/ready & sleep 0.1; "
-            "curl -sN --max-time 30 --data-binary @%s %s/v1/completions > %s/short & "
-            "sleep 0.1; date +%%s.%%N > %s/killed; kill -TERM %d; wait",
-            dir, lp, d.url, dir, py, d.port, dir, dir, dir, d.url, d.url, dir, shrt, d.url,
-            dir, dir, (int)d.pid) > 0);
+            "D=%s; mkdir -p $D; "
+            "await() { for i in $(seq 400); do [ -s \"$1\" ] && return; sleep 0.05; done; }; "
+            "for i in 1 2; do curl -sN --max-time 30 --data-binary @%s "
+            "%s/v1/completions > $D/long$i & done; "
+            "python3 %s %d $D/connected $D/killed > $D/gen503 & "
+            "curl -sN --max-time 30 --data-binary @%s %s/v1/completions > $D/short & "
+            "for f in long1 long2 short connected; do await $D/$f; done; "
+            "curl -s --rate 1/s -o /dev/null -o /dev/null "
+            "-w '%%{stderr}%%{http_code} %%{num_connects}\\n' %s/health %s/ready 2> $D/ready & "
+            "await $D/ready; "
+            "date +%%s.%%N > $D/killed.tmp; kill -TERM %d; mv $D/killed.tmp $D/killed; wait",
+            dir, lp, d.url, py, d.port, shrt, d.url, d.url, d.url, (int)d.pid) > 0);
     gs_test_run(cmd, 1, NULL);
     free(cmd);
     int st;
