@@ -95,8 +95,6 @@ void gs_cpu__avx2_f32_to_f16(const float *x, uint16_t *y, int64_t n);
 void gs_cpu__avx2_f16_to_f32(const uint16_t *x, float *y, int64_t n);
 float gs_cpu__avx2_dot_f32(const float *a, const float *b, int64_t n);
 float gs_cpu__avx2_dot_f32_f16(const float *a, const uint16_t *b, int64_t n);
-void gs_cpu__avx2_scale_axpy_f32(float *y, float s, float v, const float *b, int64_t n);
-void gs_cpu__avx2_scale_axpy_f16(float *y, float s, float v, const uint16_t *b, int64_t n);
 void gs_cpu__avx2_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows,
                            int64_t n, float *out);
 void gs_cpu__avx2_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride,
@@ -121,9 +119,6 @@ void gs_cpu_f16_to_f32(const uint16_t *x, float *y, int64_t n);
 /* sum_i a[i] * b[i] over f32 / over an f32 row and an f16 row. */
 float gs_cpu_dot_f32(const float *a, const float *b, int64_t n);
 float gs_cpu_dot_f32_f16(const float *a, const uint16_t *b, int64_t n);
-/* y[i] = y[i] * s + v * b[i], with b f32 or f16: the online-softmax update. */
-void gs_cpu_scale_axpy_f32(float *y, float s, float v, const float *b, int64_t n);
-void gs_cpu_scale_axpy_f16(float *y, float s, float v, const uint16_t *b, int64_t n);
 
 /* Attention over one KV page: rows at k/v, `stride` elements apart.
  * out[s] = sum_i q[i] * k[s][i] for s < n_rows (f16 or f32 rows). */

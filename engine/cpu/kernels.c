@@ -142,30 +142,6 @@ float gs_cpu_dot_f32_f16(const float *a, const uint16_t *b, int64_t n)
     return s;
 }
 
-void gs_cpu_scale_axpy_f32(float *y, float s, float v, const float *b, int64_t n)
-{
-#if GS_CPU_X86
-    if (avx2()) {
-        gs_cpu__avx2_scale_axpy_f32(y, s, v, b, n);
-        return;
-    }
-#endif
-    for (int64_t i = 0; i < n; i++)
-        y[i] = y[i] * s + v * b[i];
-}
-
-void gs_cpu_scale_axpy_f16(float *y, float s, float v, const uint16_t *b, int64_t n)
-{
-#if GS_CPU_X86
-    if (avx2()) {
-        gs_cpu__avx2_scale_axpy_f16(y, s, v, b, n);
-        return;
-    }
-#endif
-    for (int64_t i = 0; i < n; i++)
-        y[i] = y[i] * s + v * gs_fp16_to_f32(b[i]);
-}
-
 void gs_cpu_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows, int64_t n,
                      float *out)
 {

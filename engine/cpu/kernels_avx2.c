@@ -1237,28 +1237,6 @@ float gs_cpu__avx2_dot_f32_f16(const float *a, const uint16_t *b, int64_t n)
     return sum;
 }
 
-void gs_cpu__avx2_scale_axpy_f32(float *y, float s, float v, const float *b, int64_t n)
-{
-    const __m256 vs = _mm256_set1_ps(s), vv = _mm256_set1_ps(v);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vv, _mm256_loadu_ps(b + i),
-                                                _mm256_mul_ps(vs, _mm256_loadu_ps(y + i))));
-    for (; i < n; i++)
-        y[i] = y[i] * s + v * b[i];
-}
-
-void gs_cpu__avx2_scale_axpy_f16(float *y, float s, float v, const uint16_t *b, int64_t n)
-{
-    const __m256 vs = _mm256_set1_ps(s), vv = _mm256_set1_ps(v);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vv, ld8_f16(b + i),
-                                                _mm256_mul_ps(vs, _mm256_loadu_ps(y + i))));
-    for (; i < n; i++)
-        y[i] = y[i] * s + v * gs_fp16_to_f32(b[i]);
-}
-
 /* Eight vectors -> the vector of their eight horizontal sums, in order. */
 static inline __m256 hsum8_ps(const __m256 a[8])
 {
@@ -1293,34 +1271,55 @@ void gs_cpu__avx2_dots_f16(const float *q, const uint16_t *k, size_t stride, int
         out[s] = gs_cpu__avx2_dot_f32_f16(q, k + (size_t)s * stride, n);
 }
 
-void gs_cpu__avx2_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride,
-                            int n_rows, int64_t n)
+/* Eight floats of row v at column i, from f16 or f32 storage. */
+static inline __m256 ld8_kv(const void *v, size_t i, bool f16)
+{
+    return f16 ? ld8_f16((const uint16_t *)v + i) : _mm256_loadu_ps((const float *)v + i);
+}
+
+/* acc[i] += sum_s w[s] * v[s][i]. Columns go 64 at a time with eight
+ * accumulators, so that the FMAs of one V row are independent: a single
+ * accumulator per eight columns would wait out the FMA latency at every row. */
+static inline void axpys(float *acc, const float *w, const void *v, size_t stride, int n_rows,
+                         int64_t n, bool f16)
 {
     int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m256 a[8];
+        for (int j = 0; j < 8; j++)
+            a[j] = _mm256_loadu_ps(acc + i + 8 * j);
+        for (int s = 0; s < n_rows; s++) {
+            const __m256 ws = _mm256_broadcast_ss(w + s);
+            for (int j = 0; j < 8; j++)
+                a[j] = _mm256_fmadd_ps(ws, ld8_kv(v, (size_t)s * stride + i + 8 * j, f16), a[j]);
+        }
+        for (int j = 0; j < 8; j++)
+            _mm256_storeu_ps(acc + i + 8 * j, a[j]);
+    }
     for (; i + 8 <= n; i += 8) {
         __m256 a = _mm256_loadu_ps(acc + i);
         for (int s = 0; s < n_rows; s++)
-            a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + s), ld8_f16(v + (size_t)s * stride + i), a);
+            a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + s), ld8_kv(v, (size_t)s * stride + i, f16),
+                                a);
         _mm256_storeu_ps(acc + i, a);
     }
     for (; i < n; i++)
-        for (int s = 0; s < n_rows; s++)
-            acc[i] += w[s] * gs_fp16_to_f32(v[(size_t)s * stride + i]);
+        for (int s = 0; s < n_rows; s++) {
+            const size_t k = (size_t)s * stride + i;
+            acc[i] += w[s] * (f16 ? gs_fp16_to_f32(((const uint16_t *)v)[k]) : ((const float *)v)[k]);
+        }
+}
+
+void gs_cpu__avx2_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride,
+                            int n_rows, int64_t n)
+{
+    axpys(acc, w, v, stride, n_rows, n, true);
 }
 
 void gs_cpu__avx2_axpys_f32(float *acc, const float *w, const float *v, size_t stride,
                             int n_rows, int64_t n)
 {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 a = _mm256_loadu_ps(acc + i);
-        for (int s = 0; s < n_rows; s++)
-            a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + s), _mm256_loadu_ps(v + (size_t)s * stride + i), a);
-        _mm256_storeu_ps(acc + i, a);
-    }
-    for (; i < n; i++)
-        for (int s = 0; s < n_rows; s++)
-            acc[i] += w[s] * v[(size_t)s * stride + i];
+    axpys(acc, w, v, stride, n_rows, n, false);
 }
 
 void gs_cpu__avx2_round_f16(float *x, int64_t n)
