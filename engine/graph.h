@@ -8,7 +8,9 @@
  * count. Activations have one row per token of the step (GS_ROWS_TOKENS) or
  * one row per token that asked for logits (GS_ROWS_OUTPUTS); the actual count
  * is only known when a plan is compiled for a shape bucket (engine/compile.h).
- * Activations are always F32; weights keep their file type.
+ * Activations are F32, except the rows of RMS_NORM_QUANT, which are blocks of
+ * the type their matmuls multiply with (q8_0, q8_1, q8_K); weights keep their
+ * file type.
  *
  * Nodes are stored in topological order: a node's sources have smaller ids.
  * Builders append; passes rewrite nodes in place (a fused node takes the place
@@ -73,7 +75,10 @@
     /* the rows of x whose tokens asked for logits -> [ne0 x n_outputs] */                         \
     X(OUTPUTS, "outputs", 1, 0)                                                                    \
     /* copies x [n_vocab x n_outputs] to the caller's logits buffer */                             \
-    X(LOGITS, "logits", 1, GS_OPF_ROOT)
+    X(LOGITS, "logits", 1, GS_OPF_ROOT)                                                            \
+    /* rms_norm_mul(x, w) with its rows quantized to the node's type, the dot partner of the   */  \
+    /* quantized matmuls that read it: fused by the rms_norm_quant pass                        */  \
+    X(RMS_NORM_QUANT, "rms_norm_quant", 2, 0)
 
 enum gs_op_flags {
     GS_OPF_LEAF = 1 << 0,     /* no sources, no computation */
@@ -135,7 +140,7 @@ struct gs_softmax_params {
 
 /* Op parameters. Zero-filled before use so that nodes compare with memcmp. */
 union gs_node_params {
-    float eps; /* RMS_NORM, RMS_NORM_MUL */
+    float eps; /* RMS_NORM, RMS_NORM_MUL, RMS_NORM_QUANT */
     struct gs_rope_params rope;
     struct gs_attn_params attn; /* KV_STORE (layer, n_head_kv, head_dim), ATTN */
     struct gs_softmax_params softmax;
@@ -143,7 +148,7 @@ union gs_node_params {
 
 struct gs_node {
     enum gs_op op;
-    enum gs_type type; /* F32 for activations; the file type for weights */
+    enum gs_type type; /* F32 for activations (see RMS_NORM_QUANT); the file type for weights */
     enum gs_rows rows;
     int64_t ne[2]; /* ne[0] row length; ne[1] rows when rows == GS_ROWS_FIXED, else 0 */
     uint32_t n_src;
@@ -246,6 +251,7 @@ extern const struct gs_pass gs_pass_cse;
 extern const struct gs_pass gs_pass_rms_norm_mul;
 extern const struct gs_pass gs_pass_swiglu;
 extern const struct gs_pass gs_pass_residual;
+extern const struct gs_pass gs_pass_rms_norm_quant;
 
 /* Every pass, in the default order (fusions, then CSE, then DCE). */
 extern const struct gs_pass *const gs_passes_all[];

@@ -133,10 +133,16 @@ static void k_embed(struct run *r, int chunk, int n_chunks, int thread)
                       r->out + t * n->ne[0], n->ne[0]);
 }
 
+/* RMS_NORM, RMS_NORM_MUL, and RMS_NORM_QUANT, whose normalized row goes
+ * through a per-thread float row into the matmul input type. */
 static void k_rms_norm(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_node *n = r->n;
     const float *x = value(r, n->src[0]);
+    const bool quant = n->op == GS_OP_RMS_NORM_QUANT;
+    const gs_from_f32_fn quantize = quant ? gs_cpu_quantizer(n->type) : NULL;
+    uint64_t row_bytes = 0;
+    gs_type_row_bytes(n->type, n->ne[0], &row_bytes);
     int64_t ne0 = n->ne[0], i0, i1;
     gs_cpu_split(gs_step_rows(n, r->io), 1, chunk, n_chunks, &i0, &i1);
     for (int64_t i = i0; i < i1; i++) {
@@ -145,8 +151,8 @@ static void k_rms_norm(struct run *r, int chunk, int n_chunks, int thread)
         for (int64_t j = 0; j < ne0; j++)
             sum += (double)xr[j] * xr[j];
         const float scale = 1.0f / sqrtf((float)(sum / ne0) + n->p.eps);
-        float *o = r->out + i * ne0;
-        if (n->op == GS_OP_RMS_NORM_MUL) {
+        float *o = quant ? thread_buf(r, thread) : r->out + i * ne0;
+        if (n->op != GS_OP_RMS_NORM) {
             const float *w = row_of(r, n->src[1], is_weight(r, n->src[1]) ? 0 : i);
             for (int64_t j = 0; j < ne0; j++)
                 o[j] = xr[j] * scale * w[j];
@@ -154,6 +160,8 @@ static void k_rms_norm(struct run *r, int chunk, int n_chunks, int thread)
             for (int64_t j = 0; j < ne0; j++)
                 o[j] = xr[j] * scale;
         }
+        if (quant)
+            quantize(o, (char *)r->out + i * row_bytes, ne0);
     }
 }
 
@@ -229,14 +237,20 @@ static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
     const int64_t K = w->ne[0], N = w->ne[1], T = gs_step_rows(n, r->io);
     uint64_t w_stride = 0;
     gs_type_row_bytes(w->type, K, &w_stride);
-    const bool plain = w->type == GS_TYPE_F32;
-    const void *x = plain ? (const void *)value(r, n->src[0]) : r->ctx->xq;
-    const size_t x_stride = plain ? (size_t)K * sizeof(float) : r->cp->xq_stride;
+    const enum gs_type in_type = r->g->nodes[n->src[0]].type;
+    /* Float rows: for F32 weights as they are, else quantized into xq (or, for
+     * a few tokens, into this thread's rows); an RMS_NORM_QUANT input is
+     * already in the weight's partner type. */
+    const bool plain = w->type == GS_TYPE_F32, prequant = in_type != GS_TYPE_F32;
+    uint64_t in_stride = (uint64_t)K * sizeof(float);
+    gs_type_row_bytes(in_type, K, &in_stride);
+    const void *x = plain || prequant ? (const void *)value(r, n->src[0]) : r->ctx->xq;
+    const size_t x_stride = plain || prequant ? (size_t)in_stride : r->cp->xq_stride;
     int64_t r0, r1;
     gs_cpu_split(N, 8, chunk, n_chunks, &r0, &r1);
     if (r0 >= r1)
         return;
-    if (!plain && T <= LOCAL_QUANT_TOKENS) {
+    if (!plain && !prequant && T <= LOCAL_QUANT_TOKENS) {
         struct local_quant *lq = &r->ctx->local[thread];
         uint8_t *buf = r->ctx->xq_local + (size_t)thread * LOCAL_QUANT_TOKENS * x_stride;
         const enum gs_type vt = gs_type_traits(w->type)->vec_dot_type;
@@ -454,6 +468,7 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_EMBED] = k_embed,
     [GS_OP_RMS_NORM] = k_rms_norm,
     [GS_OP_RMS_NORM_MUL] = k_rms_norm,
+    [GS_OP_RMS_NORM_QUANT] = k_rms_norm,
     [GS_OP_MUL] = k_elementwise,
     [GS_OP_ADD] = k_elementwise,
     [GS_OP_SWIGLU] = k_elementwise,
@@ -512,6 +527,8 @@ static bool cpu_supports(const struct gs_be *be, const struct gs_node *n)
 {
     if ((unsigned)n->op >= GS_OP_COUNT)
         return false;
+    if (n->op == GS_OP_RMS_NORM_QUANT) /* F32: the pass probe (gs_be_select_passes) */
+        return n->type == GS_TYPE_F32 || gs_cpu_quantizer(n->type);
     if (n->op != GS_OP_WEIGHT)
         return kernels[n->op] && n->type == GS_TYPE_F32;
     const struct gs_type_traits *tt = gs_type_traits(n->type);
@@ -525,16 +542,19 @@ static void cpu_plan_free(struct gs_be *be, struct gs_plan *p)
     gs_plan_free(p);
 }
 
-/* What the kernels need beyond supports(): matmul activations that quantize
- * whole blocks, F32 broadcast weights. Sizes the quantized-activation rows. */
+/* What the kernels need beyond supports() and the graph's own checks (which
+ * keep quantized rows to matmuls that multiply with exactly that type):
+ * matmul activations that quantize whole blocks, F32 broadcast weights. Sizes the quantized-activation rows and the
+ * per-thread float rows (attention's q and accumulator, a norm's row). */
 static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
-                                  int64_t *max_head, struct gs_err *err)
+                                  int64_t *thread_floats, struct gs_err *err)
 {
     *xq_stride = 0;
-    *max_head = 1;
+    *thread_floats = 2;
     for (uint32_t i = 0; i < g->n_nodes; i++) {
         const struct gs_node *n = &g->nodes[i];
-        if (n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD) {
+        const bool matmul = n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD;
+        if (matmul) {
             const struct gs_node *w = &g->nodes[n->src[1]];
             const enum gs_type vt = gs_type_traits(w->type)->vec_dot_type;
             uint64_t bytes;
@@ -545,11 +565,19 @@ static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
                                   n->name, (long long)w->ne[0], gs_type_name(w->type));
             *xq_stride = GS_MAX(*xq_stride, (bytes + 63) / 64 * 64);
         }
-        for (uint32_t s = 1; s < n->n_src; s++) {
+        if (n->op == GS_OP_RMS_NORM_QUANT) {
+            uint64_t bytes;
+            if (!gs_cpu_quantizer(n->type) || gs_type_row_bytes(n->type, n->ne[0], &bytes))
+                return gs_err_set(err, GS_UNSUPPORTED, "cpu: node %u '%s': %s rows of %lld", i,
+                                  n->name, gs_type_name(n->type), (long long)n->ne[0]);
+            *thread_floats = GS_MAX(*thread_floats, n->ne[0]);
+        }
+        for (uint32_t s = 0; s < n->n_src; s++) {
             const struct gs_node *b = &g->nodes[n->src[s]];
             bool reads_row = n->op == GS_OP_MUL || n->op == GS_OP_ADD ||
-                             n->op == GS_OP_SWIGLU || n->op == GS_OP_RMS_NORM_MUL;
-            if (reads_row && b->op == GS_OP_WEIGHT && b->type != GS_TYPE_F32)
+                             n->op == GS_OP_SWIGLU || n->op == GS_OP_RMS_NORM_MUL ||
+                             n->op == GS_OP_RMS_NORM_QUANT;
+            if (s > 0 && reads_row && b->op == GS_OP_WEIGHT && b->type != GS_TYPE_F32)
                 return gs_err_set(err, GS_UNSUPPORTED, "cpu: node %u '%s': %s weight '%s'", i,
                                   n->name, gs_type_name(b->type), b->name);
             if (n->op == GS_OP_ROPE && b->op == GS_OP_WEIGHT && b->type != GS_TYPE_F32)
@@ -557,7 +585,7 @@ static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
                                   n->name, gs_type_name(b->type));
         }
         if (n->op == GS_OP_ATTN)
-            *max_head = GS_MAX(*max_head, n->p.attn.head_dim);
+            *thread_floats = GS_MAX(*thread_floats, 2 * (int64_t)n->p.attn.head_dim);
     }
     return GS_OK;
 }
@@ -607,10 +635,10 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
     struct cpu_ctx *c = be->ctx;
     *out = NULL;
     uint64_t xq_stride;
-    int64_t max_head;
+    int64_t thread_floats;
     enum gs_status st = gs_be_check_graph(be, g, err);
     if (!st)
-        st = check_nodes(g, &xq_stride, &max_head, err);
+        st = check_nodes(g, &xq_stride, &thread_floats, err);
     if (st)
         return st;
     struct gs_plan *p;
@@ -623,7 +651,7 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
         goto out_nomem;
     const uint64_t nt = (uint64_t)c->n_threads, row = xq_stride ? xq_stride : 1;
     cp->xq_stride = xq_stride;
-    cp->thread_floats = (2 * max_head + 15) / 16 * 16;
+    cp->thread_floats = (thread_floats + 15) / 16 * 16;
     cp->logits_matmul = logits_matmul(g);
     if (!grow(&c->scratch, &c->scratch_bytes, p->scratch_bytes, 1) ||
         !grow((void **)&c->xq, &c->xq_bytes, s->n_tokens, row) ||
@@ -709,7 +737,9 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
             const enum gs_type wt = g->nodes[n->src[1]].type;
             const enum gs_type vt = gs_type_traits(wt)->vec_dot_type;
             const bool local = gs_step_rows(n, r.io) <= LOCAL_QUANT_TOKENS;
-            if (wt != GS_TYPE_F32 && !local && (r.xq_node != n->src[0] || r.xq_type != vt)) {
+            const bool prequant = g->nodes[n->src[0]].type != GS_TYPE_F32;
+            if (wt != GS_TYPE_F32 && !local && !prequant &&
+                (r.xq_node != n->src[0] || r.xq_type != vt)) {
                 r.xq_type = vt;
                 gs_cpu_pool_run(c->pool, task_quantize, &r, c->n_threads);
                 r.xq_node = n->src[0];

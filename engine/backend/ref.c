@@ -50,6 +50,10 @@ static bool ref_supports(const struct gs_be *be, const struct gs_node *n)
 {
     if ((unsigned)n->op >= GS_OP_COUNT || (n->op != GS_OP_WEIGHT && !kernels[n->op]))
         return false;
+    if (n->op == GS_OP_RMS_NORM_QUANT) { /* F32: the pass probe (gs_be_select_passes) */
+        const struct gs_type_traits *tt = gs_type_traits(n->type);
+        return n->type == GS_TYPE_F32 || (tt && tt->from_f32 && tt->to_f32);
+    }
     if (n->op != GS_OP_WEIGHT)
         return n->type == GS_TYPE_F32;
     const struct gs_type_traits *tt = gs_type_traits(n->type);
@@ -150,23 +154,31 @@ static void k_embed(const struct run *r, const struct gs_node *n, float *out)
     }
 }
 
-/* RMS_NORM, and RMS_NORM_MUL when the node has a weight source. */
+/* RMS_NORM, RMS_NORM_MUL when the node has a weight source, and
+ * RMS_NORM_QUANT, whose row goes through row_b into its block type with the
+ * reference quantizer. */
 static void k_rms_norm(const struct run *r, const struct gs_node *n, float *out)
 {
     const float *x = value(r, n->src[0]);
+    const bool quant = n->op == GS_OP_RMS_NORM_QUANT;
     int64_t ne0 = n->ne[0], rows = gs_step_rows(n, r->io);
+    uint64_t row_bytes = 0;
+    gs_type_row_bytes(n->type, ne0, &row_bytes);
     for (int64_t i = 0; i < rows; i++) {
         double sum = 0;
         for (int64_t j = 0; j < ne0; j++)
             sum += (double)x[i * ne0 + j] * x[i * ne0 + j];
         float scale = 1.0f / sqrtf((float)(sum / ne0) + n->p.eps);
         const float *w = NULL;
-        if (n->op == GS_OP_RMS_NORM_MUL) {
+        if (n->op != GS_OP_RMS_NORM) {
             bool bcast = r->g->nodes[n->src[1]].rows == GS_ROWS_FIXED;
             w = row_of(r, n->src[1], bcast ? 0 : i, r->rp->row_a);
         }
+        float *o = quant ? r->rp->row_b : out + i * ne0;
         for (int64_t j = 0; j < ne0; j++)
-            out[i * ne0 + j] = x[i * ne0 + j] * scale * (w ? w[j] : 1.0f);
+            o[j] = x[i * ne0 + j] * scale * (w ? w[j] : 1.0f);
+        if (quant)
+            gs_type_traits(n->type)->from_f32(o, (char *)out + i * row_bytes, ne0);
     }
 }
 
@@ -249,7 +261,16 @@ static void k_matmul(const struct run *r, const struct gs_node *n, float *out)
     const float *x = value(r, n->src[0]);
     const float *res = n->op == GS_OP_MATMUL_ADD ? value(r, n->src[2]) : NULL;
     int64_t K = w->ne[0], N = w->ne[1], rows = gs_step_rows(n, r->io);
-    x = round_activations(r, w, x, rows);
+    const enum gs_type in = r->g->nodes[n->src[0]].type;
+    if (in == GS_TYPE_F32) {
+        x = round_activations(r, w, x, rows);
+    } else { /* RMS_NORM_QUANT rows: already what round_activations makes */
+        uint64_t row_bytes = 0;
+        gs_type_row_bytes(in, K, &row_bytes);
+        for (int64_t t = 0; t < rows; t++)
+            gs_type_traits(in)->to_f32((const char *)x + t * row_bytes, r->rp->xq + t * K, K);
+        x = r->rp->xq;
+    }
     for (int64_t o = 0; o < N; o++) {
         const float *wr = weight_row(w, o, r->rp->row_a);
         for (int64_t t = 0; t < rows; t++) {
@@ -433,7 +454,7 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_SILU] = k_elementwise,  [GS_OP_GELU] = k_elementwise,  [GS_OP_MATMUL] = k_matmul,
     [GS_OP_MATMUL_ADD] = k_matmul, [GS_OP_ROPE] = k_rope,         [GS_OP_KV_STORE] = k_kv_store,
     [GS_OP_ATTN] = k_attn,         [GS_OP_SOFTMAX] = k_softmax,   [GS_OP_OUTPUTS] = k_outputs,
-    [GS_OP_LOGITS] = k_logits,
+    [GS_OP_LOGITS] = k_logits,     [GS_OP_RMS_NORM_QUANT] = k_rms_norm,
 };
 
 static enum gs_status ref_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,

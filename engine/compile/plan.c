@@ -119,9 +119,9 @@ enum gs_status gs_plan_layout(const struct gs_graph *g, const struct gs_shape *s
         const struct gs_node *nd = &g->nodes[id];
         /* LOGITS writes straight into the caller's buffer; KV_STORE into the cache. */
         if (nd->rows == GS_ROWS_TOKENS || nd->rows == GS_ROWS_OUTPUTS) {
-            uint64_t bytes;
-            if (gs_mul_overflow((uint64_t)nd->ne[0], (uint64_t)gs_plan_rows(nd, s) * sizeof(float),
-                                &bytes))
+            uint64_t row, bytes;
+            if (gs_type_row_bytes(nd->type, nd->ne[0], &row) ||
+                gs_mul_overflow(row, (uint64_t)gs_plan_rows(nd, s), &bytes))
                 goto out_too_big;
             bytes = (bytes + GS_PLAN_ALIGN - 1) / GS_PLAN_ALIGN * GS_PLAN_ALIGN;
             /* An output is allocated before its inputs are released, so a kernel

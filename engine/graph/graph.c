@@ -517,11 +517,25 @@ enum gs_status gs_graph_verify(const struct gs_graph *g, struct gs_err *err)
         if (n->n_src > GS_GRAPH_MAX_SRC || (n->op != GS_OP_ROPE && (int)n->n_src != info->n_src))
             return gs_err_set(err, GS_FORMAT, "graph: node %u (%s) has %u sources", i, info->name,
                               n->n_src);
-        for (uint32_t j = 0; j < n->n_src; j++)
+        for (uint32_t j = 0; j < n->n_src; j++) {
             if (n->src[j] >= i)
                 return gs_err_set(err, GS_FORMAT,
                                   "graph: node %u (%s) source %u is %u, not an earlier node", i,
                                   info->name, j, n->src[j]);
+            /* Quantized activation rows (RMS_NORM_QUANT) are a matmul's input
+             * in exactly the type its weights multiply with, and nothing else. */
+            const struct gs_node *b = &g->nodes[n->src[j]];
+            const bool matmul = n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD;
+            const struct gs_type_traits *wt =
+                matmul ? gs_type_traits(g->nodes[n->src[1]].type) : NULL;
+            if (b->op != GS_OP_WEIGHT && b->type != GS_TYPE_F32 &&
+                !(j == 0 && wt && wt->vec_dot_type == b->type && wt->quantized))
+                return gs_err_set(err, GS_FORMAT,
+                                  "graph: node %u (%s) reads %s rows of node %u; only a matmul "
+                                  "whose weights multiply with %s may",
+                                  i, info->name, gs_type_name(b->type), n->src[j],
+                                  gs_type_name(b->type));
+        }
         if (n->op == GS_OP_WEIGHT && (!n->data || n->ne[0] <= 0 || n->ne[1] <= 0))
             return gs_err_set(err, GS_FORMAT, "graph: weight %u '%s' has no data or shape", i,
                               n->name);

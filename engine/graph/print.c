@@ -10,6 +10,7 @@ static void params_str(const struct gs_node *n, char *buf, size_t len)
     switch (n->op) {
     case GS_OP_RMS_NORM:
     case GS_OP_RMS_NORM_MUL:
+    case GS_OP_RMS_NORM_QUANT:
         snprintf(buf, len, "eps=%g", (double)n->p.eps);
         break;
     case GS_OP_ROPE:

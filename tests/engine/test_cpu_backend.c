@@ -298,7 +298,8 @@ static struct agreement teacher_forced(const char *golden, const char *backend)
         tokens[i] = i < n_prompt ? prompt[i] : completion[i - n_prompt];
     struct llama_rig r;
     snprintf(rel, sizeof(rel), "models/%s", model);
-    llama_rig_open(&r, rel, kv[1] == '1' ? GS_TYPE_F16 : GS_TYPE_F32, false, n);
+    /* With the passes the daemon runs: fused norms write quantized rows. */
+    llama_rig_open(&r, rel, kv[1] == '1' ? GS_TYPE_F16 : GS_TYPE_F32, true, n);
     rig_use(&r, backend);
     uint32_t n_vocab = r.model->hp.n_vocab;
     const float *logits = llama_rig_step(&r, tokens, n, true);

@@ -75,12 +75,12 @@ static struct gs_graph *build_mlp(void)
     return g;
 }
 
-/* Runs g on the ref backend for T tokens, logits for every row, into out[T * g->n_vocab]. */
-static void run_graph(const struct gs_graph *g, float *out)
+/* Runs g on backend `name` for T tokens, logits for every row, into out[T * g->n_vocab]. */
+static void run_graph_on(const char *name, const struct gs_graph *g, float *out)
 {
     struct gs_be be;
     struct gs_err err = {0};
-    cr_assert_eq(gs_be_init(&be, "ref", NULL, &err), GS_OK, "%s", err.msg);
+    cr_assert_eq(gs_be_init(&be, name, NULL, &err), GS_OK, "%s", err.msg);
     struct gs_plan *p;
     struct gs_shape s = {.n_tokens = 8};
     cr_assert_eq(gs_be_compile(&be, g, &s, &p, &err), GS_OK, "%s", err.msg);
@@ -100,6 +100,11 @@ static void run_graph(const struct gs_graph *g, float *out)
     cr_assert_eq(gs_be_run(&be, p, &io, &err), GS_OK, "%s", err.msg);
     gs_be_plan_free(&be, p);
     gs_be_deinit(&be);
+}
+
+static void run_graph(const struct gs_graph *g, float *out)
+{
+    run_graph_on("ref", g, out);
 }
 
 static uint32_t count_op(const struct gs_graph *g, enum gs_op op)
@@ -233,6 +238,93 @@ Test(graph_pass, fusion_skips_shared_intermediate)
     cr_assert_eq(gs_pass_rms_norm_mul.run(g, &changed, &err), GS_OK);
     cr_assert_eq(changed, 0);
     gs_graph_free(g);
+}
+
+/*
+ * A graph with q8_0 weights (rows of 32): the first norm feeds two q8_0
+ * matmuls, the second a q8_0 and an f32 matmul, the third an add.
+ */
+#define QD 32
+#define QF 64
+static uint8_t q_gate[QF * 34], q_up[QF * 34], q_a[QD * 34];
+static float qw_embd[V * QD], qw_norm[QD], qw_down[QD * QF], qw_b[QD * QD], qw_out[V * QD];
+
+static struct gs_graph *build_quant_mlp(void)
+{
+    float tmp[QF * QD];
+    fill(tmp, QF * QD, 11);
+    cr_assert_eq(gs_quantize(GS_TYPE_Q8_0, tmp, q_gate, QF * QD), GS_OK);
+    fill(tmp, QF * QD, 12);
+    cr_assert_eq(gs_quantize(GS_TYPE_Q8_0, tmp, q_up, QF * QD), GS_OK);
+    fill(tmp, QD * QD, 13);
+    cr_assert_eq(gs_quantize(GS_TYPE_Q8_0, tmp, q_a, QD * QD), GS_OK);
+    fill(qw_embd, GS_ARRAY_LEN(qw_embd), 14);
+    fill(qw_norm, GS_ARRAY_LEN(qw_norm), 15);
+    fill(qw_down, GS_ARRAY_LEN(qw_down), 16);
+    fill(qw_b, GS_ARRAY_LEN(qw_b), 17);
+    fill(qw_out, GS_ARRAY_LEN(qw_out), 18);
+    struct gs_graph *g;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_graph_new(&g, &err), GS_OK);
+    uint32_t embd = gs_graph_weight(g, "e", GS_TYPE_F32, QD, V, qw_embd);
+    uint32_t nw = gs_graph_weight(g, "n", GS_TYPE_F32, QD, 1, qw_norm);
+    uint32_t gate_w = gs_graph_weight(g, "gate", GS_TYPE_Q8_0, QD, QF, q_gate);
+    uint32_t up_w = gs_graph_weight(g, "up", GS_TYPE_Q8_0, QD, QF, q_up);
+    uint32_t down_w = gs_graph_weight(g, "down", GS_TYPE_F32, QF, QD, qw_down);
+    uint32_t a_w = gs_graph_weight(g, "a", GS_TYPE_Q8_0, QD, QD, q_a);
+    uint32_t b_w = gs_graph_weight(g, "b", GS_TYPE_F32, QD, QD, qw_b);
+    uint32_t out_w = gs_graph_weight(g, "out", GS_TYPE_F32, QD, V, qw_out);
+    uint32_t x = gs_graph_embed(g, embd);
+    uint32_t h = gs_graph_mul(g, gs_graph_rms_norm(g, x, 1e-5f), nw);
+    uint32_t ff = gs_graph_swiglu(g, gs_graph_matmul(g, h, gate_w), gs_graph_matmul(g, h, up_w));
+    x = gs_graph_add(g, gs_graph_matmul(g, ff, down_w), x);
+    uint32_t h2 = gs_graph_mul(g, gs_graph_rms_norm(g, x, 1e-5f), nw);
+    x = gs_graph_add(g, gs_graph_matmul(g, h2, a_w), gs_graph_matmul(g, h2, b_w));
+    uint32_t h3 = gs_graph_mul(g, gs_graph_rms_norm(g, x, 1e-5f), nw);
+    x = gs_graph_add(g, h3, x);
+    gs_graph_logits(g, gs_graph_matmul(g, gs_graph_outputs(g, x), out_w));
+    cr_assert_eq(gs_graph_status(g, &err), GS_OK, "%s", err.msg);
+    return g;
+}
+
+Test(graph_pass, rms_norm_quant_fuses_norms_read_by_matmuls_of_one_type)
+{
+    struct gs_graph *before = build_quant_mlp(), *after;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_graph_clone(before, &after, &err), GS_OK);
+    const struct gs_pass *passes[] = {&gs_pass_rms_norm_mul, &gs_pass_rms_norm_quant};
+    cr_assert_eq(gs_graph_run_passes(after, passes, 2, &err), GS_OK, "%s", err.msg);
+    /* Only the norm read by nothing but q8_0 matmuls. */
+    cr_assert_eq(count_op(after, GS_OP_RMS_NORM_QUANT), 1);
+    cr_assert_eq(count_op(after, GS_OP_RMS_NORM_MUL), 2);
+    uint32_t fused = GS_NODE_NONE;
+    for (uint32_t i = 0; i < after->n_nodes; i++)
+        if (after->nodes[i].op == GS_OP_RMS_NORM_QUANT)
+            fused = i;
+    cr_assert_eq(after->nodes[fused].type, GS_TYPE_Q8_0);
+    char *text = print_to_string(after, GS_GRAPH_TEXT);
+    cr_assert(strstr(text, "rms_norm_quant(") && strstr(text, ") q8_0 [32 x T]"), "%s", text);
+    free(text);
+    /* Quantizing in the norm is what the matmuls did with its float rows:
+     * the same logits on both backends. */
+    static const char *const backends[] = {"ref", "cpu"};
+    for (size_t b = 0; b < GS_ARRAY_LEN(backends); b++) {
+        float out_a[T * V], out_b[T * V];
+        run_graph_on(backends[b], before, out_a);
+        run_graph_on(backends[b], after, out_b);
+        for (int i = 0; i < T * V; i++)
+            cr_assert_float_eq(out_a[i], out_b[i], 1e-5f * (1 + fabsf(out_a[i])),
+                               "%s: logit %d: %g unfused, %g fused", backends[b], i, out_a[i],
+                               out_b[i]);
+    }
+    /* Quantized rows read by anything but a matmul of their type are refused. */
+    for (uint32_t i = 0; i < after->n_nodes; i++)
+        if (after->nodes[i].op == GS_OP_RMS_NORM_MUL)
+            after->nodes[i].type = GS_TYPE_Q8_0;
+    cr_assert_eq(gs_graph_verify(after, &err), GS_FORMAT);
+    cr_assert(strstr(err.msg, "reads q8_0 rows"), "%s", err.msg);
+    gs_graph_free(before);
+    gs_graph_free(after);
 }
 
 Test(graph_pass, find_by_name)

@@ -15,9 +15,11 @@ void llama_rig_open(struct llama_rig *r, const char *rel_path, enum gs_type kv_t
     cr_assert_eq(gs_gguf_open(gs_test_shared_path(rel_path), &r->file, &err), GS_OK, "%s", err.msg);
     cr_assert_eq(gs_model_load(r->file, &r->model, &err), GS_OK, "%s", err.msg);
     cr_assert_eq(gs_be_init(&r->be, "ref", NULL, &err), GS_OK, "%s", err.msg);
-    if (passes)
-        cr_assert_eq(gs_graph_run_passes(r->model->graph, gs_passes_all, gs_passes_all_len, &err),
-                     GS_OK, "%s", err.msg);
+    if (passes) {
+        const struct gs_pass *sel[16];
+        size_t n = gs_be_select_passes(&r->be, gs_passes_all, gs_passes_all_len, sel, 16);
+        cr_assert_eq(gs_graph_run_passes(r->model->graph, sel, n, &err), GS_OK, "%s", err.msg);
+    }
     gs_plan_cache_init(&r->cache, &r->be, r->model->graph);
     struct gs_kv_pool_cfg pc = {
         .n_layer = r->model->hp.n_layer,

@@ -1,0 +1,61 @@
+/* engine/graph/passes/rms_norm_quant.c - fuses rms_norm_mul into the
+ * quantization of the matmul inputs it feeds: when every reader of a
+ * normalized row is a matmul whose weights multiply with the same block type
+ * (q8_0 for q4_0..q8_0, q8_K for the K-quants), the norm writes its rows in
+ * that type directly. The float rows are never stored and never read back to
+ * be quantized, and the quantization is no longer a step of its own. */
+#include "engine/graph/internal.h"
+
+/* No reader yet / readers that disagree or cannot take quantized rows. */
+#define NO_READER GS_TYPE_COUNT
+#define MIXED     (GS_TYPE_COUNT + 1)
+
+/* The block type a matmul needs its input in, or MIXED when its weight
+ * multiplies with float rows. */
+static int input_type(const struct gs_graph *g, const struct gs_node *mm)
+{
+    const struct gs_node *w = &g->nodes[mm->src[1]];
+    const struct gs_type_traits *wt = gs_type_traits(w->type);
+    if (w->op != GS_OP_WEIGHT || !wt || !wt->quantized)
+        return MIXED;
+    const struct gs_type_traits *vt = gs_type_traits(wt->vec_dot_type);
+    if (!vt || !vt->quantized || !vt->from_f32 || w->ne[0] % vt->block_size)
+        return MIXED;
+    return (int)wt->vec_dot_type;
+}
+
+static enum gs_status run(struct gs_graph *g, uint32_t *n_changed, struct gs_err *err)
+{
+    *n_changed = 0;
+    int *need = gs_alloc_array(g->n_nodes ? g->n_nodes : 1, sizeof(*need));
+    if (!need)
+        return gs_err_set(err, GS_NOMEM, "rms_norm_quant: out of memory");
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        need[i] = NO_READER;
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const struct gs_node *n = &g->nodes[i];
+        const bool matmul = n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD;
+        for (uint32_t k = 0; k < n->n_src; k++) {
+            const uint32_t s = n->src[k];
+            const int t = matmul && k == 0 ? input_type(g, n) : MIXED;
+            need[s] = need[s] == NO_READER || need[s] == t ? t : MIXED;
+        }
+    }
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        struct gs_node *n = &g->nodes[i];
+        if (n->op != GS_OP_RMS_NORM_MUL || need[i] == NO_READER || need[i] == MIXED)
+            continue;
+        n->op = GS_OP_RMS_NORM_QUANT;
+        n->type = (enum gs_type)need[i];
+        (*n_changed)++;
+    }
+    gs_free(need);
+    return GS_OK;
+}
+
+const struct gs_pass gs_pass_rms_norm_quant = {
+    .name = "rms_norm_quant",
+    .help = "write rms_norm_mul rows straight in the block type of the matmuls that read them",
+    .produces = GS_OP_RMS_NORM_QUANT,
+    .run = run,
+};
