@@ -8,9 +8,9 @@
  * count. Activations have one row per token of the step (GS_ROWS_TOKENS) or
  * one row per token that asked for logits (GS_ROWS_OUTPUTS); the actual count
  * is only known when a plan is compiled for a shape bucket (engine/compile.h).
- * Activations are F32, except the rows of RMS_NORM_QUANT, which are blocks of
- * the type their matmuls multiply with (q8_0, q8_1, q8_K); weights keep their
- * file type.
+ * Activations are F32, except the rows of RMS_NORM_QUANT and SWIGLU_QUANT,
+ * which are blocks of the type their matmuls multiply with (q8_0, q8_1,
+ * q8_K); weights keep their file type.
  *
  * Nodes are stored in topological order: a node's sources have smaller ids.
  * Builders append; passes rewrite nodes in place (a fused node takes the place
@@ -78,7 +78,9 @@
     X(LOGITS, "logits", 1, GS_OPF_ROOT)                                                            \
     /* rms_norm_mul(x, w) with its rows quantized to the node's type, the dot partner of the   */  \
     /* quantized matmuls that read it: fused by the rms_norm_quant pass                        */  \
-    X(RMS_NORM_QUANT, "rms_norm_quant", 2, 0)
+    X(RMS_NORM_QUANT, "rms_norm_quant", 2, 0)                                                      \
+    /* swiglu(a, b) with its rows quantized likewise: fused by the swiglu_quant pass           */  \
+    X(SWIGLU_QUANT, "swiglu_quant", 2, 0)
 
 enum gs_op_flags {
     GS_OPF_LEAF = 1 << 0,     /* no sources, no computation */
@@ -252,6 +254,7 @@ extern const struct gs_pass gs_pass_rms_norm_mul;
 extern const struct gs_pass gs_pass_swiglu;
 extern const struct gs_pass gs_pass_residual;
 extern const struct gs_pass gs_pass_rms_norm_quant;
+extern const struct gs_pass gs_pass_swiglu_quant;
 
 /* Every pass, in the default order (fusions, then CSE, then DCE). */
 extern const struct gs_pass *const gs_passes_all[];

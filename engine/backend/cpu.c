@@ -215,6 +215,31 @@ static void k_elementwise(struct run *r, int chunk, int n_chunks, int thread)
     }
 }
 
+/* SWIGLU_QUANT: silu(a) * b through a per-thread float row into the block
+ * type of the matmul that reads it. A single row is split in whole blocks. */
+static void k_swiglu_quant(struct run *r, int chunk, int n_chunks, int thread)
+{
+    const struct gs_node *n = r->n;
+    const struct gs_type_traits *tt = gs_type_traits(n->type);
+    const gs_from_f32_fn quantize = gs_cpu_quantizer(n->type);
+    const int64_t rows = gs_step_rows(n, r->io), ne0 = n->ne[0];
+    uint64_t row_bytes = 0;
+    gs_type_row_bytes(n->type, ne0, &row_bytes);
+    const float *a = value(r, n->src[0]);
+    float *tmp = thread_buf(r, thread);
+    int64_t i0 = 0, i1 = rows, j0 = 0, j1 = ne0;
+    if (rows >= n_chunks)
+        gs_cpu_split(rows, 1, chunk, n_chunks, &i0, &i1);
+    else
+        gs_cpu_split(ne0, tt->block_size, chunk, n_chunks, &j0, &j1);
+    for (int64_t i = i0; i < i1 && j0 < j1; i++) {
+        const float *b = row_of(r, n->src[1], is_weight(r, n->src[1]) ? 0 : i);
+        gs_cpu_swiglu(tmp, a + i * ne0 + j0, b + j0, j1 - j0);
+        quantize(tmp, (char *)r->out + i * row_bytes + j0 / tt->block_size * tt->block_bytes,
+                 j1 - j0);
+    }
+}
+
 /* Quantizes the matmul input's rows (a share of tokens) into xq. */
 static void k_quantize_input(struct run *r, int chunk, int n_chunks, int thread)
 {
@@ -469,6 +494,7 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_RMS_NORM] = k_rms_norm,
     [GS_OP_RMS_NORM_MUL] = k_rms_norm,
     [GS_OP_RMS_NORM_QUANT] = k_rms_norm,
+    [GS_OP_SWIGLU_QUANT] = k_swiglu_quant,
     [GS_OP_MUL] = k_elementwise,
     [GS_OP_ADD] = k_elementwise,
     [GS_OP_SWIGLU] = k_elementwise,
@@ -527,7 +553,7 @@ static bool cpu_supports(const struct gs_be *be, const struct gs_node *n)
 {
     if ((unsigned)n->op >= GS_OP_COUNT)
         return false;
-    if (n->op == GS_OP_RMS_NORM_QUANT) /* F32: the pass probe (gs_be_select_passes) */
+    if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT) /* F32: the pass probe */
         return n->type == GS_TYPE_F32 || gs_cpu_quantizer(n->type);
     if (n->op != GS_OP_WEIGHT)
         return kernels[n->op] && n->type == GS_TYPE_F32;
@@ -545,7 +571,8 @@ static void cpu_plan_free(struct gs_be *be, struct gs_plan *p)
 /* What the kernels need beyond supports() and the graph's own checks (which
  * keep quantized rows to matmuls that multiply with exactly that type):
  * matmul activations that quantize whole blocks, F32 broadcast weights. Sizes the quantized-activation rows and the
- * per-thread float rows (attention's q and accumulator, a norm's row). */
+ * per-thread float rows (attention's q and accumulator, a row on its way to
+ * being quantized). */
 static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
                                   int64_t *thread_floats, struct gs_err *err)
 {
@@ -565,7 +592,7 @@ static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
                                   n->name, (long long)w->ne[0], gs_type_name(w->type));
             *xq_stride = GS_MAX(*xq_stride, (bytes + 63) / 64 * 64);
         }
-        if (n->op == GS_OP_RMS_NORM_QUANT) {
+        if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT) {
             uint64_t bytes;
             if (!gs_cpu_quantizer(n->type) || gs_type_row_bytes(n->type, n->ne[0], &bytes))
                 return gs_err_set(err, GS_UNSUPPORTED, "cpu: node %u '%s': %s rows of %lld", i,
@@ -576,7 +603,7 @@ static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
             const struct gs_node *b = &g->nodes[n->src[s]];
             bool reads_row = n->op == GS_OP_MUL || n->op == GS_OP_ADD ||
                              n->op == GS_OP_SWIGLU || n->op == GS_OP_RMS_NORM_MUL ||
-                             n->op == GS_OP_RMS_NORM_QUANT;
+                             n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT;
             if (s > 0 && reads_row && b->op == GS_OP_WEIGHT && b->type != GS_TYPE_F32)
                 return gs_err_set(err, GS_UNSUPPORTED, "cpu: node %u '%s': %s weight '%s'", i,
                                   n->name, gs_type_name(b->type), b->name);

@@ -50,7 +50,7 @@ static bool ref_supports(const struct gs_be *be, const struct gs_node *n)
 {
     if ((unsigned)n->op >= GS_OP_COUNT || (n->op != GS_OP_WEIGHT && !kernels[n->op]))
         return false;
-    if (n->op == GS_OP_RMS_NORM_QUANT) { /* F32: the pass probe (gs_be_select_passes) */
+    if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT) { /* F32: the pass probe */
         const struct gs_type_traits *tt = gs_type_traits(n->type);
         return n->type == GS_TYPE_F32 || (tt && tt->from_f32 && tt->to_f32);
     }
@@ -194,9 +194,14 @@ static float gelu(float x)
 }
 
 /* MUL, ADD, SWIGLU, SILU, GELU: row-local elementwise ops. */
+/* Row-local ops; SWIGLU_QUANT's row goes through row_b into its block type
+ * with the reference quantizer. */
 static void k_elementwise(const struct run *r, const struct gs_node *n, float *out)
 {
     int64_t ne0 = n->ne[0], rows = gs_step_rows(n, r->io);
+    const bool quant = n->op == GS_OP_SWIGLU_QUANT;
+    uint64_t row_bytes = 0;
+    gs_type_row_bytes(n->type, ne0, &row_bytes);
     const float *a = value(r, n->src[0]);
     bool bcast = n->n_src > 1 && r->g->nodes[n->src[1]].rows == GS_ROWS_FIXED;
     const float *b = bcast ? row_of(r, n->src[1], 0, r->rp->row_a) : NULL;
@@ -213,6 +218,7 @@ static void k_elementwise(const struct run *r, const struct gs_node *n, float *o
                 y = x + b[j];
                 break;
             case GS_OP_SWIGLU:
+            case GS_OP_SWIGLU_QUANT:
                 y = silu(x) * b[j];
                 break;
             case GS_OP_SILU:
@@ -222,8 +228,13 @@ static void k_elementwise(const struct run *r, const struct gs_node *n, float *o
                 y = gelu(x);
                 break;
             }
-            out[i * ne0 + j] = y;
+            if (quant)
+                r->rp->row_b[j] = y;
+            else
+                out[i * ne0 + j] = y;
         }
+        if (quant)
+            gs_type_traits(n->type)->from_f32(r->rp->row_b, (char *)out + i * row_bytes, ne0);
     }
 }
 
@@ -455,6 +466,7 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_MATMUL_ADD] = k_matmul, [GS_OP_ROPE] = k_rope,         [GS_OP_KV_STORE] = k_kv_store,
     [GS_OP_ATTN] = k_attn,         [GS_OP_SOFTMAX] = k_softmax,   [GS_OP_OUTPUTS] = k_outputs,
     [GS_OP_LOGITS] = k_logits,     [GS_OP_RMS_NORM_QUANT] = k_rms_norm,
+    [GS_OP_SWIGLU_QUANT] = k_elementwise,
 };
 
 static enum gs_status ref_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,

@@ -75,8 +75,9 @@ static struct gs_graph *build_mlp(void)
     return g;
 }
 
-/* Runs g on backend `name` for T tokens, logits for every row, into out[T * g->n_vocab]. */
-static void run_graph_on(const char *name, const struct gs_graph *g, float *out)
+/* Runs g on backend `name` for the first n (<= T) of the test's tokens,
+ * logits for every row, into out[n * g->n_vocab]. */
+static void run_graph_on(const char *name, const struct gs_graph *g, uint32_t n, float *out)
 {
     struct gs_be be;
     struct gs_err err = {0};
@@ -88,13 +89,13 @@ static void run_graph_on(const char *name, const struct gs_graph *g, float *out)
     int32_t pos[T] = {0, 1, 7, 30, 100};
     uint32_t seq[T] = {0}, rows[T] = {0, 1, 2, 3, 4};
     struct gs_seq_pages sp = {NULL, 0};
-    struct gs_step_io io = {.n_tokens = T,
+    struct gs_step_io io = {.n_tokens = n,
                             .tokens = tokens,
                             .pos = pos,
                             .seq = seq,
                             .n_seqs = 1,
                             .seqs = &sp,
-                            .n_outputs = T,
+                            .n_outputs = n,
                             .out_rows = rows,
                             .logits = out};
     cr_assert_eq(gs_be_run(&be, p, &io, &err), GS_OK, "%s", err.msg);
@@ -104,7 +105,7 @@ static void run_graph_on(const char *name, const struct gs_graph *g, float *out)
 
 static void run_graph(const struct gs_graph *g, float *out)
 {
-    run_graph_on("ref", g, out);
+    run_graph_on("ref", g, T, out);
 }
 
 static uint32_t count_op(const struct gs_graph *g, enum gs_op op)
@@ -242,12 +243,13 @@ Test(graph_pass, fusion_skips_shared_intermediate)
 
 /*
  * A graph with q8_0 weights (rows of 32): the first norm feeds two q8_0
- * matmuls, the second a q8_0 and an f32 matmul, the third an add.
+ * matmuls, the second a q8_0 and an f32 matmul, the third an add; the swiglu
+ * feeds a q8_0 matmul.
  */
 #define QD 32
 #define QF 64
-static uint8_t q_gate[QF * 34], q_up[QF * 34], q_a[QD * 34];
-static float qw_embd[V * QD], qw_norm[QD], qw_down[QD * QF], qw_b[QD * QD], qw_out[V * QD];
+static uint8_t q_gate[QF * 34], q_up[QF * 34], q_down[QD * QF / 32 * 34], q_a[QD * 34];
+static float qw_embd[V * QD], qw_norm[QD], qw_b[QD * QD], qw_out[V * QD];
 
 static struct gs_graph *build_quant_mlp(void)
 {
@@ -258,9 +260,10 @@ static struct gs_graph *build_quant_mlp(void)
     cr_assert_eq(gs_quantize(GS_TYPE_Q8_0, tmp, q_up, QF * QD), GS_OK);
     fill(tmp, QD * QD, 13);
     cr_assert_eq(gs_quantize(GS_TYPE_Q8_0, tmp, q_a, QD * QD), GS_OK);
+    fill(tmp, QD * QF, 16);
+    cr_assert_eq(gs_quantize(GS_TYPE_Q8_0, tmp, q_down, QD * QF), GS_OK);
     fill(qw_embd, GS_ARRAY_LEN(qw_embd), 14);
     fill(qw_norm, GS_ARRAY_LEN(qw_norm), 15);
-    fill(qw_down, GS_ARRAY_LEN(qw_down), 16);
     fill(qw_b, GS_ARRAY_LEN(qw_b), 17);
     fill(qw_out, GS_ARRAY_LEN(qw_out), 18);
     struct gs_graph *g;
@@ -270,7 +273,7 @@ static struct gs_graph *build_quant_mlp(void)
     uint32_t nw = gs_graph_weight(g, "n", GS_TYPE_F32, QD, 1, qw_norm);
     uint32_t gate_w = gs_graph_weight(g, "gate", GS_TYPE_Q8_0, QD, QF, q_gate);
     uint32_t up_w = gs_graph_weight(g, "up", GS_TYPE_Q8_0, QD, QF, q_up);
-    uint32_t down_w = gs_graph_weight(g, "down", GS_TYPE_F32, QF, QD, qw_down);
+    uint32_t down_w = gs_graph_weight(g, "down", GS_TYPE_Q8_0, QF, QD, q_down);
     uint32_t a_w = gs_graph_weight(g, "a", GS_TYPE_Q8_0, QD, QD, q_a);
     uint32_t b_w = gs_graph_weight(g, "b", GS_TYPE_F32, QD, QD, qw_b);
     uint32_t out_w = gs_graph_weight(g, "out", GS_TYPE_F32, QD, V, qw_out);
@@ -287,35 +290,38 @@ static struct gs_graph *build_quant_mlp(void)
     return g;
 }
 
-Test(graph_pass, rms_norm_quant_fuses_norms_read_by_matmuls_of_one_type)
+Test(graph_pass, quant_rows_fuse_norms_and_swiglu_read_by_matmuls_of_one_type)
 {
     struct gs_graph *before = build_quant_mlp(), *after;
     struct gs_err err = {0};
     cr_assert_eq(gs_graph_clone(before, &after, &err), GS_OK);
-    const struct gs_pass *passes[] = {&gs_pass_rms_norm_mul, &gs_pass_rms_norm_quant};
-    cr_assert_eq(gs_graph_run_passes(after, passes, 2, &err), GS_OK, "%s", err.msg);
-    /* Only the norm read by nothing but q8_0 matmuls. */
+    const struct gs_pass *passes[] = {&gs_pass_rms_norm_mul, &gs_pass_rms_norm_quant,
+                                      &gs_pass_swiglu_quant};
+    cr_assert_eq(gs_graph_run_passes(after, passes, 3, &err), GS_OK, "%s", err.msg);
+    /* Only the norm read by nothing but q8_0 matmuls, and the swiglu. */
     cr_assert_eq(count_op(after, GS_OP_RMS_NORM_QUANT), 1);
     cr_assert_eq(count_op(after, GS_OP_RMS_NORM_MUL), 2);
-    uint32_t fused = GS_NODE_NONE;
+    cr_assert_eq(count_op(after, GS_OP_SWIGLU_QUANT), 1);
     for (uint32_t i = 0; i < after->n_nodes; i++)
-        if (after->nodes[i].op == GS_OP_RMS_NORM_QUANT)
-            fused = i;
-    cr_assert_eq(after->nodes[fused].type, GS_TYPE_Q8_0);
+        if (after->nodes[i].op == GS_OP_RMS_NORM_QUANT || after->nodes[i].op == GS_OP_SWIGLU_QUANT)
+            cr_assert_eq(after->nodes[i].type, GS_TYPE_Q8_0, "node %u", i);
     char *text = print_to_string(after, GS_GRAPH_TEXT);
     cr_assert(strstr(text, "rms_norm_quant(") && strstr(text, ") q8_0 [32 x T]"), "%s", text);
+    cr_assert(strstr(text, "swiglu_quant(") && strstr(text, ") q8_0 [64 x T]"), "%s", text);
     free(text);
     /* Quantizing in the norm is what the matmuls did with its float rows:
-     * the same logits on both backends. */
+     * the same logits on both backends, for a step of many tokens and for
+     * one (whose row the cpu backend splits between threads by blocks). */
     static const char *const backends[] = {"ref", "cpu"};
-    for (size_t b = 0; b < GS_ARRAY_LEN(backends); b++) {
+    for (size_t b = 0; b < 2 * GS_ARRAY_LEN(backends); b++) {
+        const uint32_t n = b % 2 ? 1 : T;
         float out_a[T * V], out_b[T * V];
-        run_graph_on(backends[b], before, out_a);
-        run_graph_on(backends[b], after, out_b);
-        for (int i = 0; i < T * V; i++)
+        run_graph_on(backends[b / 2], before, n, out_a);
+        run_graph_on(backends[b / 2], after, n, out_b);
+        for (uint32_t i = 0; i < n * V; i++)
             cr_assert_float_eq(out_a[i], out_b[i], 1e-5f * (1 + fabsf(out_a[i])),
-                               "%s: logit %d: %g unfused, %g fused", backends[b], i, out_a[i],
-                               out_b[i]);
+                               "%s, %u tokens: logit %u: %g unfused, %g fused", backends[b / 2],
+                               n, i, out_a[i], out_b[i]);
     }
     /* Quantized rows read by anything but a matmul of their type are refused. */
     for (uint32_t i = 0; i < after->n_nodes; i++)
