@@ -730,16 +730,32 @@ static void task_quantize(void *arg, int c, int nc, int ith)
     k_quantize_input(arg, c, nc, ith);
 }
 
-/* One piece per thread, except attention: a causal prompt gives later tokens
- * longer rows, and four pieces per thread even that out. Every piece costs
- * two cache-line transfers between cores (its claim and its done count);
- * cutting matmuls four times finer too cost more than the imbalance it
- * absorbed (measured on 576-wide rows, two threads: one-stream decoding
- * 220-248 tokens/s with four pieces per thread, 300-320 with one). A thread
- * that starts late still loses nothing: the caller takes its piece. */
-static int chunks_for(const struct gs_node *n, int n_threads)
+/* Weight bytes per piece a matmul is cut into beyond one per thread. */
+#define MATMUL_PIECE_BYTES (1u << 20)
+
+/*
+ * Pieces are claimed from a counter, so a thread that runs late or is
+ * descheduled on a shared machine leaves its share to the others; but each
+ * piece costs two cache-line transfers between cores (its claim and its done
+ * count), about 0.3 us. A matmul is therefore cut into one piece per thread
+ * per MiB of weights, up to four: small matrices (the 135M shape's 576-wide
+ * ones, read in ~10 us) take one piece per thread, large ones four (measured
+ * on two threads: one-stream decoding of the 135M shape 220-248 -> 300-320
+ * tokens/s with one piece instead of four when the machine was quiet, the 1B
+ * shape 15% slower with one piece when it was not). Attention takes four per
+ * thread: a causal prompt's later rows are longer.
+ */
+static int chunks_for(const struct gs_graph *g, const struct gs_node *n, int n_threads)
 {
-    return n->op == GS_OP_ATTN ? 4 * n_threads : n_threads;
+    if (n->op == GS_OP_ATTN)
+        return 4 * n_threads;
+    if (n->op != GS_OP_MATMUL && n->op != GS_OP_MATMUL_ADD)
+        return n_threads;
+    const struct gs_node *w = &g->nodes[n->src[1]];
+    uint64_t row = 0;
+    gs_type_row_bytes(w->type, w->ne[0], &row);
+    const uint64_t pieces = row * (uint64_t)w->ne[1] / MATMUL_PIECE_BYTES;
+    return (int)GS_MAX(1, GS_MIN(4, pieces)) * n_threads;
 }
 
 static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,
@@ -776,7 +792,7 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
                 r.xq_node = n->src[0];
             }
         }
-        gs_cpu_pool_run(c->pool, task, &r, chunks_for(n, c->n_threads));
+        gs_cpu_pool_run(c->pool, task, &r, chunks_for(g, n, c->n_threads));
     }
     return GS_OK;
 }
