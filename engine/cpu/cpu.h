@@ -97,6 +97,8 @@ float gs_cpu__avx2_dot_f32(const float *a, const float *b, int64_t n);
 float gs_cpu__avx2_dot_f32_f16(const float *a, const uint16_t *b, int64_t n);
 void gs_cpu__avx2_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows,
                            int64_t n, float *out);
+void gs_cpu__avx2_dots_f32(const float *q, const float *k, size_t stride, int n_rows,
+                           int64_t n, float *out);
 void gs_cpu__avx2_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride,
                             int n_rows, int64_t n);
 void gs_cpu__avx2_axpys_f32(float *acc, const float *w, const float *v, size_t stride,
@@ -121,7 +123,9 @@ float gs_cpu_dot_f32(const float *a, const float *b, int64_t n);
 float gs_cpu_dot_f32_f16(const float *a, const uint16_t *b, int64_t n);
 
 /* Attention over one KV page: rows at k/v, `stride` elements apart.
- * out[s] = sum_i q[i] * k[s][i] for s < n_rows (f16 or f32 rows). */
+ * out[s] = sum_i q[i] * k[s][i] for s < n_rows (f16 or f32 rows). The f32
+ * version of f16 rows converted exactly gives bit-identical sums (as do the
+ * two axpys below), so a caller may convert a page once and reuse it. */
 void gs_cpu_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows, int64_t n,
                      float *out);
 void gs_cpu_dots_f32(const float *q, const float *k, size_t stride, int n_rows, int64_t n,

@@ -158,6 +158,12 @@ void gs_cpu_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_row
 void gs_cpu_dots_f32(const float *q, const float *k, size_t stride, int n_rows, int64_t n,
                      float *out)
 {
+#if GS_CPU_X86
+    if (avx2()) {
+        gs_cpu__avx2_dots_f32(q, k, stride, n_rows, n, out);
+        return;
+    }
+#endif
     for (int s = 0; s < n_rows; s++)
         out[s] = gs_cpu_dot_f32(q, k + (size_t)s * stride, n);
 }

@@ -1225,18 +1225,6 @@ float gs_cpu__avx2_dot_f32(const float *a, const float *b, int64_t n)
     return dot_f32(n, a, b);
 }
 
-float gs_cpu__avx2_dot_f32_f16(const float *a, const uint16_t *b, int64_t n)
-{
-    __m256 a0 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), ld8_f16(b + i), a0);
-    float sum = hsum_ps(a0);
-    for (; i < n; i++)
-        sum += a[i] * gs_fp16_to_f32(b[i]);
-    return sum;
-}
-
 /* Eight vectors -> the vector of their eight horizontal sums, in order. */
 static inline __m256 hsum8_ps(const __m256 a[8])
 {
@@ -1247,11 +1235,30 @@ static inline __m256 hsum8_ps(const __m256 a[8])
                          _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+/* Eight floats of row v at column i, from f16 or f32 storage. */
+static inline __m256 ld8_kv(const void *v, size_t i, bool f16)
+{
+    return f16 ? ld8_f16((const uint16_t *)v + i) : _mm256_loadu_ps((const float *)v + i);
+}
+
+/* q . row for one f16 or f32 row; the same sums for a row and its f32 copy. */
+static inline float dot_kv(const float *q, const void *k, int64_t n, bool f16)
+{
+    __m256 a0 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld8_kv(k, (size_t)i, f16), a0);
+    float sum = hsum_ps(a0);
+    for (; i < n; i++)
+        sum += q[i] * (f16 ? gs_fp16_to_f32(((const uint16_t *)k)[i]) : ((const float *)k)[i]);
+    return sum;
+}
+
 /* Eight keys at a time: eight accumulators, then one transposing reduction
  * instead of eight horizontal sums (attention spent most of its time in
- * those on 64-wide heads). */
-void gs_cpu__avx2_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows,
-                           int64_t n, float *out)
+ * those on 64-wide heads). f16 rows and their f32 copies give the same sums. */
+static inline void dots(const float *q, const void *k, size_t stride, int n_rows, int64_t n,
+                        float *out, bool f16)
 {
     int s = 0;
     if (n % 8 == 0) {
@@ -1262,19 +1269,34 @@ void gs_cpu__avx2_dots_f16(const float *q, const uint16_t *k, size_t stride, int
             for (int64_t i = 0; i < n; i += 8) {
                 const __m256 qv = _mm256_loadu_ps(q + i);
                 for (int j = 0; j < 8; j++)
-                    acc[j] = _mm256_fmadd_ps(qv, ld8_f16(k + (size_t)(s + j) * stride + i), acc[j]);
+                    acc[j] = _mm256_fmadd_ps(qv, ld8_kv(k, (size_t)(s + j) * stride + i, f16),
+                                             acc[j]);
             }
             _mm256_storeu_ps(out + s, hsum8_ps(acc));
         }
     }
-    for (; s < n_rows; s++)
-        out[s] = gs_cpu__avx2_dot_f32_f16(q, k + (size_t)s * stride, n);
+    for (; s < n_rows; s++) {
+        const size_t row = (size_t)s * stride;
+        out[s] = dot_kv(q, f16 ? (const void *)((const uint16_t *)k + row)
+                               : (const void *)((const float *)k + row), n, f16);
+    }
 }
 
-/* Eight floats of row v at column i, from f16 or f32 storage. */
-static inline __m256 ld8_kv(const void *v, size_t i, bool f16)
+float gs_cpu__avx2_dot_f32_f16(const float *a, const uint16_t *b, int64_t n)
 {
-    return f16 ? ld8_f16((const uint16_t *)v + i) : _mm256_loadu_ps((const float *)v + i);
+    return dot_kv(a, b, n, true);
+}
+
+void gs_cpu__avx2_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows,
+                           int64_t n, float *out)
+{
+    dots(q, k, stride, n_rows, n, out, true);
+}
+
+void gs_cpu__avx2_dots_f32(const float *q, const float *k, size_t stride, int n_rows,
+                           int64_t n, float *out)
+{
+    dots(q, k, stride, n_rows, n, out, false);
 }
 
 /* acc[i] += sum_s w[s] * v[s][i]. Columns go 64 at a time with eight

@@ -394,9 +394,15 @@ Test(cpu_kernels, attention_dots_match_double)
         k[i] = gs_f32_to_fp16(frand());
     for (int i = 0; i < 128; i++)
         q[i] = frand();
+    float *k32 = malloc(sizeof(float) * ROWS * STRIDE), out32[ROWS];
+    gs_cpu_f16_to_f32(k, k32, ROWS * STRIDE);
     for (size_t d = 0; d < GS_ARRAY_LEN(dims); d++) {
         const int64_t n = dims[d];
         gs_cpu_dots_f16(q, k, STRIDE, ROWS, n, out);
+        /* A page converted to f32 once gives the very same scores. */
+        gs_cpu_dots_f32(q, k32, STRIDE, ROWS, n, out32);
+        cr_assert(!memcmp(out, out32, sizeof(out)), "n %lld: f32 copy scores differ",
+                  (long long)n);
         for (int s = 0; s < ROWS; s++) {
             double want = 0;
             for (int64_t i = 0; i < n; i++)
@@ -406,6 +412,7 @@ Test(cpu_kernels, attention_dots_match_double)
         }
     }
     free(k);
+    free(k32);
 }
 
 /* Attention's value sums acc += sum_s w[s] v[s], f16 and f32 rows, on head
@@ -416,6 +423,7 @@ Test(cpu_kernels, attention_value_sums_match_double)
     enum { ROWS = 19, STRIDE = 200 };
     static const int64_t dims[] = {64, 128, 200, 72, 60, 7};
     float *v32 = malloc(sizeof(float) * ROWS * STRIDE);
+    float *vconv = malloc(sizeof(float) * ROWS * STRIDE);
     uint16_t *v16 = malloc(sizeof(uint16_t) * ROWS * STRIDE);
     float w[ROWS], acc16[STRIDE], acc32[STRIDE], start[STRIDE];
     for (int i = 0; i < ROWS * STRIDE; i++) {
@@ -430,6 +438,13 @@ Test(cpu_kernels, attention_value_sums_match_double)
             start[i] = acc16[i] = acc32[i] = frand();
         gs_cpu_axpys_f16(acc16, w, v16, STRIDE, ROWS, n);
         gs_cpu_axpys_f32(acc32, w, v32, STRIDE, ROWS, n);
+        float copy[STRIDE];
+        memcpy(copy, start, sizeof(float) * (size_t)n);
+        for (int s = 0; s < ROWS; s++)
+            gs_cpu_f16_to_f32(v16 + s * STRIDE, vconv + s * STRIDE, n);
+        gs_cpu_axpys_f32(copy, w, vconv, STRIDE, ROWS, n);
+        cr_assert(!memcmp(copy, acc16, sizeof(float) * (size_t)n),
+                  "n %lld: sums over an f32 copy of the f16 rows differ", (long long)n);
         for (int64_t i = 0; i < n; i++) {
             double want16 = start[i], want32 = start[i];
             for (int s = 0; s < ROWS; s++) {
@@ -445,5 +460,6 @@ Test(cpu_kernels, attention_value_sums_match_double)
         }
     }
     free(v32);
+    free(vconv);
     free(v16);
 }
