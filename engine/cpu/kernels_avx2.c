@@ -301,6 +301,100 @@ static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int b
     return hsum_ps(_mm256_sub_ps(acc, accm));
 }
 
+/*
+ * q2_K and q3_K: a super-block is two 128-quant halves of 32 bytes of 2-bit
+ * fields; field j (bits 2j, 2j+1) of byte l of half c is quant 128c + 32j +
+ * l, so one shift and mask of the half gives 32 consecutive quants: groups
+ * 8c + 2j (low 16 bytes) and 8c + 2j + 1 (high). The group scales (int8,
+ * both lanes) are spread over int16 lanes with one byte shuffle each.
+ */
+static inline __m256i group_scales(__m256i sc8, int c, int j)
+{
+    const int g = 8 * c + 2 * j;
+    /* Scale byte into the high byte of each int16, then an arithmetic
+     * shift: sign-extended (q3_K's scales are signed). */
+    const __m256i ctrl = _mm256_set_m128i(_mm_set1_epi16((short)(((g + 1) << 8) | 0x80)),
+                                          _mm_set1_epi16((short)((g << 8) | 0x80)));
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(sc8, ctrl), 8);
+}
+
+/* sum over the block of scale[g] * (u . y over group g), u the unsigned
+ * quants 0..(3 or 7) of half c, field j (q3_K adds its hmask bit as bit 2). */
+static inline __m256i k23_sum(const uint8_t *qs, const uint8_t *hmask, const uint8_t *x,
+                              __m256i sc8)
+{
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i hv = hmask ? _mm256_loadu_si256((const __m256i *)hmask) : _mm256_setzero_si256();
+    __m256i sumi = _mm256_setzero_si256();
+    for (int c = 0; c < 2; c++) {
+        const __m256i qv = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m256i u = _mm256_and_si256(_mm256_srl_epi16(qv, _mm_cvtsi32_si128(2 * j)), m3);
+            if (hmask) {
+                const __m256i h = _mm256_and_si256(
+                    _mm256_srl_epi16(hv, _mm_cvtsi32_si128(4 * c + j)), one);
+                u = _mm256_or_si256(u, _mm256_slli_epi16(h, 2));
+            }
+            const __m256i y =
+                _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 128 * c + 32 * j));
+            sumi = _mm256_add_epi32(
+                sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), group_scales(sc8, c, j)));
+        }
+    }
+    return sumi;
+}
+
+static float dot_q2_K(int64_t n, const void *vw, const void *vx)
+{
+    const uint8_t *w = vw, *x = vx;
+    __m256 acc = _mm256_setzero_ps();
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q2_K_BYTES, x += GS_Q8_K_BYTES) {
+        const __m128i sc = _mm_loadu_si128((const __m128i *)(w + GS_Q2_K_SCALES));
+        const __m256i sumi = k23_sum(w + GS_Q2_K_QS, NULL, x,
+                                     _mm256_broadcastsi128_si256(_mm_and_si128(sc, m4)));
+        /* Minimums: sum over groups of min[g] * bsum[g]. */
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+        const __m256i msum = _mm256_madd_epi16(
+            mins, _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS)));
+        const float dx = ld_f32(x + GS_Q8_K_D);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * ld_f16(w + GS_Q2_K_D)), _mm256_cvtepi32_ps(sumi),
+                              acc);
+        acc = _mm256_fnmadd_ps(_mm256_set1_ps(dx * ld_f16(w + GS_Q2_K_DMIN)),
+                               _mm256_cvtepi32_ps(msum), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float dot_q3_K(int64_t n, const void *vw, const void *vx)
+{
+    const uint8_t *w = vw, *x = vx;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q3_K_BYTES, x += GS_Q8_K_BYTES) {
+        /* Sixteen 6-bit scales: low nibbles in bytes 0-7, high pairs of
+         * bits in bytes 8-11; stored with an offset of 32. */
+        const uint8_t *s = w + GS_Q3_K_SCALES;
+        int8_t sc[16];
+        for (int g = 0; g < 16; g++) {
+            const int lo = g < 8 ? s[g] & 0xf : s[g - 8] >> 4;
+            const int hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
+            sc[g] = (int8_t)((lo | (hi << 4)) - 32);
+        }
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)sc);
+        /* Quants are u - 4 with u = 2 bits | hmask bit << 2: the 4 comes out
+         * through the group sums, 4 * sum of scale[g] * bsum[g]. */
+        const __m256i sumi = k23_sum(w + GS_Q3_K_QS, w + GS_Q3_K_HMASK, x,
+                                     _mm256_broadcastsi128_si256(sc8));
+        const __m256i off = _mm256_madd_epi16(
+            _mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS)));
+        const __m256i total = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 2));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(ld_f32(x + GS_Q8_K_D) * ld_f16(w + GS_Q3_K_D)),
+                              _mm256_cvtepi32_ps(total), acc);
+    }
+    return hsum_ps(acc);
+}
+
 static float dot_q4_K(int64_t n, const void *w, const void *x)
 {
     return dot_k45(n, w, x, GS_Q4_K_BYTES, GS_Q4_K_QS, 0);
@@ -973,6 +1067,8 @@ static void gemm_q6_K(int64_t n, const void *w, size_t ws, int nr, const void *x
     }
 GEMM_OF(q4_1)
 GEMM_OF(q5_1)
+GEMM_OF(q2_K)
+GEMM_OF(q3_K)
 GEMM_OF(q5_K)
 GEMM_OF(f32)
 GEMM_OF(f16)
@@ -1192,6 +1288,8 @@ void KERNELS_FILL(struct gs_cpu_kernels *t)
     ROW(GS_TYPE_F32, f32);
     ROW(GS_TYPE_F16, f16);
     ROW(GS_TYPE_BF16, bf16);
+    ROW(GS_TYPE_Q2_K, q2_K);
+    ROW(GS_TYPE_Q3_K, q3_K);
     ROW(GS_TYPE_Q5_K, q5_K);
 #endif
 #undef ROW
