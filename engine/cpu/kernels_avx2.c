@@ -372,16 +372,21 @@ static float dot_q3_K(int64_t n, const void *vw, const void *vx)
     const uint8_t *w = vw, *x = vx;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q3_K_BYTES, x += GS_Q8_K_BYTES) {
-        /* Sixteen 6-bit scales: low nibbles in bytes 0-7, high pairs of
-         * bits in bytes 8-11; stored with an offset of 32. */
+        /* Sixteen 6-bit scales, stored with an offset of 32: low nibbles
+         * of groups 0-7 and 8-15 in the low and high halves of bytes 0-7,
+         * the top two bits of group g at bit 2 * (g / 4) of byte 8 + g % 4. */
         const uint8_t *s = w + GS_Q3_K_SCALES;
-        int8_t sc[16];
-        for (int g = 0; g < 16; g++) {
-            const int lo = g < 8 ? s[g] & 0xf : s[g - 8] >> 4;
-            const int hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
-            sc[g] = (int8_t)((lo | (hi << 4)) - 32);
-        }
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)sc);
+        uint64_t lo64;
+        uint32_t h;
+        memcpy(&lo64, s, 8);
+        memcpy(&h, s + 8, 4);
+        const __m128i m4 = _mm_set1_epi8(0x0f), v = _mm_cvtsi64_si128((long long)lo64);
+        const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(v, m4),
+                                              _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+        const __m128i hi = _mm_and_si128(
+            _mm_set_epi32((int)(h >> 6), (int)(h >> 4), (int)(h >> 2), (int)h), _mm_set1_epi8(3));
+        const __m128i sc8 = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)),
+                                         _mm_set1_epi8(32));
         /* Quants are u - 4 with u = 2 bits | hmask bit << 2: the 4 comes out
          * through the group sums, 4 * sum of scale[g] * bsum[g]. */
         const __m256i sumi = k23_sum(w + GS_Q3_K_QS, w + GS_Q3_K_HMASK, x,
