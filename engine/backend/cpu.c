@@ -264,8 +264,8 @@ static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
     gs_type_row_bytes(w->type, K, &w_stride);
     const enum gs_type in_type = r->g->nodes[n->src[0]].type;
     /* Float rows: for F32 weights as they are, else quantized into xq (or, for
-     * a few tokens, into this thread's rows); an RMS_NORM_QUANT input is
-     * already in the weight's partner type. */
+     * a few tokens, into this thread's rows); an RMS_NORM_QUANT or
+     * SWIGLU_QUANT input is already in the weight's partner type. */
     const bool plain = w->type == GS_TYPE_F32, prequant = in_type != GS_TYPE_F32;
     uint64_t in_stride = (uint64_t)K * sizeof(float);
     gs_type_row_bytes(in_type, K, &in_stride);
@@ -570,9 +570,9 @@ static void cpu_plan_free(struct gs_be *be, struct gs_plan *p)
 
 /* What the kernels need beyond supports() and the graph's own checks (which
  * keep quantized rows to matmuls that multiply with exactly that type):
- * matmul activations that quantize whole blocks, F32 broadcast weights. Sizes the quantized-activation rows and the
- * per-thread float rows (attention's q and accumulator, a row on its way to
- * being quantized). */
+ * matmul activations that quantize whole blocks, F32 broadcast weights.
+ * Sizes the quantized-activation rows and the per-thread float rows
+ * (attention's q and accumulator, a row on its way to being quantized). */
 static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
                                   int64_t *thread_floats, struct gs_err *err)
 {
@@ -580,8 +580,7 @@ static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
     *thread_floats = 2;
     for (uint32_t i = 0; i < g->n_nodes; i++) {
         const struct gs_node *n = &g->nodes[i];
-        const bool matmul = n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD;
-        if (matmul) {
+        if (n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD) {
             const struct gs_node *w = &g->nodes[n->src[1]];
             const enum gs_type vt = gs_type_traits(w->type)->vec_dot_type;
             uint64_t bytes;
@@ -599,12 +598,12 @@ static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
                                   n->name, gs_type_name(n->type), (long long)n->ne[0]);
             *thread_floats = GS_MAX(*thread_floats, n->ne[0]);
         }
-        for (uint32_t s = 0; s < n->n_src; s++) {
+        for (uint32_t s = 1; s < n->n_src; s++) {
             const struct gs_node *b = &g->nodes[n->src[s]];
             bool reads_row = n->op == GS_OP_MUL || n->op == GS_OP_ADD ||
                              n->op == GS_OP_SWIGLU || n->op == GS_OP_RMS_NORM_MUL ||
                              n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT;
-            if (s > 0 && reads_row && b->op == GS_OP_WEIGHT && b->type != GS_TYPE_F32)
+            if (reads_row && b->op == GS_OP_WEIGHT && b->type != GS_TYPE_F32)
                 return gs_err_set(err, GS_UNSUPPORTED, "cpu: node %u '%s': %s weight '%s'", i,
                                   n->name, gs_type_name(b->type), b->name);
             if (n->op == GS_OP_ROPE && b->op == GS_OP_WEIGHT && b->type != GS_TYPE_F32)
