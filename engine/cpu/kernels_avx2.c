@@ -866,17 +866,50 @@ static inline void panel_tile(int64_t nb, const struct panel_block *pb, const __
  * out[k * os + i] = row i . token k. The panel is unpacked and transposed
  * once into pb/dw (the caller's scratch, nb blocks), then read by every tile.
  */
-#define PANEL_Q80(name, wbytes, unpack_u)                                                          \
+/* Eight rows' blocks at w (ws bytes apart) -> q[g] lane i = quants 4g..4g+3
+ * of row i, unsigned. The generic way: unpack each row, transpose. */
+#define PACK8_BY_ROWS(name, unpack_u)                                                              \
+    static inline void pack8_##name(const uint8_t *w, size_t ws, __m256i q[PANEL])                \
+    {                                                                                             \
+        _Pragma("GCC unroll 8") for (int i = 0; i < PANEL; i++) q[i] = unpack_u(w + (size_t)i * ws); \
+        transpose8_epi32(q);                                                                      \
+    }
+PACK8_BY_ROWS(q5_0, q5_0_block_u)
+#ifdef GS_CPU_VNNI
+PACK8_BY_ROWS(q8_0, q8_0_block_u)
+#endif
+#undef PACK8_BY_ROWS
+
+/* q4_0 transposes before unpacking: dword m of a block's 16 quant bytes holds
+ * quants 4m..4m+3 (low nibbles) and 16+4m..16+4m+3 (high), so a 4 x 8 dword
+ * transpose of the packed bytes and one mask and one shift give all eight
+ * vectors: half the shuffles of unpacking eight rows and transposing them. */
+static inline void pack8_q4_0(const uint8_t *w, size_t ws, __m256i q[PANEL])
+{
+    __m256i a[4];
+    for (int i = 0; i < 4; i++)
+        a[i] = _mm256_set_m128i(
+            _mm_loadu_si128((const __m128i *)(w + (size_t)(i + 4) * ws + GS_Q4_0_QS)),
+            _mm_loadu_si128((const __m128i *)(w + (size_t)i * ws + GS_Q4_0_QS)));
+    const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+    const __m256i d[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                          _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int m = 0; m < 4; m++) {
+        q[m] = _mm256_and_si256(d[m], m4);
+        q[4 + m] = _mm256_and_si256(_mm256_srli_epi16(d[m], 4), m4);
+    }
+}
+
+#define PANEL_Q80(name, wbytes)                                                                    \
     static void panel_##name(int64_t nb, const uint8_t *wr, size_t ws, const uint8_t *x,          \
                              size_t xs, int nt, const float *dx, const int32_t *ox,               \
                              struct panel_block *pb, __m256 *dw, float *out, size_t os)           \
     {                                                                                             \
         for (int64_t b = 0; b < nb; b++) {                                                        \
             const int64_t off = b * (wbytes);                                                     \
-            __m256i *q = pb[b].q;                                                                 \
-            _Pragma("GCC unroll 8") for (int i = 0; i < PANEL; i++)                               \
-                q[i] = unpack_u(wr + (size_t)i * ws + off);                                       \
-            transpose8_epi32(q);                                                                  \
+            pack8_##name(wr + off, ws, pb[b].q);                                                  \
             dw[b] = _mm256_set_m128(scales4(wr + 4 * ws, ws, off), scales4(wr, ws, off));         \
         }                                                                                         \
         prefetch_bytes(wr + PANEL * ws, PANEL * ws);                                              \
@@ -885,10 +918,10 @@ static inline void panel_tile(int64_t nb, const struct panel_block *pb, const __
                        dx + (size_t)k * nb, ox + (size_t)k * nb, out + (size_t)k * os, os);       \
     }
 
-PANEL_Q80(q4_0, GS_Q4_0_BYTES, q4_0_block_u)
-PANEL_Q80(q5_0, GS_Q5_0_BYTES, q5_0_block_u)
+PANEL_Q80(q4_0, GS_Q4_0_BYTES)
+PANEL_Q80(q5_0, GS_Q5_0_BYTES)
 #ifdef GS_CPU_VNNI
-PANEL_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block_u)
+PANEL_Q80(q8_0, GS_Q8_0_BYTES)
 #endif
 #undef PANEL_Q80
 
