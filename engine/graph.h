@@ -244,6 +244,10 @@ struct gs_pass {
     const char *name; /* "dce", "cse", "rms_norm_mul", "swiglu", "residual" */
     const char *help;
     enum gs_op produces; /* the op the pass introduces, GS_OP_COUNT if none */
+    /* the type of the nodes it introduces (0: F32); quantizing passes name the
+     * block type a backend must be able to write (their nodes take q8_0 or
+     * q8_K, whichever their matmuls multiply with) */
+    enum gs_type produces_type;
     /* Rewrites g in place; *n_changed counts rewritten or removed nodes. */
     enum gs_status (*run)(struct gs_graph *g, uint32_t *n_changed, struct gs_err *err);
 };

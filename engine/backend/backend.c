@@ -50,7 +50,7 @@ size_t gs_be_select_passes(const struct gs_be *be, const struct gs_pass *const *
         struct gs_node probe;
         memset(&probe, 0, sizeof(probe));
         probe.op = in[i]->produces;
-        probe.type = GS_TYPE_F32;
+        probe.type = in[i]->produces_type;
         if (in[i]->produces == GS_OP_COUNT || gs_be_supports(be, &probe))
             out[n++] = in[i];
     }

@@ -553,8 +553,8 @@ static bool cpu_supports(const struct gs_be *be, const struct gs_node *n)
 {
     if ((unsigned)n->op >= GS_OP_COUNT)
         return false;
-    if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT) /* F32: the pass probe */
-        return n->type == GS_TYPE_F32 || gs_cpu_quantizer(n->type);
+    if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT) /* quantized rows */
+        return gs_cpu_quantizer(n->type) != NULL;
     if (n->op != GS_OP_WEIGHT)
         return kernels[n->op] && n->type == GS_TYPE_F32;
     const struct gs_type_traits *tt = gs_type_traits(n->type);

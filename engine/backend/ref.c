@@ -50,9 +50,9 @@ static bool ref_supports(const struct gs_be *be, const struct gs_node *n)
 {
     if ((unsigned)n->op >= GS_OP_COUNT || (n->op != GS_OP_WEIGHT && !kernels[n->op]))
         return false;
-    if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT) { /* F32: the pass probe */
+    if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT) { /* quantized rows */
         const struct gs_type_traits *tt = gs_type_traits(n->type);
-        return n->type == GS_TYPE_F32 || (tt && tt->from_f32 && tt->to_f32);
+        return tt && tt->from_f32 && tt->to_f32;
     }
     if (n->op != GS_OP_WEIGHT)
         return n->type == GS_TYPE_F32;
@@ -193,9 +193,8 @@ static float gelu(float x)
     return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
 }
 
-/* MUL, ADD, SWIGLU, SILU, GELU: row-local elementwise ops. */
-/* Row-local ops; SWIGLU_QUANT's row goes through row_b into its block type
- * with the reference quantizer. */
+/* MUL, ADD, SWIGLU, SILU, GELU: row-local elementwise ops; SWIGLU_QUANT's
+ * row goes through row_b into its block type with the reference quantizer. */
 static void k_elementwise(const struct run *r, const struct gs_node *n, float *out)
 {
     int64_t ne0 = n->ne[0], rows = gs_step_rows(n, r->io);
@@ -275,7 +274,7 @@ static void k_matmul(const struct run *r, const struct gs_node *n, float *out)
     const enum gs_type in = r->g->nodes[n->src[0]].type;
     if (in == GS_TYPE_F32) {
         x = round_activations(r, w, x, rows);
-    } else { /* RMS_NORM_QUANT rows: already what round_activations makes */
+    } else { /* RMS_NORM_QUANT / SWIGLU_QUANT rows: what round_activations makes */
         uint64_t row_bytes = 0;
         gs_type_row_bytes(in, K, &row_bytes);
         for (int64_t t = 0; t < rows; t++)

@@ -333,6 +333,23 @@ Test(graph_pass, quant_rows_fuse_norms_and_swiglu_read_by_matmuls_of_one_type)
     gs_graph_free(after);
 }
 
+/* Both backends implement every fused op, so each runs every pass (a backend
+ * that could not write a pass's rows would leave that pass out). */
+Test(graph_pass, both_backends_select_every_pass)
+{
+    static const char *const names[] = {"ref", "cpu"};
+    for (size_t b = 0; b < GS_ARRAY_LEN(names); b++) {
+        struct gs_be be;
+        struct gs_err err = {0};
+        cr_assert_eq(gs_be_init(&be, names[b], NULL, &err), GS_OK, "%s", err.msg);
+        const struct gs_pass *sel[16];
+        size_t n = gs_be_select_passes(&be, gs_passes_all, gs_passes_all_len, sel, 16);
+        cr_expect_eq(n, gs_passes_all_len, "%s selects %zu of %zu passes", names[b], n,
+                     gs_passes_all_len);
+        gs_be_deinit(&be);
+    }
+}
+
 Test(graph_pass, find_by_name)
 {
     for (size_t i = 0; i < gs_passes_all_len; i++)

@@ -69,6 +69,7 @@ const struct gs_pass gs_pass_rms_norm_quant = {
     .name = "rms_norm_quant",
     .help = "write rms_norm_mul rows straight in the block type of the matmuls that read them",
     .produces = GS_OP_RMS_NORM_QUANT,
+    .produces_type = GS_TYPE_Q8_0,
     .run = run_rms_norm,
 };
 
@@ -76,5 +77,6 @@ const struct gs_pass gs_pass_swiglu_quant = {
     .name = "swiglu_quant",
     .help = "write swiglu rows straight in the block type of the matmul that reads them",
     .produces = GS_OP_SWIGLU_QUANT,
+    .produces_type = GS_TYPE_Q8_0,
     .run = run_swiglu,
 };
