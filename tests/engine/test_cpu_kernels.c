@@ -432,6 +432,7 @@ Test(cpu_kernels, attention_value_sums_match_double)
     }
     for (int s = 0; s < ROWS; s++)
         w[s] = frand();
+    gs_cpu_f16_to_f32(v16, vconv, ROWS * STRIDE);
     for (size_t d = 0; d < GS_ARRAY_LEN(dims); d++) {
         const int64_t n = dims[d];
         for (int64_t i = 0; i < n; i++)
@@ -440,8 +441,6 @@ Test(cpu_kernels, attention_value_sums_match_double)
         gs_cpu_axpys_f32(acc32, w, v32, STRIDE, ROWS, n);
         float copy[STRIDE];
         memcpy(copy, start, sizeof(float) * (size_t)n);
-        for (int s = 0; s < ROWS; s++)
-            gs_cpu_f16_to_f32(v16 + s * STRIDE, vconv + s * STRIDE, n);
         gs_cpu_axpys_f32(copy, w, vconv, STRIDE, ROWS, n);
         cr_assert(!memcmp(copy, acc16, sizeof(float) * (size_t)n),
                   "n %lld: sums over an f32 copy of the f16 rows differ", (long long)n);
