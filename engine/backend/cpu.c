@@ -272,7 +272,7 @@ static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
     const void *x = plain || prequant ? (const void *)value(r, n->src[0]) : r->ctx->xq;
     const size_t x_stride = plain || prequant ? (size_t)in_stride : r->cp->xq_stride;
     int64_t r0, r1;
-    gs_cpu_split(N, 8, chunk, n_chunks, &r0, &r1);
+    gs_cpu_split(N, 16, chunk, n_chunks, &r0, &r1); /* whole panels of the widest kernels */
     if (r0 >= r1)
         return;
     if (!plain && !prequant && T <= LOCAL_QUANT_TOKENS) {

@@ -925,8 +925,102 @@ PANEL_Q80(q8_0, GS_Q8_0_BYTES)
 #endif
 #undef PANEL_Q80
 
+#ifdef GS_CPU_VNNI
+/*
+ * Sixteen-row panels on 512-bit vectors, for the VNNI build. The eight-row
+ * panel issues ten loads (eight broadcast activation dwords, a scale and an
+ * offset sum) per eight vpdpbusd and is bound by loads; here each broadcast
+ * feeds sixteen rows, so a load serves twice the products. A 512-bit vpdpbusd
+ * retires the same products per cycle as two 256-bit ones where the vector
+ * units are 256 bits wide, so nothing is lost there.
+ */
+#define PANEL16 16
+
+struct panel16_block {
+    __m512i q[8];
+};
+
+static inline void panel16_tile(int64_t nb, const struct panel16_block *pb, const __m512 *dw,
+                                const uint8_t *x, size_t xs, int nk, const float *dx,
+                                const int32_t *ox, float *out, size_t os)
+{
+    __m512 acc[PANEL_TOK];
+    for (int k = 0; k < PANEL_TOK; k++)
+        acc[k] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m512i *q = pb[b].q;
+        const uint8_t *xb = x + b * GS_Q8_0_BYTES + GS_Q8_0_QS;
+#pragma GCC unroll 4
+        for (int k = 0; k < PANEL_TOK; k++) {
+            if (k >= nk)
+                break;
+            const uint8_t *y = xb + (size_t)k * xs;
+            __m512i s0 = _mm512_set1_epi32(ox[(size_t)k * nb + b]);
+            __m512i s1 = _mm512_setzero_si512();
+            s0 = _mm512_dpbusd_epi32(s0, q[0], _mm512_set1_epi32(ld_i32(y)));
+            s1 = _mm512_dpbusd_epi32(s1, q[1], _mm512_set1_epi32(ld_i32(y + 4)));
+            s0 = _mm512_dpbusd_epi32(s0, q[2], _mm512_set1_epi32(ld_i32(y + 8)));
+            s1 = _mm512_dpbusd_epi32(s1, q[3], _mm512_set1_epi32(ld_i32(y + 12)));
+            s0 = _mm512_dpbusd_epi32(s0, q[4], _mm512_set1_epi32(ld_i32(y + 16)));
+            s1 = _mm512_dpbusd_epi32(s1, q[5], _mm512_set1_epi32(ld_i32(y + 20)));
+            s0 = _mm512_dpbusd_epi32(s0, q[6], _mm512_set1_epi32(ld_i32(y + 24)));
+            s1 = _mm512_dpbusd_epi32(s1, q[7], _mm512_set1_epi32(ld_i32(y + 28)));
+            const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+                                           _mm512_set1_ps(dx[(size_t)k * nb + b]));
+            acc[k] = _mm512_fmadd_ps(dw[b], t, acc[k]);
+        }
+    }
+    for (int k = 0; k < nk; k++)
+        _mm512_storeu_ps(out + (size_t)k * os, acc[k]);
+}
+
+/* Two eight-row packs side by side: lanes 0..7 rows 0..7, lanes 8..15 rows 8..15. */
+#define PANEL16_Q80(name, wbytes)                                                                  \
+    static void panel16_##name(int64_t nb, const uint8_t *wr, size_t ws, const uint8_t *x,        \
+                               size_t xs, int nt, const float *dx, const int32_t *ox,             \
+                               struct panel16_block *pb, __m512 *dw, float *out, size_t os)       \
+    {                                                                                             \
+        for (int64_t b = 0; b < nb; b++) {                                                        \
+            const int64_t off = b * (wbytes);                                                     \
+            __m256i lo[PANEL], hi[PANEL];                                                         \
+            pack8_##name(wr + off, ws, lo);                                                       \
+            pack8_##name(wr + PANEL * ws + off, ws, hi);                                          \
+            for (int g = 0; g < PANEL; g++)                                                       \
+                pb[b].q[g] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[g]), hi[g], 1);         \
+            const __m256 dlo = _mm256_set_m128(scales4(wr + 4 * ws, ws, off), scales4(wr, ws, off)); \
+            const __m256 dhi = _mm256_set_m128(scales4(wr + 12 * ws, ws, off),                     \
+                                               scales4(wr + 8 * ws, ws, off));                    \
+            dw[b] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(dlo)), \
+                                                        _mm256_castps_pd(dhi), 1));               \
+        }                                                                                         \
+        prefetch_bytes(wr + PANEL16 * ws, PANEL16 * ws);                                          \
+        for (int k = 0; k < nt; k += PANEL_TOK)                                                   \
+            panel16_tile(nb, pb, dw, x + (size_t)k * xs, xs, GS_MIN(PANEL_TOK, nt - k),           \
+                         dx + (size_t)k * nb, ox + (size_t)k * nb, out + (size_t)k * os, os);     \
+    }
+
+PANEL16_Q80(q4_0, GS_Q4_0_BYTES)
+PANEL16_Q80(q5_0, GS_Q5_0_BYTES)
+PANEL16_Q80(q8_0, GS_Q8_0_BYTES)
+#undef PANEL16_Q80
+#endif
+
+#ifdef GS_CPU_VNNI
+#define PANEL16_SCRATCH                                                                            \
+    struct panel16_block pb16[GEMM_MAX_BLOCKS];                                                    \
+    __m512 dw16[GEMM_MAX_BLOCKS];
+#define PANEL16_ROWS(name)                                                                         \
+    for (; r + PANEL16 <= nr; r += PANEL16)                                                        \
+        panel16_##name(nb, w + (size_t)r * ws, ws, x + (size_t)t0 * xs, xs, t1 - t0, dxs, oxs,     \
+                       pb16, dw16, out + (size_t)t0 * os + r, os);
+#else
+#define PANEL16_SCRATCH
+#define PANEL16_ROWS(name)
+#endif
+
 /* The driver: token blocks; in each, the activation scales and offset sums,
- * then panels of eight rows, then the rows left over one by one. */
+ * then panels of sixteen rows (VNNI build) and of eight, then the rows left
+ * over one by one. */
 #define GEMM_PANEL(name, offset)                                                                   \
     static void gemm_##name(int64_t n, const void *vw, size_t ws, int nr, const void *vx,          \
                             size_t xs, int nt, float *out, size_t os)                              \
@@ -940,6 +1034,7 @@ PANEL_Q80(q8_0, GS_Q8_0_BYTES)
         int32_t oxs[TOK_BLOCK * GEMM_MAX_BLOCKS];                                                  \
         struct panel_block pb[GEMM_MAX_BLOCKS];                                                    \
         __m256 dw[GEMM_MAX_BLOCKS];                                                                \
+        PANEL16_SCRATCH                                                                            \
         const uint8_t *w = vw, *x = vx;                                                            \
         for (int t0 = 0; t0 < nt; t0 += TOK_BLOCK) {                                               \
             const int t1 = GS_MIN(nt, t0 + TOK_BLOCK);                                             \
@@ -951,6 +1046,7 @@ PANEL_Q80(q8_0, GS_Q8_0_BYTES)
                 }                                                                                  \
             }                                                                                      \
             int r = 0;                                                                             \
+            PANEL16_ROWS(name)                                                                     \
             for (; r + PANEL <= nr; r += PANEL)                                                    \
                 panel_##name(nb, w + (size_t)r * ws, ws, x + (size_t)t0 * xs, xs, t1 - t0, dxs,   \
                              oxs, pb, dw, out + (size_t)t0 * os + r, os);                          \

@@ -146,9 +146,10 @@ Test(cpu_kernels, dot_matches_dequantized_reference_on_every_isa)
     }
 }
 
-/* 19 rows: two panels of eight (the many-token kernels) and three left over;
- * up to 70 tokens: more than one token block. */
-enum { GEMM_ROWS = 19, GEMM_STRIDE = 21, GEMM_TOKS = 70 };
+/* 27 rows: a panel of sixteen (VNNI build) and one of eight, or three of
+ * eight (the many-token kernels), and three left over; up to 70 tokens: more
+ * than one token block. */
+enum { GEMM_ROWS = 27, GEMM_STRIDE = 29, GEMM_TOKS = 70 };
 
 Test(cpu_kernels, gemm_matches_reference_for_batches_1_to_70)
 {
