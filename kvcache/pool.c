@@ -62,7 +62,7 @@ enum gs_status gs_kv_pool_new(const struct gs_kv_pool_cfg *cfg, struct gs_kv_poo
         return gs_err_set(err, GS_NOMEM, "kv pool: out of memory");
     p->cfg = c;
     p->page_bytes = page_bytes;
-    p->data = gs_calloc(1, (size_t)total);
+    p->data = gs_alloc_pages((size_t)total);
     p->meta = gs_calloc(c.n_pages, sizeof(*p->meta));
     p->n_buckets = 1;
     while (p->n_buckets < c.n_pages)
@@ -89,7 +89,7 @@ void gs_kv_pool_free(struct gs_kv_pool *pool)
 {
     if (!pool)
         return;
-    gs_free(pool->data);
+    gs_free_pages(pool->data, (size_t)pool->cfg.n_pages * pool->page_bytes);
     gs_free(pool->meta);
     gs_free(pool->buckets);
     gs_free(pool);

@@ -1,11 +1,13 @@
 /* engine/base/base.c - status strings, error messages, allocation hooks, clocks,
  * half-precision conversion. See engine/base.h for the contracts. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, madvise */
 #define _POSIX_C_SOURCE 200809L
 #include "engine/base.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static const char *const status_text[] = {
@@ -123,6 +125,46 @@ char *gs_strndup(const char *s, size_t n)
 char *gs_strdup(const char *s)
 {
     return gs_strndup(s, strlen(s));
+}
+
+/* Huge-page alignment: a mapping starting on a 2 MiB boundary can be backed by
+ * huge pages from its first byte. */
+#define HUGE_PAGE_BYTES ((size_t)2 << 20)
+
+void *gs_alloc_pages(size_t size)
+{
+    if (alloc_should_fail())
+        return NULL;
+    size = size ? size : 1;
+    if (size < HUGE_PAGE_BYTES)
+        return calloc(1, size);
+    /* Over-map by one huge page, then trim both ends to an aligned span. */
+    const size_t span = (size + HUGE_PAGE_BYTES - 1) / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
+    char *m = mmap(NULL, span + HUGE_PAGE_BYTES, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    char *a = (char *)(((uintptr_t)m + HUGE_PAGE_BYTES - 1) & ~(uintptr_t)(HUGE_PAGE_BYTES - 1));
+    if (a > m)
+        munmap(m, (size_t)(a - m));
+    if (a + span < m + span + HUGE_PAGE_BYTES)
+        munmap(a + span, (size_t)(m + span + HUGE_PAGE_BYTES - (a + span)));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(a, span, MADV_HUGEPAGE); /* advice only: 4 KiB pages work too */
+#endif
+    return a;
+}
+
+void gs_free_pages(void *p, size_t size)
+{
+    if (!p)
+        return;
+    size = size ? size : 1;
+    if (size < HUGE_PAGE_BYTES) {
+        free(p);
+        return;
+    }
+    munmap(p, (size + HUGE_PAGE_BYTES - 1) / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES);
 }
 
 void gs_free(void *p)

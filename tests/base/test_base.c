@@ -40,6 +40,30 @@ Test(base_alloc, fail_after_n_then_recovers)
     cr_assert_null(gs_alloc_array(SIZE_MAX / 2, 4));
 }
 
+/* Page allocations, small and large (mapped on a huge-page boundary): zeroed,
+ * writable to the last byte, and subject to the failure hook. */
+Test(base_alloc, pages_are_zeroed_writable_and_hookable)
+{
+    static const size_t sizes[] = {1, 4096, ((size_t)2 << 20) + 123, (size_t)5 << 20};
+    for (size_t i = 0; i < GS_ARRAY_LEN(sizes); i++) {
+        unsigned char *p = gs_alloc_pages(sizes[i]);
+        cr_assert_not_null(p, "%zu bytes", sizes[i]);
+        if (sizes[i] >= ((size_t)2 << 20))
+            cr_assert_eq((uintptr_t)p % ((uintptr_t)2 << 20), 0, "large buffers start on 2 MiB");
+        for (size_t j = 0; j < sizes[i]; j += 997)
+            cr_assert_eq(p[j], 0);
+        cr_assert_eq(p[sizes[i] - 1], 0);
+        memset(p, 0xab, sizes[i]);
+        cr_assert_eq(p[sizes[i] - 1], 0xab);
+        gs_free_pages(p, sizes[i]);
+    }
+    gs_free_pages(NULL, 1);
+    gs_alloc_fail_after(0);
+    void *f = gs_alloc_pages((size_t)4 << 20);
+    gs_alloc_fail_after(-1);
+    cr_assert_null(f);
+}
+
 /* Every half value converts to float and back to itself (NaNs stay NaN). */
 Test(base_fp16, all_halves_round_trip)
 {
