@@ -1241,7 +1241,12 @@ enum gs_status gs_sched_start(struct gs_sched *s, struct gs_err *err)
 {
     if (s->thread_running)
         return GS_OK;
-    int e = pthread_create(&s->thread, NULL, engine_main, s);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    int e = pthread_attr_setstacksize(&attr, GS_BE_THREAD_STACK_BYTES);
+    if (!e)
+        e = pthread_create(&s->thread, &attr, engine_main, s);
+    pthread_attr_destroy(&attr);
     if (e)
         return gs_err_set(err, GS_NOMEM, "cannot start the engine thread: %s", strerror(e));
     s->thread_running = true;

@@ -537,9 +537,10 @@ static inline __m128i sum4_epi32(__m256i s0, __m256i s1, __m256i s2, __m256i s3)
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-/* Four f16 block scales, one per weight row, as f32 (assembled in a general
- * register: four small stores and a wide load would stall store forwarding). */
-static inline __m128 scales4(const uint8_t *w, size_t ws, int64_t off)
+/* Four f16 block scales, one per weight row (ws bytes apart, at offset off),
+ * in one word: assembled in a general register, since four small stores and
+ * a wide load would stall store forwarding. */
+static inline uint64_t f16x4(const uint8_t *w, size_t ws, int64_t off)
 {
     uint64_t u = 0;
     for (int i = 0; i < 4; i++) {
@@ -547,7 +548,13 @@ static inline __m128 scales4(const uint8_t *w, size_t ws, int64_t off)
         memcpy(&h, w + i * ws + off, 2);
         u |= (uint64_t)h << (16 * i);
     }
-    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)u));
+    return u;
+}
+
+/* The same four scales as f32. */
+static inline __m128 scales4(const uint8_t *w, size_t ws, int64_t off)
+{
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)f16x4(w, ws, off)));
 }
 
 /* Sum of the 32 quants of a q8_0 block. */
@@ -752,22 +759,96 @@ GEMM_Q80(q8_0, 0)
 #undef GEMM_Q80
 
 /*
- * Panel products: eight weight rows at a time, transposed in registers
- * so that int32 lane i of every byte product belongs to row i. One vpdpbusd
- * then multiplies four quants of each of the eight rows with the same four
- * activation bytes (broadcast), and a block's eight row totals come out in
- * one vector with no horizontal sums. The transposition costs a few dozen
- * shuffles per block of eight rows and is paid once for all the tokens of a
- * token block, so steps of many tokens (prompts, batched decoding) gain and
- * the weights stay as they are in the file: nothing is repacked in memory.
+ * Panel products: PANEL weight rows at a time, transposed in registers so
+ * that int32 lane i of every byte product belongs to row i. One vpdpbusd
+ * then multiplies four quants of each row with the same four activation
+ * bytes (broadcast), and a block's row totals come out in one vector with no
+ * horizontal sums. The transposition costs a few dozen shuffles per block of
+ * eight rows and is paid once for all the tokens of a token block, so steps
+ * of many tokens (prompts, batched decoding) gain and the weights stay as
+ * they are in the file: nothing is repacked in memory.
  *
  * vpdpbusd multiplies unsigned by signed bytes: the weights go in unsigned
  * (q4_0/q5_0 quants before their offset, q8_0 quants + 128) and the offset
  * comes out exactly, in integers, as offset * sum(activation quants).
+ *
+ * Panels are eight rows on 256-bit vectors, and sixteen on 512-bit vectors
+ * in the VNNI build. Eight rows issue ten loads (eight broadcast activation
+ * dwords, a scale and an offset sum) per eight vpdpbusd and were bound by
+ * loads at ~35 of 64 byte products per cycle; sixteen feed each broadcast to
+ * twice the rows, and a 512-bit vpdpbusd retires as many products per cycle
+ * as two 256-bit ones where the vector units are 256 bits wide (measured on
+ * a 16-token q4_0 product: 240 -> 410 Gop/s). The pv_ names below are the
+ * few vector operations the panels use, at the build's width.
  */
+#ifdef GS_CPU_VNNI
+#define PANEL 16
+typedef __m512i pv_i;
+typedef __m512 pv_f;
+#define pv_zero_i _mm512_setzero_si512
+#define pv_zero_f _mm512_setzero_ps
+#define pv_set1_i32 _mm512_set1_epi32
+#define pv_set1_f _mm512_set1_ps
+#define pv_dpbusd _mm512_dpbusd_epi32
+#define pv_add_i32 _mm512_add_epi32
+#define pv_sub_i32 _mm512_sub_epi32
+#define pv_mullo_i32 _mm512_mullo_epi32
+#define pv_madd_i16 _mm512_madd_epi16
+#define pv_cvt _mm512_cvtepi32_ps
+#define pv_mul _mm512_mul_ps
+#define pv_fmadd _mm512_fmadd_ps
+#define pv_fmsub _mm512_fmsub_ps
+#define pv_load_i(p) _mm512_load_si512((const void *)(p))
+#define pv_load_f _mm512_load_ps
+#define pv_storeu_f _mm512_storeu_ps
+#else
 #define PANEL 8
+typedef __m256i pv_i;
+typedef __m256 pv_f;
+#define pv_zero_i _mm256_setzero_si256
+#define pv_zero_f _mm256_setzero_ps
+#define pv_set1_i32 _mm256_set1_epi32
+#define pv_set1_f _mm256_set1_ps
+#define pv_dpbusd dpbusd_acc
+#define pv_add_i32 _mm256_add_epi32
+#define pv_sub_i32 _mm256_sub_epi32
+#define pv_mullo_i32 _mm256_mullo_epi32
+#define pv_madd_i16 _mm256_madd_epi16
+#define pv_cvt _mm256_cvtepi32_ps
+#define pv_mul _mm256_mul_ps
+#define pv_fmadd _mm256_fmadd_ps
+#define pv_fmsub _mm256_fmsub_ps
+#define pv_load_i(p) _mm256_load_si256((const __m256i *)(p))
+#define pv_load_f _mm256_load_ps
+#define pv_storeu_f _mm256_storeu_ps
+#endif
 /* Fewer tokens than this take the row-by-row path (decoding). */
 #define PANEL_MIN_TOKENS 4
+
+/* Vector g of a panel from eight-row vectors: h[g] for rows 0..7 and, in a
+ * sixteen-row panel, h[8 + g] for rows 8..15. */
+static inline pv_i pv_from8(const __m256i *h, int g)
+{
+#ifdef GS_CPU_VNNI
+    return _mm512_inserti64x4(_mm512_castsi256_si512(h[g]), h[8 + g], 1);
+#else
+    return h[g];
+#endif
+}
+
+/* The f16 block scales of a panel's rows (ws bytes apart, at offset off). */
+static inline pv_f panel_scales(const uint8_t *w, size_t ws, int64_t off)
+{
+#ifdef GS_CPU_VNNI
+    return _mm512_cvtph_ps(_mm256_set_epi64x((long long)f16x4(w + 12 * ws, ws, off),
+                                             (long long)f16x4(w + 8 * ws, ws, off),
+                                             (long long)f16x4(w + 4 * ws, ws, off),
+                                             (long long)f16x4(w, ws, off)));
+#else
+    return _mm256_cvtph_ps(
+        _mm_set_epi64x((long long)f16x4(w + 4 * ws, ws, off), (long long)f16x4(w, ws, off)));
+#endif
+}
 
 /* a[i] = eight dwords of row i -> a[g] = dword g of rows 0..7. */
 static inline void transpose8_epi32(__m256i a[8])
@@ -819,59 +900,52 @@ static inline __m256i q8_0_block_u(const uint8_t *b)
 
 /* One packed block of a panel: q[g] lane i = quants 4g..4g+3 of row i. */
 struct panel_block {
-    __m256i q[8];
+    pv_i q[8];
 };
 
 /* n_tok (<= PANEL_TOK) tokens at x against a packed panel of nb blocks (row
- * scales in dw): the eight products of token k go to out + k * os. ox holds
+ * scales in dw): the PANEL products of token k go to out + k * os. ox holds
  * -offset * the activation block's quant sum (negated once, so that the
  * accumulator starts from a broadcast load, not from a general register). */
-static inline void panel_tile(int64_t nb, const struct panel_block *pb, const __m256 *dw,
+static inline void panel_tile(int64_t nb, const struct panel_block *pb, const pv_f *dw,
                               const uint8_t *x, size_t xs, int nk, const float *dx,
                               const int32_t *ox, float *out, size_t os)
 {
-    __m256 acc[PANEL_TOK];
+    pv_f acc[PANEL_TOK];
     for (int k = 0; k < PANEL_TOK; k++)
-        acc[k] = _mm256_setzero_ps();
+        acc[k] = pv_zero_f();
     for (int64_t b = 0; b < nb; b++) {
-        const __m256i *q = pb[b].q;
+        const pv_i *q = pb[b].q;
         const uint8_t *xb = x + b * GS_Q8_0_BYTES + GS_Q8_0_QS;
 #pragma GCC unroll 4
         for (int k = 0; k < PANEL_TOK; k++) {
             if (k >= nk)
                 break;
             const uint8_t *y = xb + (size_t)k * xs;
-            __m256i s0 = _mm256_set1_epi32(ox[(size_t)k * nb + b]);
-            __m256i s1 = _mm256_setzero_si256();
-            s0 = dpbusd_acc(s0, q[0], _mm256_set1_epi32(ld_i32(y)));
-            s1 = dpbusd_acc(s1, q[1], _mm256_set1_epi32(ld_i32(y + 4)));
-            s0 = dpbusd_acc(s0, q[2], _mm256_set1_epi32(ld_i32(y + 8)));
-            s1 = dpbusd_acc(s1, q[3], _mm256_set1_epi32(ld_i32(y + 12)));
-            s0 = dpbusd_acc(s0, q[4], _mm256_set1_epi32(ld_i32(y + 16)));
-            s1 = dpbusd_acc(s1, q[5], _mm256_set1_epi32(ld_i32(y + 20)));
-            s0 = dpbusd_acc(s0, q[6], _mm256_set1_epi32(ld_i32(y + 24)));
-            s1 = dpbusd_acc(s1, q[7], _mm256_set1_epi32(ld_i32(y + 28)));
-            const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),
-                                           _mm256_set1_ps(dx[(size_t)k * nb + b]));
-            acc[k] = _mm256_fmadd_ps(dw[b], t, acc[k]);
+            pv_i s0 = pv_set1_i32(ox[(size_t)k * nb + b]);
+            pv_i s1 = pv_zero_i();
+            s0 = pv_dpbusd(s0, q[0], pv_set1_i32(ld_i32(y)));
+            s1 = pv_dpbusd(s1, q[1], pv_set1_i32(ld_i32(y + 4)));
+            s0 = pv_dpbusd(s0, q[2], pv_set1_i32(ld_i32(y + 8)));
+            s1 = pv_dpbusd(s1, q[3], pv_set1_i32(ld_i32(y + 12)));
+            s0 = pv_dpbusd(s0, q[4], pv_set1_i32(ld_i32(y + 16)));
+            s1 = pv_dpbusd(s1, q[5], pv_set1_i32(ld_i32(y + 20)));
+            s0 = pv_dpbusd(s0, q[6], pv_set1_i32(ld_i32(y + 24)));
+            s1 = pv_dpbusd(s1, q[7], pv_set1_i32(ld_i32(y + 28)));
+            const pv_f t = pv_mul(pv_cvt(pv_add_i32(s0, s1)), pv_set1_f(dx[(size_t)k * nb + b]));
+            acc[k] = pv_fmadd(dw[b], t, acc[k]);
         }
     }
     for (int k = 0; k < nk; k++)
-        _mm256_storeu_ps(out + (size_t)k * os, acc[k]);
+        pv_storeu_f(out + (size_t)k * os, acc[k]);
 }
 
-/*
- * Eight rows at wr (ws bytes apart) by nt tokens at x (xs apart); dx[k * nb
- * + b] is token k's block scale, ox[k * nb + b] -offset * its quant sum;
- * out[k * os + i] = row i . token k. The panel is unpacked and transposed
- * once into pb/dw (the caller's scratch, nb blocks), then read by every tile.
- */
 /* Eight rows' blocks at w (ws bytes apart) -> q[g] lane i = quants 4g..4g+3
  * of row i, unsigned. The generic way: unpack each row, transpose. */
 #define PACK8_BY_ROWS(name, unpack_u)                                                              \
-    static inline void pack8_##name(const uint8_t *w, size_t ws, __m256i q[PANEL])                \
+    static inline void pack8_##name(const uint8_t *w, size_t ws, __m256i q[8])                    \
     {                                                                                             \
-        _Pragma("GCC unroll 8") for (int i = 0; i < PANEL; i++) q[i] = unpack_u(w + (size_t)i * ws); \
+        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) q[i] = unpack_u(w + (size_t)i * ws);  \
         transpose8_epi32(q);                                                                      \
     }
 PACK8_BY_ROWS(q5_0, q5_0_block_u)
@@ -884,7 +958,7 @@ PACK8_BY_ROWS(q8_0, q8_0_block_u)
  * quants 4m..4m+3 (low nibbles) and 16+4m..16+4m+3 (high), so a 4 x 8 dword
  * transpose of the packed bytes and one mask and one shift give all eight
  * vectors: half the shuffles of unpacking eight rows and transposing them. */
-static inline void pack8_q4_0(const uint8_t *w, size_t ws, __m256i q[PANEL])
+static inline void pack8_q4_0(const uint8_t *w, size_t ws, __m256i q[8])
 {
     __m256i a[4];
     for (int i = 0; i < 4; i++)
@@ -902,15 +976,26 @@ static inline void pack8_q4_0(const uint8_t *w, size_t ws, __m256i q[PANEL])
     }
 }
 
+/*
+ * PANEL rows at wr (ws bytes apart) by nt tokens at x (xs apart); dx[k * nb
+ * + b] is token k's block scale, ox[k * nb + b] -offset * its quant sum;
+ * out[k * os + i] = row i . token k. The panel is unpacked and transposed
+ * once into pb/dw (the caller's scratch, nb blocks), eight rows at a time,
+ * then read by every tile.
+ */
 #define PANEL_Q80(name, wbytes)                                                                    \
     static void panel_##name(int64_t nb, const uint8_t *wr, size_t ws, const uint8_t *x,          \
                              size_t xs, int nt, const float *dx, const int32_t *ox,               \
-                             struct panel_block *pb, __m256 *dw, float *out, size_t os)           \
+                             struct panel_block *pb, pv_f *dw, float *out, size_t os)             \
     {                                                                                             \
         for (int64_t b = 0; b < nb; b++) {                                                        \
             const int64_t off = b * (wbytes);                                                     \
-            pack8_##name(wr + off, ws, pb[b].q);                                                  \
-            dw[b] = _mm256_set_m128(scales4(wr + 4 * ws, ws, off), scales4(wr, ws, off));         \
+            __m256i h[PANEL];                                                                     \
+            for (int j = 0; j < PANEL / 8; j++)                                                   \
+                pack8_##name(wr + (size_t)(8 * j) * ws + off, ws, h + 8 * j);                     \
+            for (int g = 0; g < 8; g++)                                                           \
+                pb[b].q[g] = pv_from8(h, g);                                                      \
+            dw[b] = panel_scales(wr, ws, off);                                                    \
         }                                                                                         \
         prefetch_bytes(wr + PANEL * ws, PANEL * ws);                                              \
         for (int k = 0; k < nt; k += PANEL_TOK)                                                   \
@@ -925,102 +1010,9 @@ PANEL_Q80(q8_0, GS_Q8_0_BYTES)
 #endif
 #undef PANEL_Q80
 
-#ifdef GS_CPU_VNNI
-/*
- * Sixteen-row panels on 512-bit vectors, for the VNNI build. The eight-row
- * panel issues ten loads (eight broadcast activation dwords, a scale and an
- * offset sum) per eight vpdpbusd and is bound by loads; here each broadcast
- * feeds sixteen rows, so a load serves twice the products. A 512-bit vpdpbusd
- * retires the same products per cycle as two 256-bit ones where the vector
- * units are 256 bits wide, so nothing is lost there.
- */
-#define PANEL16 16
-
-struct panel16_block {
-    __m512i q[8];
-};
-
-static inline void panel16_tile(int64_t nb, const struct panel16_block *pb, const __m512 *dw,
-                                const uint8_t *x, size_t xs, int nk, const float *dx,
-                                const int32_t *ox, float *out, size_t os)
-{
-    __m512 acc[PANEL_TOK];
-    for (int k = 0; k < PANEL_TOK; k++)
-        acc[k] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const __m512i *q = pb[b].q;
-        const uint8_t *xb = x + b * GS_Q8_0_BYTES + GS_Q8_0_QS;
-#pragma GCC unroll 4
-        for (int k = 0; k < PANEL_TOK; k++) {
-            if (k >= nk)
-                break;
-            const uint8_t *y = xb + (size_t)k * xs;
-            __m512i s0 = _mm512_set1_epi32(ox[(size_t)k * nb + b]);
-            __m512i s1 = _mm512_setzero_si512();
-            s0 = _mm512_dpbusd_epi32(s0, q[0], _mm512_set1_epi32(ld_i32(y)));
-            s1 = _mm512_dpbusd_epi32(s1, q[1], _mm512_set1_epi32(ld_i32(y + 4)));
-            s0 = _mm512_dpbusd_epi32(s0, q[2], _mm512_set1_epi32(ld_i32(y + 8)));
-            s1 = _mm512_dpbusd_epi32(s1, q[3], _mm512_set1_epi32(ld_i32(y + 12)));
-            s0 = _mm512_dpbusd_epi32(s0, q[4], _mm512_set1_epi32(ld_i32(y + 16)));
-            s1 = _mm512_dpbusd_epi32(s1, q[5], _mm512_set1_epi32(ld_i32(y + 20)));
-            s0 = _mm512_dpbusd_epi32(s0, q[6], _mm512_set1_epi32(ld_i32(y + 24)));
-            s1 = _mm512_dpbusd_epi32(s1, q[7], _mm512_set1_epi32(ld_i32(y + 28)));
-            const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
-                                           _mm512_set1_ps(dx[(size_t)k * nb + b]));
-            acc[k] = _mm512_fmadd_ps(dw[b], t, acc[k]);
-        }
-    }
-    for (int k = 0; k < nk; k++)
-        _mm512_storeu_ps(out + (size_t)k * os, acc[k]);
-}
-
-/* Two eight-row packs side by side: lanes 0..7 rows 0..7, lanes 8..15 rows 8..15. */
-#define PANEL16_Q80(name, wbytes)                                                                  \
-    static void panel16_##name(int64_t nb, const uint8_t *wr, size_t ws, const uint8_t *x,        \
-                               size_t xs, int nt, const float *dx, const int32_t *ox,             \
-                               struct panel16_block *pb, __m512 *dw, float *out, size_t os)       \
-    {                                                                                             \
-        for (int64_t b = 0; b < nb; b++) {                                                        \
-            const int64_t off = b * (wbytes);                                                     \
-            __m256i lo[PANEL], hi[PANEL];                                                         \
-            pack8_##name(wr + off, ws, lo);                                                       \
-            pack8_##name(wr + PANEL * ws + off, ws, hi);                                          \
-            for (int g = 0; g < PANEL; g++)                                                       \
-                pb[b].q[g] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[g]), hi[g], 1);         \
-            const __m256 dlo = _mm256_set_m128(scales4(wr + 4 * ws, ws, off), scales4(wr, ws, off)); \
-            const __m256 dhi = _mm256_set_m128(scales4(wr + 12 * ws, ws, off),                     \
-                                               scales4(wr + 8 * ws, ws, off));                    \
-            dw[b] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(dlo)), \
-                                                        _mm256_castps_pd(dhi), 1));               \
-        }                                                                                         \
-        prefetch_bytes(wr + PANEL16 * ws, PANEL16 * ws);                                          \
-        for (int k = 0; k < nt; k += PANEL_TOK)                                                   \
-            panel16_tile(nb, pb, dw, x + (size_t)k * xs, xs, GS_MIN(PANEL_TOK, nt - k),           \
-                         dx + (size_t)k * nb, ox + (size_t)k * nb, out + (size_t)k * os, os);     \
-    }
-
-PANEL16_Q80(q4_0, GS_Q4_0_BYTES)
-PANEL16_Q80(q5_0, GS_Q5_0_BYTES)
-PANEL16_Q80(q8_0, GS_Q8_0_BYTES)
-#undef PANEL16_Q80
-#endif
-
-#ifdef GS_CPU_VNNI
-#define PANEL16_SCRATCH                                                                            \
-    struct panel16_block pb16[GEMM_MAX_BLOCKS];                                                    \
-    __m512 dw16[GEMM_MAX_BLOCKS];
-#define PANEL16_ROWS(name)                                                                         \
-    for (; r + PANEL16 <= nr; r += PANEL16)                                                        \
-        panel16_##name(nb, w + (size_t)r * ws, ws, x + (size_t)t0 * xs, xs, t1 - t0, dxs, oxs,     \
-                       pb16, dw16, out + (size_t)t0 * os + r, os);
-#else
-#define PANEL16_SCRATCH
-#define PANEL16_ROWS(name)
-#endif
-
 /* The driver: token blocks; in each, the activation scales and offset sums,
- * then panels of sixteen rows (VNNI build) and of eight, then the rows left
- * over one by one. */
+ * then the panels; the rows left over (fewer than a panel) go to the
+ * four-row kernels. */
 #define GEMM_PANEL(name, offset)                                                                   \
     static void gemm_##name(int64_t n, const void *vw, size_t ws, int nr, const void *vx,          \
                             size_t xs, int nt, float *out, size_t os)                              \
@@ -1033,9 +1025,9 @@ PANEL16_Q80(q8_0, GS_Q8_0_BYTES)
         float dxs[TOK_BLOCK * GEMM_MAX_BLOCKS];                                                    \
         int32_t oxs[TOK_BLOCK * GEMM_MAX_BLOCKS];                                                  \
         struct panel_block pb[GEMM_MAX_BLOCKS];                                                    \
-        __m256 dw[GEMM_MAX_BLOCKS];                                                                \
-        PANEL16_SCRATCH                                                                            \
+        pv_f dw[GEMM_MAX_BLOCKS];                                                                  \
         const uint8_t *w = vw, *x = vx;                                                            \
+        const int rp = nr / PANEL * PANEL;                                                         \
         for (int t0 = 0; t0 < nt; t0 += TOK_BLOCK) {                                               \
             const int t1 = GS_MIN(nt, t0 + TOK_BLOCK);                                             \
             for (int t = t0; t < t1; t++) {                                                        \
@@ -1045,15 +1037,12 @@ PANEL16_Q80(q8_0, GS_Q8_0_BYTES)
                     oxs[(t - t0) * nb + b] = -(offset) * block_sum(xt + b * GS_Q8_0_BYTES);        \
                 }                                                                                  \
             }                                                                                      \
-            int r = 0;                                                                             \
-            PANEL16_ROWS(name)                                                                     \
-            for (; r + PANEL <= nr; r += PANEL)                                                    \
+            for (int r = 0; r < rp; r += PANEL)                                                    \
                 panel_##name(nb, w + (size_t)r * ws, ws, x + (size_t)t0 * xs, xs, t1 - t0, dxs,   \
                              oxs, pb, dw, out + (size_t)t0 * os + r, os);                          \
-            for (; r < nr; r++)                                                                    \
-                for (int t = t0; t < t1; t++)                                                      \
-                    out[(size_t)t * os + r] = dot_##name(n, w + (size_t)r * ws, x + (size_t)t * xs); \
         }                                                                                          \
+        if (rp < nr)                                                                               \
+            gemm_rows_##name(n, w + (size_t)rp * ws, ws, nr - rp, vx, xs, nt, out + rp, os);       \
     }
 
 GEMM_PANEL(q4_0, 8)
@@ -1211,8 +1200,8 @@ GEMM_OF(bf16)
 
 /*
  * Panel products for q4_K and q6_K against q8_K, built like the q8_0
- * ones above: eight rows are unpacked into eight runs of 32 unsigned quants
- * each and transposed so that lane i is row i. A super-block then has 16
+ * ones above: each row is unpacked into eight runs of 32 unsigned quants,
+ * and eight rows at a time are transposed so that lane i is row i. A super-block then has 16
  * groups of 16 quants; group g has one integer scale per row (q4_K: the
  * 6-bit scale of its 32-quant half, q6_K: its own int8 scale) and an offset
  * term c_g * bsum_g, bsum_g being the activation's own 16-element sums
@@ -1224,11 +1213,11 @@ GEMM_OF(bf16)
 #define KPANEL_MAX_BLOCKS 64
 
 struct kpanel_block {
-    uint8_t q[64][32];   /* [4g + i]: lane r = quants 16g + 4i .. + 3 of row r */
-    int32_t sc[16][8];   /* [g][r]: group scale */
-    uint32_t c[8][8];    /* [p][r]: offsets c_2p | c_2p+1 << 16 (int16 pairs) */
-    float d[8], e[8];    /* [r]: super-block scale; the offset's (q4_K: dmin) */
-} __attribute__((aligned(32)));
+    uint8_t q[64][4 * PANEL]; /* [4g + i]: lane r = quants 16g + 4i .. + 3 of row r */
+    int32_t sc[16][PANEL];    /* [g][r]: group scale */
+    uint32_t c[8][PANEL];     /* [p][r]: offsets c_2p | c_2p+1 << 16 (int16 pairs) */
+    float d[PANEL], e[PANEL]; /* [r]: super-block scale; the offset's (q4_K: dmin) */
+} __attribute__((aligned(4 * PANEL)));
 
 /*
  * One row of a super-block, as vectors: eight runs of 32 unsigned quants, the
@@ -1279,19 +1268,20 @@ static void kpack_q6_K(const uint8_t *w, struct krow *k)
 
 typedef void (*kpack_fn)(const uint8_t *w, struct krow *k);
 
-/* Transposes vector `which` of the eight rows (runs 0-7, scales 8-9, offsets
- * 10) into the eight vectors at dst. */
-static inline void kpanel_put(const struct krow k[PANEL], int which, void *dst)
+/* Transposes vector `which` of eight rows (runs 0-7, scales 8-9, offsets 10)
+ * into eight vectors at dst, stride bytes apart. */
+static inline void kpanel_put(const struct krow k[8], int which, uint8_t *dst, size_t stride)
 {
-    __m256i a[PANEL];
-    for (int r = 0; r < PANEL; r++)
+    __m256i a[8];
+    for (int r = 0; r < 8; r++)
         a[r] = which < 8 ? k[r].run[which] : which < 10 ? k[r].sc[which - 8] : k[r].c;
     transpose8_epi32(a);
     for (int i = 0; i < 8; i++)
-        _mm256_store_si256((__m256i *)dst + i, a[i]);
+        _mm256_store_si256((__m256i *)(dst + i * stride), a[i]);
 }
 
-/* Packs super-block b of eight rows at wr (ws bytes apart, wbytes a block). */
+/* Packs a super-block of PANEL rows at wr (ws bytes apart, at offset off),
+ * eight rows at a time into their lanes of each vector. */
 static void kpanel_pack(kpack_fn pack, const uint8_t *wr, size_t ws, int64_t off,
                         struct kpanel_block *pb)
 {
@@ -1301,11 +1291,18 @@ static void kpanel_pack(kpack_fn pack, const uint8_t *wr, size_t ws, int64_t off
         pb->d[r] = k[r].d;
         pb->e[r] = k[r].e;
     }
-    for (int j = 0; j < 8; j++)
-        kpanel_put(k, j, pb->q + 8 * j);
-    kpanel_put(k, 8, pb->sc);
-    kpanel_put(k, 9, pb->sc + 8);
-    kpanel_put(k, 10, pb->c);
+    /* Addressed from the block's start: every vector spans rows of q/sc/c. */
+    uint8_t *const base = (uint8_t *)pb;
+    const size_t stride = 4 * PANEL, q = offsetof(struct kpanel_block, q),
+                 sc = offsetof(struct kpanel_block, sc), c = offsetof(struct kpanel_block, c);
+    for (int h = 0; h < PANEL / 8; h++) {
+        const struct krow *k8 = k + 8 * h;
+        for (int j = 0; j < 8; j++)
+            kpanel_put(k8, j, base + q + 8 * j * stride + 32 * h, stride);
+        kpanel_put(k8, 8, base + sc + 32 * h, stride);
+        kpanel_put(k8, 9, base + sc + 8 * stride + 32 * h, stride);
+        kpanel_put(k8, 10, base + c + 32 * h, stride);
+    }
 }
 
 /* nk (<= PANEL_TOK) tokens at x against a packed panel of nb super-blocks.
@@ -1314,60 +1311,53 @@ static void kpanel_pack(kpack_fn pack, const uint8_t *wr, size_t ws, int64_t off
 static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const uint8_t *x,
                                size_t xs, int nk, float *out, size_t os, bool exact_offset)
 {
-    __m256 acc[PANEL_TOK];
+    pv_f acc[PANEL_TOK];
     for (int k = 0; k < PANEL_TOK; k++)
-        acc[k] = _mm256_setzero_ps();
+        acc[k] = pv_zero_f();
     for (int64_t b = 0; b < nb; b++) {
         const struct kpanel_block *kb = pb + b;
-        __m256i isum[PANEL_TOK];
+        pv_i isum[PANEL_TOK];
         for (int k = 0; k < PANEL_TOK; k++)
-            isum[k] = _mm256_setzero_si256();
+            isum[k] = pv_zero_i();
         for (int g = 0; g < 16; g++) {
-            const __m256i q0 = _mm256_load_si256((const __m256i *)kb->q[4 * g]);
-            const __m256i q1 = _mm256_load_si256((const __m256i *)kb->q[4 * g + 1]);
-            const __m256i q2 = _mm256_load_si256((const __m256i *)kb->q[4 * g + 2]);
-            const __m256i q3 = _mm256_load_si256((const __m256i *)kb->q[4 * g + 3]);
-            const __m256i scv = _mm256_load_si256((const __m256i *)kb->sc[g]);
+            const pv_i q0 = pv_load_i(kb->q[4 * g]), q1 = pv_load_i(kb->q[4 * g + 1]);
+            const pv_i q2 = pv_load_i(kb->q[4 * g + 2]), q3 = pv_load_i(kb->q[4 * g + 3]);
+            const pv_i scv = pv_load_i(kb->sc[g]);
 #pragma GCC unroll 4
             for (int k = 0; k < PANEL_TOK; k++) {
                 if (k >= nk)
                     break;
                 const uint8_t *y = x + (size_t)k * xs + b * GS_Q8_K_BYTES + GS_Q8_K_QS + 16 * g;
-                __m256i s0 = dpbusd_acc(_mm256_setzero_si256(), q0,
-                                                 _mm256_set1_epi32(ld_i32(y)));
-                __m256i s1 = dpbusd_acc(_mm256_setzero_si256(), q1,
-                                                 _mm256_set1_epi32(ld_i32(y + 4)));
-                s0 = dpbusd_acc(s0, q2, _mm256_set1_epi32(ld_i32(y + 8)));
-                s1 = dpbusd_acc(s1, q3, _mm256_set1_epi32(ld_i32(y + 12)));
-                isum[k] = _mm256_add_epi32(isum[k],
-                                           _mm256_mullo_epi32(_mm256_add_epi32(s0, s1), scv));
+                pv_i s0 = pv_dpbusd(pv_zero_i(), q0, pv_set1_i32(ld_i32(y)));
+                pv_i s1 = pv_dpbusd(pv_zero_i(), q1, pv_set1_i32(ld_i32(y + 4)));
+                s0 = pv_dpbusd(s0, q2, pv_set1_i32(ld_i32(y + 8)));
+                s1 = pv_dpbusd(s1, q3, pv_set1_i32(ld_i32(y + 12)));
+                isum[k] = pv_add_i32(isum[k], pv_mullo_i32(pv_add_i32(s0, s1), scv));
             }
         }
-        const __m256 d = _mm256_load_ps(kb->d), e = _mm256_load_ps(kb->e);
+        const pv_f d = pv_load_f(kb->d), e = pv_load_f(kb->e);
 #pragma GCC unroll 4
         for (int k = 0; k < PANEL_TOK; k++) {
             if (k >= nk)
                 break;
             const uint8_t *xb = x + (size_t)k * xs + b * GS_Q8_K_BYTES;
-            __m256i osum = _mm256_setzero_si256();
+            pv_i osum = pv_zero_i();
             for (int p = 0; p < 8; p++)
-                osum = _mm256_add_epi32(
-                    osum, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)kb->c[p]),
-                                            _mm256_set1_epi32(ld_i32(xb + GS_Q8_K_BSUMS + 4 * p))));
-            __m256 t;
+                osum = pv_add_i32(osum, pv_madd_i16(pv_load_i(kb->c[p]),
+                                                    pv_set1_i32(ld_i32(xb + GS_Q8_K_BSUMS + 4 * p))));
+            pv_f t;
             if (exact_offset)
-                t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[k], osum)), d);
+                t = pv_mul(pv_cvt(pv_sub_i32(isum[k], osum)), d);
             else
-                t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(isum[k]), d,
-                                    _mm256_mul_ps(_mm256_cvtepi32_ps(osum), e));
-            acc[k] = _mm256_fmadd_ps(t, _mm256_set1_ps(ld_f32(xb + GS_Q8_K_D)), acc[k]);
+                t = pv_fmsub(pv_cvt(isum[k]), d, pv_mul(pv_cvt(osum), e));
+            acc[k] = pv_fmadd(t, pv_set1_f(ld_f32(xb + GS_Q8_K_D)), acc[k]);
         }
     }
     for (int k = 0; k < nk; k++)
-        _mm256_storeu_ps(out + (size_t)k * os, acc[k]);
+        pv_storeu_f(out + (size_t)k * os, acc[k]);
 }
 
-/* Token blocks; in each, every panel of eight rows is packed once and read by
+/* Token blocks; in each, every panel of PANEL rows is packed once and read by
  * all the block's token tiles; rows left over go to the row kernels. */
 #define GEMM_KPANEL(name, wbytes, exact_offset)                                                          \
     static void gemm_panel_##name(int64_t n, const void *vw, size_t ws, int nr, const void *vx,    \

@@ -20,6 +20,7 @@
  * the publisher stores the word before reading n_sleeping.
  */
 #include "engine/cpu/cpu.h"
+#include "engine/backend.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -160,17 +161,22 @@ enum gs_status gs_cpu_pool_new(int n_threads, struct gs_cpu_pool **out, struct g
             return gs_err_set(err, GS_NOMEM, "threads: out of memory");
         }
     }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, GS_BE_THREAD_STACK_BYTES);
     for (int i = 0; i < n_threads - 1; i++) {
         struct worker *w = &pool->workers[i];
         w->pool = pool;
         w->ith = i + 1;
-        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+        if (pthread_create(&w->thread, &attr, worker_main, w) != 0) {
+            pthread_attr_destroy(&attr);
             gs_cpu_pool_free(pool); /* joins the pool->n_threads - 1 started so far */
             return gs_err_set(err, GS_NOMEM, "threads: cannot start worker %d of %d", i + 1,
                               n_threads);
         }
         pool->n_threads = i + 2;
     }
+    pthread_attr_destroy(&attr);
     *out = pool;
     return GS_OK;
 }
