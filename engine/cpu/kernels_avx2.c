@@ -244,12 +244,31 @@ static inline __m256i hsum8_epi32(const __m256i a[8])
                             _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
+/* Runs 2j and 2j + 1 (32 quants each) of a q4_K/q5_K super-block as unsigned
+ * bytes: the low and high nibbles of the 32 bytes at qs + 32j and, for q5_K
+ * (hb: its 32 high-bit bytes), bits 2j and 2j + 1 of hb as bit 4. */
+static inline void k45_runs(const uint8_t *qs, bool has_qh, __m256i hb, int j, __m256i *lo,
+                            __m256i *hi)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+    *lo = _mm256_and_si256(q, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    if (has_qh) {
+        const __m256i one = _mm256_set1_epi8(1);
+        const __m256i b0 = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j)), one);
+        const __m256i b1 =
+            _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j + 1)), one);
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(b0, 4));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(b1, 4));
+    }
+}
+
 /* q4_K (off_qh 0) and q5_K. */
 static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int block_bytes,
                             int off_qs, int off_qh)
 {
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += block_bytes, x += GS_Q8_K_BYTES) {
         uint8_t s[8], m[8];
         k4_scales(w + GS_Q4_K_SCALES, s, m);
@@ -274,18 +293,8 @@ static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int b
             _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)s64)));
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(w + off_qs + 32 * j));
-            __m256i lo = _mm256_and_si256(q, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (off_qh) {
-                const __m256i one = _mm256_set1_epi8(1);
-                const __m256i b0 =
-                    _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j)), one);
-                const __m256i b1 =
-                    _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j + 1)), one);
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
-            }
+            __m256i lo, hi;
+            k45_runs(w + off_qs, off_qh != 0, hb, j, &lo, &hi);
             const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 64 * j));
             const __m256i yhi =
                 _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 64 * j + 32));
@@ -1231,14 +1240,16 @@ struct krow {
     float d, e;
 };
 
-static void kpack_q4_K(const uint8_t *w, struct krow *k)
+/* q4_K (off_qh 0) and q5_K: scales, mins and nibbles at the same places
+ * (GS_Q4_K_D, _DMIN, _SCALES = GS_Q5_K_*); q5_K adds a fifth bit (quants up
+ * to 31, still under maddubs' 128 bound). */
+static inline void kpack_k45(const uint8_t *w, struct krow *k, int off_qs, int off_qh)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    for (int j = 0; j < 4; j++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(w + GS_Q4_K_QS + 32 * j));
-        k->run[2 * j] = _mm256_and_si256(q, m4);
-        k->run[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-    }
+    const __m256i hb = off_qh ? _mm256_loadu_si256((const __m256i *)(w + off_qh))
+                              : _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        k45_runs(w + off_qs, off_qh != 0, hb, j, &k->run[2 * j], &k->run[2 * j + 1]);
     uint8_t s[8], m[8];
     k4_scales(w + GS_Q4_K_SCALES, s, m);
     uint64_t s64, m64;
@@ -1252,6 +1263,16 @@ static void kpack_q4_K(const uint8_t *w, struct krow *k)
     k->c = _mm256_or_si256(mv, _mm256_slli_epi32(mv, 16));
     k->d = ld_f16(w + GS_Q4_K_D);
     k->e = ld_f16(w + GS_Q4_K_DMIN);
+}
+
+static void kpack_q4_K(const uint8_t *w, struct krow *k)
+{
+    kpack_k45(w, k, GS_Q4_K_QS, 0);
+}
+
+static void kpack_q5_K(const uint8_t *w, struct krow *k)
+{
+    kpack_k45(w, k, GS_Q5_K_QS, GS_Q5_K_QH);
 }
 
 static void kpack_q6_K(const uint8_t *w, struct krow *k)
@@ -1388,6 +1409,7 @@ static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const 
     }
 
 GEMM_KPANEL(q4_K, GS_Q4_K_BYTES, false)
+GEMM_KPANEL(q5_K, GS_Q5_K_BYTES, false)
 GEMM_KPANEL(q6_K, GS_Q6_K_BYTES, true)
 #undef GEMM_KPANEL
 
@@ -1407,6 +1429,7 @@ void KERNELS_FILL(struct gs_cpu_kernels *t)
     ROW(GS_TYPE_Q5_1, q5_1);
     ROW(GS_TYPE_Q8_0, q8_0);
     t[GS_TYPE_Q4_K] = (struct gs_cpu_kernels){.dot = dot_q4_K, .gemm = gemm_panel_q4_K};
+    t[GS_TYPE_Q5_K] = (struct gs_cpu_kernels){.dot = dot_q5_K, .gemm = gemm_panel_q5_K};
     t[GS_TYPE_Q6_K] = (struct gs_cpu_kernels){.dot = dot_q6_K, .gemm = gemm_panel_q6_K};
 #ifndef GS_CPU_VNNI
     ROW(GS_TYPE_F32, f32);
@@ -1414,7 +1437,6 @@ void KERNELS_FILL(struct gs_cpu_kernels *t)
     ROW(GS_TYPE_BF16, bf16);
     ROW(GS_TYPE_Q2_K, q2_K);
     ROW(GS_TYPE_Q3_K, q3_K);
-    ROW(GS_TYPE_Q5_K, q5_K);
 #endif
 #undef ROW
 }
