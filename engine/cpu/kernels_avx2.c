@@ -915,15 +915,23 @@ struct panel_block {
 /* n_tok (<= PANEL_TOK) tokens at x against a packed panel of nb blocks (row
  * scales in dw): the PANEL products of token k go to out + k * os. ox holds
  * -offset * the activation block's quant sum (negated once, so that the
- * accumulator starts from a broadcast load, not from a general register). */
+ * accumulator starts from a broadcast load, not from a general register).
+ * Unless pf is NULL, each block also prefetches pf_block bytes of the next
+ * panel (at pf): spread over the blocks rather than asked for at once, the
+ * requests do not fill the miss buffers and stall the products (16-stream
+ * decoding of the 1B shape, whose panels are 18-74 KiB: 210-220 -> 258-262
+ * tokens/s). */
 static inline void panel_tile(int64_t nb, const struct panel_block *pb, const pv_f *dw,
                               const uint8_t *x, size_t xs, int nk, const float *dx,
-                              const int32_t *ox, float *out, size_t os)
+                              const int32_t *ox, float *out, size_t os, const uint8_t *pf,
+                              size_t pf_block)
 {
     pv_f acc[PANEL_TOK];
     for (int k = 0; k < PANEL_TOK; k++)
         acc[k] = pv_zero_f();
     for (int64_t b = 0; b < nb; b++) {
+        if (pf)
+            prefetch_bytes(pf + b * pf_block, pf_block);
         const pv_i *q = pb[b].q;
         const uint8_t *xb = x + b * GS_Q8_0_BYTES + GS_Q8_0_QS;
 #pragma GCC unroll 4
@@ -1006,10 +1014,11 @@ static inline void pack8_q4_0(const uint8_t *w, size_t ws, __m256i q[8])
                 pb[b].q[g] = pv_from8(h, g);                                                      \
             dw[b] = panel_scales(wr, ws, off);                                                    \
         }                                                                                         \
-        prefetch_bytes(wr + PANEL * ws, PANEL * ws);                                              \
+        const size_t pf_block = (PANEL * ws / nb + 63) & ~(size_t)63;                             \
         for (int k = 0; k < nt; k += PANEL_TOK)                                                   \
             panel_tile(nb, pb, dw, x + (size_t)k * xs, xs, GS_MIN(PANEL_TOK, nt - k),             \
-                       dx + (size_t)k * nb, ox + (size_t)k * nb, out + (size_t)k * os, os);       \
+                       dx + (size_t)k * nb, ox + (size_t)k * nb, out + (size_t)k * os, os,        \
+                       k ? NULL : wr + PANEL * ws, pf_block);                                     \
     }
 
 PANEL_Q80(q4_0, GS_Q4_0_BYTES)
@@ -1330,12 +1339,15 @@ static void kpanel_pack(kpack_fn pack, const uint8_t *wr, size_t ws, int64_t off
  * exact_offset: the offset shares the main scale (q6_K) and is subtracted in
  * integers; otherwise it is its own term with scale e (q4_K's mins). */
 static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const uint8_t *x,
-                               size_t xs, int nk, float *out, size_t os, bool exact_offset)
+                               size_t xs, int nk, float *out, size_t os, bool exact_offset,
+                               const uint8_t *pf, size_t pf_block)
 {
     pv_f acc[PANEL_TOK];
     for (int k = 0; k < PANEL_TOK; k++)
         acc[k] = pv_zero_f();
     for (int64_t b = 0; b < nb; b++) {
+        if (pf)
+            prefetch_bytes(pf + b * pf_block, pf_block);
         const struct kpanel_block *kb = pb + b;
         pv_i isum[PANEL_TOK];
         for (int k = 0; k < PANEL_TOK; k++)
@@ -1392,16 +1404,17 @@ static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const 
         struct kpanel_block pb[KPANEL_MAX_BLOCKS];                                                 \
         const uint8_t *w = vw, *x = vx;                                                            \
         const int rp = nr / PANEL * PANEL;                                                         \
+        const size_t pf_block = (PANEL * ws / nb + 63) & ~(size_t)63;                              \
         for (int t0 = 0; t0 < nt; t0 += TOK_BLOCK) {                                               \
             const int t1 = GS_MIN(nt, t0 + TOK_BLOCK);                                             \
             for (int r = 0; r < rp; r += PANEL) {                                                  \
                 for (int64_t b = 0; b < nb; b++)                                                   \
                     kpanel_pack(kpack_##name, w + (size_t)r * ws, ws, b * (wbytes),                 \
                                 pb + b);                                                           \
-                prefetch_bytes(w + (size_t)(r + PANEL) * ws, PANEL * ws);                          \
                 for (int t = t0; t < t1; t += PANEL_TOK)                                           \
                     kpanel_tile(nb, pb, x + (size_t)t * xs, xs, GS_MIN(PANEL_TOK, t1 - t),         \
-                                out + (size_t)t * os + r, os, exact_offset);                       \
+                                out + (size_t)t * os + r, os, exact_offset,                        \
+                                t > t0 ? NULL : w + (size_t)(r + PANEL) * ws, pf_block);           \
             }                                                                                      \
         }                                                                                          \
         if (rp < nr)                                                                               \
