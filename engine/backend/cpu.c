@@ -757,6 +757,79 @@ static int chunks_for(const struct gs_graph *g, const struct gs_node *n, int n_t
     return (int)GS_MAX(1, GS_MIN(4, pieces)) * n_threads;
 }
 
+static bool is_matmul(const struct gs_node *n)
+{
+    return n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD;
+}
+
+/* Where node id writes: its plan slot, or the caller's logits. */
+static float *node_out(const struct run *r, uint32_t id)
+{
+    if (id == r->cp->logits_matmul)
+        return r->io->logits;
+    return r->plan->offset[id] == GS_PLAN_NO_OFFSET ? NULL : value(r, id);
+}
+
+/*
+ * Matmuls that follow one another in the plan and read the same input (Q, K
+ * and V; gate and up) run as one task: their chunks are numbered one after
+ * another and claimed from one counter, so the group pays one barrier
+ * instead of one per matmul, and a thread that finishes its share of one
+ * matrix goes on to the next instead of waiting.
+ */
+#define MATMUL_GROUP_MAX 4
+
+struct matmul_group {
+    const struct run *r;
+    int n;
+    const struct gs_node *nodes[MATMUL_GROUP_MAX];
+    float *outs[MATMUL_GROUP_MAX];
+    int first[MATMUL_GROUP_MAX + 1]; /* member i has chunks first[i] .. first[i + 1] - 1 */
+};
+
+static void task_matmul_group(void *arg, int c, int nc, int ith)
+{
+    const struct matmul_group *mg = arg;
+    int i = 0;
+    while (c >= mg->first[i + 1])
+        i++;
+    struct run r = *mg->r;
+    r.n = mg->nodes[i];
+    r.out = mg->outs[i];
+    k_matmul(&r, c - mg->first[i], mg->first[i + 1] - mg->first[i], ith);
+    (void)nc;
+}
+
+/* Gathers into mg the matmuls from order[k] on that can run with the one at
+ * order[k] (same input, multiplied in the same type, so that one quantized
+ * copy serves them all; none reads another's output); returns how many. */
+static int matmul_group(const struct run *r, const struct gs_plan *p, uint32_t k, int n_threads,
+                        struct matmul_group *mg)
+{
+    const struct gs_graph *g = r->g;
+    const struct gs_node *first = &g->nodes[p->order[k]];
+    const enum gs_type vt = gs_type_traits(g->nodes[first->src[1]].type)->vec_dot_type;
+    *mg = (struct matmul_group){.r = r};
+    for (uint32_t m = k; m < p->n_order && mg->n < MATMUL_GROUP_MAX; m++) {
+        const uint32_t id = p->order[m];
+        const struct gs_node *n = &g->nodes[id];
+        if (!is_matmul(n) || n->src[0] != first->src[0])
+            break;
+        if (gs_type_traits(g->nodes[n->src[1]].type)->vec_dot_type != vt)
+            break;
+        bool reads_member = false;
+        for (int i = 0; i < mg->n; i++)
+            reads_member |= n->op == GS_OP_MATMUL_ADD && n->src[2] == p->order[k + (uint32_t)i];
+        if (reads_member)
+            break;
+        mg->nodes[mg->n] = n;
+        mg->outs[mg->n] = node_out(r, id);
+        mg->first[mg->n + 1] = mg->first[mg->n] + chunks_for(g, n, n_threads);
+        mg->n++;
+    }
+    return mg->n;
+}
+
 static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,
                               struct gs_err *err)
 {
@@ -770,16 +843,14 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
     st = reserve_scores(c, io, err);
     if (st)
         return st;
-    for (uint32_t k = 0; k < p->n_order; k++) {
+    for (uint32_t k = 0; k < p->n_order;) {
         const uint32_t id = p->order[k];
         const struct gs_node *n = &g->nodes[id];
         if ((unsigned)n->op >= GS_OP_COUNT || !kernels[n->op])
             return gs_err_set(err, GS_UNSUPPORTED, "cpu: node %u has no kernel", id);
         r.n = n;
-        r.out = p->offset[id] == GS_PLAN_NO_OFFSET ? NULL : value(&r, id);
-        if (id == r.cp->logits_matmul)
-            r.out = io->logits;
-        if (n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD) {
+        r.out = node_out(&r, id);
+        if (is_matmul(n)) {
             const enum gs_type wt = g->nodes[n->src[1]].type;
             const enum gs_type vt = gs_type_traits(wt)->vec_dot_type;
             const bool local = gs_step_rows(n, r.io) <= LOCAL_QUANT_TOKENS;
@@ -790,8 +861,16 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
                 gs_cpu_pool_run(c->pool, task_quantize, &r, c->n_threads);
                 r.xq_node = n->src[0];
             }
+            struct matmul_group mg;
+            const int n_members = matmul_group(&r, p, k, c->n_threads, &mg);
+            if (n_members > 1) {
+                gs_cpu_pool_run(c->pool, task_matmul_group, &mg, mg.first[n_members]);
+                k += (uint32_t)n_members;
+                continue;
+            }
         }
         gs_cpu_pool_run(c->pool, task, &r, chunks_for(g, n, c->n_threads));
+        k++;
     }
     return GS_OK;
 }
