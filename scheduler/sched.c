@@ -643,6 +643,11 @@ static void take_inbox(struct gs_sched *s)
         wait_push_back(s, q);
         q = next;
     }
+    /* Published with the inbox emptied, so that gs_sched_submit's queue check
+     * never sees a request in neither count: the step's end publishing the
+     * count left a window in which a burst overshot --max-queue. Until then it
+     * may count a request admitted this step: the cap errs on the safe side. */
+    s->stats.n_waiting = s->n_waiting_engine;
     for (uint32_t c = 0; c < s->n_cancels; c++) {
         for (uint32_t i = 0; i < s->n_running; i++)
             if (s->running[i]->id == s->cancels[c])
