@@ -327,24 +327,50 @@ static inline __m256i group_scales(__m256i sc8, int c, int j)
     return _mm256_srai_epi16(_mm256_shuffle_epi8(sc8, ctrl), 8);
 }
 
+/* The sixteen group scales of a q3_K block as int8: 6 bits stored with an
+ * offset of 32, low nibbles of groups 0-7 and 8-15 in the low and high
+ * halves of bytes 0-7, the top two bits of group g at bit 2 * (g / 4) of
+ * byte 8 + g % 4. */
+static inline __m128i q3_K_scales(const uint8_t *s)
+{
+    uint64_t lo64;
+    uint32_t h;
+    memcpy(&lo64, s, 8);
+    memcpy(&h, s + 8, 4);
+    const __m128i m4 = _mm_set1_epi8(0x0f), v = _mm_cvtsi64_si128((long long)lo64);
+    const __m128i lo =
+        _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    const __m128i hi = _mm_and_si128(
+        _mm_set_epi32((int)(h >> 6), (int)(h >> 4), (int)(h >> 2), (int)h), _mm_set1_epi8(3));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+}
+
+/* Run 4c + j of a q2_K/q3_K super-block: quants 128c + 32j .. + 31 as
+ * unsigned bytes (field j of half c; q3_K adds its hmask bit as bit 2). */
+static inline __m256i k23_run(const uint8_t *qs, const uint8_t *hmask, int c, int j)
+{
+    const __m256i qv = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+    __m256i u = _mm256_and_si256(_mm256_srl_epi16(qv, _mm_cvtsi32_si128(2 * j)),
+                                 _mm256_set1_epi8(3));
+    if (hmask) {
+        const __m256i hv = _mm256_loadu_si256((const __m256i *)hmask);
+        const __m256i h = _mm256_and_si256(_mm256_srl_epi16(hv, _mm_cvtsi32_si128(4 * c + j)),
+                                           _mm256_set1_epi8(1));
+        u = _mm256_or_si256(u, _mm256_slli_epi16(h, 2));
+    }
+    return u;
+}
+
 /* sum over the block of scale[g] * (u . y over group g), u the unsigned
  * quants 0..(3 or 7) of half c, field j (q3_K adds its hmask bit as bit 2). */
 static inline __m256i k23_sum(const uint8_t *qs, const uint8_t *hmask, const uint8_t *x,
                               __m256i sc8)
 {
-    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-    const __m256i hv = hmask ? _mm256_loadu_si256((const __m256i *)hmask) : _mm256_setzero_si256();
     __m256i sumi = _mm256_setzero_si256();
     for (int c = 0; c < 2; c++) {
-        const __m256i qv = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
-            __m256i u = _mm256_and_si256(_mm256_srl_epi16(qv, _mm_cvtsi32_si128(2 * j)), m3);
-            if (hmask) {
-                const __m256i h = _mm256_and_si256(
-                    _mm256_srl_epi16(hv, _mm_cvtsi32_si128(4 * c + j)), one);
-                u = _mm256_or_si256(u, _mm256_slli_epi16(h, 2));
-            }
+            const __m256i u = k23_run(qs, hmask, c, j);
             const __m256i y =
                 _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 128 * c + 32 * j));
             sumi = _mm256_add_epi32(
@@ -381,21 +407,7 @@ static float dot_q3_K(int64_t n, const void *vw, const void *vx)
     const uint8_t *w = vw, *x = vx;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q3_K_BYTES, x += GS_Q8_K_BYTES) {
-        /* Sixteen 6-bit scales, stored with an offset of 32: low nibbles
-         * of groups 0-7 and 8-15 in the low and high halves of bytes 0-7,
-         * the top two bits of group g at bit 2 * (g / 4) of byte 8 + g % 4. */
-        const uint8_t *s = w + GS_Q3_K_SCALES;
-        uint64_t lo64;
-        uint32_t h;
-        memcpy(&lo64, s, 8);
-        memcpy(&h, s + 8, 4);
-        const __m128i m4 = _mm_set1_epi8(0x0f), v = _mm_cvtsi64_si128((long long)lo64);
-        const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(v, m4),
-                                              _mm_and_si128(_mm_srli_epi16(v, 4), m4));
-        const __m128i hi = _mm_and_si128(
-            _mm_set_epi32((int)(h >> 6), (int)(h >> 4), (int)(h >> 2), (int)h), _mm_set1_epi8(3));
-        const __m128i sc8 = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)),
-                                         _mm_set1_epi8(32));
+        const __m128i sc8 = q3_K_scales(w + GS_Q3_K_SCALES);
         /* Quants are u - 4 with u = 2 bits | hmask bit << 2: the 4 comes out
          * through the group sums, 4 * sum of scale[g] * bsum[g]. */
         const __m256i sumi = k23_sum(w + GS_Q3_K_QS, w + GS_Q3_K_HMASK, x,
@@ -805,8 +817,8 @@ typedef __m512 pv_f;
 #define pv_madd_i16 _mm512_madd_epi16
 #define pv_cvt _mm512_cvtepi32_ps
 #define pv_mul _mm512_mul_ps
+#define pv_sub _mm512_sub_ps
 #define pv_fmadd _mm512_fmadd_ps
-#define pv_fmsub _mm512_fmsub_ps
 #define pv_load_i(p) _mm512_load_si512((const void *)(p))
 #define pv_load_f _mm512_load_ps
 #define pv_storeu_f _mm512_storeu_ps
@@ -825,8 +837,8 @@ typedef __m256 pv_f;
 #define pv_madd_i16 _mm256_madd_epi16
 #define pv_cvt _mm256_cvtepi32_ps
 #define pv_mul _mm256_mul_ps
+#define pv_sub _mm256_sub_ps
 #define pv_fmadd _mm256_fmadd_ps
-#define pv_fmsub _mm256_fmsub_ps
 #define pv_load_i(p) _mm256_load_si256((const __m256i *)(p))
 #define pv_load_f _mm256_load_ps
 #define pv_storeu_f _mm256_storeu_ps
@@ -1296,6 +1308,35 @@ static void kpack_q6_K(const uint8_t *w, struct krow *k)
     k->d = k->e = ld_f16(w + GS_Q6_K_D);
 }
 
+/* q2_K: quants 0..3; group g's scale and min are the low and high nibbles of
+ * byte g, with the super-block scales d and dmin (a separate min term, as
+ * q4_K's). */
+static void kpack_q2_K(const uint8_t *w, struct krow *k)
+{
+    for (int r = 0; r < 8; r++)
+        k->run[r] = k23_run(w + GS_Q2_K_QS, NULL, r / 4, r % 4);
+    const __m128i sc = _mm_loadu_si128((const __m128i *)(w + GS_Q2_K_SCALES));
+    const __m128i s4 = _mm_and_si128(sc, _mm_set1_epi8(0x0f));
+    k->sc[0] = _mm256_cvtepu8_epi32(s4);
+    k->sc[1] = _mm256_cvtepu8_epi32(_mm_srli_si128(s4, 8));
+    k->c = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0f)));
+    k->d = ld_f16(w + GS_Q2_K_D);
+    k->e = ld_f16(w + GS_Q2_K_DMIN);
+}
+
+/* q3_K: quants u - 4 with u = 0..7; signed 6-bit group scales; the offset
+ * of group g is 4 * scale, subtracted exactly, as q6_K's 32 * scale. */
+static void kpack_q3_K(const uint8_t *w, struct krow *k)
+{
+    for (int r = 0; r < 8; r++)
+        k->run[r] = k23_run(w + GS_Q3_K_QS, w + GS_Q3_K_HMASK, r / 4, r % 4);
+    const __m128i s8 = q3_K_scales(w + GS_Q3_K_SCALES);
+    k->sc[0] = _mm256_cvtepi8_epi32(s8);
+    k->sc[1] = _mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8));
+    k->c = _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 2);
+    k->d = k->e = ld_f16(w + GS_Q3_K_D);
+}
+
 typedef void (*kpack_fn)(const uint8_t *w, struct krow *k);
 
 /* Transposes vector `which` of eight rows (runs 0-7, scales 8-9, offsets 10)
@@ -1342,9 +1383,9 @@ static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const 
                                size_t xs, int nk, float *out, size_t os, bool exact_offset,
                                const uint8_t *pf, size_t pf_block)
 {
-    pv_f acc[PANEL_TOK];
+    pv_f acc[PANEL_TOK], accm[PANEL_TOK];
     for (int k = 0; k < PANEL_TOK; k++)
-        acc[k] = pv_zero_f();
+        acc[k] = accm[k] = pv_zero_f();
     for (int64_t b = 0; b < nb; b++) {
         if (pf)
             prefetch_bytes(pf + b * pf_block, pf_block);
@@ -1378,16 +1419,19 @@ static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const 
             for (int p = 0; p < 8; p++)
                 osum = pv_add_i32(osum, pv_madd_i16(pv_load_i(kb->c[p]),
                                                     pv_set1_i32(ld_i32(xb + GS_Q8_K_BSUMS + 4 * p))));
-            pv_f t;
-            if (exact_offset)
-                t = pv_mul(pv_cvt(pv_sub_i32(isum[k], osum)), d);
-            else
-                t = pv_fmsub(pv_cvt(isum[k]), d, pv_mul(pv_cvt(osum), e));
-            acc[k] = pv_fmadd(t, pv_set1_f(ld_f32(xb + GS_Q8_K_D)), acc[k]);
+            /* Scaled as the row kernels (and llama.cpp) do: the two scales
+             * multiplied first, the offset term in its own accumulator. */
+            const pv_f dx = pv_set1_f(ld_f32(xb + GS_Q8_K_D));
+            if (exact_offset) {
+                acc[k] = pv_fmadd(pv_cvt(pv_sub_i32(isum[k], osum)), pv_mul(d, dx), acc[k]);
+            } else {
+                acc[k] = pv_fmadd(pv_cvt(isum[k]), pv_mul(d, dx), acc[k]);
+                accm[k] = pv_fmadd(pv_cvt(osum), pv_mul(e, dx), accm[k]);
+            }
         }
     }
     for (int k = 0; k < nk; k++)
-        pv_storeu_f(out + (size_t)k * os, acc[k]);
+        pv_storeu_f(out + (size_t)k * os, exact_offset ? acc[k] : pv_sub(acc[k], accm[k]));
 }
 
 /* Token blocks; in each, every panel of PANEL rows is packed once and read by
@@ -1421,6 +1465,8 @@ static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const 
             gemm_##name(n, w + (size_t)rp * ws, ws, nr - rp, vx, xs, nt, out + rp, os);            \
     }
 
+GEMM_KPANEL(q2_K, GS_Q2_K_BYTES, false)
+GEMM_KPANEL(q3_K, GS_Q3_K_BYTES, true)
 GEMM_KPANEL(q4_K, GS_Q4_K_BYTES, false)
 GEMM_KPANEL(q5_K, GS_Q5_K_BYTES, false)
 GEMM_KPANEL(q6_K, GS_Q6_K_BYTES, true)
@@ -1441,6 +1487,8 @@ void KERNELS_FILL(struct gs_cpu_kernels *t)
     ROW(GS_TYPE_Q5_0, q5_0);
     ROW(GS_TYPE_Q5_1, q5_1);
     ROW(GS_TYPE_Q8_0, q8_0);
+    t[GS_TYPE_Q2_K] = (struct gs_cpu_kernels){.dot = dot_q2_K, .gemm = gemm_panel_q2_K};
+    t[GS_TYPE_Q3_K] = (struct gs_cpu_kernels){.dot = dot_q3_K, .gemm = gemm_panel_q3_K};
     t[GS_TYPE_Q4_K] = (struct gs_cpu_kernels){.dot = dot_q4_K, .gemm = gemm_panel_q4_K};
     t[GS_TYPE_Q5_K] = (struct gs_cpu_kernels){.dot = dot_q5_K, .gemm = gemm_panel_q5_K};
     t[GS_TYPE_Q6_K] = (struct gs_cpu_kernels){.dot = dot_q6_K, .gemm = gemm_panel_q6_K};
@@ -1448,8 +1496,6 @@ void KERNELS_FILL(struct gs_cpu_kernels *t)
     ROW(GS_TYPE_F32, f32);
     ROW(GS_TYPE_F16, f16);
     ROW(GS_TYPE_BF16, bf16);
-    ROW(GS_TYPE_Q2_K, q2_K);
-    ROW(GS_TYPE_Q3_K, q3_K);
 #endif
 #undef ROW
 }
