@@ -95,6 +95,11 @@ static const kernel_fn kernels[GS_OP_COUNT];
 
 /* ---- helpers -------------------------------------------------------------------- */
 
+static bool is_matmul(const struct gs_node *n)
+{
+    return n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD;
+}
+
 static float *value(const struct run *r, uint32_t id)
 {
     return (float *)((char *)r->ctx->scratch + r->plan->offset[id]);
@@ -580,7 +585,7 @@ static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
     *thread_floats = 2;
     for (uint32_t i = 0; i < g->n_nodes; i++) {
         const struct gs_node *n = &g->nodes[i];
-        if (n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD) {
+        if (is_matmul(n)) {
             const struct gs_node *w = &g->nodes[n->src[1]];
             const enum gs_type vt = gs_type_traits(w->type)->vec_dot_type;
             uint64_t bytes;
@@ -748,18 +753,13 @@ static int chunks_for(const struct gs_graph *g, const struct gs_node *n, int n_t
 {
     if (n->op == GS_OP_ATTN)
         return 4 * n_threads;
-    if (n->op != GS_OP_MATMUL && n->op != GS_OP_MATMUL_ADD)
+    if (!is_matmul(n))
         return n_threads;
     const struct gs_node *w = &g->nodes[n->src[1]];
     uint64_t row = 0;
     gs_type_row_bytes(w->type, w->ne[0], &row);
     const uint64_t pieces = row * (uint64_t)w->ne[1] / MATMUL_PIECE_BYTES;
     return (int)GS_MAX(1, GS_MIN(4, pieces)) * n_threads;
-}
-
-static bool is_matmul(const struct gs_node *n)
-{
-    return n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD;
 }
 
 /* Where node id writes: its plan slot, or the caller's logits. */

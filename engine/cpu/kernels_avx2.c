@@ -578,6 +578,13 @@ static inline __m128 scales4(const uint8_t *w, size_t ws, int64_t off)
     return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)f16x4(w, ws, off)));
 }
 
+/* Eight such scales (w, w + ws, .. w + 7 ws) as f32. */
+static inline __m256 scales8(const uint8_t *w, size_t ws, int64_t off)
+{
+    return _mm256_cvtph_ps(
+        _mm_set_epi64x((long long)f16x4(w + 4 * ws, ws, off), (long long)f16x4(w, ws, off)));
+}
+
 /* Sum of the 32 quants of a q8_0 block. */
 static inline int block_sum(const uint8_t *xb)
 {
@@ -682,8 +689,7 @@ GEMM4_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
                             _mm256_loadu_si256((const __m256i *)(y0 + j * GS_Q8_0_BYTES));        \
                         sj[j] = (offset) ? dot_u8(q, y) : dot_i8(q, y);                           \
                     }                                                                             \
-                    const __m256 dw = _mm256_set_m128(scales4(w0 + 4 * (wbytes), (wbytes), 0),    \
-                                                      scales4(w0, (wbytes), 0));                  \
+                    const __m256 dw = scales8(w0, (wbytes), 0);                                   \
                     a0 = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_loadu_ps(dx + b)),              \
                                          _mm256_cvtepi32_ps(hsum8_epi32(sj)), a0);                \
                     if (offset)                                                                   \
@@ -866,8 +872,7 @@ static inline pv_f panel_scales(const uint8_t *w, size_t ws, int64_t off)
                                              (long long)f16x4(w + 4 * ws, ws, off),
                                              (long long)f16x4(w, ws, off)));
 #else
-    return _mm256_cvtph_ps(
-        _mm_set_epi64x((long long)f16x4(w + 4 * ws, ws, off), (long long)f16x4(w, ws, off)));
+    return scales8(w, ws, off);
 #endif
 }
 
@@ -909,6 +914,13 @@ static inline void prefetch_bytes(const uint8_t *p, size_t n)
 {
     for (size_t i = 0; i < n; i += 64)
         _mm_prefetch((const char *)p + i, _MM_HINT_T1);
+}
+
+/* Bytes of the next panel (PANEL rows of ws bytes) each of a panel's nb
+ * blocks prefetches, in whole cache lines. */
+static inline size_t panel_prefetch_share(size_t ws, int64_t nb)
+{
+    return (PANEL * ws / (size_t)nb + 63) & ~(size_t)63;
 }
 
 static inline __m256i q8_0_block_u(const uint8_t *b)
@@ -1026,7 +1038,7 @@ static inline void pack8_q4_0(const uint8_t *w, size_t ws, __m256i q[8])
                 pb[b].q[g] = pv_from8(h, g);                                                      \
             dw[b] = panel_scales(wr, ws, off);                                                    \
         }                                                                                         \
-        const size_t pf_block = (PANEL * ws / nb + 63) & ~(size_t)63;                             \
+        const size_t pf_block = panel_prefetch_share(ws, nb);                                     \
         for (int k = 0; k < nt; k += PANEL_TOK)                                                   \
             panel_tile(nb, pb, dw, x + (size_t)k * xs, xs, GS_MIN(PANEL_TOK, nt - k),             \
                        dx + (size_t)k * nb, ox + (size_t)k * nb, out + (size_t)k * os, os,        \
@@ -1448,7 +1460,7 @@ static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const 
         struct kpanel_block pb[KPANEL_MAX_BLOCKS];                                                 \
         const uint8_t *w = vw, *x = vx;                                                            \
         const int rp = nr / PANEL * PANEL;                                                         \
-        const size_t pf_block = (PANEL * ws / nb + 63) & ~(size_t)63;                              \
+        const size_t pf_block = panel_prefetch_share(ws, nb);                                      \
         for (int t0 = 0; t0 < nt; t0 += TOK_BLOCK) {                                               \
             const int t1 = GS_MIN(nt, t0 + TOK_BLOCK);                                             \
             for (int r = 0; r < rp; r += PANEL) {                                                  \
