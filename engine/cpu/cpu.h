@@ -12,8 +12,10 @@
  * type_traits_cpu); a new type is one row, no switch.
  *
  * Instruction sets. The table is chosen once, at first use, from what the CPU
- * reports (AVX2+FMA+F16C on x86-64; scalar everywhere else), so one binary
- * runs on any x86-64. gs_cpu_kernels_for() gives a specific table for tests.
+ * reports (AVX2+FMA+F16C, then AVX-512 VNNI, on x86-64; Advanced SIMD, then
+ * the dot product extension, on aarch64; scalar everywhere else), so one
+ * binary runs on any x86-64 or any aarch64. gs_cpu_kernels_for() gives a
+ * specific table for tests.
  *
  * Worker pool. gs_cpu_pool runs one task as chunks that its threads (the
  * caller included) claim from a shared counter, and returns when every chunk
@@ -58,7 +60,9 @@ struct gs_cpu_kernels {
 enum gs_cpu_isa {
     GS_CPU_ISA_SCALAR = 0,
     GS_CPU_ISA_AVX2,    /* x86-64 with AVX2, FMA and F16C */
-    GS_CPU_ISA_VNNI,    /* AVX2 kernels with AVX-512 VNNI byte products (256-bit) */
+    GS_CPU_ISA_VNNI,    /* AVX2 kernels with AVX-512 VNNI byte products and 512-bit panels */
+    GS_CPU_ISA_NEON,    /* aarch64 Advanced SIMD (every aarch64 CPU) */
+    GS_CPU_ISA_NEON_DOT, /* Advanced SIMD with the int8 dot product (sdot, ARMv8.2+) */
     GS_CPU_ISA_COUNT
 };
 
@@ -83,12 +87,16 @@ const struct gs_cpu_kernels *gs_cpu_kernels_for(enum gs_cpu_isa isa, enum gs_typ
 gs_from_f32_fn gs_cpu_quantizer(enum gs_type t);
 gs_from_f32_fn gs_cpu_quantizer_for(enum gs_cpu_isa isa, enum gs_type t);
 
-/* Per-ISA tables, [GS_TYPE_COUNT] rows each (kernels_scalar.c, kernels_avx2.c). */
+/* Per-ISA tables, [GS_TYPE_COUNT] rows each (kernels_scalar.c, kernels_avx2.c,
+ * kernels_neon.c). */
 extern const struct gs_cpu_kernels gs_cpu__kernels_scalar[GS_TYPE_COUNT];
-/* Fills the rows the AVX2 file specialises (x86-64 builds only). */
+/* Fill the rows an ISA file specialises (x86-64 builds only). */
 void gs_cpu__kernels_avx2_fill(struct gs_cpu_kernels *table);
 void gs_cpu__kernels_vnni_fill(struct gs_cpu_kernels *table);
 void gs_cpu__quantizers_avx2_fill(gs_from_f32_fn *table);
+/* The same for aarch64 builds. */
+void gs_cpu__kernels_neon_fill(struct gs_cpu_kernels *table);
+void gs_cpu__kernels_neon_dot_fill(struct gs_cpu_kernels *table);
 
 /* The AVX2 versions of the vector helpers below (kernels_avx2.c). */
 void gs_cpu__avx2_f32_to_f16(const float *x, uint16_t *y, int64_t n);
@@ -107,6 +115,20 @@ void gs_cpu__avx2_round_f16(float *x, int64_t n);
 void gs_cpu__avx2_swiglu(float *o, const float *g, const float *u, int64_t n);
 float gs_cpu__avx2_scale_max(float *x, float scale, int64_t n);
 float gs_cpu__avx2_exp_sum(float *x, float m, int64_t n);
+
+/* The NEON versions of those with an Advanced SIMD form (kernels_neon.c). */
+void gs_cpu__neon_f32_to_f16(const float *x, uint16_t *y, int64_t n);
+void gs_cpu__neon_f16_to_f32(const uint16_t *x, float *y, int64_t n);
+float gs_cpu__neon_dot_f32(const float *a, const float *b, int64_t n);
+float gs_cpu__neon_dot_f32_f16(const float *a, const uint16_t *b, int64_t n);
+void gs_cpu__neon_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows,
+                           int64_t n, float *out);
+void gs_cpu__neon_dots_f32(const float *q, const float *k, size_t stride, int n_rows,
+                           int64_t n, float *out);
+void gs_cpu__neon_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride,
+                            int n_rows, int64_t n);
+void gs_cpu__neon_axpys_f32(float *acc, const float *w, const float *v, size_t stride,
+                            int n_rows, int64_t n);
 
 /* The generic tiled product: dot over tokens in blocks, weight row by row. */
 void gs_cpu__gemm_generic(gs_cpu_dot_fn dot, int64_t n, const void *w, size_t w_stride,

@@ -13,6 +13,38 @@
 #else
 #define GS_CPU_X86 0
 #endif
+#if defined(__aarch64__)
+#define GS_CPU_ARM64 1
+#if defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
+#else
+#define GS_CPU_ARM64 0
+#endif
+
+/* The vector helpers of the best ISA: scalar below, replaced by detect(). */
+struct helpers {
+    void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n);
+    void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    float (*dot_f32_f16)(const float *a, const uint16_t *b, int64_t n);
+    void (*dots_f16)(const float *q, const uint16_t *k, size_t stride, int n_rows, int64_t n,
+                     float *out);
+    void (*dots_f32)(const float *q, const float *k, size_t stride, int n_rows, int64_t n,
+                     float *out);
+    void (*axpys_f16)(float *acc, const float *w, const uint16_t *v, size_t stride, int n_rows,
+                      int64_t n);
+    void (*axpys_f32)(float *acc, const float *w, const float *v, size_t stride, int n_rows,
+                      int64_t n);
+    void (*round_f16)(float *x, int64_t n);
+    void (*swiglu)(float *o, const float *g, const float *u, int64_t n);
+    float (*scale_max)(float *x, float scale, int64_t n);
+    float (*exp_sum)(float *x, float m, int64_t n);
+};
+static struct helpers helpers;
+static const struct helpers helpers_scalar;
 
 static struct gs_cpu_kernels tables[GS_CPU_ISA_COUNT][GS_TYPE_COUNT];
 static gs_from_f32_fn quantizers[GS_CPU_ISA_COUNT][GS_TYPE_COUNT];
@@ -20,8 +52,25 @@ static bool isa_ok[GS_CPU_ISA_COUNT];
 static enum gs_cpu_isa isa_best = GS_CPU_ISA_SCALAR;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
+#if GS_CPU_ARM64
+/* Whether the OS reports the aarch64 int8 dot product instructions. */
+static bool arm64_has_dotprod(void)
+{
+#if defined(__linux__) && defined(HWCAP_ASIMDDP)
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#elif defined(__APPLE__)
+    int v = 0;
+    size_t len = sizeof(v);
+    return sysctlbyname("hw.optional.arm.FEAT_DotProd", &v, &len, NULL, 0) == 0 && v;
+#else
+    return false;
+#endif
+}
+#endif
+
 static void detect(void)
 {
+    helpers = helpers_scalar;
     for (int i = 0; i < GS_CPU_ISA_COUNT; i++) {
         memcpy(tables[i], gs_cpu__kernels_scalar, sizeof(tables[i]));
         for (int t = 0; t < GS_TYPE_COUNT; t++) {
@@ -45,7 +94,32 @@ static void detect(void)
             isa_ok[GS_CPU_ISA_VNNI] = true;
             isa_best = GS_CPU_ISA_VNNI;
         }
+        helpers = (struct helpers){
+            gs_cpu__avx2_f32_to_f16, gs_cpu__avx2_f16_to_f32, gs_cpu__avx2_dot_f32,
+            gs_cpu__avx2_dot_f32_f16, gs_cpu__avx2_dots_f16,   gs_cpu__avx2_dots_f32,
+            gs_cpu__avx2_axpys_f16,  gs_cpu__avx2_axpys_f32,  gs_cpu__avx2_round_f16,
+            gs_cpu__avx2_swiglu,     gs_cpu__avx2_scale_max,  gs_cpu__avx2_exp_sum,
+        };
     }
+#elif GS_CPU_ARM64
+    gs_cpu__kernels_neon_fill(tables[GS_CPU_ISA_NEON]);
+    isa_ok[GS_CPU_ISA_NEON] = true;
+    isa_best = GS_CPU_ISA_NEON;
+    if (arm64_has_dotprod()) {
+        gs_cpu__kernels_neon_fill(tables[GS_CPU_ISA_NEON_DOT]);
+        gs_cpu__kernels_neon_dot_fill(tables[GS_CPU_ISA_NEON_DOT]);
+        isa_ok[GS_CPU_ISA_NEON_DOT] = true;
+        isa_best = GS_CPU_ISA_NEON_DOT;
+    }
+    /* Rounding, SwiGLU and the softmax pieces keep their scalar forms here. */
+    helpers.f32_to_f16 = gs_cpu__neon_f32_to_f16;
+    helpers.f16_to_f32 = gs_cpu__neon_f16_to_f32;
+    helpers.dot_f32 = gs_cpu__neon_dot_f32;
+    helpers.dot_f32_f16 = gs_cpu__neon_dot_f32_f16;
+    helpers.dots_f16 = gs_cpu__neon_dots_f16;
+    helpers.dots_f32 = gs_cpu__neon_dots_f32;
+    helpers.axpys_f16 = gs_cpu__neon_axpys_f16;
+    helpers.axpys_f32 = gs_cpu__neon_axpys_f32;
 #endif
 }
 
@@ -57,7 +131,8 @@ enum gs_cpu_isa gs_cpu_isa_best(void)
 
 const char *gs_cpu_isa_name(enum gs_cpu_isa isa)
 {
-    static const char *const names[GS_CPU_ISA_COUNT] = {"scalar", "avx2", "avx2-vnni"};
+    static const char *const names[GS_CPU_ISA_COUNT] = {"scalar", "avx2", "avx2-vnni", "neon",
+                                                         "neon-dotprod"};
     return (unsigned)isa < GS_CPU_ISA_COUNT ? names[isa] : "unknown";
 }
 
@@ -87,145 +162,80 @@ gs_from_f32_fn gs_cpu_quantizer(enum gs_type t)
     return gs_cpu_quantizer_for(gs_cpu_isa_best(), t);
 }
 
-/* ---- vector helpers ------------------------------------------------------------------ */
+/* ---- vector helpers: the scalar forms, then the dispatch ------------------------------ */
 
-static inline bool avx2(void)
+static void f32_to_f16(const float *x, uint16_t *y, int64_t n)
 {
-    return GS_CPU_X86 && gs_cpu_isa_best() >= GS_CPU_ISA_AVX2;
-}
-
-void gs_cpu_f32_to_f16(const float *x, uint16_t *y, int64_t n)
-{
-#if GS_CPU_X86
-    if (avx2()) {
-        gs_cpu__avx2_f32_to_f16(x, y, n);
-        return;
-    }
-#endif
     for (int64_t i = 0; i < n; i++)
         y[i] = gs_f32_to_fp16(x[i]);
 }
 
-void gs_cpu_f16_to_f32(const uint16_t *x, float *y, int64_t n)
+static void f16_to_f32(const uint16_t *x, float *y, int64_t n)
 {
-#if GS_CPU_X86
-    if (avx2()) {
-        gs_cpu__avx2_f16_to_f32(x, y, n);
-        return;
-    }
-#endif
     for (int64_t i = 0; i < n; i++)
         y[i] = gs_fp16_to_f32(x[i]);
 }
 
-float gs_cpu_dot_f32(const float *a, const float *b, int64_t n)
+static float dot_f32(const float *a, const float *b, int64_t n)
 {
-#if GS_CPU_X86
-    if (avx2())
-        return gs_cpu__avx2_dot_f32(a, b, n);
-#endif
     float s = 0;
     for (int64_t i = 0; i < n; i++)
         s += a[i] * b[i];
     return s;
 }
 
-float gs_cpu_dot_f32_f16(const float *a, const uint16_t *b, int64_t n)
+static float dot_f32_f16(const float *a, const uint16_t *b, int64_t n)
 {
-#if GS_CPU_X86
-    if (avx2())
-        return gs_cpu__avx2_dot_f32_f16(a, b, n);
-#endif
     float s = 0;
     for (int64_t i = 0; i < n; i++)
         s += a[i] * gs_fp16_to_f32(b[i]);
     return s;
 }
 
-void gs_cpu_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows, int64_t n,
+static void dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows, int64_t n,
                      float *out)
 {
-#if GS_CPU_X86
-    if (avx2()) {
-        gs_cpu__avx2_dots_f16(q, k, stride, n_rows, n, out);
-        return;
-    }
-#endif
     for (int s = 0; s < n_rows; s++)
-        out[s] = gs_cpu_dot_f32_f16(q, k + (size_t)s * stride, n);
+        out[s] = dot_f32_f16(q, k + (size_t)s * stride, n);
 }
 
-void gs_cpu_dots_f32(const float *q, const float *k, size_t stride, int n_rows, int64_t n,
+static void dots_f32(const float *q, const float *k, size_t stride, int n_rows, int64_t n,
                      float *out)
 {
-#if GS_CPU_X86
-    if (avx2()) {
-        gs_cpu__avx2_dots_f32(q, k, stride, n_rows, n, out);
-        return;
-    }
-#endif
     for (int s = 0; s < n_rows; s++)
-        out[s] = gs_cpu_dot_f32(q, k + (size_t)s * stride, n);
+        out[s] = dot_f32(q, k + (size_t)s * stride, n);
 }
 
-void gs_cpu_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride, int n_rows,
+static void axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride, int n_rows,
                       int64_t n)
 {
-#if GS_CPU_X86
-    if (avx2()) {
-        gs_cpu__avx2_axpys_f16(acc, w, v, stride, n_rows, n);
-        return;
-    }
-#endif
     for (int s = 0; s < n_rows; s++)
         for (int64_t i = 0; i < n; i++)
             acc[i] += w[s] * gs_fp16_to_f32(v[(size_t)s * stride + i]);
 }
 
-void gs_cpu_axpys_f32(float *acc, const float *w, const float *v, size_t stride, int n_rows,
+static void axpys_f32(float *acc, const float *w, const float *v, size_t stride, int n_rows,
                       int64_t n)
 {
-#if GS_CPU_X86
-    if (avx2()) {
-        gs_cpu__avx2_axpys_f32(acc, w, v, stride, n_rows, n);
-        return;
-    }
-#endif
     for (int s = 0; s < n_rows; s++)
         for (int64_t i = 0; i < n; i++)
             acc[i] += w[s] * v[(size_t)s * stride + i];
 }
 
-void gs_cpu_round_f16(float *x, int64_t n)
+static void round_f16(float *x, int64_t n)
 {
-#if GS_CPU_X86
-    if (avx2()) {
-        gs_cpu__avx2_round_f16(x, n);
-        return;
-    }
-#endif
     for (int64_t i = 0; i < n; i++)
         x[i] = gs_fp16_to_f32(gs_f32_to_fp16(x[i]));
 }
 
-void gs_cpu_swiglu(float *o, const float *g, const float *u, int64_t n)
+static void swiglu(float *o, const float *g, const float *u, int64_t n)
 {
-#if GS_CPU_X86
-    if (avx2()) {
-        gs_cpu__avx2_swiglu(o, g, u, n);
-        return;
-    }
-#endif
     for (int64_t i = 0; i < n; i++)
         o[i] = g[i] / (1.0f + expf(-g[i])) * (u ? u[i] : 1.0f);
 }
 
-float gs_cpu_scale_max(float *x, float scale, int64_t n)
+static float scale_max(float *x, float scale, int64_t n)
 {
-#if GS_CPU_X86
-    if (avx2())
-        return gs_cpu__avx2_scale_max(x, scale, n);
-#endif
     float m = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
         x[i] *= scale;
@@ -234,16 +244,87 @@ float gs_cpu_scale_max(float *x, float scale, int64_t n)
     return m;
 }
 
-float gs_cpu_exp_sum(float *x, float m, int64_t n)
+static float exp_sum(float *x, float m, int64_t n)
 {
-#if GS_CPU_X86
-    if (avx2())
-        return gs_cpu__avx2_exp_sum(x, m, n);
-#endif
     float sum = 0;
     for (int64_t i = 0; i < n; i++) {
         x[i] = expf(x[i] - m);
         sum += x[i];
     }
     return sum;
+}
+
+static const struct helpers helpers_scalar = {
+    f32_to_f16, f16_to_f32, dot_f32,   dot_f32_f16, dots_f16,  dots_f32,
+    axpys_f16,  axpys_f32,  round_f16, swiglu,      scale_max, exp_sum,
+};
+
+static inline const struct helpers *best(void)
+{
+    pthread_once(&once, detect);
+    return &helpers;
+}
+
+void gs_cpu_f32_to_f16(const float *x, uint16_t *y, int64_t n)
+{
+    best()->f32_to_f16(x, y, n);
+}
+
+void gs_cpu_f16_to_f32(const uint16_t *x, float *y, int64_t n)
+{
+    best()->f16_to_f32(x, y, n);
+}
+
+float gs_cpu_dot_f32(const float *a, const float *b, int64_t n)
+{
+    return best()->dot_f32(a, b, n);
+}
+
+float gs_cpu_dot_f32_f16(const float *a, const uint16_t *b, int64_t n)
+{
+    return best()->dot_f32_f16(a, b, n);
+}
+
+void gs_cpu_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows, int64_t n,
+                     float *out)
+{
+    best()->dots_f16(q, k, stride, n_rows, n, out);
+}
+
+void gs_cpu_dots_f32(const float *q, const float *k, size_t stride, int n_rows, int64_t n,
+                     float *out)
+{
+    best()->dots_f32(q, k, stride, n_rows, n, out);
+}
+
+void gs_cpu_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride, int n_rows,
+                      int64_t n)
+{
+    best()->axpys_f16(acc, w, v, stride, n_rows, n);
+}
+
+void gs_cpu_axpys_f32(float *acc, const float *w, const float *v, size_t stride, int n_rows,
+                      int64_t n)
+{
+    best()->axpys_f32(acc, w, v, stride, n_rows, n);
+}
+
+void gs_cpu_round_f16(float *x, int64_t n)
+{
+    best()->round_f16(x, n);
+}
+
+void gs_cpu_swiglu(float *o, const float *g, const float *u, int64_t n)
+{
+    best()->swiglu(o, g, u, n);
+}
+
+float gs_cpu_scale_max(float *x, float scale, int64_t n)
+{
+    return best()->scale_max(x, scale, n);
+}
+
+float gs_cpu_exp_sum(float *x, float m, int64_t n)
+{
+    return best()->exp_sum(x, m, n);
 }

@@ -226,6 +226,25 @@ Test(cpu_kernels, unknown_type_has_no_row_and_unsupported_isa_is_null)
     cr_assert_not_null(gs_cpu_kernels_for(GS_CPU_ISA_SCALAR, GS_TYPE_Q4_K)->dot);
 }
 
+/* Every aarch64 CPU has Advanced SIMD: an arm64 build that ran only the
+ * scalar table would pass the comparisons above without testing a NEON line. */
+Test(cpu_kernels, arm64_builds_pick_neon)
+{
+#if defined(__aarch64__)
+    cr_assert(gs_cpu_isa_best() >= GS_CPU_ISA_NEON, "best ISA %s",
+              gs_cpu_isa_name(gs_cpu_isa_best()));
+    for (size_t k = 0; k < GS_ARRAY_LEN(weight_types); k++) {
+        const enum gs_type t = weight_types[k];
+        cr_assert(gs_cpu_kernels_for(GS_CPU_ISA_NEON, t)->dot !=
+                      gs_cpu_kernels_for(GS_CPU_ISA_SCALAR, t)->dot,
+                  "%s has no NEON kernel", gs_type_name(t));
+    }
+#else
+    cr_assert_null(gs_cpu_kernels_for(GS_CPU_ISA_NEON, GS_TYPE_Q4_0));
+    cr_assert_null(gs_cpu_kernels_for(GS_CPU_ISA_NEON_DOT, GS_TYPE_Q4_0));
+#endif
+}
+
 /* ---- pool ------------------------------------------------------------------------------- */
 
 struct count_task {
