@@ -8,9 +8,9 @@
  * count. Activations have one row per token of the step (GS_ROWS_TOKENS) or
  * one row per token that asked for logits (GS_ROWS_OUTPUTS); the actual count
  * is only known when a plan is compiled for a shape bucket (engine/compile.h).
- * Activations are F32, except the rows of RMS_NORM_QUANT and SWIGLU_QUANT,
- * which are blocks of the type their matmuls multiply with (q8_0, q8_1,
- * q8_K); weights keep their file type.
+ * Activations are F32, except the rows of RMS_NORM_QUANT and SWIGLU_QUANT
+ * (and of a MATMUL_SWIGLU made from one), which are blocks of the type their
+ * matmuls multiply with (q8_0, q8_1, q8_K); weights keep their file type.
  *
  * Nodes are stored in topological order: a node's sources have smaller ids.
  * Builders append; passes rewrite nodes in place (a fused node takes the place
@@ -80,7 +80,10 @@
     /* quantized matmuls that read it: fused by the rms_norm_quant pass                        */  \
     X(RMS_NORM_QUANT, "rms_norm_quant", 2, 0)                                                      \
     /* swiglu(a, b) with its rows quantized likewise: fused by the swiglu_quant pass           */  \
-    X(SWIGLU_QUANT, "swiglu_quant", 2, 0)
+    X(SWIGLU_QUANT, "swiglu_quant", 2, 0)                                                          \
+    /* silu(x @ Wg) * (x @ Wu) -> [N x R]: a feed-forward's gate, up and SwiGLU in one node,    */  \
+    /* F32 or quantized rows like swiglu_quant's; fused by the matmul_swiglu pass              */  \
+    X(MATMUL_SWIGLU, "matmul_swiglu", 3, 0)
 
 enum gs_op_flags {
     GS_OPF_LEAF = 1 << 0,     /* no sources, no computation */
@@ -103,6 +106,13 @@ struct gs_op_info {
 
 /* The op table; NULL for an out-of-range op. */
 const struct gs_op_info *gs_op_info(enum gs_op op);
+
+/* Ops that multiply their src[0] rows by the weight in src[1] (and, for
+ * MATMUL_SWIGLU, src[2], of the same type and shape). */
+static inline bool gs_op_is_matmul(enum gs_op op)
+{
+    return op == GS_OP_MATMUL || op == GS_OP_MATMUL_ADD || op == GS_OP_MATMUL_SWIGLU;
+}
 
 /* What the row count of a tensor is. */
 enum gs_rows {
@@ -209,6 +219,8 @@ uint32_t gs_graph_gelu(struct gs_graph *g, uint32_t x);
 uint32_t gs_graph_swiglu(struct gs_graph *g, uint32_t a, uint32_t b);
 uint32_t gs_graph_rms_norm_mul(struct gs_graph *g, uint32_t x, uint32_t w, float eps);
 uint32_t gs_graph_matmul_add(struct gs_graph *g, uint32_t x, uint32_t w, uint32_t r);
+/* silu(x @ w_gate) * (x @ w_up); the weights must have the same type and shape. */
+uint32_t gs_graph_matmul_swiglu(struct gs_graph *g, uint32_t x, uint32_t w_gate, uint32_t w_up);
 uint32_t gs_graph_outputs(struct gs_graph *g, uint32_t x);
 uint32_t gs_graph_logits(struct gs_graph *g, uint32_t x);
 
@@ -259,6 +271,7 @@ extern const struct gs_pass gs_pass_swiglu;
 extern const struct gs_pass gs_pass_residual;
 extern const struct gs_pass gs_pass_rms_norm_quant;
 extern const struct gs_pass gs_pass_swiglu_quant;
+extern const struct gs_pass gs_pass_matmul_swiglu;
 
 /* Every pass, in the default order (fusions, then CSE, then DCE). */
 extern const struct gs_pass *const gs_passes_all[];

@@ -97,7 +97,7 @@ static const kernel_fn kernels[GS_OP_COUNT];
 
 static bool is_matmul(const struct gs_node *n)
 {
-    return n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD;
+    return gs_op_is_matmul(n->op);
 }
 
 static float *value(const struct run *r, uint32_t id)
@@ -258,6 +258,38 @@ static void k_quantize_input(struct run *r, int chunk, int n_chunks, int thread)
         quantize(x + t * K, r->ctx->xq + t * r->cp->xq_stride, K);
 }
 
+/* The rows a matmul n against weight w multiplies, and their stride: for
+ * F32 weights the float rows as they are; else quantized into xq (or, for a
+ * few tokens, into this thread's rows); an RMS_NORM_QUANT or SWIGLU_QUANT
+ * input is already in the weight's partner type. */
+static const void *matmul_input(const struct run *r, const struct gs_node *n,
+                                const struct gs_node *w, int thread, size_t *x_stride)
+{
+    const int64_t K = w->ne[0], T = gs_step_rows(n, r->io);
+    const enum gs_type in_type = r->g->nodes[n->src[0]].type;
+    const bool plain = w->type == GS_TYPE_F32, prequant = in_type != GS_TYPE_F32;
+    if (plain || prequant) {
+        uint64_t in_stride = (uint64_t)K * sizeof(float);
+        gs_type_row_bytes(in_type, K, &in_stride);
+        *x_stride = (size_t)in_stride;
+        return value(r, n->src[0]);
+    }
+    *x_stride = r->cp->xq_stride;
+    if (T > LOCAL_QUANT_TOKENS)
+        return r->ctx->xq;
+    struct local_quant *lq = &r->ctx->local[thread];
+    uint8_t *buf = r->ctx->xq_local + (size_t)thread * LOCAL_QUANT_TOKENS * *x_stride;
+    const enum gs_type vt = gs_type_traits(w->type)->vec_dot_type;
+    if (lq->step != r->step || lq->node != n->src[0] || lq->type != vt) {
+        const gs_from_f32_fn quantize = gs_cpu_quantizer(vt);
+        const float *xf = value(r, n->src[0]);
+        for (int64_t t = 0; t < T; t++)
+            quantize(xf + t * K, buf + t * *x_stride, K);
+        *lq = (struct local_quant){.step = r->step, .node = n->src[0], .type = vt};
+    }
+    return buf;
+}
+
 /* x [K x T] @ W [K x N] -> out [N x T] (+ residual): each thread takes a
  * range of output rows for all tokens. */
 static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
@@ -267,32 +299,12 @@ static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
     const int64_t K = w->ne[0], N = w->ne[1], T = gs_step_rows(n, r->io);
     uint64_t w_stride = 0;
     gs_type_row_bytes(w->type, K, &w_stride);
-    const enum gs_type in_type = r->g->nodes[n->src[0]].type;
-    /* Float rows: for F32 weights as they are, else quantized into xq (or, for
-     * a few tokens, into this thread's rows); an RMS_NORM_QUANT or
-     * SWIGLU_QUANT input is already in the weight's partner type. */
-    const bool plain = w->type == GS_TYPE_F32, prequant = in_type != GS_TYPE_F32;
-    uint64_t in_stride = (uint64_t)K * sizeof(float);
-    gs_type_row_bytes(in_type, K, &in_stride);
-    const void *x = plain || prequant ? (const void *)value(r, n->src[0]) : r->ctx->xq;
-    const size_t x_stride = plain || prequant ? (size_t)in_stride : r->cp->xq_stride;
     int64_t r0, r1;
     gs_cpu_split(N, 16, chunk, n_chunks, &r0, &r1); /* whole panels of the widest kernels */
     if (r0 >= r1)
         return;
-    if (!plain && !prequant && T <= LOCAL_QUANT_TOKENS) {
-        struct local_quant *lq = &r->ctx->local[thread];
-        uint8_t *buf = r->ctx->xq_local + (size_t)thread * LOCAL_QUANT_TOKENS * x_stride;
-        const enum gs_type vt = gs_type_traits(w->type)->vec_dot_type;
-        if (lq->step != r->step || lq->node != n->src[0] || lq->type != vt) {
-            const gs_from_f32_fn quantize = gs_cpu_quantizer(vt);
-            const float *xf = value(r, n->src[0]);
-            for (int64_t t = 0; t < T; t++)
-                quantize(xf + t * K, buf + t * x_stride, K);
-            *lq = (struct local_quant){.step = r->step, .node = n->src[0], .type = vt};
-        }
-        x = buf;
-    }
+    size_t x_stride;
+    const void *x = matmul_input(r, n, w, thread, &x_stride);
     kr->gemm(K, (const char *)w->data + r0 * w_stride, w_stride, (int)(r1 - r0), x, x_stride,
              (int)T, r->out + r0, (size_t)N);
     if (n->op == GS_OP_MATMUL_ADD) {
@@ -300,6 +312,58 @@ static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
         for (int64_t t = 0; t < T; t++)
             for (int64_t o = r0; o < r1; o++)
                 r->out[t * N + o] += res[t * N + o];
+    }
+}
+
+/* A matmul_swiglu works in slices of this many output rows by this many
+ * tokens: the slice's gate and up products sit in the thread's buffer
+ * (2 x 64 x 256 floats, 128 KiB: in L2) until they are joined. The rows are a
+ * multiple of the 16-row panels and of every block an output row can be
+ * quantized to (q8_0's 32, q8_K's 256). */
+#define FFN_SLICE_ROWS   256
+#define FFN_SLICE_TOKENS 64
+
+/* silu(x @ Wg) * (x @ Wu) -> out [N x T], F32 or the node's block type:
+ * each thread takes a range of output rows, slice by slice. */
+static void k_matmul_swiglu(struct run *r, int chunk, int n_chunks, int thread)
+{
+    const struct gs_node *n = r->n, *wg = &r->g->nodes[n->src[1]], *wu = &r->g->nodes[n->src[2]];
+    const struct gs_cpu_kernels *kr = gs_cpu_kernels(wg->type);
+    const struct gs_type_traits *ot = gs_type_traits(n->type);
+    const bool quant = n->type != GS_TYPE_F32;
+    const gs_from_f32_fn quantize = quant ? gs_cpu_quantizer(n->type) : NULL;
+    const int64_t K = wg->ne[0], N = wg->ne[1], T = gs_step_rows(n, r->io);
+    uint64_t w_stride = 0, out_row = 0;
+    gs_type_row_bytes(wg->type, K, &w_stride);
+    gs_type_row_bytes(n->type, N, &out_row);
+    int64_t r0, r1;
+    gs_cpu_split(N, quant ? GS_MAX(16, ot->block_size) : 16, chunk, n_chunks, &r0, &r1);
+    if (r0 >= r1)
+        return;
+    size_t x_stride;
+    const char *x = matmul_input(r, n, wg, thread, &x_stride);
+    float *gate = thread_buf(r, thread), *up = gate + FFN_SLICE_TOKENS * FFN_SLICE_ROWS;
+    for (int64_t s0 = r0; s0 < r1; s0 += FFN_SLICE_ROWS) {
+        const int64_t s1 = GS_MIN(r1, s0 + FFN_SLICE_ROWS);
+        const int rows = (int)(s1 - s0);
+        for (int64_t t0 = 0; t0 < T; t0 += FFN_SLICE_TOKENS) {
+            const int toks = (int)GS_MIN(T - t0, FFN_SLICE_TOKENS);
+            const char *xt = x + (size_t)t0 * x_stride;
+            kr->gemm(K, (const char *)wg->data + s0 * w_stride, w_stride, rows, xt, x_stride,
+                     toks, gate, FFN_SLICE_ROWS);
+            kr->gemm(K, (const char *)wu->data + s0 * w_stride, w_stride, rows, xt, x_stride,
+                     toks, up, FFN_SLICE_ROWS);
+            for (int t = 0; t < toks; t++) {
+                float *g = gate + t * FFN_SLICE_ROWS, *u = up + t * FFN_SLICE_ROWS;
+                if (!quant) {
+                    gs_cpu_swiglu(r->out + (t0 + t) * N + s0, g, u, rows);
+                    continue;
+                }
+                gs_cpu_swiglu(g, g, u, rows);
+                quantize(g, (char *)r->out + (t0 + t) * out_row +
+                                s0 / ot->block_size * ot->block_bytes, rows);
+            }
+        }
     }
 }
 
@@ -500,6 +564,7 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_RMS_NORM_MUL] = k_rms_norm,
     [GS_OP_RMS_NORM_QUANT] = k_rms_norm,
     [GS_OP_SWIGLU_QUANT] = k_swiglu_quant,
+    [GS_OP_MATMUL_SWIGLU] = k_matmul_swiglu,
     [GS_OP_MUL] = k_elementwise,
     [GS_OP_ADD] = k_elementwise,
     [GS_OP_SWIGLU] = k_elementwise,
@@ -558,7 +623,8 @@ static bool cpu_supports(const struct gs_be *be, const struct gs_node *n)
 {
     if ((unsigned)n->op >= GS_OP_COUNT)
         return false;
-    if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT) /* quantized rows */
+    if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT ||
+        (n->op == GS_OP_MATMUL_SWIGLU && n->type != GS_TYPE_F32)) /* quantized rows */
         return gs_cpu_quantizer(n->type) != NULL;
     if (n->op != GS_OP_WEIGHT)
         return kernels[n->op] && n->type == GS_TYPE_F32;
@@ -596,7 +662,10 @@ static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
                                   n->name, (long long)w->ne[0], gs_type_name(w->type));
             *xq_stride = GS_MAX(*xq_stride, (bytes + 63) / 64 * 64);
         }
-        if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT) {
+        if (n->op == GS_OP_MATMUL_SWIGLU)
+            *thread_floats = GS_MAX(*thread_floats, 2 * FFN_SLICE_TOKENS * FFN_SLICE_ROWS);
+        if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT ||
+            (n->op == GS_OP_MATMUL_SWIGLU && n->type != GS_TYPE_F32)) {
             uint64_t bytes;
             if (!gs_cpu_quantizer(n->type) || gs_type_row_bytes(n->type, n->ne[0], &bytes))
                 return gs_err_set(err, GS_UNSUPPORTED, "cpu: node %u '%s': %s rows of %lld", i,
@@ -758,7 +827,8 @@ static int chunks_for(const struct gs_graph *g, const struct gs_node *n, int n_t
     const struct gs_node *w = &g->nodes[n->src[1]];
     uint64_t row = 0;
     gs_type_row_bytes(w->type, w->ne[0], &row);
-    const uint64_t pieces = row * (uint64_t)w->ne[1] / MATMUL_PIECE_BYTES;
+    const uint64_t n_weights = n->op == GS_OP_MATMUL_SWIGLU ? 2 : 1;
+    const uint64_t pieces = n_weights * row * (uint64_t)w->ne[1] / MATMUL_PIECE_BYTES;
     return (int)GS_MAX(1, GS_MIN(4, pieces)) * n_threads;
 }
 
@@ -813,7 +883,7 @@ static int matmul_group(const struct run *r, const struct gs_plan *p, uint32_t k
     for (uint32_t m = k; m < p->n_order && mg->n < MATMUL_GROUP_MAX; m++) {
         const uint32_t id = p->order[m];
         const struct gs_node *n = &g->nodes[id];
-        if (!is_matmul(n) || n->src[0] != first->src[0])
+        if (!is_matmul(n) || n->op == GS_OP_MATMUL_SWIGLU || n->src[0] != first->src[0])
             break;
         if (gs_type_traits(g->nodes[n->src[1]].type)->vec_dot_type != vt)
             break;

@@ -21,6 +21,7 @@ struct ref_plan {
     float *row_a;   /* [max weight row] dequantized weight row */
     float *row_b;   /* [max activation row] per-token temporary */
     float *xq;      /* [bucket][max weight row] activations rounded for a matmul */
+    float *ffn;     /* [2][bucket][n_ff] gate and up products of a matmul_swiglu */
 };
 
 /* The state of one run: plan, step and resolved row counts. */
@@ -50,7 +51,8 @@ static bool ref_supports(const struct gs_be *be, const struct gs_node *n)
 {
     if ((unsigned)n->op >= GS_OP_COUNT || (n->op != GS_OP_WEIGHT && !kernels[n->op]))
         return false;
-    if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT) { /* quantized rows */
+    if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT ||
+        (n->op == GS_OP_MATMUL_SWIGLU && n->type != GS_TYPE_F32)) { /* quantized rows */
         const struct gs_type_traits *tt = gs_type_traits(n->type);
         return tt && tt->from_f32 && tt->to_f32;
     }
@@ -68,6 +70,7 @@ static void ref_plan_free(struct gs_be *be, struct gs_plan *p)
         gs_free(rp->row_a);
         gs_free(rp->row_b);
         gs_free(rp->xq);
+        gs_free(rp->ffn);
         gs_free(rp);
     }
     gs_plan_free(p);
@@ -85,12 +88,14 @@ static enum gs_status ref_compile(struct gs_be *be, const struct gs_graph *g,
     st = gs_plan_layout(g, s, &p, err);
     if (st)
         return st;
-    int64_t max_w = 1, max_a = 1;
+    int64_t max_w = 1, max_a = 1, max_ff = 1;
     for (uint32_t i = 0; i < g->n_nodes; i++) {
         if (g->nodes[i].op == GS_OP_WEIGHT)
             max_w = GS_MAX(max_w, g->nodes[i].ne[0]);
         else
             max_a = GS_MAX(max_a, g->nodes[i].ne[0]);
+        if (g->nodes[i].op == GS_OP_MATMUL_SWIGLU)
+            max_ff = GS_MAX(max_ff, g->nodes[i].ne[0]);
     }
     struct ref_plan *rp = gs_calloc(1, sizeof(*rp));
     p->be_data = rp;
@@ -100,7 +105,8 @@ static enum gs_status ref_compile(struct gs_be *be, const struct gs_graph *g,
     rp->row_a = gs_alloc_array((size_t)max_w, sizeof(float));
     rp->row_b = gs_alloc_array((size_t)max_a, sizeof(float));
     rp->xq = gs_alloc_array((size_t)max_w * s->n_tokens, sizeof(float));
-    if (!rp->scratch || !rp->row_a || !rp->row_b || !rp->xq)
+    rp->ffn = gs_alloc_array((size_t)max_ff * 2 * s->n_tokens, sizeof(float));
+    if (!rp->scratch || !rp->row_a || !rp->row_b || !rp->xq || !rp->ffn)
         goto out_nomem;
     *out = p;
     return GS_OK;
@@ -263,24 +269,29 @@ static const float *round_activations(const struct run *r, const struct gs_node 
     return r->rp->xq;
 }
 
-/* x [K x R] @ W [K x N] -> out [N x R] (+ residual for MATMUL_ADD).
- * Each weight row is dequantized once and used for every token. */
-static void k_matmul(const struct run *r, const struct gs_node *n, float *out)
+/* The input rows of matmul n against w, as F32: x rounded as the product sees it. */
+static const float *matmul_input(const struct run *r, const struct gs_node *n,
+                                 const struct gs_node *w, int64_t rows)
 {
-    const struct gs_node *w = &r->g->nodes[n->src[1]];
     const float *x = value(r, n->src[0]);
-    const float *res = n->op == GS_OP_MATMUL_ADD ? value(r, n->src[2]) : NULL;
-    int64_t K = w->ne[0], N = w->ne[1], rows = gs_step_rows(n, r->io);
     const enum gs_type in = r->g->nodes[n->src[0]].type;
-    if (in == GS_TYPE_F32) {
-        x = round_activations(r, w, x, rows);
-    } else { /* RMS_NORM_QUANT / SWIGLU_QUANT rows: what round_activations makes */
-        uint64_t row_bytes = 0;
-        gs_type_row_bytes(in, K, &row_bytes);
-        for (int64_t t = 0; t < rows; t++)
-            gs_type_traits(in)->to_f32((const char *)x + t * row_bytes, r->rp->xq + t * K, K);
-        x = r->rp->xq;
-    }
+    if (in == GS_TYPE_F32)
+        return round_activations(r, w, x, rows);
+    /* RMS_NORM_QUANT / SWIGLU_QUANT rows: what round_activations makes */
+    const int64_t K = w->ne[0];
+    uint64_t row_bytes = 0;
+    gs_type_row_bytes(in, K, &row_bytes);
+    for (int64_t t = 0; t < rows; t++)
+        gs_type_traits(in)->to_f32((const char *)x + t * row_bytes, r->rp->xq + t * K, K);
+    return r->rp->xq;
+}
+
+/* out[t * N + o] = x row t . w row o (+ res[t * N + o]). Each weight row is
+ * dequantized once and used for every token. */
+static void product(const struct run *r, const struct gs_node *w, const float *x, int64_t rows,
+                    const float *res, float *out)
+{
+    const int64_t K = w->ne[0], N = w->ne[1];
     for (int64_t o = 0; o < N; o++) {
         const float *wr = weight_row(w, o, r->rp->row_a);
         for (int64_t t = 0; t < rows; t++) {
@@ -289,6 +300,37 @@ static void k_matmul(const struct run *r, const struct gs_node *n, float *out)
                 acc += (double)wr[k] * x[t * K + k];
             out[t * N + o] = (float)acc + (res ? res[t * N + o] : 0.0f);
         }
+    }
+}
+
+/* x [K x R] @ W [K x N] -> out [N x R] (+ residual for MATMUL_ADD). */
+static void k_matmul(const struct run *r, const struct gs_node *n, float *out)
+{
+    const struct gs_node *w = &r->g->nodes[n->src[1]];
+    const int64_t rows = gs_step_rows(n, r->io);
+    product(r, w, matmul_input(r, n, w, rows), rows,
+            n->op == GS_OP_MATMUL_ADD ? value(r, n->src[2]) : NULL, out);
+}
+
+/* silu(x @ Wg) * (x @ Wu): both products in full, then the join, row by row
+ * into F32 or (through row_b) the node's block type. */
+static void k_matmul_swiglu(const struct run *r, const struct gs_node *n, float *out)
+{
+    const struct gs_node *wg = &r->g->nodes[n->src[1]], *wu = &r->g->nodes[n->src[2]];
+    const int64_t rows = gs_step_rows(n, r->io), N = n->ne[0];
+    const float *x = matmul_input(r, n, wg, rows);
+    float *gate = r->rp->ffn, *up = r->rp->ffn + N * rows;
+    product(r, wg, x, rows, NULL, gate);
+    product(r, wu, x, rows, NULL, up);
+    const bool quant = n->type != GS_TYPE_F32;
+    uint64_t row_bytes = 0;
+    gs_type_row_bytes(n->type, N, &row_bytes);
+    for (int64_t t = 0; t < rows; t++) {
+        float *y = quant ? r->rp->row_b : out + t * N;
+        for (int64_t o = 0; o < N; o++)
+            y[o] = silu(gate[t * N + o]) * up[t * N + o];
+        if (quant)
+            gs_type_traits(n->type)->from_f32(y, (char *)out + t * row_bytes, N);
     }
 }
 
@@ -465,7 +507,7 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_MATMUL_ADD] = k_matmul, [GS_OP_ROPE] = k_rope,         [GS_OP_KV_STORE] = k_kv_store,
     [GS_OP_ATTN] = k_attn,         [GS_OP_SOFTMAX] = k_softmax,   [GS_OP_OUTPUTS] = k_outputs,
     [GS_OP_LOGITS] = k_logits,     [GS_OP_RMS_NORM_QUANT] = k_rms_norm,
-    [GS_OP_SWIGLU_QUANT] = k_elementwise,
+    [GS_OP_SWIGLU_QUANT] = k_elementwise, [GS_OP_MATMUL_SWIGLU] = k_matmul_swiglu,
 };
 
 static enum gs_status ref_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,

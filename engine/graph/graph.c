@@ -355,6 +355,20 @@ uint32_t gs_graph_matmul_add(struct gs_graph *g, uint32_t x, uint32_t w, uint32_
     return push(g, GS_OP_MATMUL_ADD, s[0]->rows, s[1]->ne[1], ids, 3, NULL);
 }
 
+uint32_t gs_graph_matmul_swiglu(struct gs_graph *g, uint32_t x, uint32_t w_gate, uint32_t w_up)
+{
+    uint32_t ids[3] = {x, w_gate, w_up};
+    const struct gs_node *s[3];
+    if (!get_srcs(g, "matmul_swiglu", ids, 3, s) ||
+        !check_matmul(g, "matmul_swiglu", s[0], s[1]) ||
+        !check_matmul(g, "matmul_swiglu", s[0], s[2]))
+        return GS_NODE_NONE;
+    if (s[1]->type != s[2]->type || s[1]->ne[1] != s[2]->ne[1])
+        return fail(g, GS_INVAL, "matmul_swiglu: weights '%s' and '%s' differ in type or shape",
+                    s[1]->name, s[2]->name);
+    return push(g, GS_OP_MATMUL_SWIGLU, s[0]->rows, s[1]->ne[1], ids, 3, NULL);
+}
+
 uint32_t gs_graph_rope(struct gs_graph *g, uint32_t x, const struct gs_rope_params *rp,
                        uint32_t freq_factors)
 {
@@ -525,7 +539,7 @@ enum gs_status gs_graph_verify(const struct gs_graph *g, struct gs_err *err)
             /* Quantized activation rows (RMS_NORM_QUANT) are a matmul's input
              * in exactly the type its weights multiply with, and nothing else. */
             const struct gs_node *b = &g->nodes[n->src[j]];
-            const bool matmul = n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD;
+            const bool matmul = gs_op_is_matmul(n->op);
             const struct gs_type_traits *wt =
                 matmul ? gs_type_traits(g->nodes[n->src[1]].type) : NULL;
             if (b->op != GS_OP_WEIGHT && b->type != GS_TYPE_F32 &&

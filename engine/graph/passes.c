@@ -4,8 +4,8 @@
 #include <string.h>
 
 const struct gs_pass *const gs_passes_all[] = {
-    &gs_pass_rms_norm_mul,   &gs_pass_swiglu, &gs_pass_residual, &gs_pass_rms_norm_quant,
-    &gs_pass_swiglu_quant, &gs_pass_cse,    &gs_pass_dce,
+    &gs_pass_rms_norm_mul,  &gs_pass_swiglu,        &gs_pass_residual, &gs_pass_rms_norm_quant,
+    &gs_pass_swiglu_quant, &gs_pass_matmul_swiglu, &gs_pass_cse,      &gs_pass_dce,
 };
 const size_t gs_passes_all_len = GS_ARRAY_LEN(gs_passes_all);
 

@@ -17,7 +17,7 @@ static const char usage[] =
     "-m FILE [--passes none|all|NAME,...] [--format text|dot|json] [--before] [--tokens N]\n"
     "  -m FILE      GGUF model file\n"
     "  --passes     rewrite passes to run, in order (default all): dce, cse, rms_norm_mul,\n"
-    "               swiglu, residual, rms_norm_quant, swiglu_quant\n"
+    "               swiglu, residual, rms_norm_quant, swiglu_quant, matmul_swiglu\n"
     "  --format     text (one node a line, default), dot (Graphviz) or json\n"
     "  --before     print the graph before the passes too (first)\n"
     "  --tokens N   shape bucket whose scratch plan to report (default 1 and 512)\n";

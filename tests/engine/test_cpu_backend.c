@@ -2,7 +2,7 @@
  * tests/engine/test_cpu_backend.c - the consistency suite of the cpu backend.
  *
  * 1. Ops: small graphs (embedding rows as inputs) run on cpu and on ref for
- *    every weight type the cpu backend claims, odd sizes and batch sizes 1..64;
+ *    every weight type the cpu backend claims, odd sizes and batch sizes 1..70;
  *    the normalized mean squared error must stay under a per-op threshold.
  * 2. Models: greedy generation on stories260K (F32, F16) and tiny-k-F32 gives
  *    the same tokens as ref; every quantized model passes the golden
@@ -30,7 +30,8 @@ static float frand(void)
     return (float)((rng_state >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
 }
 
-enum { N_EMBD_ROWS = 80 };
+/* Batches run to 70 tokens: past the 64-token blocks of the tiled kernels. */
+enum { N_EMBD_ROWS = 80, MAX_BATCH = 70 };
 
 /* A graph whose input is rows of an F32 table picked by token ids; `build`
  * adds the op under test and returns the node that becomes the logits. */
@@ -44,7 +45,8 @@ struct op_case {
 
 struct op_data {
     float *table;  /* [N_EMBD_ROWS][K] */
-    void *w;       /* weight bytes */
+    void *w;       /* weight bytes: two matrices of N rows */
+    size_t w_half; /* where the second starts */
     float *bias;   /* [K] broadcast row */
 };
 
@@ -53,10 +55,14 @@ static uint32_t build_op(struct gs_graph *g, const struct op_case *c, struct op_
     uint32_t tab = gs_graph_weight(g, "table", GS_TYPE_F32, c->K, N_EMBD_ROWS, d->table);
     uint32_t x = gs_graph_embed(g, tab);
     uint32_t row = gs_graph_weight(g, "row", GS_TYPE_F32, c->K, 1, d->bias);
-    if (!strcmp(c->name, "matmul") || !strcmp(c->name, "matmul_add")) {
+    if (!strcmp(c->name, "matmul") || !strcmp(c->name, "matmul_add") ||
+        !strcmp(c->name, "matmul_swiglu")) {
         uint32_t w = gs_graph_weight(g, "w", c->wt, c->K, c->N, d->w);
         if (!strcmp(c->name, "matmul"))
             return gs_graph_matmul(g, x, w);
+        if (!strcmp(c->name, "matmul_swiglu")) /* the same rows as gate and up: still a product */
+            return gs_graph_matmul_swiglu(g, x, w, gs_graph_weight(g, "w2", c->wt, c->K, c->N,
+                                                                   (char *)d->w + d->w_half));
         /* The residual must have N columns: a second matmul's output. */
         uint32_t w2 = gs_graph_weight(g, "w", c->wt, c->K, c->N, d->w);
         uint32_t r = gs_graph_silu(g, gs_graph_matmul(g, x, w2));
@@ -95,8 +101,8 @@ static void run_op(const char *name, struct gs_graph *g, uint32_t n_tok, float *
     cr_assert_eq(gs_be_init(&be, name, NULL, &err), GS_OK, "%s", err.msg);
     struct gs_shape s = {.n_tokens = gs_plan_bucket(n_tok)};
     cr_assert_eq(gs_be_compile(&be, g, &s, &p, &err), GS_OK, "%s: %s", name, err.msg);
-    int32_t tokens[64], pos[64];
-    uint32_t seq[64], rows[64];
+    int32_t tokens[MAX_BATCH], pos[MAX_BATCH];
+    uint32_t seq[MAX_BATCH], rows[MAX_BATCH];
     for (uint32_t t = 0; t < n_tok; t++) {
         tokens[t] = (int32_t)((t * 37 + 11) % N_EMBD_ROWS);
         pos[t] = (int32_t)(t * 5 + 3);
@@ -124,9 +130,10 @@ static void check_op(const struct op_case *c)
     if (c->N) {
         uint64_t rb;
         cr_assert_eq(gs_type_row_bytes(c->wt, c->K, &rb), GS_OK);
-        d.w = malloc(rb * c->N);
+        d.w = malloc(rb * 2 * c->N);
+        d.w_half = rb * c->N;
         float *tmp = malloc(sizeof(float) * c->K);
-        for (int64_t r = 0; r < c->N; r++) {
+        for (int64_t r = 0; r < 2 * c->N; r++) {
             for (int64_t i = 0; i < c->K; i++)
                 tmp[i] = frand() * 0.1f;
             cr_assert_eq(gs_quantize(c->wt, tmp, (char *)d.w + r * rb, c->K), GS_OK);
@@ -140,8 +147,9 @@ static void check_op(const struct op_case *c)
     gs_graph_logits(g, gs_graph_outputs(g, y));
     cr_assert_eq(gs_graph_status(g, &err), GS_OK, "%s: %s", c->name, err.msg);
     const int64_t width = c->N ? c->N : c->K;
-    float *a = malloc(sizeof(float) * 64 * width), *b = malloc(sizeof(float) * 64 * width);
-    static const uint32_t batches[] = {1, 2, 3, 5, 8, 13, 31, 64};
+    float *a = malloc(sizeof(float) * MAX_BATCH * width);
+    float *b = malloc(sizeof(float) * MAX_BATCH * width);
+    static const uint32_t batches[] = {1, 2, 3, 5, 8, 13, 31, 64, MAX_BATCH};
     for (size_t k = 0; k < GS_ARRAY_LEN(batches); k++) {
         uint32_t nt = batches[k];
         run_op("ref", g, nt, a);
@@ -185,6 +193,8 @@ Test(cpu_consistency, matmul_every_weight_type_matches_ref)
         check_op(&c);
         struct op_case ca = {"matmul_add", K, types[i], 19, limit};
         check_op(&ca);
+        struct op_case cs = {"matmul_swiglu", K, types[i], 37, limit};
+        check_op(&cs);
     }
 }
 

@@ -216,8 +216,10 @@ Test(graph_pass, all_passes_shrink_graph_and_keep_output)
     run_graph(opt, b);
     for (int i = 0; i < T * V; i++)
         cr_assert_float_eq(a[i], b[i], 1e-5f * (1 + fabsf(a[i])));
-    /* silu+mul, norm+mul, matmul+add fused; duplicate norm and gelu gone */
-    cr_assert_eq(opt->n_nodes, g->n_nodes - 5, "%u -> %u nodes", g->n_nodes, opt->n_nodes);
+    /* silu+mul, norm+mul, matmul+add fused, then gate, up and swiglu into one;
+     * duplicate norm and gelu gone */
+    cr_assert_eq(opt->n_nodes, g->n_nodes - 7, "%u -> %u nodes", g->n_nodes, opt->n_nodes);
+    cr_assert_eq(count_op(opt, GS_OP_MATMUL_SWIGLU), 1);
     gs_graph_free(g);
     gs_graph_free(opt);
 }
@@ -290,6 +292,24 @@ static struct gs_graph *build_quant_mlp(void)
     return g;
 }
 
+/* The same logits from `before` and `after` on both backends, for a step of
+ * many tokens and for one (whose row the cpu backend splits between threads
+ * by blocks). */
+static void check_same_logits(const struct gs_graph *before, const struct gs_graph *after)
+{
+    static const char *const backends[] = {"ref", "cpu"};
+    for (size_t b = 0; b < 2 * GS_ARRAY_LEN(backends); b++) {
+        const uint32_t n = b % 2 ? 1 : T;
+        float out_a[T * V], out_b[T * V];
+        run_graph_on(backends[b / 2], before, n, out_a);
+        run_graph_on(backends[b / 2], after, n, out_b);
+        for (uint32_t i = 0; i < n * V; i++)
+            cr_assert_float_eq(out_a[i], out_b[i], 1e-5f * (1 + fabsf(out_a[i])),
+                               "%s, %u tokens: logit %u: %g unfused, %g fused", backends[b / 2],
+                               n, i, out_a[i], out_b[i]);
+    }
+}
+
 Test(graph_pass, quant_rows_fuse_norms_and_swiglu_read_by_matmuls_of_one_type)
 {
     struct gs_graph *before = build_quant_mlp(), *after;
@@ -310,19 +330,8 @@ Test(graph_pass, quant_rows_fuse_norms_and_swiglu_read_by_matmuls_of_one_type)
     cr_assert(strstr(text, "swiglu_quant(") && strstr(text, ") q8_0 [64 x T]"), "%s", text);
     free(text);
     /* Quantizing in the norm is what the matmuls did with its float rows:
-     * the same logits on both backends, for a step of many tokens and for
-     * one (whose row the cpu backend splits between threads by blocks). */
-    static const char *const backends[] = {"ref", "cpu"};
-    for (size_t b = 0; b < 2 * GS_ARRAY_LEN(backends); b++) {
-        const uint32_t n = b % 2 ? 1 : T;
-        float out_a[T * V], out_b[T * V];
-        run_graph_on(backends[b / 2], before, n, out_a);
-        run_graph_on(backends[b / 2], after, n, out_b);
-        for (uint32_t i = 0; i < n * V; i++)
-            cr_assert_float_eq(out_a[i], out_b[i], 1e-5f * (1 + fabsf(out_a[i])),
-                               "%s, %u tokens: logit %u: %g unfused, %g fused", backends[b / 2],
-                               n, i, out_a[i], out_b[i]);
-    }
+     * the same logits on both backends. */
+    check_same_logits(before, after);
     /* Quantized rows read by anything but a matmul of their type are refused. */
     for (uint32_t i = 0; i < after->n_nodes; i++)
         if (after->nodes[i].op == GS_OP_RMS_NORM_MUL)
@@ -331,6 +340,63 @@ Test(graph_pass, quant_rows_fuse_norms_and_swiglu_read_by_matmuls_of_one_type)
     cr_assert(strstr(err.msg, "reads q8_0 rows"), "%s", err.msg);
     gs_graph_free(before);
     gs_graph_free(after);
+}
+
+/* Runs passes on a copy of g; the copy. */
+static struct gs_graph *with_passes(const struct gs_graph *g, const struct gs_pass *const *passes,
+                                    size_t n)
+{
+    struct gs_graph *out;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_graph_clone(g, &out, &err), GS_OK);
+    cr_assert_eq(gs_graph_run_passes(out, passes, n, &err), GS_OK, "%s", err.msg);
+    return out;
+}
+
+Test(graph_pass, matmul_swiglu_joins_gate_and_up_in_float_and_quantized_rows)
+{
+    struct gs_graph *before = build_quant_mlp();
+    /* Alone (and DCE for the matmuls it leaves unread): the swiglu's float rows. */
+    const struct gs_pass *alone[] = {&gs_pass_matmul_swiglu, &gs_pass_dce};
+    struct gs_graph *f32 = with_passes(before, alone, 2);
+    cr_assert_eq(count_op(f32, GS_OP_MATMUL_SWIGLU), 1);
+    cr_assert_eq(count_op(f32, GS_OP_SWIGLU), 0);
+    cr_assert_eq(count_op(f32, GS_OP_MATMUL), count_op(before, GS_OP_MATMUL) - 2);
+    check_same_logits(before, f32);
+    /* After swiglu_quant: the down matmul's q8_0 rows, written by the fused node. */
+    const struct gs_pass *all[] = {&gs_pass_rms_norm_mul, &gs_pass_rms_norm_quant,
+                                   &gs_pass_swiglu_quant, &gs_pass_matmul_swiglu};
+    struct gs_graph *quant = with_passes(before, all, GS_ARRAY_LEN(all));
+    cr_assert_eq(count_op(quant, GS_OP_SWIGLU_QUANT), 0);
+    char *text = print_to_string(quant, GS_GRAPH_TEXT);
+    cr_assert(strstr(text, "matmul_swiglu(") && strstr(text, ") q8_0 [64 x T]"), "%s", text);
+    free(text);
+    check_same_logits(before, quant);
+    gs_graph_free(f32);
+    gs_graph_free(quant);
+    gs_graph_free(before);
+}
+
+Test(graph_pass, matmul_swiglu_leaves_a_gate_read_elsewhere)
+{
+    init_weights();
+    struct gs_graph *g;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_graph_new(&g, &err), GS_OK);
+    uint32_t embd = gs_graph_weight(g, "e", GS_TYPE_F32, D, V, w_embd);
+    uint32_t gate_w = gs_graph_weight(g, "gate", GS_TYPE_F32, D, F, w_gate);
+    uint32_t up_w = gs_graph_weight(g, "up", GS_TYPE_F32, D, F, w_up);
+    uint32_t down_w = gs_graph_weight(g, "down", GS_TYPE_F32, F, D, w_down);
+    uint32_t x = gs_graph_embed(g, embd);
+    uint32_t gate = gs_graph_matmul(g, x, gate_w);
+    uint32_t ff = gs_graph_add(g, gs_graph_swiglu(g, gate, gs_graph_matmul(g, x, up_w)), gate);
+    gs_graph_logits(g, gs_graph_outputs(g, gs_graph_matmul(g, ff, down_w)));
+    cr_assert_eq(gs_graph_status(g, &err), GS_OK, "%s", err.msg);
+    uint32_t changed = 1;
+    cr_assert_eq(gs_pass_matmul_swiglu.run(g, &changed, &err), GS_OK);
+    cr_assert_eq(changed, 0);
+    cr_assert_eq(count_op(g, GS_OP_MATMUL_SWIGLU), 0);
+    gs_graph_free(g);
 }
 
 /* Both backends implement every fused op, so each runs every pass (a backend

@@ -114,7 +114,8 @@ Test(cli_graph, formats_and_passes)
     cr_assert_eq(graphserve(args, 0, &opt), 0);
     cr_assert(strstr(plain, "= rms_norm(%"));
     cr_assert(!strstr(opt, "= rms_norm(%"), "rms_norm survived the fusion");
-    cr_assert(strstr(opt, "= swiglu(%") && strstr(opt, "= matmul_add(%"));
+    cr_assert(strstr(opt, "= matmul_swiglu(%") && strstr(opt, "= matmul_add(%"));
+    cr_assert(!strstr(opt, "= swiglu(%"), "swiglu survived the fusion");
     snprintf(args, sizeof(args), "graph -m %s --format json --passes dce,cse", m);
     cr_assert_eq(graphserve(args, 0, &js), 0);
     json_error_t jerr;

@@ -36,7 +36,7 @@ static enum gs_status fuse(struct gs_graph *g, enum gs_op from, enum gs_op to,
         need[i] = NO_READER;
     for (uint32_t i = 0; i < g->n_nodes; i++) {
         const struct gs_node *n = &g->nodes[i];
-        const bool matmul = n->op == GS_OP_MATMUL || n->op == GS_OP_MATMUL_ADD;
+        const bool matmul = gs_op_is_matmul(n->op);
         for (uint32_t k = 0; k < n->n_src; k++) {
             const uint32_t s = n->src[k];
             const int t = matmul && k == 0 ? input_type(g, n) : MIXED;
