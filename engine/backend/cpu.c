@@ -900,6 +900,82 @@ static int matmul_group(const struct run *r, const struct gs_plan *p, uint32_t k
     return mg->n;
 }
 
+/*
+ * Rope and KV stores cut a step by tokens the same way (gs_cpu_split over
+ * the step's tokens) and read only their own tokens' rows, so consecutive
+ * ones (rope of Q, rope of K, the store of K and V) run as one task: each
+ * chunk runs every member, in order, on its tokens. Two barriers a layer
+ * fewer, on ops that take a few microseconds each when a step is short.
+ * The scratch plan lets a value take the place of one that is dead by the
+ * time it is written (rope K's output that of Q before rope); in a chain
+ * another chunk may still be reading that one, so a member whose output
+ * overlaps what an earlier member reads or writes ends the chain.
+ */
+#define TOKEN_CHAIN_MAX 4
+
+struct token_chain {
+    const struct run *r;
+    int n;
+    const struct gs_node *nodes[TOKEN_CHAIN_MAX];
+    float *outs[TOKEN_CHAIN_MAX];
+};
+
+static bool by_token(const struct gs_node *n)
+{
+    return n->op == GS_OP_ROPE || n->op == GS_OP_KV_STORE;
+}
+
+static void task_token_chain(void *arg, int c, int nc, int ith)
+{
+    const struct token_chain *tc = arg;
+    struct run r = *tc->r;
+    for (int i = 0; i < tc->n; i++) {
+        r.n = tc->nodes[i];
+        r.out = tc->outs[i];
+        kernels[r.n->op](&r, c, nc, ith);
+    }
+}
+
+/* Whether the scratch values a and b share bytes. */
+static bool overlap(const struct gs_plan *p, uint32_t a, uint32_t b)
+{
+    if (p->offset[a] == GS_PLAN_NO_OFFSET || p->offset[b] == GS_PLAN_NO_OFFSET)
+        return false;
+    return p->offset[a] < p->offset[b] + p->bytes[b] && p->offset[b] < p->offset[a] + p->bytes[a];
+}
+
+/* Whether node id may join the chain's members: its output touches nothing
+ * they read or write. */
+static bool chain_safe(const struct gs_plan *p, const struct token_chain *tc, uint32_t id)
+{
+    const struct gs_graph *g = p->graph;
+    for (int i = 0; i < tc->n; i++) {
+        const uint32_t member = (uint32_t)(tc->nodes[i] - g->nodes);
+        if (overlap(p, id, member))
+            return false;
+        for (uint32_t s = 0; s < tc->nodes[i]->n_src; s++)
+            if (overlap(p, id, tc->nodes[i]->src[s]))
+                return false;
+    }
+    return true;
+}
+
+/* Gathers into tc the by-token nodes from order[k] on; returns how many. */
+static int token_chain(const struct run *r, const struct gs_plan *p, uint32_t k,
+                       struct token_chain *tc)
+{
+    *tc = (struct token_chain){.r = r};
+    for (uint32_t m = k; m < p->n_order && tc->n < TOKEN_CHAIN_MAX; m++) {
+        const struct gs_node *n = &r->g->nodes[p->order[m]];
+        if (!by_token(n) || !chain_safe(p, tc, p->order[m]))
+            break;
+        tc->nodes[tc->n] = n;
+        tc->outs[tc->n] = node_out(r, p->order[m]);
+        tc->n++;
+    }
+    return tc->n;
+}
+
 static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,
                               struct gs_err *err)
 {
@@ -938,6 +1014,13 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
                 k += (uint32_t)n_members;
                 continue;
             }
+        }
+        struct token_chain tc;
+        const int n_chained = by_token(n) ? token_chain(&r, p, k, &tc) : 0;
+        if (n_chained > 1) {
+            gs_cpu_pool_run(c->pool, task_token_chain, &tc, c->n_threads);
+            k += (uint32_t)n_chained;
+            continue;
         }
         gs_cpu_pool_run(c->pool, task, &r, chunks_for(g, n, c->n_threads));
         k++;
