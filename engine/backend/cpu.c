@@ -62,6 +62,14 @@ struct cpu_ctx {
     float *scores;             /* [n_threads][scores_cap] attention scores of one head */
     size_t scores_bytes;
     int64_t scores_cap;        /* positions per thread */
+    float *rope_cs;            /* [tokens][n_rot / 2][2] cos, sin of the step's rotations */
+    size_t rope_cs_bytes;
+    struct rope_key {          /* what rope_cs holds: the step and the rotation */
+        uint64_t step;
+        int32_t n_rot;
+        float freq_base, freq_scale;
+        const float *freq_factors;
+    } rope_key;
 };
 
 /* The sizes a plan's graph needs from the work memory. */
@@ -367,14 +375,45 @@ static void k_matmul_swiglu(struct run *r, int chunk, int n_chunks, int thread)
     }
 }
 
+/*
+ * The cos and sin of every rotation of the step: every layer rotates Q and K
+ * by the same angles (the same positions, base and scale), so they are
+ * computed once a step, by the thread that runs the step, before the first
+ * rope task; the ropes read them. The same float recurrence as ref:
+ * theta_i = pos * scale^i.
+ */
+static void rope_prepare(struct run *r, const struct gs_node *n)
+{
+    const struct gs_rope_params *p = &n->p.rope;
+    const float *ff = n->n_src > 1 ? r->g->nodes[n->src[1]].data : NULL;
+    const struct rope_key key = {.step = r->step, .n_rot = p->n_rot, .freq_base = p->freq_base,
+                                 .freq_scale = p->freq_scale, .freq_factors = ff};
+    struct rope_key *have = &r->ctx->rope_key;
+    if (have->step == key.step && have->n_rot == key.n_rot &&
+        have->freq_base == key.freq_base && have->freq_scale == key.freq_scale &&
+        have->freq_factors == key.freq_factors)
+        return;
+    const float theta_scale = powf(p->freq_base, -2.0f / (float)p->n_rot);
+    const int half = p->n_rot / 2;
+    float *cs = r->ctx->rope_cs;
+    for (uint32_t t = 0; t < r->io->n_tokens; t++) {
+        float theta = (float)r->io->pos[t];
+        for (int i = 0; i < half; i++, cs += 2) {
+            const float th = p->freq_scale * theta / (ff ? ff[i] : 1.0f);
+            cs[0] = cosf(th);
+            cs[1] = sinf(th);
+            theta *= theta_scale;
+        }
+    }
+    *have = key;
+}
+
 static void k_rope(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_node *n = r->n;
     const struct gs_rope_params *p = &n->p.rope;
     const float *x = value(r, n->src[0]);
-    const float *ff = n->n_src > 1 ? r->g->nodes[n->src[1]].data : NULL;
     const int64_t ne0 = n->ne[0];
-    const float theta_scale = powf(p->freq_base, -2.0f / (float)p->n_rot);
     const int half = p->n_rot / 2;
     int64_t t0, t1;
     gs_cpu_split(r->io->n_tokens, 1, chunk, n_chunks, &t0, &t1);
@@ -382,12 +421,9 @@ static void k_rope(struct run *r, int chunk, int n_chunks, int thread)
         return;
     memcpy(r->out + t0 * ne0, x + t0 * ne0, (size_t)((t1 - t0) * ne0) * sizeof(float));
     for (int64_t t = t0; t < t1; t++) {
-        /* The same float recurrence as ref: theta_i = pos * scale^i. */
-        float theta = (float)r->io->pos[t];
+        const float *cs = r->ctx->rope_cs + t * half * 2; /* rope_prepare's */
         for (int i = 0; i < half; i++) {
-            const float th = p->freq_scale * theta / (ff ? ff[i] : 1.0f);
-            const float c = cosf(th), s = sinf(th);
-            theta *= theta_scale;
+            const float c = cs[2 * i], s = cs[2 * i + 1];
             const int64_t i0 = p->mode == GS_ROPE_NEOX ? i : 2 * i;
             const int64_t i1 = p->mode == GS_ROPE_NEOX ? i + half : 2 * i + 1;
             for (int h = 0; h < p->n_head; h++) {
@@ -615,6 +651,7 @@ static void cpu_close(struct gs_be *be)
     gs_free(c->local);
     gs_free(c->thread_buf);
     gs_free(c->scores);
+    gs_free(c->rope_cs);
     gs_free(c);
     be->ctx = NULL;
 }
@@ -645,10 +682,12 @@ static void cpu_plan_free(struct gs_be *be, struct gs_plan *p)
  * Sizes the quantized-activation rows and the per-thread float rows
  * (attention's q and accumulator, a row on its way to being quantized). */
 static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
-                                  int64_t *thread_floats, struct gs_err *err)
+                                  int64_t *thread_floats, int64_t *rope_floats,
+                                  struct gs_err *err)
 {
     *xq_stride = 0;
     *thread_floats = 2;
+    *rope_floats = 1;
     for (uint32_t i = 0; i < g->n_nodes; i++) {
         const struct gs_node *n = &g->nodes[i];
         if (is_matmul(n)) {
@@ -686,6 +725,8 @@ static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
         }
         if (n->op == GS_OP_ATTN)
             *thread_floats = GS_MAX(*thread_floats, 2 * (int64_t)n->p.attn.head_dim);
+        if (n->op == GS_OP_ROPE) /* per token: a cos and a sin per pair */
+            *rope_floats = GS_MAX(*rope_floats, (int64_t)(n->p.rope.n_rot / 2) * 2);
     }
     return GS_OK;
 }
@@ -735,10 +776,10 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
     struct cpu_ctx *c = be->ctx;
     *out = NULL;
     uint64_t xq_stride;
-    int64_t thread_floats;
+    int64_t thread_floats, rope_floats;
     enum gs_status st = gs_be_check_graph(be, g, err);
     if (!st)
-        st = check_nodes(g, &xq_stride, &thread_floats, err);
+        st = check_nodes(g, &xq_stride, &thread_floats, &rope_floats, err);
     if (st)
         return st;
     struct gs_plan *p;
@@ -757,6 +798,8 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
         !grow((void **)&c->xq, &c->xq_bytes, s->n_tokens, row) ||
         !grow((void **)&c->xq_local, &c->xq_local_bytes, nt * LOCAL_QUANT_TOKENS, row) ||
         !grow((void **)&c->thread_buf, &c->thread_buf_bytes, nt * (uint64_t)cp->thread_floats,
+              sizeof(float)) ||
+        !grow((void **)&c->rope_cs, &c->rope_cs_bytes, (uint64_t)s->n_tokens * rope_floats,
               sizeof(float)))
         goto out_nomem;
     *out = p;
@@ -960,7 +1003,17 @@ static bool chain_safe(const struct gs_plan *p, const struct token_chain *tc, ui
     return true;
 }
 
-/* Gathers into tc the by-token nodes from order[k] on; returns how many. */
+/* Whether ropes a and b turn by the same angles (rope_prepare's table). */
+static bool same_rotation(const struct gs_node *a, const struct gs_node *b)
+{
+    const struct gs_rope_params *p = &a->p.rope, *q = &b->p.rope;
+    return p->n_rot == q->n_rot && p->freq_base == q->freq_base &&
+           p->freq_scale == q->freq_scale && a->n_src == b->n_src &&
+           (a->n_src < 2 || a->src[1] == b->src[1]);
+}
+
+/* Gathers into tc the by-token nodes from order[k] on; returns how many.
+ * Its ropes all turn by one set of angles: the table holds one. */
 static int token_chain(const struct run *r, const struct gs_plan *p, uint32_t k,
                        struct token_chain *tc)
 {
@@ -968,6 +1021,11 @@ static int token_chain(const struct run *r, const struct gs_plan *p, uint32_t k,
     for (uint32_t m = k; m < p->n_order && tc->n < TOKEN_CHAIN_MAX; m++) {
         const struct gs_node *n = &r->g->nodes[p->order[m]];
         if (!by_token(n) || !chain_safe(p, tc, p->order[m]))
+            break;
+        bool other_angles = false;
+        for (int i = 0; i < tc->n && n->op == GS_OP_ROPE; i++)
+            other_angles |= tc->nodes[i]->op == GS_OP_ROPE && !same_rotation(n, tc->nodes[i]);
+        if (other_angles)
             break;
         tc->nodes[tc->n] = n;
         tc->outs[tc->n] = node_out(r, p->order[m]);
@@ -1017,6 +1075,9 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
         }
         struct token_chain tc;
         const int n_chained = by_token(n) ? token_chain(&r, p, k, &tc) : 0;
+        for (int i = 0; i < n_chained; i++)
+            if (tc.nodes[i]->op == GS_OP_ROPE)
+                rope_prepare(&r, tc.nodes[i]);
         if (n_chained > 1) {
             gs_cpu_pool_run(c->pool, task_token_chain, &tc, c->n_threads);
             k += (uint32_t)n_chained;
