@@ -323,12 +323,15 @@ static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
     }
 }
 
-/* A matmul_swiglu works in slices of this many output rows by this many
- * tokens: the slice's gate and up products sit in the thread's buffer
- * (2 x 64 x 256 floats, 128 KiB: in L2) until they are joined. The rows are a
- * multiple of the 16-row panels and of every block an output row can be
- * quantized to (q8_0's 32, q8_K's 256). */
-#define FFN_SLICE_ROWS   256
+/* A matmul_swiglu works in slices of output rows by up to 64 tokens: the
+ * slice's gate and up products sit in the thread's buffer (2 x 16384 floats,
+ * 128 KiB: in L2) until they are joined. A slice is 256 rows for 64 tokens
+ * and longer for fewer, so that a short step streams each matrix in long runs
+ * as a plain matmul does (with 256-row slices one-token decoding of the 1B
+ * shape was ~15% slower). Slices are multiples of 256 rows: of the 16-row
+ * panels and of every block an output row can be quantized to (q8_0's 32,
+ * q8_K's 256). */
+#define FFN_SLICE_FLOATS 16384
 #define FFN_SLICE_TOKENS 64
 
 /* silu(x @ Wg) * (x @ Wu) -> out [N x T], F32 or the node's block type:
@@ -350,19 +353,21 @@ static void k_matmul_swiglu(struct run *r, int chunk, int n_chunks, int thread)
         return;
     size_t x_stride;
     const char *x = matmul_input(r, n, wg, thread, &x_stride);
-    float *gate = thread_buf(r, thread), *up = gate + FFN_SLICE_TOKENS * FFN_SLICE_ROWS;
-    for (int64_t s0 = r0; s0 < r1; s0 += FFN_SLICE_ROWS) {
-        const int64_t s1 = GS_MIN(r1, s0 + FFN_SLICE_ROWS);
+    const int64_t slice_toks = GS_MAX(1, GS_MIN(T, FFN_SLICE_TOKENS));
+    const int64_t slice_rows = FFN_SLICE_FLOATS / slice_toks / 256 * 256;
+    float *gate = thread_buf(r, thread), *up = gate + FFN_SLICE_FLOATS;
+    for (int64_t s0 = r0; s0 < r1; s0 += slice_rows) {
+        const int64_t s1 = GS_MIN(r1, s0 + slice_rows);
         const int rows = (int)(s1 - s0);
-        for (int64_t t0 = 0; t0 < T; t0 += FFN_SLICE_TOKENS) {
-            const int toks = (int)GS_MIN(T - t0, FFN_SLICE_TOKENS);
+        for (int64_t t0 = 0; t0 < T; t0 += slice_toks) {
+            const int toks = (int)GS_MIN(T - t0, slice_toks);
             const char *xt = x + (size_t)t0 * x_stride;
             kr->gemm(K, (const char *)wg->data + s0 * w_stride, w_stride, rows, xt, x_stride,
-                     toks, gate, FFN_SLICE_ROWS);
+                     toks, gate, (size_t)slice_rows);
             kr->gemm(K, (const char *)wu->data + s0 * w_stride, w_stride, rows, xt, x_stride,
-                     toks, up, FFN_SLICE_ROWS);
+                     toks, up, (size_t)slice_rows);
             for (int t = 0; t < toks; t++) {
-                float *g = gate + t * FFN_SLICE_ROWS, *u = up + t * FFN_SLICE_ROWS;
+                float *g = gate + t * slice_rows, *u = up + t * slice_rows;
                 if (!quant) {
                     gs_cpu_swiglu(r->out + (t0 + t) * N + s0, g, u, rows);
                     continue;
@@ -702,7 +707,7 @@ static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
             *xq_stride = GS_MAX(*xq_stride, (bytes + 63) / 64 * 64);
         }
         if (n->op == GS_OP_MATMUL_SWIGLU)
-            *thread_floats = GS_MAX(*thread_floats, 2 * FFN_SLICE_TOKENS * FFN_SLICE_ROWS);
+            *thread_floats = GS_MAX(*thread_floats, 2 * FFN_SLICE_FLOATS);
         if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT ||
             (n->op == GS_OP_MATMUL_SWIGLU && n->type != GS_TYPE_F32)) {
             uint64_t bytes;

@@ -198,6 +198,17 @@ Test(cpu_consistency, matmul_every_weight_type_matches_ref)
     }
 }
 
+/* Enough output rows that a thread's share spans several of matmul_swiglu's
+ * slices at every batch size (256 rows at 64 tokens and more). */
+Test(cpu_consistency, matmul_swiglu_over_several_slices_matches_ref)
+{
+    static const enum gs_type types[] = {GS_TYPE_Q4_0, GS_TYPE_Q4_K};
+    for (size_t i = 0; i < GS_ARRAY_LEN(types); i++) {
+        struct op_case c = {"matmul_swiglu", GS_QK_K, types[i], 1200, 1e-8};
+        check_op(&c);
+    }
+}
+
 Test(cpu_consistency, row_ops_match_ref)
 {
     static const char *const ops[] = {"rms_norm", "rms_norm_mul", "mul",     "add",
