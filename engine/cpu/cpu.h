@@ -98,42 +98,40 @@ void gs_cpu__quantizers_avx2_fill(gs_from_f32_fn *table);
 void gs_cpu__kernels_neon_fill(struct gs_cpu_kernels *table);
 void gs_cpu__kernels_neon_dot_fill(struct gs_cpu_kernels *table);
 
-/* The AVX2 versions of the vector helpers below (kernels_avx2.c). */
-void gs_cpu__avx2_f32_to_f16(const float *x, uint16_t *y, int64_t n);
-void gs_cpu__avx2_f16_to_f32(const uint16_t *x, float *y, int64_t n);
-float gs_cpu__avx2_dot_f32(const float *a, const float *b, int64_t n);
-float gs_cpu__avx2_dot_f32_f16(const float *a, const uint16_t *b, int64_t n);
-void gs_cpu__avx2_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows,
-                           int64_t n, float *out);
-void gs_cpu__avx2_dots_f32(const float *q, const float *k, size_t stride, int n_rows,
-                           int64_t n, float *out);
-void gs_cpu__avx2_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride,
-                            int n_rows, int64_t n);
-void gs_cpu__avx2_axpys_f32(float *acc, const float *w, const float *v, size_t stride,
-                            int n_rows, int64_t n);
-void gs_cpu__avx2_round_f16(float *x, int64_t n);
-void gs_cpu__avx2_swiglu(float *o, const float *g, const float *u, int64_t n);
-float gs_cpu__avx2_scale_max(float *x, float scale, int64_t n);
-float gs_cpu__avx2_exp_sum(float *x, float m, int64_t n);
-
-/* The NEON versions of those with an Advanced SIMD form (kernels_neon.c). */
-void gs_cpu__neon_f32_to_f16(const float *x, uint16_t *y, int64_t n);
-void gs_cpu__neon_f16_to_f32(const uint16_t *x, float *y, int64_t n);
-float gs_cpu__neon_dot_f32(const float *a, const float *b, int64_t n);
-float gs_cpu__neon_dot_f32_f16(const float *a, const uint16_t *b, int64_t n);
-void gs_cpu__neon_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows,
-                           int64_t n, float *out);
-void gs_cpu__neon_dots_f32(const float *q, const float *k, size_t stride, int n_rows,
-                           int64_t n, float *out);
-void gs_cpu__neon_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride,
-                            int n_rows, int64_t n);
-void gs_cpu__neon_axpys_f32(float *acc, const float *w, const float *v, size_t stride,
-                            int n_rows, int64_t n);
+/* The vector helpers below, as one table per ISA: kernels.c fills it with the
+ * scalar forms, then lets the best ISA's file replace what it has. */
+struct gs_cpu_helpers {
+    void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n);
+    void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    float (*dot_f32_f16)(const float *a, const uint16_t *b, int64_t n);
+    void (*dots_f16)(const float *q, const uint16_t *k, size_t stride, int n_rows, int64_t n,
+                     float *out);
+    void (*dots_f32)(const float *q, const float *k, size_t stride, int n_rows, int64_t n,
+                     float *out);
+    void (*axpys_f16)(float *acc, const float *w, const uint16_t *v, size_t stride, int n_rows,
+                      int64_t n);
+    void (*axpys_f32)(float *acc, const float *w, const float *v, size_t stride, int n_rows,
+                      int64_t n);
+    void (*round_f16)(float *x, int64_t n);
+    void (*swiglu)(float *o, const float *g, const float *u, int64_t n);
+    float (*scale_max)(float *x, float scale, int64_t n);
+    float (*exp_sum)(float *x, float m, int64_t n);
+};
+void gs_cpu__helpers_avx2_fill(struct gs_cpu_helpers *h); /* x86-64 builds */
+void gs_cpu__helpers_neon_fill(struct gs_cpu_helpers *h); /* aarch64 builds */
 
 /* The generic tiled product: dot over tokens in blocks, weight row by row. */
 void gs_cpu__gemm_generic(gs_cpu_dot_fn dot, int64_t n, const void *w, size_t w_stride,
                           int n_rows, const void *x, size_t x_stride, int n_tok, float *out,
                           size_t out_stride);
+/* Defines static gemm_NAME: the generic tiled product over dot_NAME. */
+#define GS_CPU_GEMM_OF_DOT(name)                                                                   \
+    static void gemm_##name(int64_t n, const void *w, size_t ws, int nr, const void *x,           \
+                            size_t xs, int nt, float *out, size_t os)                              \
+    {                                                                                              \
+        gs_cpu__gemm_generic(dot_##name, n, w, ws, nr, x, xs, nt, out, os);                       \
+    }
 
 /* ---- vector helpers (best ISA, scalar fallback) -------------------------------- */
 

@@ -25,26 +25,8 @@
 #endif
 
 /* The vector helpers of the best ISA: scalar below, replaced by detect(). */
-struct helpers {
-    void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n);
-    void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
-    float (*dot_f32)(const float *a, const float *b, int64_t n);
-    float (*dot_f32_f16)(const float *a, const uint16_t *b, int64_t n);
-    void (*dots_f16)(const float *q, const uint16_t *k, size_t stride, int n_rows, int64_t n,
-                     float *out);
-    void (*dots_f32)(const float *q, const float *k, size_t stride, int n_rows, int64_t n,
-                     float *out);
-    void (*axpys_f16)(float *acc, const float *w, const uint16_t *v, size_t stride, int n_rows,
-                      int64_t n);
-    void (*axpys_f32)(float *acc, const float *w, const float *v, size_t stride, int n_rows,
-                      int64_t n);
-    void (*round_f16)(float *x, int64_t n);
-    void (*swiglu)(float *o, const float *g, const float *u, int64_t n);
-    float (*scale_max)(float *x, float scale, int64_t n);
-    float (*exp_sum)(float *x, float m, int64_t n);
-};
-static struct helpers helpers;
-static const struct helpers helpers_scalar;
+static struct gs_cpu_helpers helpers;
+static const struct gs_cpu_helpers helpers_scalar;
 
 static struct gs_cpu_kernels tables[GS_CPU_ISA_COUNT][GS_TYPE_COUNT];
 static gs_from_f32_fn quantizers[GS_CPU_ISA_COUNT][GS_TYPE_COUNT];
@@ -94,12 +76,7 @@ static void detect(void)
             isa_ok[GS_CPU_ISA_VNNI] = true;
             isa_best = GS_CPU_ISA_VNNI;
         }
-        helpers = (struct helpers){
-            gs_cpu__avx2_f32_to_f16, gs_cpu__avx2_f16_to_f32, gs_cpu__avx2_dot_f32,
-            gs_cpu__avx2_dot_f32_f16, gs_cpu__avx2_dots_f16,   gs_cpu__avx2_dots_f32,
-            gs_cpu__avx2_axpys_f16,  gs_cpu__avx2_axpys_f32,  gs_cpu__avx2_round_f16,
-            gs_cpu__avx2_swiglu,     gs_cpu__avx2_scale_max,  gs_cpu__avx2_exp_sum,
-        };
+        gs_cpu__helpers_avx2_fill(&helpers);
     }
 #elif GS_CPU_ARM64
     gs_cpu__kernels_neon_fill(tables[GS_CPU_ISA_NEON]);
@@ -111,15 +88,7 @@ static void detect(void)
         isa_ok[GS_CPU_ISA_NEON_DOT] = true;
         isa_best = GS_CPU_ISA_NEON_DOT;
     }
-    /* Rounding, SwiGLU and the softmax pieces keep their scalar forms here. */
-    helpers.f32_to_f16 = gs_cpu__neon_f32_to_f16;
-    helpers.f16_to_f32 = gs_cpu__neon_f16_to_f32;
-    helpers.dot_f32 = gs_cpu__neon_dot_f32;
-    helpers.dot_f32_f16 = gs_cpu__neon_dot_f32_f16;
-    helpers.dots_f16 = gs_cpu__neon_dots_f16;
-    helpers.dots_f32 = gs_cpu__neon_dots_f32;
-    helpers.axpys_f16 = gs_cpu__neon_axpys_f16;
-    helpers.axpys_f32 = gs_cpu__neon_axpys_f32;
+    gs_cpu__helpers_neon_fill(&helpers); /* rounding, SwiGLU, softmax stay scalar */
 #endif
 }
 
@@ -254,12 +223,12 @@ static float exp_sum(float *x, float m, int64_t n)
     return sum;
 }
 
-static const struct helpers helpers_scalar = {
+static const struct gs_cpu_helpers helpers_scalar = {
     f32_to_f16, f16_to_f32, dot_f32,   dot_f32_f16, dots_f16,  dots_f32,
     axpys_f16,  axpys_f32,  round_f16, swiglu,      scale_max, exp_sum,
 };
 
-static inline const struct helpers *best(void)
+static inline const struct gs_cpu_helpers *best(void)
 {
     pthread_once(&once, detect);
     return &helpers;

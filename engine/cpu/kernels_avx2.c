@@ -1516,7 +1516,7 @@ void KERNELS_FILL(struct gs_cpu_kernels *t)
 
 /* ---- vector helpers -------------------------------------------------------------------------- */
 
-void gs_cpu__avx2_f32_to_f16(const float *x, uint16_t *y, int64_t n)
+static void vh_f32_to_f16(const float *x, uint16_t *y, int64_t n)
 {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -1526,7 +1526,7 @@ void gs_cpu__avx2_f32_to_f16(const float *x, uint16_t *y, int64_t n)
         y[i] = gs_f32_to_fp16(x[i]);
 }
 
-void gs_cpu__avx2_f16_to_f32(const uint16_t *x, float *y, int64_t n)
+static void vh_f16_to_f32(const uint16_t *x, float *y, int64_t n)
 {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -1535,7 +1535,7 @@ void gs_cpu__avx2_f16_to_f32(const uint16_t *x, float *y, int64_t n)
         y[i] = gs_fp16_to_f32(x[i]);
 }
 
-float gs_cpu__avx2_dot_f32(const float *a, const float *b, int64_t n)
+static float vh_dot_f32(const float *a, const float *b, int64_t n)
 {
     return dot_f32(n, a, b);
 }
@@ -1597,19 +1597,19 @@ static inline void dots(const float *q, const void *k, size_t stride, int n_rows
     }
 }
 
-float gs_cpu__avx2_dot_f32_f16(const float *a, const uint16_t *b, int64_t n)
+static float vh_dot_f32_f16(const float *a, const uint16_t *b, int64_t n)
 {
     return dot_kv(a, b, n, true);
 }
 
-void gs_cpu__avx2_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows,
-                           int64_t n, float *out)
+static void vh_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows,
+                        int64_t n, float *out)
 {
     dots(q, k, stride, n_rows, n, out, true);
 }
 
-void gs_cpu__avx2_dots_f32(const float *q, const float *k, size_t stride, int n_rows,
-                           int64_t n, float *out)
+static void vh_dots_f32(const float *q, const float *k, size_t stride, int n_rows,
+                        int64_t n, float *out)
 {
     dots(q, k, stride, n_rows, n, out, false);
 }
@@ -1647,19 +1647,19 @@ static inline void axpys(float *acc, const float *w, const void *v, size_t strid
         }
 }
 
-void gs_cpu__avx2_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride,
-                            int n_rows, int64_t n)
+static void vh_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride,
+                         int n_rows, int64_t n)
 {
     axpys(acc, w, v, stride, n_rows, n, true);
 }
 
-void gs_cpu__avx2_axpys_f32(float *acc, const float *w, const float *v, size_t stride,
-                            int n_rows, int64_t n)
+static void vh_axpys_f32(float *acc, const float *w, const float *v, size_t stride,
+                         int n_rows, int64_t n)
 {
     axpys(acc, w, v, stride, n_rows, n, false);
 }
 
-void gs_cpu__avx2_round_f16(float *x, int64_t n)
+static void vh_round_f16(float *x, int64_t n)
 {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -1712,7 +1712,7 @@ static inline __m256 exp_ps(__m256 x)
     return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-void gs_cpu__avx2_swiglu(float *o, const float *g, const float *u, int64_t n)
+static void vh_swiglu(float *o, const float *g, const float *u, int64_t n)
 {
     const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
     int64_t i = 0;
@@ -1727,7 +1727,7 @@ void gs_cpu__avx2_swiglu(float *o, const float *g, const float *u, int64_t n)
         o[i] = g[i] / (1.0f + expf(-g[i])) * (u ? u[i] : 1.0f);
 }
 
-float gs_cpu__avx2_scale_max(float *x, float scale, int64_t n)
+static float vh_scale_max(float *x, float scale, int64_t n)
 {
     const __m256 vs = _mm256_set1_ps(scale);
     __m256 vm = _mm256_set1_ps(-INFINITY);
@@ -1745,7 +1745,7 @@ float gs_cpu__avx2_scale_max(float *x, float scale, int64_t n)
     return m;
 }
 
-float gs_cpu__avx2_exp_sum(float *x, float m, int64_t n)
+static float vh_exp_sum(float *x, float m, int64_t n)
 {
     const __m256 vm = _mm256_set1_ps(m);
     __m256 vsum = _mm256_setzero_ps();
@@ -1878,7 +1878,7 @@ static void quantize_q8_K(const float *x, void *dst, int64_t n)
 
 static void quantize_f16(const float *x, void *dst, int64_t n)
 {
-    gs_cpu__avx2_f32_to_f16(x, dst, n);
+    vh_f32_to_f16(x, dst, n);
 }
 
 void gs_cpu__quantizers_avx2_fill(gs_from_f32_fn *t)
@@ -1887,6 +1887,22 @@ void gs_cpu__quantizers_avx2_fill(gs_from_f32_fn *t)
     t[GS_TYPE_Q8_1] = quantize_q8_1;
     t[GS_TYPE_Q8_K] = quantize_q8_K;
     t[GS_TYPE_F16] = quantize_f16;
+}
+
+void gs_cpu__helpers_avx2_fill(struct gs_cpu_helpers *h)
+{
+    h->f32_to_f16 = vh_f32_to_f16;
+    h->f16_to_f32 = vh_f16_to_f32;
+    h->dot_f32 = vh_dot_f32;
+    h->dot_f32_f16 = vh_dot_f32_f16;
+    h->dots_f16 = vh_dots_f16;
+    h->dots_f32 = vh_dots_f32;
+    h->axpys_f16 = vh_axpys_f16;
+    h->axpys_f32 = vh_axpys_f32;
+    h->round_f16 = vh_round_f16;
+    h->swiglu = vh_swiglu;
+    h->scale_max = vh_scale_max;
+    h->exp_sum = vh_exp_sum;
 }
 
 #endif /* !GS_CPU_VNNI */

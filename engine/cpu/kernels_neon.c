@@ -224,23 +224,14 @@ static float dot_q2_K(int64_t n, const void *vw, const void *vx)
     return sum;
 }
 
-/* The 16 signed 6-bit scales of a q3_K block. */
-static inline void q3_scales(const uint8_t *sc, int out[16])
-{
-    for (int g = 0; g < 16; g++) {
-        const int lo = g < 8 ? sc[g] & 0xf : sc[g - 8] >> 4;
-        const int hi = (sc[8 + g % 4] >> (2 * (g / 4))) & 3;
-        out[g] = (lo | (hi << 4)) - 32;
-    }
-}
-
 static float dot_q3_K(int64_t n, const void *vw, const void *vx)
 {
     const uint8_t *w = vw, *x = vx;
     float sum = 0;
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q3_K_BYTES, x += GS_Q8_K_BYTES) {
         int scale[16];
-        q3_scales(w + GS_Q3_K_SCALES, scale);
+        for (int g = 0; g < 16; g++)
+            scale[g] = gs_quant__q3_K_scale(w + GS_Q3_K_SCALES, g);
         const int8_t *y = (const int8_t *)(x + GS_Q8_K_QS);
         const uint8x16_t hm0 = vld1q_u8(w + GS_Q3_K_HMASK), hm1 = vld1q_u8(w + GS_Q3_K_HMASK + 16);
         const uint8x16_t three = vdupq_n_u8(3), four = vdupq_n_u8(4);
@@ -267,21 +258,15 @@ static float dot_q3_K(int64_t n, const void *vw, const void *vx)
     return sum;
 }
 
-/* The eight 6-bit scales and minimums of a q4_K/q5_K block. */
+/* The eight 6-bit scales and minimums of a q4_K/q5_K block; a minimum
+ * covers 32 elements, two of q8_K's 16-element sums, so it is given twice. */
 static inline void k4_scales(const uint8_t *sc, int scale[8], uint8_t mins16[16])
 {
     for (int g = 0; g < 8; g++) {
-        int s, m;
-        if (g < 4) {
-            s = sc[g] & 63;
-            m = sc[g + 4] & 63;
-        } else {
-            s = (sc[g + 4] & 0xf) | ((sc[g - 4] >> 6) << 4);
-            m = (sc[g + 4] >> 4) | ((sc[g] >> 6) << 4);
-        }
+        uint8_t s, m;
+        gs_quant__k4_scale_min(sc, g, &s, &m);
         scale[g] = s;
-        /* A minimum covers 32 elements: two of q8_K's 16-element sums. */
-        mins16[2 * g] = mins16[2 * g + 1] = (uint8_t)m;
+        mins16[2 * g] = mins16[2 * g + 1] = m;
     }
 }
 
@@ -444,26 +429,19 @@ static float dot_bf16(int64_t n, const void *w, const void *x)
 
 /* ---- table ------------------------------------------------------------------------------------ */
 
-#define GEMM_OF(name)                                                                              \
-    static void gemm_##name(int64_t n, const void *w, size_t ws, int nr, const void *x,           \
-                            size_t xs, int nt, float *out, size_t os)                              \
-    {                                                                                              \
-        gs_cpu__gemm_generic(dot_##name, n, w, ws, nr, x, xs, nt, out, os);                       \
-    }
-GEMM_OF(q4_0)
-GEMM_OF(q4_1)
-GEMM_OF(q5_0)
-GEMM_OF(q5_1)
-GEMM_OF(q8_0)
-GEMM_OF(q2_K)
-GEMM_OF(q3_K)
-GEMM_OF(q4_K)
-GEMM_OF(q5_K)
-GEMM_OF(q6_K)
-GEMM_OF(f32)
-GEMM_OF(f16)
-GEMM_OF(bf16)
-#undef GEMM_OF
+GS_CPU_GEMM_OF_DOT(q4_0)
+GS_CPU_GEMM_OF_DOT(q4_1)
+GS_CPU_GEMM_OF_DOT(q5_0)
+GS_CPU_GEMM_OF_DOT(q5_1)
+GS_CPU_GEMM_OF_DOT(q8_0)
+GS_CPU_GEMM_OF_DOT(q2_K)
+GS_CPU_GEMM_OF_DOT(q3_K)
+GS_CPU_GEMM_OF_DOT(q4_K)
+GS_CPU_GEMM_OF_DOT(q5_K)
+GS_CPU_GEMM_OF_DOT(q6_K)
+GS_CPU_GEMM_OF_DOT(f32)
+GS_CPU_GEMM_OF_DOT(f16)
+GS_CPU_GEMM_OF_DOT(bf16)
 
 #ifdef GS_CPU_DOTPROD
 #define KERNELS_FILL gs_cpu__kernels_neon_dot_fill
@@ -492,7 +470,7 @@ void KERNELS_FILL(struct gs_cpu_kernels *t)
 
 #ifndef GS_CPU_DOTPROD /* one copy of the vector helpers: they use no int8 products */
 
-void gs_cpu__neon_f32_to_f16(const float *x, uint16_t *y, int64_t n)
+static void vh_f32_to_f16(const float *x, uint16_t *y, int64_t n)
 {
     int64_t i = 0;
     for (; i + 4 <= n; i += 4) /* round to nearest even, the FPCR default */
@@ -501,7 +479,7 @@ void gs_cpu__neon_f32_to_f16(const float *x, uint16_t *y, int64_t n)
         y[i] = gs_f32_to_fp16(x[i]);
 }
 
-void gs_cpu__neon_f16_to_f32(const uint16_t *x, float *y, int64_t n)
+static void vh_f16_to_f32(const uint16_t *x, float *y, int64_t n)
 {
     int64_t i = 0;
     for (; i + 4 <= n; i += 4)
@@ -510,25 +488,25 @@ void gs_cpu__neon_f16_to_f32(const uint16_t *x, float *y, int64_t n)
         y[i] = gs_fp16_to_f32(x[i]);
 }
 
-float gs_cpu__neon_dot_f32(const float *a, const float *b, int64_t n)
+static float vh_dot_f32(const float *a, const float *b, int64_t n)
 {
     return dot_f32_any(a, b, n, false);
 }
 
-float gs_cpu__neon_dot_f32_f16(const float *a, const uint16_t *b, int64_t n)
+static float vh_dot_f32_f16(const float *a, const uint16_t *b, int64_t n)
 {
     return dot_f32_any(a, b, n, true);
 }
 
-void gs_cpu__neon_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows,
-                           int64_t n, float *out)
+static void vh_dots_f16(const float *q, const uint16_t *k, size_t stride, int n_rows,
+                        int64_t n, float *out)
 {
     for (int s = 0; s < n_rows; s++)
         out[s] = dot_f32_any(q, k + (size_t)s * stride, n, true);
 }
 
-void gs_cpu__neon_dots_f32(const float *q, const float *k, size_t stride, int n_rows,
-                           int64_t n, float *out)
+static void vh_dots_f32(const float *q, const float *k, size_t stride, int n_rows,
+                        int64_t n, float *out)
 {
     for (int s = 0; s < n_rows; s++)
         out[s] = dot_f32_any(q, k + (size_t)s * stride, n, false);
@@ -562,16 +540,28 @@ static inline void axpys(float *acc, const float *w, const void *v, size_t strid
         }
 }
 
-void gs_cpu__neon_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride,
-                            int n_rows, int64_t n)
+static void vh_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride,
+                         int n_rows, int64_t n)
 {
     axpys(acc, w, v, stride, n_rows, n, true);
 }
 
-void gs_cpu__neon_axpys_f32(float *acc, const float *w, const float *v, size_t stride,
-                            int n_rows, int64_t n)
+static void vh_axpys_f32(float *acc, const float *w, const float *v, size_t stride,
+                         int n_rows, int64_t n)
 {
     axpys(acc, w, v, stride, n_rows, n, false);
+}
+
+void gs_cpu__helpers_neon_fill(struct gs_cpu_helpers *h)
+{
+    h->f32_to_f16 = vh_f32_to_f16;
+    h->f16_to_f32 = vh_f16_to_f32;
+    h->dot_f32 = vh_dot_f32;
+    h->dot_f32_f16 = vh_dot_f32_f16;
+    h->dots_f16 = vh_dots_f16;
+    h->dots_f32 = vh_dots_f32;
+    h->axpys_f16 = vh_axpys_f16;
+    h->axpys_f32 = vh_axpys_f32;
 }
 
 #endif /* !GS_CPU_DOTPROD */

@@ -144,13 +144,6 @@ static float dot_q2_K(int64_t n, const void *vw, const void *vx)
     return sum;
 }
 
-static int q3_scale(const uint8_t *scales, int g)
-{
-    const int lo = g < 8 ? scales[g] & 0xf : scales[g - 8] >> 4;
-    const int hi = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
-    return (lo | (hi << 4)) - 32;
-}
-
 static float dot_q3_K(int64_t n, const void *vw, const void *vx)
 {
     const uint8_t *w = vw, *x = vx;
@@ -162,21 +155,10 @@ static float dot_q3_K(int64_t n, const void *vw, const void *vx)
             q[e] = (int8_t)(two_bits(w + GS_Q3_K_QS, e) - (((hm[e % 32] >> (e / 32)) & 1) ? 0 : 4));
         int isum = 0;
         for (int g = 0; g < GS_QK_K / 16; g++)
-            isum += q3_scale(w + GS_Q3_K_SCALES, g) * group16(q, q8k_qs(x), g);
+            isum += gs_quant__q3_K_scale(w + GS_Q3_K_SCALES, g) * group16(q, q8k_qs(x), g);
         sum += gs_quant__ldf32(x + GS_Q8_K_D) * gs_quant__ldf16(w + GS_Q3_K_D) * (float)isum;
     }
     return sum;
-}
-
-static void k4_scale_min(const uint8_t *sc, int g, int *s, int *m)
-{
-    if (g < 4) {
-        *s = sc[g] & 63;
-        *m = sc[g + 4] & 63;
-    } else {
-        *s = (sc[g + 4] & 0xf) | ((sc[g - 4] >> 6) << 4);
-        *m = (sc[g + 4] >> 4) | ((sc[g] >> 6) << 4);
-    }
 }
 
 /* q4_K (qh NULL) and q5_K share everything but the fifth bit. */
@@ -197,8 +179,8 @@ static float dot_k45(int64_t n, const void *vw, const void *vx, int block_bytes,
         }
         int isum = 0, msum = 0;
         for (int g = 0; g < GS_QK_K / 32; g++) {
-            int s, m;
-            k4_scale_min(w + GS_Q4_K_SCALES, g, &s, &m);
+            uint8_t s, m;
+            gs_quant__k4_scale_min(w + GS_Q4_K_SCALES, g, &s, &m);
             isum += s * (group16(q, q8k_qs(x), 2 * g) + group16(q, q8k_qs(x), 2 * g + 1));
             msum += m * (q8k_bsum(x, 2 * g) + q8k_bsum(x, 2 * g + 1));
         }
@@ -285,26 +267,19 @@ void gs_cpu__gemm_generic(gs_cpu_dot_fn dot, int64_t n, const void *w, size_t w_
     }
 }
 
-#define GEMM_OF(name)                                                                              \
-    static void gemm_##name(int64_t n, const void *w, size_t ws, int nr, const void *x,           \
-                            size_t xs, int nt, float *out, size_t os)                              \
-    {                                                                                              \
-        gs_cpu__gemm_generic(dot_##name, n, w, ws, nr, x, xs, nt, out, os);                       \
-    }
-GEMM_OF(q4_0)
-GEMM_OF(q4_1)
-GEMM_OF(q5_0)
-GEMM_OF(q5_1)
-GEMM_OF(q8_0)
-GEMM_OF(q2_K)
-GEMM_OF(q3_K)
-GEMM_OF(q4_K)
-GEMM_OF(q5_K)
-GEMM_OF(q6_K)
-GEMM_OF(f32)
-GEMM_OF(f16)
-GEMM_OF(bf16)
-#undef GEMM_OF
+GS_CPU_GEMM_OF_DOT(q4_0)
+GS_CPU_GEMM_OF_DOT(q4_1)
+GS_CPU_GEMM_OF_DOT(q5_0)
+GS_CPU_GEMM_OF_DOT(q5_1)
+GS_CPU_GEMM_OF_DOT(q8_0)
+GS_CPU_GEMM_OF_DOT(q2_K)
+GS_CPU_GEMM_OF_DOT(q3_K)
+GS_CPU_GEMM_OF_DOT(q4_K)
+GS_CPU_GEMM_OF_DOT(q5_K)
+GS_CPU_GEMM_OF_DOT(q6_K)
+GS_CPU_GEMM_OF_DOT(f32)
+GS_CPU_GEMM_OF_DOT(f16)
+GS_CPU_GEMM_OF_DOT(bf16)
 
 #define ROW(ty) {.dot = dot_##ty, .gemm = gemm_##ty}
 

@@ -142,6 +142,33 @@ static inline int gs_quant__round(float v)
     return gs_quant__round_clamp(v, -4194303, 4194303);
 }
 
+/* ---- K-quant scales ------------------------------------------------------------ */
+
+/* The 6-bit scale s and min m of group g (0..7) of a q4_K/q5_K block's 12
+ * scale bytes: groups 0..3 keep them in the low 6 bits of scales[g] and
+ * scales[g + 4]; groups 4..7 keep their low 4 bits in the nibbles of
+ * scales[g + 4] and their high 2 bits in the top bits of scales[g - 4] (s)
+ * and scales[g] (m). */
+static inline void gs_quant__k4_scale_min(const uint8_t *scales, int g, uint8_t *s, uint8_t *m)
+{
+    if (g < 4) {
+        *s = scales[g] & 63;
+        *m = scales[g + 4] & 63;
+    } else {
+        *s = (uint8_t)((scales[g + 4] & 0xf) | ((scales[g - 4] >> 6) << 4));
+        *m = (uint8_t)((scales[g + 4] >> 4) | ((scales[g] >> 6) << 4));
+    }
+}
+
+/* The signed 6-bit scale of group g (0..15) of a q3_K block's 12 scale bytes:
+ * low 4 bits in a nibble of bytes 0..7, high 2 bits in bytes 8..11; less 32. */
+static inline int gs_quant__q3_K_scale(const uint8_t *scales, int g)
+{
+    const int lo = g < 8 ? scales[g] & 0xf : scales[g - 8] >> 4;
+    const int hi = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
 /* ---- kernels ------------------------------------------------------------------- */
 
 #define GS_QUANT_KERNEL_PAIR(ty)                                                                   \

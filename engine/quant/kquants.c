@@ -315,13 +315,6 @@ void gs_quant__q2_K_from_f32(const float *src, void *dst, int64_t n)
  * its low 4 bits in the nibbles of scales[0..7] (groups 0..7 low nibbles,
  * 8..15 high nibbles), its high 2 bits in scales[8 + g % 4] at bit 2 * (g / 4). */
 
-static int q3_K_scale(const uint8_t *scales, int g)
-{
-    const int lo = g < 8 ? scales[g] & 0xf : scales[g - 8] >> 4;
-    const int hi = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
-    return (lo | (hi << 4)) - 32;
-}
-
 void gs_quant__q3_K_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
@@ -329,7 +322,7 @@ void gs_quant__q3_K_to_f32(const void *src, float *dst, int64_t n)
         const float d_all = gs_quant__ldf16(b + GS_Q3_K_D);
         const uint8_t *hmask = b + GS_Q3_K_HMASK;
         for (int g = 0; g < GS_QK_K / 16; g++) {
-            const float dl = d_all * q3_K_scale(b + GS_Q3_K_SCALES, g);
+            const float dl = d_all * gs_quant__q3_K_scale(b + GS_Q3_K_SCALES, g);
             for (int e = 16 * g; e < 16 * g + 16; e++) {
                 const int high = (hmask[e % 32] >> (e / 32)) & 1;
                 dst[e] = dl * (unpack_2bit(b + GS_Q3_K_QS, e) - (high ? 0 : 4));
@@ -376,7 +369,7 @@ void gs_quant__q3_K_from_f32(const float *src, void *dst, int64_t n)
 
         const float d_all = gs_quant__ldf16(b + GS_Q3_K_D);
         for (int j = 0; j < GS_QK_K / 16; ++j) {
-            const float d = d_all * q3_K_scale(sc, j);
+            const float d = d_all * gs_quant__q3_K_scale(sc, j);
             if (d == 0.0f)
                 continue;
             for (int ii = 0; ii < 16; ++ii)
@@ -404,17 +397,6 @@ void gs_quant__q3_K_from_f32(const float *src, void *dst, int64_t n)
  * Quants: byte l of each 32-byte chunk c holds element 64c + l in its low
  * nibble and 64c + 32 + l in its high nibble; q5_K adds a fifth bit in
  * qh[l] at bit 2c (low nibble) or 2c + 1 (high nibble). */
-
-static void k4_scale_min(const uint8_t *scales, int g, uint8_t *s, uint8_t *m)
-{
-    if (g < 4) {
-        *s = scales[g] & 63;
-        *m = scales[g + 4] & 63;
-    } else {
-        *s = (uint8_t)((scales[g + 4] & 0xf) | ((scales[g - 4] >> 6) << 4));
-        *m = (uint8_t)((scales[g + 4] >> 4) | ((scales[g] >> 6) << 4));
-    }
-}
 
 static void k4_pack_scales(uint8_t *scales, const uint8_t *ls, const uint8_t *lm)
 {
@@ -444,7 +426,7 @@ static void k45_to_f32(const uint8_t *b, const uint8_t *scales, const uint8_t *q
     const float dmin = gs_quant__ldf16(b + GS_Q4_K_DMIN);
     for (int g = 0; g < GS_QK_K / 32; g++) {
         uint8_t s, m;
-        k4_scale_min(scales, g, &s, &m);
+        gs_quant__k4_scale_min(scales, g, &s, &m);
         const float dl = d * s;
         const float ml = dmin * m;
         for (int e = 32 * g; e < 32 * g + 32; e++) {
@@ -498,7 +480,7 @@ static void k45_from_f32(const float *x, uint8_t *b, uint8_t *L, int nmax, float
     const float dmin_all = gs_quant__ldf16(b + GS_Q4_K_DMIN);
     for (int j = 0; j < GS_QK_K / 32; ++j) {
         uint8_t s, m;
-        k4_scale_min(sc, j, &s, &m);
+        gs_quant__k4_scale_min(sc, j, &s, &m);
         const float d = d_all * s;
         if (d == 0.0f)
             continue;
