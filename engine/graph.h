@@ -57,7 +57,7 @@
     /* x [K x R] times weight W [K x N] (one row of K per output) -> [N x R] */                    \
     X(MATMUL, "matmul", 2, 0)                                                                      \
     /* rotary embedding at the step's positions; optional src1: frequency factors */               \
-    X(ROPE, "rope", 1, 0)                                                                          \
+    X(ROPE, "rope", 1, GS_OPF_INPLACE)                                                                          \
     /* writes k and v rows of layer params.attn.layer into each token's sequence pages */          \
     X(KV_STORE, "kv_store", 2, GS_OPF_ROOT)                                                        \
     /* causal attention of q over the token's sequence pages; src1 orders it after KV_STORE */     \
@@ -89,6 +89,9 @@ enum gs_op_flags {
     GS_OPF_LEAF = 1 << 0,     /* no sources, no computation */
     GS_OPF_ROOT = 1 << 1,     /* has an effect outside the graph: never eliminated */
     GS_OPF_ELEMWISE = 1 << 2, /* row-local: output row r depends only on input row r */
+    /* the value may take the bytes of src[0] when this node is its last reader: each
+     * output element depends only on src[0] elements a kernel reads before writing it */
+    GS_OPF_INPLACE = 1 << 3,
 };
 
 enum gs_op {

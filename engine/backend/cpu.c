@@ -424,7 +424,8 @@ static void k_rope(struct run *r, int chunk, int n_chunks, int thread)
     gs_cpu_split(r->io->n_tokens, 1, chunk, n_chunks, &t0, &t1);
     if (t0 >= t1)
         return;
-    memcpy(r->out + t0 * ne0, x + t0 * ne0, (size_t)((t1 - t0) * ne0) * sizeof(float));
+    if (r->out != x) /* the plan may rotate in place (GS_OPF_INPLACE) */
+        memcpy(r->out + t0 * ne0, x + t0 * ne0, (size_t)((t1 - t0) * ne0) * sizeof(float));
     for (int64_t t = t0; t < t1; t++) {
         const float *cs = r->ctx->rope_cs + t * half * 2; /* rope_prepare's */
         for (int i = 0; i < half; i++) {

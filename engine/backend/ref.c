@@ -342,7 +342,8 @@ static void k_rope(const struct run *r, const struct gs_node *n, float *out)
     int64_t ne0 = n->ne[0];
     float theta_scale = powf(p->freq_base, -2.0f / (float)p->n_rot);
     int half = p->n_rot / 2;
-    memcpy(out, x, (size_t)(ne0 * (int64_t)r->io->n_tokens) * sizeof(float));
+    if (out != x) /* the plan may rotate in place (GS_OPF_INPLACE) */
+        memcpy(out, x, (size_t)(ne0 * (int64_t)r->io->n_tokens) * sizeof(float));
     for (uint32_t t = 0; t < r->io->n_tokens; t++) {
         /* theta_i = pos * scale^i, built by repeated multiplication in float. */
         float theta = (float)r->io->pos[t];

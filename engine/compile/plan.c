@@ -77,6 +77,24 @@ static void remove_block(struct block *live, uint32_t *n_live, uint64_t off)
     }
 }
 
+/* Whether node nd (at step k) may write over its src[0]: an in-place op
+ * (GS_OPF_INPLACE), the last reader of a same-sized value that no other
+ * source of nd names. */
+static bool takes_over(const struct gs_graph *g, const struct gs_plan *p,
+                       const uint32_t *last_use, uint32_t k, const struct gs_node *nd)
+{
+    if (!(gs_op_info(nd->op)->flags & GS_OPF_INPLACE) || nd->n_src == 0)
+        return false;
+    const uint32_t src = nd->src[0];
+    if (p->offset[src] == GS_PLAN_NO_OFFSET || last_use[src] != k ||
+        p->bytes[src] != p->bytes[nd - g->nodes])
+        return false;
+    for (uint32_t j = 1; j < nd->n_src; j++)
+        if (nd->src[j] == src)
+            return false;
+    return true;
+}
+
 enum gs_status gs_plan_layout(const struct gs_graph *g, const struct gs_shape *s,
                               struct gs_plan **out, struct gs_err *err)
 {
@@ -115,7 +133,7 @@ enum gs_status gs_plan_layout(const struct gs_graph *g, const struct gs_shape *s
     uint32_t n_live = 0;
     uint64_t peak = 0;
     for (uint32_t k = 0; k < p->n_order; k++) {
-        uint32_t id = p->order[k];
+        uint32_t id = p->order[k], reused = GS_NODE_NONE;
         const struct gs_node *nd = &g->nodes[id];
         /* LOGITS writes straight into the caller's buffer; KV_STORE into the cache. */
         if (nd->rows == GS_ROWS_TOKENS || nd->rows == GS_ROWS_OUTPUTS) {
@@ -124,20 +142,31 @@ enum gs_status gs_plan_layout(const struct gs_graph *g, const struct gs_shape *s
                 gs_mul_overflow(row, (uint64_t)gs_plan_rows(nd, s), &bytes))
                 goto out_too_big;
             bytes = (bytes + GS_PLAN_ALIGN - 1) / GS_PLAN_ALIGN * GS_PLAN_ALIGN;
-            /* An output is allocated before its inputs are released, so a kernel
-             * never reads a range it is writing. */
-            struct block b = {first_fit(live, n_live, bytes), bytes};
-            insert_block(live, &n_live, b);
-            p->offset[id] = b.off;
             p->bytes[id] = bytes;
             p->naive_bytes += bytes;
-            if (b.off + bytes > peak)
-                peak = b.off + bytes;
-            if (last_use[id] <= k) /* never read: free at once */
-                remove_block(live, &n_live, b.off);
+            if (takes_over(g, p, last_use, k, nd)) {
+                /* The source's block becomes this node's: no new bytes, and it
+                 * is released when this node's last reader has run. */
+                p->offset[id] = p->offset[nd->src[0]];
+                reused = nd->src[0];
+                if (last_use[id] <= k)
+                    remove_block(live, &n_live, p->offset[id]);
+            } else {
+                /* An output is allocated before its inputs are released, so a
+                 * kernel never reads a range it is writing. */
+                struct block b = {first_fit(live, n_live, bytes), bytes};
+                insert_block(live, &n_live, b);
+                p->offset[id] = b.off;
+                if (b.off + bytes > peak)
+                    peak = b.off + bytes;
+                if (last_use[id] <= k) /* never read: free at once */
+                    remove_block(live, &n_live, b.off);
+            }
         }
         for (uint32_t j = 0; j < nd->n_src; j++) {
             uint32_t src = nd->src[j];
+            if (src == reused)
+                continue;
             /* A node reading the same source twice frees it once. */
             bool seen = false;
             for (uint32_t q = 0; q < j; q++)
