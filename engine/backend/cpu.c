@@ -5,7 +5,7 @@
  * persistent worker pool.
  *
  * Every op is one task on the pool, cut in chunks (output rows of a matmul,
- * rows of an elementwise op, (token, head) pairs of attention) that the
+ * rows of an elementwise op, (block of tokens, head) pairs of attention) that the
  * threads claim; the pool's return is the op's one barrier. Kernels see
  * (chunk, chunks) where a static split would see (thread, threads). A matmul whose input has not yet
  * been quantized to the format it needs runs a quantize task first; the
@@ -59,9 +59,11 @@ struct cpu_ctx {
     struct local_quant *local; /* [n_threads] */
     float *thread_buf;         /* [n_threads][thread_floats] per-thread temporaries */
     size_t thread_buf_bytes;
-    float *scores;             /* [n_threads][scores_cap] attention scores of one head */
+    float *scores;             /* [n_threads][4][scores_cap] attention scores, four queries */
     size_t scores_bytes;
-    int64_t scores_cap;        /* positions per thread */
+    int64_t scores_cap;        /* positions per query row */
+    uint32_t *attn_blocks;     /* [tokens + 1] first token of each attention block */
+    size_t attn_blocks_bytes;
     float *rope_cs;            /* [tokens][n_rot / 2][2] cos, sin of the step's rotations */
     size_t rope_cs_bytes;
     struct rope_key {          /* what rope_cs holds: the step and the rotation */
@@ -92,6 +94,7 @@ struct run {
     uint32_t xq_node;          /* node whose rows are in xq, GS_NODE_NONE when none */
     enum gs_type xq_type;
     uint64_t step;             /* this step's number (cpu_ctx.n_steps) */
+    uint32_t n_attn_blocks;    /* blocks of the step's tokens for attention (attn_blocks) */
     const struct gs_node *n;   /* the op being run */
     float *out;
 };
@@ -478,38 +481,40 @@ static void k_kv_store(struct run *r, int chunk, int n_chunks, int thread)
 }
 
 /*
- * One (token, head): softmax(q K^T * scale) V over positions 0..pos. K is read
- * once (scores into a per-thread row), V once. The weights are normalized
- * before V is applied, and with an F16 cache rounded to F16 like the rest of
- * a mixed F16 product: that keeps the logits those of llama.cpp's goldens,
- * which an online softmax (rounding weights against a running maximum) does
- * not.
+ * Attention of one head for a block of up to four consecutive tokens of one
+ * sequence (a prompt's, or one decoding token): softmax(q K^T * scale) V over
+ * positions 0..pos of each. K is read once for the block's queries (scores
+ * into per-thread rows), V once. The weights are normalized before V is
+ * applied, and with an F16 cache rounded to F16 like the rest of a mixed F16
+ * product: that keeps the logits those of llama.cpp's goldens, which an
+ * online softmax (rounding weights against a running maximum) does not.
+ * Prompt attention was bound by reading every K and V row once per query;
+ * four queries per read cut that traffic by four.
  */
-static void attn_head(const struct run *r, int64_t t, int h, float *acc, float *q, float *sc)
+#define ATTN_BLOCK 4
+
+/* Where one (sequence, layer, kv head)'s K and V rows are. */
+struct attn_ctx {
+    const struct gs_kv_view *kv;
+    const struct gs_seq_pages *sp;
+    int layer, kvh, hd;
+    bool f16;
+};
+
+/* The K (which 0) or V (which 1) row at position pos; the rows after it in
+ * its page follow kv_dim elements apart. */
+static const char *kv_rows_at(const struct attn_ctx *a, int which, int32_t pos)
 {
-    const struct gs_node *n = r->n;
-    const struct gs_attn_params *p = &n->p.attn;
-    const struct gs_step_io *io = r->io;
-    const struct gs_kv_view *kv = io->kv;
-    const bool f16 = kv->type == GS_TYPE_F16;
-    const int hd = p->head_dim, kvh = h / (p->n_head / p->n_head_kv);
-    const uint64_t elem = f16 ? 2 : 4;
-    const float *qsrc = value(r, n->src[0]) + t * n->ne[0] + (int64_t)h * hd;
-    memcpy(q, qsrc, (size_t)hd * sizeof(float));
-    if (f16)
-        gs_cpu_round_f16(q, hd);
-    const struct gs_seq_pages *sp = &io->seqs[io->seq[t]];
-    const int32_t last = io->pos[t];
-    const int32_t pt = (int32_t)kv->page_tokens;
-    for (int32_t j0 = 0; j0 <= last; j0 += pt) {
-        const uint32_t page = sp->pages[(uint32_t)j0 / kv->page_tokens];
-        const char *kr = kv_page_rows(kv, page, p->layer, 0) + (uint64_t)kvh * hd * elem;
-        const int32_t n_slots = GS_MIN(pt, last - j0 + 1);
-        if (f16)
-            gs_cpu_dots_f16(q, (const uint16_t *)kr, kv->kv_dim, n_slots, hd, sc + j0);
-        else
-            gs_cpu_dots_f32(q, (const float *)kr, kv->kv_dim, n_slots, hd, sc + j0);
-    }
+    const uint32_t page = a->sp->pages[(uint32_t)pos / a->kv->page_tokens];
+    const uint64_t elem = a->f16 ? 2 : 4;
+    return kv_page_rows(a->kv, page, a->layer, which) +
+           ((uint64_t)(pos % (int32_t)a->kv->page_tokens) * a->kv->kv_dim +
+            (uint64_t)a->kvh * a->hd) * elem;
+}
+
+/* Scores sc[0..last] -> softmax weights, in place. */
+static void attn_weights(const struct gs_attn_params *p, float *sc, int32_t last, bool f16)
+{
     float mx = gs_cpu_scale_max(sc, p->scale, last + 1);
     if (p->softcap > 0) {
         mx = -INFINITY;
@@ -523,28 +528,118 @@ static void attn_head(const struct run *r, int64_t t, int h, float *acc, float *
         sc[j] *= inv;
     if (f16)
         gs_cpu_round_f16(sc, last + 1);
-    memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int32_t j0 = 0; j0 <= last; j0 += pt) {
-        const uint32_t page = sp->pages[(uint32_t)j0 / kv->page_tokens];
-        const char *vr = kv_page_rows(kv, page, p->layer, 1) + (uint64_t)kvh * hd * elem;
-        const int32_t n_slots = GS_MIN(pt, last - j0 + 1);
-        if (f16)
-            gs_cpu_axpys_f16(acc, sc + j0, (const uint16_t *)vr, kv->kv_dim, n_slots, hd);
+}
+
+/* acc += sum of w[j] V[j] over positions from..to (one query), a page at a time. */
+static void attn_values(const struct attn_ctx *a, float *acc, const float *w, int32_t from,
+                        int32_t to)
+{
+    const int32_t pt = (int32_t)a->kv->page_tokens;
+    for (int32_t j = from; j <= to;) {
+        const int32_t n = GS_MIN(pt - j % pt, to - j + 1);
+        const char *vr = kv_rows_at(a, 1, j);
+        if (a->f16)
+            gs_cpu_axpys_f16(acc, w + j, (const uint16_t *)vr, a->kv->kv_dim, n, a->hd);
         else
-            gs_cpu_axpys_f32(acc, sc + j0, (const float *)vr, kv->kv_dim, n_slots, hd);
+            gs_cpu_axpys_f32(acc, w + j, (const float *)vr, a->kv->kv_dim, n, a->hd);
+        j += n;
     }
-    memcpy(r->out + t * n->ne[0] + (int64_t)h * hd, acc, (size_t)hd * sizeof(float));
+}
+
+/* Tokens t0 .. t0 + nt - 1 (one sequence, nt <= ATTN_BLOCK), head h. The
+ * thread's buffers: acc and q hold ATTN_BLOCK head rows each, sc
+ * ATTN_BLOCK score rows of `cap`. */
+static void attn_block(const struct run *r, int64_t t0, int nt, int h, float *acc, float *q,
+                       float *sc, int64_t cap)
+{
+    const struct gs_node *n = r->n;
+    const struct gs_attn_params *p = &n->p.attn;
+    const struct gs_step_io *io = r->io;
+    const struct attn_ctx a = {.kv = io->kv, .sp = &io->seqs[io->seq[t0]], .layer = p->layer,
+                               .kvh = h / (p->n_head / p->n_head_kv), .hd = p->head_dim,
+                               .f16 = io->kv->type == GS_TYPE_F16};
+    const int hd = a.hd;
+    const int32_t pt = (int32_t)a.kv->page_tokens;
+    const float *qs[ATTN_BLOCK];
+    float *scs[ATTN_BLOCK], *accs[ATTN_BLOCK];
+    int32_t last[ATTN_BLOCK], lo = INT32_MAX, hi = 0;
+    for (int j = 0; j < ATTN_BLOCK; j++) {
+        /* A short block repeats its last query: the four-query kernels are
+         * fed, the repeats' results are dropped. */
+        const int64_t t = t0 + GS_MIN(j, nt - 1);
+        float *qj = q + (int64_t)j * hd;
+        memcpy(qj, value(r, n->src[0]) + t * n->ne[0] + (int64_t)h * hd, (size_t)hd * sizeof(float));
+        if (a.f16)
+            gs_cpu_round_f16(qj, hd);
+        qs[j] = qj;
+        scs[j] = sc + (int64_t)j * cap;
+        accs[j] = acc + (int64_t)j * hd;
+        memset(accs[j], 0, (size_t)hd * sizeof(float));
+        last[j] = io->pos[t];
+        lo = GS_MIN(lo, last[j]);
+        hi = GS_MAX(hi, last[j]);
+    }
+    for (int32_t j0 = 0; j0 <= hi; j0 += pt) {
+        const int32_t n_slots = GS_MIN(pt, hi - j0 + 1);
+        const char *kr = kv_rows_at(&a, 0, j0);
+        if (nt == 1) {
+            if (a.f16)
+                gs_cpu_dots_f16(qs[0], (const uint16_t *)kr, a.kv->kv_dim, n_slots, hd, scs[0] + j0);
+            else
+                gs_cpu_dots_f32(qs[0], (const float *)kr, a.kv->kv_dim, n_slots, hd, scs[0] + j0);
+            continue;
+        }
+        float *outs[ATTN_BLOCK];
+        for (int j = 0; j < ATTN_BLOCK; j++)
+            outs[j] = scs[j] + j0;
+        gs_cpu_dots4(qs, kr, a.kv->kv_dim, n_slots, hd, outs, a.f16);
+    }
+    for (int j = 0; j < nt; j++)
+        attn_weights(p, scs[j], last[j], a.f16);
+    if (nt == 1) {
+        attn_values(&a, accs[0], scs[0], 0, last[0]);
+    } else {
+        /* Positions every query sees, four at a time; then each query's own. */
+        for (int32_t j0 = 0; j0 <= lo; j0 += pt) {
+            const int32_t n_slots = GS_MIN(pt, lo - j0 + 1);
+            const float *ws[ATTN_BLOCK];
+            for (int j = 0; j < ATTN_BLOCK; j++)
+                ws[j] = scs[j] + j0;
+            gs_cpu_axpys4(accs, ws, kv_rows_at(&a, 1, j0), a.kv->kv_dim, n_slots, hd, a.f16);
+        }
+        for (int j = 0; j < nt; j++)
+            attn_values(&a, accs[j], scs[j], lo + 1, last[j]);
+    }
+    for (int j = 0; j < nt; j++)
+        memcpy(r->out + (t0 + j) * n->ne[0] + (int64_t)h * hd, accs[j],
+               (size_t)hd * sizeof(float));
 }
 
 static void k_attn(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_attn_params *p = &r->n->p.attn;
-    float *acc = thread_buf(r, thread), *q = acc + p->head_dim;
-    float *sc = r->ctx->scores + (int64_t)thread * r->ctx->scores_cap;
+    float *acc = thread_buf(r, thread), *q = acc + ATTN_BLOCK * p->head_dim;
+    float *sc = r->ctx->scores + (int64_t)thread * ATTN_BLOCK * r->ctx->scores_cap;
+    const uint32_t *blocks = r->ctx->attn_blocks;
     int64_t u0, u1;
-    gs_cpu_split((int64_t)r->io->n_tokens * p->n_head, 1, chunk, n_chunks, &u0, &u1);
-    for (int64_t u = u0; u < u1; u++)
-        attn_head(r, u / p->n_head, (int)(u % p->n_head), acc, q, sc);
+    gs_cpu_split((int64_t)r->n_attn_blocks * p->n_head, 1, chunk, n_chunks, &u0, &u1);
+    for (int64_t u = u0; u < u1; u++) {
+        const uint32_t b = (uint32_t)(u / p->n_head);
+        attn_block(r, blocks[b], (int)(blocks[b + 1] - blocks[b]), (int)(u % p->n_head), acc, q,
+                   sc, r->ctx->scores_cap);
+    }
+}
+
+/* Cuts the step's tokens into attention blocks: runs of up to ATTN_BLOCK
+ * consecutive tokens of one sequence. */
+static void attn_blocks(struct run *r)
+{
+    uint32_t *b = r->ctx->attn_blocks, n = 0;
+    for (uint32_t t = 0; t < r->io->n_tokens; t++)
+        if (n == 0 || t - b[n - 1] == ATTN_BLOCK || r->io->seq[t] != r->io->seq[b[n - 1]])
+            b[n++] = t;
+    b[n] = r->io->n_tokens;
+    r->n_attn_blocks = n;
 }
 
 static void k_softmax(struct run *r, int chunk, int n_chunks, int thread)
@@ -658,6 +753,7 @@ static void cpu_close(struct gs_be *be)
     gs_free(c->thread_buf);
     gs_free(c->scores);
     gs_free(c->rope_cs);
+    gs_free(c->attn_blocks);
     gs_free(c);
     be->ctx = NULL;
 }
@@ -729,8 +825,8 @@ static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
                 return gs_err_set(err, GS_UNSUPPORTED, "cpu: node %u '%s': %s frequencies", i,
                                   n->name, gs_type_name(b->type));
         }
-        if (n->op == GS_OP_ATTN)
-            *thread_floats = GS_MAX(*thread_floats, 2 * (int64_t)n->p.attn.head_dim);
+        if (n->op == GS_OP_ATTN) /* ATTN_BLOCK queries and accumulators */
+            *thread_floats = GS_MAX(*thread_floats, 2 * ATTN_BLOCK * (int64_t)n->p.attn.head_dim);
         if (n->op == GS_OP_ROPE) /* per token: a cos and a sin per pair */
             *rope_floats = GS_MAX(*rope_floats, (int64_t)(n->p.rope.n_rot / 2) * 2);
     }
@@ -806,7 +902,9 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
         !grow((void **)&c->thread_buf, &c->thread_buf_bytes, nt * (uint64_t)cp->thread_floats,
               sizeof(float)) ||
         !grow((void **)&c->rope_cs, &c->rope_cs_bytes, (uint64_t)s->n_tokens * rope_floats,
-              sizeof(float)))
+              sizeof(float)) ||
+        !grow((void **)&c->attn_blocks, &c->attn_blocks_bytes, (uint64_t)s->n_tokens + 1,
+              sizeof(uint32_t)))
         goto out_nomem;
     *out = p;
     return GS_OK;
@@ -816,7 +914,7 @@ out_nomem:;
     return gs_err_set(err, GS_NOMEM, "cpu: out of memory reserving %llu scratch bytes", bytes);
 }
 
-/* Attention keeps one score per position and thread; the rows are sized on
+/* Attention keeps ATTN_BLOCK scores per position and thread; the rows are sized on
  * the first step (see below) and after that only a new, larger KV pool
  * grows them. */
 static enum gs_status reserve_scores(struct cpu_ctx *c, const struct gs_step_io *io,
@@ -833,7 +931,7 @@ static enum gs_status reserve_scores(struct cpu_ctx *c, const struct gs_step_io 
     int64_t cap = GS_MAX(need, 256);
     if (io->kv)
         cap = GS_MAX(cap, (int64_t)io->kv->n_pages * io->kv->page_tokens);
-    if (!grow((void **)&c->scores, &c->scores_bytes, (uint64_t)cap * c->n_threads,
+    if (!grow((void **)&c->scores, &c->scores_bytes, (uint64_t)cap * c->n_threads * ATTN_BLOCK,
               sizeof(float)))
         return gs_err_set(err, GS_NOMEM, "cpu: out of memory for %lld attention scores",
                           (long long)cap);
@@ -1053,6 +1151,7 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
     st = reserve_scores(c, io, err);
     if (st)
         return st;
+    attn_blocks(&r);
     for (uint32_t k = 0; k < p->n_order;) {
         const uint32_t id = p->order[k];
         const struct gs_node *n = &g->nodes[id];

@@ -113,6 +113,10 @@ struct gs_cpu_helpers {
                       int64_t n);
     void (*axpys_f32)(float *acc, const float *w, const float *v, size_t stride, int n_rows,
                       int64_t n);
+    void (*dots4)(const float *const q[4], const void *k, size_t stride, int n_rows, int64_t n,
+                  float *const out[4], bool f16);
+    void (*axpys4)(float *const acc[4], const float *const w[4], const void *v, size_t stride,
+                   int n_rows, int64_t n, bool f16);
     void (*round_f16)(float *x, int64_t n);
     void (*swiglu)(float *o, const float *g, const float *u, int64_t n);
     float (*scale_max)(float *x, float scale, int64_t n);
@@ -155,6 +159,16 @@ void gs_cpu_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stri
                       int64_t n);
 void gs_cpu_axpys_f32(float *acc, const float *w, const float *v, size_t stride, int n_rows,
                       int64_t n);
+/* Four queries at once (a block of a prompt's tokens, one head), each K or V
+ * row read once for the four: out[j][s] = q[j] . k[s] for s < n_rows, and
+ * acc[j][i] += sum_s w[j][s] * v[s][i]; rows are f16 (f16 true) or f32.
+ * The value sums are bit-identical to four calls of the axpys above (each
+ * column sums its rows in order); the scores may differ from gs_cpu_dots_*
+ * in float summation order. */
+void gs_cpu_dots4(const float *const q[4], const void *k, size_t stride, int n_rows, int64_t n,
+                  float *const out[4], bool f16);
+void gs_cpu_axpys4(float *const acc[4], const float *const w[4], const void *v, size_t stride,
+                   int n_rows, int64_t n, bool f16);
 /* x[i] = f32(f16(x[i])): rounding through half precision. */
 void gs_cpu_round_f16(float *x, int64_t n);
 

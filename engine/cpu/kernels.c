@@ -191,6 +191,29 @@ static void axpys_f32(float *acc, const float *w, const float *v, size_t stride,
             acc[i] += w[s] * v[(size_t)s * stride + i];
 }
 
+/* The four-query forms as four single-query calls of the best helpers. */
+static void dots4(const float *const q[4], const void *k, size_t stride, int n_rows, int64_t n,
+                  float *const out[4], bool f16)
+{
+    for (int j = 0; j < 4; j++) {
+        if (f16)
+            helpers.dots_f16(q[j], k, stride, n_rows, n, out[j]);
+        else
+            helpers.dots_f32(q[j], k, stride, n_rows, n, out[j]);
+    }
+}
+
+static void axpys4(float *const acc[4], const float *const w[4], const void *v, size_t stride,
+                   int n_rows, int64_t n, bool f16)
+{
+    for (int j = 0; j < 4; j++) {
+        if (f16)
+            helpers.axpys_f16(acc[j], w[j], v, stride, n_rows, n);
+        else
+            helpers.axpys_f32(acc[j], w[j], v, stride, n_rows, n);
+    }
+}
+
 static void round_f16(float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -224,8 +247,8 @@ static float exp_sum(float *x, float m, int64_t n)
 }
 
 static const struct gs_cpu_helpers helpers_scalar = {
-    f32_to_f16, f16_to_f32, dot_f32,   dot_f32_f16, dots_f16,  dots_f32,
-    axpys_f16,  axpys_f32,  round_f16, swiglu,      scale_max, exp_sum,
+    f32_to_f16, f16_to_f32, dot_f32, dot_f32_f16, dots_f16,  dots_f32, axpys_f16,
+    axpys_f32,  dots4,      axpys4,  round_f16,   swiglu,    scale_max, exp_sum,
 };
 
 static inline const struct gs_cpu_helpers *best(void)
@@ -291,6 +314,18 @@ void gs_cpu_swiglu(float *o, const float *g, const float *u, int64_t n)
 float gs_cpu_scale_max(float *x, float scale, int64_t n)
 {
     return best()->scale_max(x, scale, n);
+}
+
+void gs_cpu_dots4(const float *const q[4], const void *k, size_t stride, int n_rows, int64_t n,
+                  float *const out[4], bool f16)
+{
+    best()->dots4(q, k, stride, n_rows, n, out, f16);
+}
+
+void gs_cpu_axpys4(float *const acc[4], const float *const w[4], const void *v, size_t stride,
+                   int n_rows, int64_t n, bool f16)
+{
+    best()->axpys4(acc, w, v, stride, n_rows, n, f16);
 }
 
 float gs_cpu_exp_sum(float *x, float m, int64_t n)

@@ -1647,6 +1647,80 @@ static inline void axpys(float *acc, const float *w, const void *v, size_t strid
         }
 }
 
+/* Four queries against two keys at a time: eight accumulators, each key's
+ * vector loaded once for the four (prompt attention was bound by reading
+ * every K row once per query), then one transposing reduction. Head sizes
+ * that are not a multiple of eight take the single-query path. */
+static void vh_dots4(const float *const q[4], const void *k, size_t stride, int n_rows, int64_t n,
+                     float *const out[4], bool f16)
+{
+    int s = 0;
+    if (n % 8 == 0) {
+        for (; s + 2 <= n_rows; s += 2) {
+            __m256 acc[8];
+            for (int j = 0; j < 8; j++)
+                acc[j] = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n; i += 8) {
+                const __m256 k0 = ld8_kv(k, (size_t)s * stride + i, f16);
+                const __m256 k1 = ld8_kv(k, (size_t)(s + 1) * stride + i, f16);
+                for (int j = 0; j < 4; j++) {
+                    const __m256 qv = _mm256_loadu_ps(q[j] + i);
+                    acc[2 * j] = _mm256_fmadd_ps(qv, k0, acc[2 * j]);
+                    acc[2 * j + 1] = _mm256_fmadd_ps(qv, k1, acc[2 * j + 1]);
+                }
+            }
+            float sums[8];
+            _mm256_storeu_ps(sums, hsum8_ps(acc));
+            for (int j = 0; j < 4; j++) {
+                out[j][s] = sums[2 * j];
+                out[j][s + 1] = sums[2 * j + 1];
+            }
+        }
+    }
+    for (; s < n_rows; s++) {
+        const size_t row = (size_t)s * stride;
+        const void *kr = f16 ? (const void *)((const uint16_t *)k + row)
+                             : (const void *)((const float *)k + row);
+        for (int j = 0; j < 4; j++)
+            out[j][s] = dot_kv(q[j], kr, n, f16);
+    }
+}
+
+/* acc[j][i] += sum_s w[j][s] * v[s][i] for four queries, sixteen columns at a
+ * time: each V vector is loaded once for the four. Every column sums its
+ * rows in order, with the same fused and unfused steps as axpys, so the
+ * results equal four axpys calls bit for bit. */
+static void vh_axpys4(float *const acc[4], const float *const w[4], const void *v, size_t stride,
+                      int n_rows, int64_t n, bool f16)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a[4][2];
+        for (int j = 0; j < 4; j++) {
+            a[j][0] = _mm256_loadu_ps(acc[j] + i);
+            a[j][1] = _mm256_loadu_ps(acc[j] + i + 8);
+        }
+        for (int s = 0; s < n_rows; s++) {
+            const __m256 v0 = ld8_kv(v, (size_t)s * stride + i, f16);
+            const __m256 v1 = ld8_kv(v, (size_t)s * stride + i + 8, f16);
+            for (int j = 0; j < 4; j++) {
+                const __m256 ws = _mm256_broadcast_ss(w[j] + s);
+                a[j][0] = _mm256_fmadd_ps(ws, v0, a[j][0]);
+                a[j][1] = _mm256_fmadd_ps(ws, v1, a[j][1]);
+            }
+        }
+        for (int j = 0; j < 4; j++) {
+            _mm256_storeu_ps(acc[j] + i, a[j][0]);
+            _mm256_storeu_ps(acc[j] + i + 8, a[j][1]);
+        }
+    }
+    if (i < n) /* the columns left: axpys' own eight-column and single-column steps */
+        for (int j = 0; j < 4; j++)
+            axpys(acc[j] + i, w[j], f16 ? (const void *)((const uint16_t *)v + i)
+                                        : (const void *)((const float *)v + i),
+                  stride, n_rows, n - i, f16);
+}
+
 static void vh_axpys_f16(float *acc, const float *w, const uint16_t *v, size_t stride,
                          int n_rows, int64_t n)
 {
@@ -1899,6 +1973,8 @@ void gs_cpu__helpers_avx2_fill(struct gs_cpu_helpers *h)
     h->dots_f32 = vh_dots_f32;
     h->axpys_f16 = vh_axpys_f16;
     h->axpys_f32 = vh_axpys_f32;
+    h->dots4 = vh_dots4;
+    h->axpys4 = vh_axpys4;
     h->round_f16 = vh_round_f16;
     h->swiglu = vh_swiglu;
     h->scale_max = vh_scale_max;
