@@ -5,10 +5,7 @@
 # openai_sdk_tls.mjs. Needs node >= 18, npm and openssl.
 set -eu
 cd "$(dirname "$0")"
-if [ ! -f node_modules/openai/package.json ] ||
-   ! grep -q '"version": "4.95.0"' node_modules/openai/package.json; then
-    npm ci --no-audit --no-fund --loglevel=error
-fi
+./npm_install.sh
 dir=$(mktemp -d "${TMPDIR:-/tmp}/gs-sdk-tls.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 k="-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
