@@ -66,12 +66,8 @@ struct cpu_ctx {
     size_t attn_blocks_bytes;
     float *rope_cs;            /* [tokens][n_rot / 2][2] cos, sin of the step's rotations */
     size_t rope_cs_bytes;
-    struct rope_key {          /* what rope_cs holds: the step and the rotation */
-        uint64_t step;
-        int32_t n_rot;
-        float freq_base, freq_scale;
-        const float *freq_factors;
-    } rope_key;
+    uint64_t rope_step;        /* rope_cs holds step rope_step's angles of rope_node's */
+    const struct gs_node *rope_node;
 };
 
 /* The sizes a plan's graph needs from the work memory. */
@@ -390,17 +386,22 @@ static void k_matmul_swiglu(struct run *r, int chunk, int n_chunks, int thread)
  * rope task; the ropes read them. The same float recurrence as ref:
  * theta_i = pos * scale^i.
  */
+/* Whether ropes a and b of one graph turn by the same angles. */
+static bool same_rotation(const struct gs_node *a, const struct gs_node *b)
+{
+    const struct gs_rope_params *p = &a->p.rope, *q = &b->p.rope;
+    return p->n_rot == q->n_rot && p->freq_base == q->freq_base &&
+           p->freq_scale == q->freq_scale && a->n_src == b->n_src &&
+           (a->n_src < 2 || a->src[1] == b->src[1]);
+}
+
 static void rope_prepare(struct run *r, const struct gs_node *n)
 {
+    struct cpu_ctx *c = r->ctx;
+    if (c->rope_step == r->step && same_rotation(n, c->rope_node))
+        return;
     const struct gs_rope_params *p = &n->p.rope;
     const float *ff = n->n_src > 1 ? r->g->nodes[n->src[1]].data : NULL;
-    const struct rope_key key = {.step = r->step, .n_rot = p->n_rot, .freq_base = p->freq_base,
-                                 .freq_scale = p->freq_scale, .freq_factors = ff};
-    struct rope_key *have = &r->ctx->rope_key;
-    if (have->step == key.step && have->n_rot == key.n_rot &&
-        have->freq_base == key.freq_base && have->freq_scale == key.freq_scale &&
-        have->freq_factors == key.freq_factors)
-        return;
     const float theta_scale = powf(p->freq_base, -2.0f / (float)p->n_rot);
     const int half = p->n_rot / 2;
     float *cs = r->ctx->rope_cs;
@@ -413,7 +414,8 @@ static void rope_prepare(struct run *r, const struct gs_node *n)
             theta *= theta_scale;
         }
     }
-    *have = key;
+    c->rope_step = r->step;
+    c->rope_node = n;
 }
 
 static void k_rope(struct run *r, int chunk, int n_chunks, int thread)
@@ -563,9 +565,11 @@ static void attn_block(const struct run *r, int64_t t0, int nt, int h, float *ac
     const float *qs[ATTN_BLOCK];
     float *scs[ATTN_BLOCK], *accs[ATTN_BLOCK];
     int32_t last[ATTN_BLOCK], lo = INT32_MAX, hi = 0;
-    for (int j = 0; j < ATTN_BLOCK; j++) {
-        /* A short block repeats its last query: the four-query kernels are
-         * fed, the repeats' results are dropped. */
+    /* A block of one (decoding) takes the single-query kernels; a longer
+     * short block repeats its last query so that the four-query kernels are
+     * fed, and the repeats' results are dropped. */
+    const int nq = nt == 1 ? 1 : ATTN_BLOCK;
+    for (int j = 0; j < nq; j++) {
         const int64_t t = t0 + GS_MIN(j, nt - 1);
         float *qj = q + (int64_t)j * hd;
         memcpy(qj, value(r, n->src[0]) + t * n->ne[0] + (int64_t)h * hd, (size_t)hd * sizeof(float));
@@ -988,25 +992,36 @@ static float *node_out(const struct run *r, uint32_t id)
 }
 
 /*
- * Matmuls that follow one another in the plan and read the same input (Q, K
- * and V; gate and up) run as one task: their chunks are numbered one after
- * another and claimed from one counter, so the group pays one barrier
- * instead of one per matmul, and a thread that finishes its share of one
- * matrix goes on to the next instead of waiting.
+ * Ops run as one pool task: one barrier for the group instead of one each.
+ * Member i has chunks first[i] .. first[i + 1] - 1 of a matmul group; a
+ * token chain runs every member in each of its chunks.
  */
-#define MATMUL_GROUP_MAX 4
+#define GROUP_MAX 4
 
-struct matmul_group {
+struct op_group {
     const struct run *r;
     int n;
-    const struct gs_node *nodes[MATMUL_GROUP_MAX];
-    float *outs[MATMUL_GROUP_MAX];
-    int first[MATMUL_GROUP_MAX + 1]; /* member i has chunks first[i] .. first[i + 1] - 1 */
+    const struct gs_node *nodes[GROUP_MAX];
+    float *outs[GROUP_MAX];
+    int first[GROUP_MAX + 1];
 };
 
+static void group_add(struct op_group *og, uint32_t id)
+{
+    og->nodes[og->n] = &og->r->g->nodes[id];
+    og->outs[og->n] = node_out(og->r, id);
+    og->n++;
+}
+
+/*
+ * Matmuls that follow one another in the plan and read the same input (Q, K
+ * and V; gate and up where they are not fused) run as one task: their chunks are numbered one after another and
+ * claimed from one counter, so a thread that finishes its share of one
+ * matrix goes on to the next instead of waiting.
+ */
 static void task_matmul_group(void *arg, int c, int nc, int ith)
 {
-    const struct matmul_group *mg = arg;
+    const struct op_group *mg = arg;
     int i = 0;
     while (c >= mg->first[i + 1])
         i++;
@@ -1021,13 +1036,13 @@ static void task_matmul_group(void *arg, int c, int nc, int ith)
  * order[k] (same input, multiplied in the same type, so that one quantized
  * copy serves them all; none reads another's output); returns how many. */
 static int matmul_group(const struct run *r, const struct gs_plan *p, uint32_t k, int n_threads,
-                        struct matmul_group *mg)
+                        struct op_group *mg)
 {
     const struct gs_graph *g = r->g;
     const struct gs_node *first = &g->nodes[p->order[k]];
     const enum gs_type vt = gs_type_traits(g->nodes[first->src[1]].type)->vec_dot_type;
-    *mg = (struct matmul_group){.r = r};
-    for (uint32_t m = k; m < p->n_order && mg->n < MATMUL_GROUP_MAX; m++) {
+    *mg = (struct op_group){.r = r};
+    for (uint32_t m = k; m < p->n_order && mg->n < GROUP_MAX; m++) {
         const uint32_t id = p->order[m];
         const struct gs_node *n = &g->nodes[id];
         if (!is_matmul(n) || n->op == GS_OP_MATMUL_SWIGLU || n->src[0] != first->src[0])
@@ -1039,10 +1054,8 @@ static int matmul_group(const struct run *r, const struct gs_plan *p, uint32_t k
             reads_member |= n->op == GS_OP_MATMUL_ADD && n->src[2] == p->order[k + (uint32_t)i];
         if (reads_member)
             break;
-        mg->nodes[mg->n] = n;
-        mg->outs[mg->n] = node_out(r, id);
         mg->first[mg->n + 1] = mg->first[mg->n] + chunks_for(g, n, n_threads);
-        mg->n++;
+        group_add(mg, id);
     }
     return mg->n;
 }
@@ -1051,22 +1064,11 @@ static int matmul_group(const struct run *r, const struct gs_plan *p, uint32_t k
  * Rope and KV stores cut a step by tokens the same way (gs_cpu_split over
  * the step's tokens) and read only their own tokens' rows, so consecutive
  * ones (rope of Q, rope of K, the store of K and V) run as one task: each
- * chunk runs every member, in order, on its tokens. Two barriers a layer
- * fewer, on ops that take a few microseconds each when a step is short.
- * The scratch plan lets a value take the place of one that is dead by the
- * time it is written (rope K's output that of Q before rope); in a chain
- * another chunk may still be reading that one, so a member whose output
- * overlaps what an earlier member reads or writes ends the chain.
+ * chunk runs every member, in order, on its tokens. Another chunk may still
+ * be reading what a member reads or writes, so a node whose output overlaps
+ * those ends the chain (rope rotates in place, GS_OPF_INPLACE, which keeps
+ * rope K's output off Q's bytes).
  */
-#define TOKEN_CHAIN_MAX 4
-
-struct token_chain {
-    const struct run *r;
-    int n;
-    const struct gs_node *nodes[TOKEN_CHAIN_MAX];
-    float *outs[TOKEN_CHAIN_MAX];
-};
-
 static bool by_token(const struct gs_node *n)
 {
     return n->op == GS_OP_ROPE || n->op == GS_OP_KV_STORE;
@@ -1074,7 +1076,7 @@ static bool by_token(const struct gs_node *n)
 
 static void task_token_chain(void *arg, int c, int nc, int ith)
 {
-    const struct token_chain *tc = arg;
+    const struct op_group *tc = arg;
     struct run r = *tc->r;
     for (int i = 0; i < tc->n; i++) {
         r.n = tc->nodes[i];
@@ -1093,7 +1095,7 @@ static bool overlap(const struct gs_plan *p, uint32_t a, uint32_t b)
 
 /* Whether node id may join the chain's members: its output touches nothing
  * they read or write. */
-static bool chain_safe(const struct gs_plan *p, const struct token_chain *tc, uint32_t id)
+static bool chain_safe(const struct gs_plan *p, const struct op_group *tc, uint32_t id)
 {
     const struct gs_graph *g = p->graph;
     for (int i = 0; i < tc->n; i++) {
@@ -1107,22 +1109,13 @@ static bool chain_safe(const struct gs_plan *p, const struct token_chain *tc, ui
     return true;
 }
 
-/* Whether ropes a and b turn by the same angles (rope_prepare's table). */
-static bool same_rotation(const struct gs_node *a, const struct gs_node *b)
-{
-    const struct gs_rope_params *p = &a->p.rope, *q = &b->p.rope;
-    return p->n_rot == q->n_rot && p->freq_base == q->freq_base &&
-           p->freq_scale == q->freq_scale && a->n_src == b->n_src &&
-           (a->n_src < 2 || a->src[1] == b->src[1]);
-}
-
 /* Gathers into tc the by-token nodes from order[k] on; returns how many.
- * Its ropes all turn by one set of angles: the table holds one. */
+ * Its ropes all turn by one set of angles: rope_prepare's table holds one. */
 static int token_chain(const struct run *r, const struct gs_plan *p, uint32_t k,
-                       struct token_chain *tc)
+                       struct op_group *tc)
 {
-    *tc = (struct token_chain){.r = r};
-    for (uint32_t m = k; m < p->n_order && tc->n < TOKEN_CHAIN_MAX; m++) {
+    *tc = (struct op_group){.r = r};
+    for (uint32_t m = k; m < p->n_order && tc->n < GROUP_MAX; m++) {
         const struct gs_node *n = &r->g->nodes[p->order[m]];
         if (!by_token(n) || !chain_safe(p, tc, p->order[m]))
             break;
@@ -1131,9 +1124,7 @@ static int token_chain(const struct run *r, const struct gs_plan *p, uint32_t k,
             other_angles |= tc->nodes[i]->op == GS_OP_ROPE && !same_rotation(n, tc->nodes[i]);
         if (other_angles)
             break;
-        tc->nodes[tc->n] = n;
-        tc->outs[tc->n] = node_out(r, p->order[m]);
-        tc->n++;
+        group_add(tc, p->order[m]);
     }
     return tc->n;
 }
@@ -1170,7 +1161,7 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
                 gs_cpu_pool_run(c->pool, task_quantize, &r, c->n_threads);
                 r.xq_node = n->src[0];
             }
-            struct matmul_group mg;
+            struct op_group mg;
             const int n_members = matmul_group(&r, p, k, c->n_threads, &mg);
             if (n_members > 1) {
                 gs_cpu_pool_run(c->pool, task_matmul_group, &mg, mg.first[n_members]);
@@ -1178,7 +1169,7 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
                 continue;
             }
         }
-        struct token_chain tc;
+        struct op_group tc;
         const int n_chained = by_token(n) ? token_chain(&r, p, k, &tc) : 0;
         for (int i = 0; i < n_chained; i++)
             if (tc.nodes[i]->op == GS_OP_ROPE)
