@@ -119,11 +119,14 @@ struct gs_cfg {
     /* HTTP */
     char *host;   /* listen address */
     int64_t port; /* listen port; 0: any free port */
+    struct gs_cfg_strlist allowed_hosts; /* (R) Host/Origin names accepted besides localhost */
 
     /* limits */
     uint64_t max_body_bytes;   /* (R) request body cap, 413 above */
     uint64_t max_header_bytes; /* request line + headers cap */
-    int64_t conn_timeout_s;    /* idle connection timeout (slowloris) */
+    int64_t conn_timeout_s;    /* idle connection timeout */
+    int64_t request_timeout_s; /* (R) a request must be whole by then (slowloris) */
+    uint64_t max_stream_buffer_bytes; /* (R) a stream's queued bytes before it is cancelled */
     int64_t max_conns;         /* (R) open connections in total */
     int64_t max_conns_per_ip;  /* (R) open connections per client address */
     int64_t max_tokens;        /* (R) cap on a request's max_tokens */

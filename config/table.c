@@ -71,13 +71,24 @@ static const struct gs_cfg_opt opts[] = {
      "Address to listen on; 0.0.0.0 or :: listens on every interface."},
     {"port", 0, GS_CFG_INT, F(port), g_http, "8080", 0, 65535, NULL, 0, NULL,
      "TCP port to listen on; 0 picks a free port."},
+    {"allowed-hosts", 0, GS_CFG_LIST, F(allowed_hosts), g_http, NULL, 0, 0, NULL, R, NULL,
+     "Host name accepted in Host and Origin headers besides IP literals and localhost "
+     "(.example.com: every name under it; *: any); repeat for several. Names are checked when "
+     "any is given, or when listening on loopback without API keys (DNS rebinding)."},
 
     {"max-body-bytes", 0, GS_CFG_BYTES, F(max_body_bytes), g_limits, "2MiB", KiB, GiB, NULL, R,
      "bytes", "Largest request body; larger ones get 413."},
     {"max-header-bytes", 0, GS_CFG_BYTES, F(max_header_bytes), g_limits, "16KiB", KiB, MiB, NULL,
      0, "bytes", "Largest request line plus headers."},
     {"conn-timeout-s", 0, GS_CFG_INT, F(conn_timeout_s), g_limits, "30", 1, 3600, NULL, 0, "s",
-     "A connection idle this long (no bytes either way) is closed; stops slowloris clients."},
+     "A connection idle this long (no bytes either way) is closed."},
+    {"request-timeout-s", 0, GS_CFG_INT, F(request_timeout_s), g_limits, "30", 0, 3600, NULL, R,
+     "s", "A request must arrive whole (line, headers, body) this long after its connection "
+     "opened or its previous answer ended, however steadily it drips; stops slowloris clients. "
+     "0: no deadline."},
+    {"max-stream-buffer-bytes", 0, GS_CFG_BYTES, F(max_stream_buffer_bytes), g_limits, "4MiB",
+     64 * KiB, GiB, NULL, R, "bytes",
+     "Stream bytes queued for a client that does not read; past it the request is cancelled."},
     {"max-conns", 0, GS_CFG_INT, F(max_conns), g_limits, "256", 1, 65536, NULL, R, "connections",
      "Open client connections in total."},
     {"max-conns-per-ip", 0, GS_CFG_INT, F(max_conns_per_ip), g_limits, "64", 1, 65536, NULL, R,

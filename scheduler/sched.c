@@ -270,6 +270,21 @@ static enum gs_status make_pool(struct gs_sched *s, struct gs_err *err)
     uint32_t pt = s->cfg.page_tokens;
     uint64_t page_bytes = (uint64_t)m->hp.n_layer * 2 * pt * gs_model_kv_dim(m) * elem;
     s->kv.page_tokens = pt; /* pages_for() needs it before the pool exists */
+    /* A file's context_length is whatever its writer put there (2^32-1 has
+     * been seen). One sequence of it must fit in the memory there is: a
+     * context asked for (--n-ctx) that does not is refused, the model's own
+     * is cut down to what a quarter of the memory holds. */
+    uint64_t avail = available_memory_bytes();
+    uint64_t ctx_bytes = pages_for(s, s->n_ctx) * page_bytes;
+    if (!s->cfg.kv_cache_bytes && ctx_bytes > avail) {
+        if (s->cfg.n_ctx)
+            return gs_err_set(err, GS_INVAL,
+                              "n_ctx: one sequence of %u tokens needs %.1f GiB of KV cache, more "
+                              "than the %.1f GiB of memory available",
+                              s->n_ctx, ctx_bytes / 1073741824.0, avail / 1073741824.0);
+        uint64_t fit = GS_MAX(avail / 4 / page_bytes, 1) * pt;
+        s->n_ctx = (uint32_t)GS_MIN(fit, (uint64_t)s->n_ctx);
+    }
     uint64_t bytes = s->cfg.kv_cache_bytes ? s->cfg.kv_cache_bytes : default_kv_bytes(s, page_bytes);
     uint64_t n_pages = bytes / page_bytes;
     uint64_t min_pages = pages_for(s, s->n_ctx);

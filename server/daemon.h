@@ -61,9 +61,25 @@ struct gs_srv_tok_job {
     bool done;    /* result ready for then() */
 };
 
+/*
+ * A client connection, from MHD's accept to its close (http.c). The request
+ * deadline and the eviction of idle connections work on these: MHD sees a
+ * request only once its headers are whole, so a client that drips its
+ * headers would otherwise be invisible.
+ */
+struct gs_srv_conn {
+    struct gs_srv_conn *prev, *next; /* srv->conns, oldest first */
+    int fd;
+    double t_since_ms; /* opened, or its previous answer ended: the request is due from here */
+    bool busy;         /* a whole request is in hand: no deadline, not evicted */
+    bool cut;          /* shut down by the deadline or to make room; MHD closes it */
+};
+
 struct gs_srv_req {
     struct gs_srv *srv;
     struct MHD_Connection *conn;
+    struct gs_srv_conn *hconn; /* NULL if MHD gave none */
+    bool close_after;          /* the answer says Connection: close (a refused head) */
     struct gs_srv_req *prev, *next; /* srv->active while the engine works for it */
     bool in_active;
     char id[64];
@@ -94,6 +110,7 @@ struct gs_srv_req {
     long long created;     /* unix seconds */
     struct gs_srv_buf out; /* stream: SSE bytes not yet handed to MHD */
     bool stream_end;       /* "[DONE]" is in out */
+    bool slow_reader;      /* out passed max_stream_buffer_bytes: cancelled, nothing more added */
     double t_last_out_ms;
     struct gs_srv_req_val val;
 };
@@ -111,6 +128,8 @@ struct gs_srv {
     uv_timer_t mhd_timer; /* MHD's next timeout */
     uv_timer_t tick;      /* 1 s: dead peers and SSE keepalives, while requests run */
     uv_timer_t drain_timer;
+    uv_timer_t sweep; /* 1 s while connections are open: the request deadline */
+    bool sweep_on;
     uv_async_t async; /* engine events and cross-thread requests */
     uv_signal_t sig_term, sig_int;
     uv_signal_t sig_hup;     /* service.c: SIGHUP -> cfg.on_reload */
@@ -122,6 +141,12 @@ struct gs_srv {
     bool handles_open, tick_on;
     struct MHD_Daemon *mhd;
     uint16_t port;
+
+    struct gs_srv_conn *conns, *conns_tail; /* open client connections, oldest first */
+    uint32_t n_conns;
+    bool listens_on_loopback;     /* the bound address is 127.0.0.0/8 or ::1 */
+    struct gs_srv_head_policy head_policy;
+    char **allowed_hosts;         /* owned copies behind head_policy */
 
     struct gs_srv_req *active; /* generation requests with engine work */
     uint32_t n_reqs;           /* HTTP requests alive (any route) */

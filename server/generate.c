@@ -10,6 +10,8 @@
  */
 #include "server/daemon.h"
 
+#include "config/log.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +155,13 @@ static json_t *chunk_base(const struct gs_srv_req *r, json_t *choices)
  * with finish_reason when fin is set. */
 static void emit_chunk(struct gs_srv_req *r, struct gs_srv_choice *c, const char *fin)
 {
+    if (r->slow_reader) {
+        /* The stream has ended for its client: what comes now is dropped. */
+        c->text.len = 0;
+        json_decref(c->logprobs);
+        c->logprobs = NULL;
+        return;
+    }
     json_t *text = gs_srv_json_text(c->text.p ? c->text.p : "", c->text.len);
     c->text.len = 0;
     json_t *ch;
@@ -337,8 +346,37 @@ void gs_srv__gen_try_end(struct gs_srv_req *r)
     emit_end(r);
 }
 
+/*
+ * A stream whose client does not read piles up in r->out. Past the limit the
+ * request is cancelled and its stream closed with an error event, so that a
+ * client's memory on this server stays bounded by the limit plus one event.
+ */
+static void check_backlog(struct gs_srv_req *r)
+{
+    struct gs_srv *s = r->srv;
+    uint64_t cap = s->cfg.limits.max_stream_buffer_bytes;
+    if (!r->streaming || r->slow_reader || r->stream_end || !cap || r->out.len <= cap)
+        return;
+    gs_log(GS_LOG_WARN, "slow_reader", "id=%s queued_bytes=%zu max_stream_buffer_bytes=%llu",
+           r->id, r->out.len, (unsigned long long)cap);
+    r->slow_reader = true;
+    s->metrics.slow_readers++;
+    gs_srv__gen_cancel(r);
+    char msg[160];
+    snprintf(msg, sizeof(msg),
+             "the client did not read the stream: %zu bytes were waiting (limit %llu); the request "
+             "was cancelled",
+             r->out.len, (unsigned long long)cap);
+    json_t *e = gs_srv_err_json(GS_SRV_E_SLOW_READER, msg, NULL);
+    gs_srv_sse_json(&r->out, e);
+    json_decref(e);
+    gs_srv_sse_done(&r->out);
+    r->stream_end = true;
+}
+
 void gs_srv__gen_settle(struct gs_srv_req *r)
 {
+    check_backlog(r);
     gs_srv__gen_try_end(r);
     if (r->streaming ? r->out.len > 0 : complete(r))
         gs_srv__resume(r);

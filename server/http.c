@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #define TICK_MS        1000 /* dead-peer checks while requests run */
+#define SWEEP_MS       1000 /* request deadlines, while connections are open */
+#define MAX_HEADERS    256  /* more headers than this is refused (MHD caps their bytes too) */
 #define KEEPALIVE_MS   2000 /* SSE comment on a stream quiet this long */
 #define DRAIN_GRACE_MS 3000 /* after the deadline, aborted requests get this long */
 #define RETRY_AFTER_S  "1"
@@ -36,6 +38,7 @@ static void begin_drain(struct gs_srv *s);
 static void on_tick(uv_timer_t *h);
 static void on_mhd_timer(uv_timer_t *h);
 static void on_drain_timer(uv_timer_t *h);
+static void on_sweep(uv_timer_t *h);
 
 /* ---- responses ---------------------------------------------------------------------------- */
 
@@ -46,7 +49,7 @@ static void add_common_headers(struct gs_srv_req *r, struct MHD_Response *resp, 
         MHD_add_response_header(resp, "X-Ignored-Fields", r->gen.ignored);
     if (status == 429 || status == 503)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
-    if (r->srv->draining)
+    if (r->srv->draining || r->close_after)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 }
 
@@ -208,6 +211,8 @@ static struct gs_srv_req *req_new(struct gs_srv *s, struct MHD_Connection *c, co
         return NULL;
     r->srv = s;
     r->conn = c;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    r->hconn = ci ? ci->socket_context : NULL;
     r->t_start_ms = gs_now_ms();
     r->url = gs_strdup(url);
     snprintf(r->method, sizeof(r->method), "%s", method);
@@ -228,11 +233,63 @@ static void req_free(struct gs_srv_req *r)
     gs_free(r);
 }
 
-/* The first call for a request: route, auth and the declared body size. */
-static enum MHD_Result on_headers(struct gs_srv_req *r)
+struct header_list {
+    struct gs_srv_header h[MAX_HEADERS];
+    size_t n;
+    bool overflow;
+};
+
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    (void)kind;
+    struct header_list *l = cls;
+    if (l->n == MAX_HEADERS) {
+        l->overflow = true;
+        return MHD_NO;
+    }
+    l->h[l->n++] = (struct gs_srv_header){key, value};
+    return MHD_YES;
+}
+
+/* Framing, Host, Origin and Content-Type (gs_srv_head_check); a refused
+ * request's connection is closed after the answer. */
+static bool head_ok(struct gs_srv_req *r, const char *version, enum MHD_Result *ret)
+{
+    struct gs_srv *s = r->srv;
+    struct header_list *l = gs_malloc(sizeof(*l));
+    if (!l) {
+        *ret = MHD_NO;
+        return false;
+    }
+    l->n = 0;
+    l->overflow = false;
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, l);
+    struct gs_srv_head_verdict v;
+    bool ok = !l->overflow &&
+              gs_srv_head_check(r->method, version, l->h, l->n, &s->head_policy, &v);
+    bool overflow = l->overflow;
+    gs_free(l);
+    if (ok)
+        return true;
+    r->close_after = true;
+    s->metrics.refused_heads++;
+    if (overflow)
+        *ret = gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, NULL,
+                                     "the request has more than %d headers", MAX_HEADERS);
+    else
+        *ret = gs_srv__respond_error(r, v.kind, v.param[0] ? v.param : NULL, "%s", v.msg);
+    return false;
+}
+
+/* The first call for a request: head checks, route, auth and the declared body size. */
+static enum MHD_Result on_headers(struct gs_srv_req *r, const char *version)
 {
     struct gs_srv *s = r->srv;
     bool known;
+    enum MHD_Result ret;
+    if (!head_ok(r, version, &ret))
+        return ret;
     if (!r->route) {
         gs_srv__route_find(r->method, r->url, &known);
         if (known)
@@ -274,7 +331,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!r)
             return MHD_NO;
         *con_cls = r;
-        return on_headers(r);
+        enum MHD_Result ret = on_headers(r, version);
+        if (r->status && r->hconn)
+            r->hconn->busy = true; /* answered: the rest of the request is not awaited */
+        return ret;
     }
     if (r->status) {
         *upload_size = 0; /* answered early (413, 401, ...): the rest is discarded */
@@ -288,6 +348,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    if (r->hconn)
+        r->hconn->busy = true; /* the request is whole: the deadline is met */
     if (r->peer_gone)
         return MHD_NO;
     if (r->tok_job.running)
@@ -325,6 +387,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (r->n_prompt && r->n_done == r->n_choices)
         gs_srv_hist_observe(&s->metrics.e2e, (gs_now_ms() - r->t_start_ms) / 1000.0);
     log_request(s, r, ok);
+    if (r->hconn) {
+        /* A kept-alive connection's next request is due from now. */
+        r->hconn->busy = false;
+        r->hconn->t_since_ms = gs_now_ms();
+    }
     gs_srv__active_remove(r);
     req_free(r);
     s->n_reqs--;
@@ -409,7 +476,13 @@ static void on_mhd_timer(uv_timer_t *h)
     mhd_run(h->data);
 }
 
-/* True when the peer of a suspended connection has closed or reset it. */
+/*
+ * True when the peer of a suspended connection has reset it. A read of 0
+ * bytes is not a departure: a client that shut down its sending side (nc -N,
+ * HTTP/1.0 clients, some proxies) still reads the answer. A client that
+ * closed for good is found by the next write, which fails: a stream's tokens
+ * or keepalive comments, a whole answer's single write.
+ */
 static bool peer_gone(struct gs_srv_req *r)
 {
     const union MHD_ConnectionInfo *ci =
@@ -418,7 +491,93 @@ static bool peer_gone(struct gs_srv_req *r)
         return true;
     char c;
     ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+/* ---- connections: the request deadline and room for new clients --------------------------- */
+
+static void conn_cut(struct gs_srv *s, struct gs_srv_conn *c, bool evicted)
+{
+    c->cut = true;
+    if (evicted)
+        s->metrics.conns_evicted++;
+    else
+        s->metrics.conns_timed_out++;
+    /* MHD sees the end of the stream at its next look and closes the
+     * connection through its usual path (and our NOTIFY_CLOSED). */
+    shutdown(c->fd, SHUT_RDWR);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct gs_srv *s = cls;
+    struct gs_srv_conn *c = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        if (!c)
+            return;
+        if (c->prev)
+            c->prev->next = c->next;
+        else
+            s->conns = c->next;
+        if (c->next)
+            c->next->prev = c->prev;
+        else
+            s->conns_tail = c->prev;
+        s->n_conns--;
+        gs_free(c);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    c = ci ? gs_calloc(1, sizeof(*c)) : NULL;
+    if (!c)
+        return; /* untracked: MHD's own idle timeout still applies */
+    c->fd = ci->connect_fd;
+    c->t_since_ms = gs_now_ms();
+    c->prev = s->conns_tail;
+    if (s->conns_tail)
+        s->conns_tail->next = c;
+    else
+        s->conns = c;
+    s->conns_tail = c;
+    s->n_conns++;
+    *socket_context = c;
+    /* At the connection limit, the oldest connection that has no whole
+     * request in hand (still sending, or idle between requests) makes room:
+     * a slot always remains for a new client, however many slow ones came
+     * first. Connections whose requests run are never cut for this. */
+    if (s->n_conns >= s->cfg.limits.max_conns)
+        for (struct gs_srv_conn *o = s->conns; o && o != c; o = o->next)
+            if (!o->busy && !o->cut) {
+                conn_cut(s, o, true);
+                break;
+            }
+    if (!s->sweep_on && s->cfg.limits.request_timeout_s && !s->closing) {
+        uv_timer_start(&s->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
+        s->sweep_on = true;
+    }
+}
+
+/* Connections whose request is not whole by its deadline are cut, however
+ * steadily their bytes arrive (MHD's own timeout restarts at every byte). */
+static void on_sweep(uv_timer_t *h)
+{
+    struct gs_srv *s = h->data;
+    double now = gs_now_ms(), limit_ms = s->cfg.limits.request_timeout_s * 1000.0;
+    bool cut = false;
+    for (struct gs_srv_conn *c = s->conns; c; c = c->next)
+        if (!c->busy && !c->cut && limit_ms > 0 && now - c->t_since_ms >= limit_ms) {
+            conn_cut(s, c, false);
+            cut = true;
+        }
+    if (!s->conns || limit_ms <= 0) {
+        uv_timer_stop(&s->sweep);
+        s->sweep_on = false;
+    }
+    if (cut)
+        mhd_run(s);
 }
 
 static void on_tick(uv_timer_t *h)
@@ -457,6 +616,7 @@ static void close_all(struct gs_srv *s)
     uv_close((uv_handle_t *)&s->mhd_timer, NULL);
     uv_close((uv_handle_t *)&s->tick, NULL);
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
+    uv_close((uv_handle_t *)&s->sweep, NULL);
     uv_close((uv_handle_t *)&s->async, NULL);
     if (s->cfg.handle_signals) {
         uv_close((uv_handle_t *)&s->sig_term, NULL);
@@ -555,6 +715,52 @@ static enum gs_status make_addr(const char *host, uint16_t port, struct sockaddr
     return GS_OK;
 }
 
+static bool is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss->ss_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ss)->sin6_addr);
+    return false;
+}
+
+static void free_allowed_hosts(struct gs_srv *s)
+{
+    for (size_t i = 0; s->allowed_hosts && i < s->head_policy.n_allowed_hosts; i++)
+        gs_free(s->allowed_hosts[i]);
+    gs_free(s->allowed_hosts);
+    s->allowed_hosts = NULL;
+    s->head_policy.allowed_hosts = NULL;
+    s->head_policy.n_allowed_hosts = 0;
+}
+
+/* Names are checked when some are configured, or where a browser page could
+ * reach an unauthenticated server through rebinding: on loopback, keyless. */
+static void update_head_policy(struct gs_srv *s)
+{
+    s->head_policy.check_host = s->head_policy.n_allowed_hosts > 0 ||
+                                (s->listens_on_loopback && s->cfg.n_api_keys == 0);
+}
+
+static enum gs_status set_allowed_hosts(struct gs_srv *s, const struct gs_srv_cfg *cfg,
+                                        struct gs_err *err)
+{
+    free_allowed_hosts(s);
+    if (!cfg->n_allowed_hosts)
+        return GS_OK;
+    s->allowed_hosts = gs_calloc(cfg->n_allowed_hosts, sizeof(char *));
+    if (!s->allowed_hosts)
+        return gs_err_set(err, GS_NOMEM, "out of memory");
+    for (size_t i = 0; i < cfg->n_allowed_hosts; i++) {
+        s->allowed_hosts[i] = gs_strdup(cfg->allowed_hosts[i]);
+        s->head_policy.n_allowed_hosts = i + 1;
+        if (!s->allowed_hosts[i])
+            return gs_err_set(err, GS_NOMEM, "out of memory");
+    }
+    s->head_policy.allowed_hosts = (const char *const *)s->allowed_hosts;
+    return GS_OK;
+}
+
 static enum gs_status copy_cfg(struct gs_srv *s, const struct gs_srv_cfg *cfg, struct gs_err *err)
 {
     s->cfg = *cfg;
@@ -568,6 +774,9 @@ static enum gs_status copy_cfg(struct gs_srv *s, const struct gs_srv_cfg *cfg, s
     s->cfg.host = s->host;
     s->cfg.model.id = s->model_id;
     s->cfg.api_keys = NULL; /* only digests are kept */
+    if (set_allowed_hosts(s, cfg, err) != GS_OK)
+        return err->code;
+    s->cfg.allowed_hosts = NULL; /* s->head_policy has the copies */
     s->cfg.chat_template = NULL;
     if (cfg->chat_template) {
         if (gs_srv_tmpl_from_name(cfg->chat_template, &s->tmpl) != GS_OK)
@@ -646,7 +855,11 @@ static enum gs_status start_mhd(struct gs_srv *s, struct gs_err *err)
         (unsigned)l->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)l->max_conns_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)l->conn_timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)l->max_header_bytes, MHD_OPTION_EXTERNAL_LOGGER,
-        mhd_logger, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+        mhd_logger, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        /* Refuses what the strict HTTP/1.1 grammar refuses (whitespace before
+         * a colon, folded lines, ...) before our own head checks run. */
+        MHD_OPTION_STRICT_FOR_CLIENT, (int)1, MHD_OPTION_END);
     if (!s->mhd)
         return gs_err_set(err, GS_IO, "cannot listen on %s:%u: %s", s->host, s->cfg.port,
                           strerror(errno));
@@ -661,6 +874,14 @@ static enum gs_status start_mhd(struct gs_srv *s, struct gs_err *err)
             s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                         : ((struct sockaddr_in *)&bound)->sin_port);
     }
+    struct sockaddr_storage bound = ss;
+    if (s->cfg.listen_fd > 2) {
+        socklen_t len = sizeof(bound);
+        if (getsockname(s->cfg.listen_fd, (struct sockaddr *)&bound, &len) != 0)
+            bound.ss_family = AF_UNSPEC;
+    }
+    s->listens_on_loopback = is_loopback(&bound);
+    update_head_policy(s);
     const union MHD_DaemonInfo *ei = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
     if (!ei)
         return gs_err_set(err, GS_IO, "libmicrohttpd has no epoll descriptor");
@@ -687,8 +908,9 @@ enum gs_status gs_srv_new(const struct gs_srv_cfg *cfg, struct gs_srv **out, str
     uv_timer_init(&s->loop, &s->mhd_timer);
     uv_timer_init(&s->loop, &s->tick);
     uv_timer_init(&s->loop, &s->drain_timer);
+    uv_timer_init(&s->loop, &s->sweep);
     uv_async_init(&s->loop, &s->async, on_async);
-    s->mhd_timer.data = s->tick.data = s->drain_timer.data = s->async.data = s;
+    s->mhd_timer.data = s->tick.data = s->drain_timer.data = s->sweep.data = s->async.data = s;
     if (cfg->handle_signals) {
         signal(SIGPIPE, SIG_IGN);
         uv_signal_init(&s->loop, &s->sig_term);
@@ -714,9 +936,14 @@ enum gs_status gs_srv_update(struct gs_srv *s, const struct gs_srv_cfg *cfg, str
         return gs_err_set(err, GS_NOMEM, "out of memory");
     for (size_t i = 0; i < cfg->n_api_keys; i++)
         gs_sha256(cfg->api_keys[i], strlen(cfg->api_keys[i]), digests[i]);
+    if (set_allowed_hosts(s, cfg, err) != GS_OK) {
+        gs_free(digests);
+        return err->code;
+    }
     gs_free(s->key_digests);
     s->key_digests = digests;
     s->cfg.n_api_keys = cfg->n_api_keys;
+    update_head_policy(s);
     s->cfg.drain_timeout_ms = cfg->drain_timeout_ms;
     struct gs_srv_limits *l = &s->cfg.limits;
     l->max_body_bytes = cfg->limits.max_body_bytes;
@@ -724,6 +951,8 @@ enum gs_status gs_srv_update(struct gs_srv *s, const struct gs_srv_cfg *cfg, str
     l->max_n = cfg->limits.max_n;
     l->max_stop = cfg->limits.max_stop;
     l->max_stop_bytes = cfg->limits.max_stop_bytes;
+    l->request_timeout_s = cfg->limits.request_timeout_s;
+    l->max_stream_buffer_bytes = cfg->limits.max_stream_buffer_bytes;
     s->cfg.validate_rate = cfg->validate_rate;
     s->cfg.validate_timeout_ms = cfg->validate_timeout_ms;
     return GS_OK;
@@ -798,5 +1027,6 @@ void gs_srv_free(struct gs_srv *s)
     gs_free(s->host);
     gs_free(s->model_id);
     gs_free(s->key_digests);
+    free_allowed_hosts(s);
     gs_free(s);
 }

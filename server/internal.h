@@ -42,10 +42,13 @@ void gs_srv_buf_free(struct gs_srv_buf *b);
     X(UNAUTHORIZED, 401, "authentication_error", "invalid_api_key")                                \
     X(NOT_FOUND, 404, "not_found_error", "not_found")                                              \
     X(MODEL_NOT_FOUND, 404, "invalid_request_error", "model_not_found")                            \
+    X(FORBIDDEN, 403, "permission_error", "forbidden")                                             \
     X(METHOD, 405, "invalid_request_error", "method_not_allowed")                                  \
     X(TOO_LARGE, 413, "invalid_request_error", "request_too_large")                                \
+    X(MEDIA_TYPE, 415, "invalid_request_error", "unsupported_media_type")                          \
     X(BUSY, 429, "rate_limit_error", "rate_limit_exceeded")                                        \
     X(UNAVAILABLE, 503, "unavailable_error", "service_unavailable")                                \
+    X(SLOW_READER, 400, "invalid_request_error", "stream_buffer_full")                             \
     X(NUMERIC, 500, "server_error", "numerical_error")                                             \
     X(INTERNAL, 500, "server_error", "internal_error")
 
@@ -67,6 +70,45 @@ enum gs_srv_ekind gs_srv_err_from_status(enum gs_status st);
 /* {"error":{"message","type","param","code"}}; param may be NULL. Returns a
  * new reference or NULL on allocation failure. */
 json_t *gs_srv_err_json(enum gs_srv_ekind k, const char *message, const char *param);
+
+/* ---- request heads: framing, names and body type, before any route ----------------------- */
+
+struct gs_srv_header {
+    const char *name, *value;
+};
+
+/* Which names a request may carry in Host and Origin. */
+struct gs_srv_head_policy {
+    /* false: any Host or Origin is accepted. true: only IP literals,
+     * "localhost", names under ".localhost" and allowed_hosts. */
+    bool check_host;
+    /* Extra names: exact (case-insensitive), ".example.com" for every name
+     * under it, "*" for any. Borrowed. */
+    const char *const *allowed_hosts;
+    size_t n_allowed_hosts;
+};
+
+struct gs_srv_head_verdict {
+    enum gs_srv_ekind kind; /* BAD_REQUEST (framing, Host syntax), FORBIDDEN, MEDIA_TYPE */
+    char param[32];
+    char msg[256];
+};
+
+/*
+ * Checks a request head: exactly one Content-Length or one Transfer-Encoding
+ * (chunked) or neither; one Host, required for HTTP/1.1, of the form
+ * host[:port] and allowed by p; an Origin, when p checks names, whose host is
+ * allowed; for POST a Content-Type, if any, of application/json (or curl -d's
+ * application/x-www-form-urlencoded). Returns true when the request may go
+ * on; false with *v filled. A refused request's connection must be closed:
+ * after a framing error the rest of the stream cannot be trusted.
+ */
+bool gs_srv_head_check(const char *method, const char *version, const struct gs_srv_header *h,
+                       size_t n_h, const struct gs_srv_head_policy *p,
+                       struct gs_srv_head_verdict *v);
+
+/* Whether a host name (lower-case, no port or brackets) passes p's names. */
+bool gs_srv_host_name_allowed(const char *name, const struct gs_srv_head_policy *p);
 
 /* ---- a generation request, parsed and validated ----------------------------------------- */
 
@@ -233,6 +275,10 @@ struct gs_srv_metrics {
     uint64_t prompt_tokens, generated_tokens, cached_prompt_tokens;
     uint64_t cancelled; /* client went away before the end */
     uint64_t rejected_busy;
+    uint64_t conns_timed_out; /* cut: the request did not arrive whole in request-timeout-s */
+    uint64_t conns_evicted;   /* cut: the oldest idle connection, to make room for a new one */
+    uint64_t refused_heads;   /* requests refused by gs_srv_head_check */
+    uint64_t slow_readers;    /* streams cancelled: their client let max-stream-buffer fill */
     uint32_t in_flight;
 };
 

@@ -147,6 +147,17 @@ void gs_srv_metrics_render(const struct gs_srv_metrics *m, const struct gs_sched
             m->cancelled);
     counter(o, "graphserve_rejected_busy_total", "Requests refused with 429 (queue full).",
             m->rejected_busy);
+    header(o, "graphserve_connections_cut_total", "counter",
+           "Client connections the server closed before they sent a whole request.");
+    gs_srv_buf_addf(o, "graphserve_connections_cut_total{reason=\"request_timeout\"} %llu\n",
+                    (unsigned long long)m->conns_timed_out);
+    gs_srv_buf_addf(o, "graphserve_connections_cut_total{reason=\"evicted\"} %llu\n",
+                    (unsigned long long)m->conns_evicted);
+    counter(o, "graphserve_refused_heads_total",
+            "Requests refused for their framing, Host, Origin or Content-Type.", m->refused_heads);
+    counter(o, "graphserve_slow_reader_cancellations_total",
+            "Streams cancelled because their client did not read (max-stream-buffer-bytes).",
+            m->slow_readers);
     gauge(o, "graphserve_requests_in_flight", "HTTP generation requests in progress.",
           m->in_flight);
     gauge(o, "graphserve_ready", "1 when /ready answers 200.", ready ? 1 : 0);

@@ -258,12 +258,17 @@ static enum gs_status parse_logit_bias(struct pctx *c, json_t *root,
         return nomem(c);
     const char *key;
     json_t *v;
-    size_t i = 0;
+    size_t i = 0, n_banned = 0;
     json_object_foreach(b, key, v)
     {
-        char *end;
-        long long id = strtoll(key, &end, 10);
-        if (!*key || *end || id < 0 || (uint64_t)id >= lim->n_vocab)
+        /* Plain decimal only: strtoll would also take " 1", "+1" and "01",
+         * and two spellings of one id would be two entries. */
+        bool decimal = key[0] >= '0' && key[0] <= '9' && (key[0] != '0' || !key[1]) &&
+                       strlen(key) <= 10;
+        for (const char *k = key; decimal && *k; k++)
+            decimal = *k >= '0' && *k <= '9';
+        long long id = decimal ? strtoll(key, NULL, 10) : -1;
+        if (id < 0 || (uint64_t)id >= lim->n_vocab)
             return fail(c, "logit_bias", "'logit_bias': key '%.40s' is not a token id in [0, %u)",
                         key, lim->n_vocab);
         if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
@@ -272,8 +277,14 @@ static enum gs_status parse_logit_bias(struct pctx *c, json_t *root,
         g->bias[i].token = (int32_t)id;
         /* -100 bans the token, as OpenAI describes it. */
         g->bias[i].bias = json_number_value(v) <= -100 ? -INFINITY : (float)json_number_value(v);
+        n_banned += g->bias[i].bias == -INFINITY;
         i++;
     }
+    /* Keys are distinct ids, so this is every token: nothing could be sampled. */
+    if (n_banned >= lim->n_vocab)
+        return fail(c, "logit_bias",
+                    "'logit_bias' bans every one of the %u tokens; nothing could be sampled",
+                    lim->n_vocab);
     g->sp.bias = g->bias;
     g->sp.n_bias = (int32_t)i;
     return GS_OK;

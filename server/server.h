@@ -33,7 +33,14 @@
 struct gs_srv_limits {
     uint64_t max_body_bytes;   /* request body cap (413 above) */
     uint32_t max_header_bytes; /* per-connection memory for the request line and headers */
-    uint32_t conn_timeout_s;   /* idle connection timeout (no slowloris) */
+    uint32_t conn_timeout_s;   /* idle connection timeout */
+    /* A request's line, headers and body must be whole this long after the
+     * connection opened (or its previous response ended), however steadily
+     * the bytes drip; 0: no such deadline. */
+    uint32_t request_timeout_s;
+    /* Stream bytes a connection may have queued for a client that does not
+     * read; past it the request is cancelled. */
+    uint64_t max_stream_buffer_bytes;
     uint32_t max_conns;        /* open connections in total */
     uint32_t max_conns_per_ip; /* open connections per client address */
     uint32_t max_tokens;       /* largest max_tokens a request may ask for */
@@ -47,6 +54,8 @@ struct gs_srv_limits {
         .max_body_bytes = 8u << 20,                                                                \
         .max_header_bytes = 32u << 10,                                                             \
         .conn_timeout_s = 30,                                                                      \
+        .request_timeout_s = 30,                                                                   \
+        .max_stream_buffer_bytes = 4u << 20,                                                       \
         .max_conns = 512,                                                                          \
         .max_conns_per_ip = 128,                                                                   \
         .max_tokens = 8192,                                                                        \
@@ -102,6 +111,11 @@ struct gs_srv_cfg {
                        * binding host:port; the server owns it from gs_srv_new on */
     struct gs_srv_limits limits;
     const char *const *api_keys; /* n_api_keys Bearer tokens; none: no auth */
+    /* Host and Origin names accepted besides IP literals and localhost (see
+     * gs_srv_head_check); "*" accepts any. Names are checked when this list
+     * is not empty, or when the daemon listens on loopback without keys. */
+    const char *const *allowed_hosts;
+    size_t n_allowed_hosts;
     size_t n_api_keys;
     uint32_t drain_timeout_ms; /* SIGTERM: time in-flight requests get before "abort" */
     const char *chat_template; /* forced template family name; NULL: from the model */

@@ -178,12 +178,23 @@ static void print_start(const struct serve *sv, const struct gs_srv_cfg *c)
            (long long)sv->cfg.page_tokens, (unsigned long long)st.kv_bytes,
            (long long)sv->cfg.max_seqs, (long long)sv->cfg.max_batch_tokens,
            (long long)sv->cfg.max_queue, sv->cfg.prefix_cache ? "true" : "false");
+    if (!sv->cfg.n_ctx && c->model.n_ctx < hp->n_ctx_train)
+        gs_log(GS_LOG_WARN, "context",
+               "n_ctx=%u n_ctx_train=%u reason=%s", c->model.n_ctx, hp->n_ctx_train,
+               "one sequence of the model's context_length does not fit in the memory "
+               "available; pass --n-ctx to choose");
     const struct gs_srv_limits *l = &c->limits;
     gs_log(GS_LOG_INFO, "limits",
-           "max_body_bytes=%llu max_header_bytes=%u conn_timeout_s=%u max_conns=%u "
-           "max_conns_per_ip=%u max_tokens=%u drain_timeout_ms=%u api_keys=%zu",
+           "max_body_bytes=%llu max_header_bytes=%u conn_timeout_s=%u request_timeout_s=%u "
+           "max_conns=%u max_conns_per_ip=%u max_tokens=%u max_stream_buffer_bytes=%llu "
+           "drain_timeout_ms=%u api_keys=%zu allowed_hosts=%zu",
            (unsigned long long)l->max_body_bytes, l->max_header_bytes, l->conn_timeout_s,
-           l->max_conns, l->max_conns_per_ip, l->max_tokens, c->drain_timeout_ms, c->n_api_keys);
+           l->request_timeout_s, l->max_conns, l->max_conns_per_ip, l->max_tokens,
+           (unsigned long long)l->max_stream_buffer_bytes, c->drain_timeout_ms, c->n_api_keys,
+           c->n_allowed_hosts);
+    if (l->max_tokens < sv->cfg.max_tokens)
+        gs_log(GS_LOG_INFO, "limits", "max_tokens=%u max_tokens_asked=%lld reason=%s",
+               l->max_tokens, (long long)sv->cfg.max_tokens, "over the context");
 }
 
 static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, size_t id_cap)
@@ -196,6 +207,8 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
         .limits = GS_SRV_LIMITS_DEFAULT,
         .api_keys = (const char *const *)cfg->api_key.v,
         .n_api_keys = cfg->api_key.n,
+        .allowed_hosts = (const char *const *)cfg->allowed_hosts.v,
+        .n_allowed_hosts = cfg->allowed_hosts.n,
         .drain_timeout_ms = (uint32_t)(cfg->drain_timeout_s * 1000),
         .chat_template = cfg->chat_template == GS_CFG_TEMPLATE_AUTO
                              ? NULL
@@ -205,9 +218,13 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
     c->limits.max_body_bytes = cfg->max_body_bytes;
     c->limits.max_header_bytes = (uint32_t)cfg->max_header_bytes;
     c->limits.conn_timeout_s = (uint32_t)cfg->conn_timeout_s;
+    c->limits.request_timeout_s = (uint32_t)cfg->request_timeout_s;
+    c->limits.max_stream_buffer_bytes = cfg->max_stream_buffer_bytes;
     c->limits.max_conns = (uint32_t)cfg->max_conns;
     c->limits.max_conns_per_ip = (uint32_t)cfg->max_conns_per_ip;
-    c->limits.max_tokens = (uint32_t)cfg->max_tokens;
+    /* No request can generate more than the context holds: a larger cap
+     * would only turn into context_length_exceeded later. */
+    c->limits.max_tokens = (uint32_t)GS_MIN((uint64_t)cfg->max_tokens, gs_sched_n_ctx(sv->sched));
     c->model = (struct gs_srv_model_info){
         .id = id,
         .tok = sv->tok,

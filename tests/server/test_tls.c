@@ -489,8 +489,8 @@ Test(tls, client_address_reaches_log_and_per_ip_limit)
     struct tls_client a, b;
     tls_client_open(&a, d.port);
     tls_client_open(&b, d.port);
-    tls_client_send(&a, "GET /health HTTP/1.1\r\nHost: x\r\n");
-    tls_client_send(&b, "GET /health HTTP/1.1\r\nHost: x\r\n");
+    tls_client_send(&a, "GET /health HTTP/1.1\r\nHost: localhost\r\n");
+    tls_client_send(&b, "GET /health HTTP/1.1\r\nHost: localhost\r\n");
     char *cmd, *out = NULL;
     cr_assert(asprintf(&cmd,
                        "curl -sS --max-time 10 --cacert '%s/ca.pem' -o /dev/null "
