@@ -567,7 +567,7 @@ Test(http_opts, slow_excess_and_oversized_clients_are_cut_off, .timeout = 60)
                        "exec 3<>/dev/tcp/127.0.0.1/%d 4<>/dev/tcp/127.0.0.1/%d "
                        "5<>/dev/tcp/127.0.0.1/%d; sleep 0.2; "
                        "exec 6<>/dev/tcp/127.0.0.1/%d; printf 'GET /health HTTP/1.1\\r\\n"
-                       "Host: x\\r\\n\\r\\n' >&6 2>/dev/null; timeout 5 cat <&6 | head -c 12; echo",
+                       "Host: localhost\\r\\n\\r\\n' >&6 2>/dev/null; timeout 5 cat <&6 | head -c 12; echo",
                        k.port, k.port, k.port, k.port) > 0);
     run_bash(cmd, &out);
     cr_expect(!strstr(out, "HTTP/1.1 200"), "a 4th connection from one address was served: %s",
