@@ -88,6 +88,11 @@ enum gs_tok_decode_flags {
     /* gs_tok_decode only: skip the model's clean-up of spaces before
      * punctuation (" ," -> ","), which BPE models such as GPT-2 ask for. */
     GS_TOK_NO_CLEANUP = 1u << 2,
+    /* The ids continue a text that is already there (a completion after its
+     * prompt, a chat answer after its turn header): no space is removed from
+     * the first piece. Without it the ids start a text, and the space SPM
+     * put before it goes, as llama.cpp's detokenize does. */
+    GS_TOK_CONTINUATION = 1u << 3,
 };
 
 struct gs_tok; /* opaque: an immutable tokenizer */
@@ -156,8 +161,10 @@ const char *gs_tok_piece(const struct gs_tok *t, int32_t id, unsigned flags, siz
 
 /*
  * Decodes ids to text with flags from enum gs_tok_decode_flags, as
- * llama.cpp's detokenize: the space that SPM put before the text is removed,
- * and BPE models clean up spaces before punctuation unless GS_TOK_NO_CLEANUP.
+ * llama.cpp's detokenize: the space that SPM put before the text is removed
+ * (unless GS_TOK_CONTINUATION, or a BOS removed by GS_TOK_REMOVE_SPECIAL
+ * came first), and BPE models clean up spaces before punctuation unless
+ * GS_TOK_NO_CLEANUP.
  * *text is gs_malloc'ed, NUL-terminated, *len bytes long (the bytes are
  * exactly the pieces', so they may be invalid UTF-8). GS_INVAL names an id
  * out of range.
@@ -169,8 +176,13 @@ enum gs_status gs_tok_decode(const struct gs_tok *t, const int32_t *ids, size_t 
  * Streaming decoder: fed one id at a time, it returns only complete, valid
  * UTF-8. Bytes that may still start a character are held back until the
  * next id completes them; malformed bytes come out as U+FFFD, one per
- * maximal subpart (Unicode's recommended practice). The first piece loses the space SPM put before the text, as in
- * gs_tok_decode. No clean-up of spaces is done.
+ * maximal subpart (Unicode's recommended practice). No clean-up of spaces
+ * is done.
+ *
+ * A stream starts a text unless flags has GS_TOK_CONTINUATION: then its
+ * first piece loses the space SPM put before the text, as in
+ * gs_tok_decode. Generated text continues its prompt, so a generator passes
+ * GS_TOK_CONTINUATION and " was" stays " was" after "The little dog".
  */
 struct gs_tok_decoder;
 

@@ -594,7 +594,9 @@ static enum MHD_Result submit_all(struct gs_srv_req *r)
         c->index = i;
         gs_srv_stop_init(&c->stop, g->stop, g->n_stop);
         struct gs_err err;
-        if (gs_tok_decoder_new(s->cfg.model.tok, 0, &c->dec, &err) != GS_OK)
+        /* The answer continues the prompt: its first piece keeps its space,
+         * chat included, as llama.cpp's server sends each piece as it is. */
+        if (gs_tok_decoder_new(s->cfg.model.tok, GS_TOK_CONTINUATION, &c->dec, &err) != GS_OK)
             return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "%s", err.msg);
     }
     r->n_choices = g->n;

@@ -675,6 +675,78 @@ Test(tok_decode, stream_of_random_bytes_is_always_valid_utf8)
     gs_tok_free(t);
 }
 
+/* Streams every id through a fresh decoder with flags; returns the text (malloc'ed). */
+static char *stream_text(const struct gs_tok *t, const int32_t *ids, size_t n, unsigned flags)
+{
+    struct gs_err err = {0};
+    struct gs_tok_decoder *d;
+    cr_assert_eq(gs_tok_decoder_new(t, flags, &d, &err), GS_OK);
+    char *text = calloc(1, 4096);
+    size_t w = 0;
+    for (int round = 0; round < 2; round++) {
+        /* The second round checks that a flush starts the next stream alike. */
+        w = 0;
+        for (size_t i = 0; i < n; i++) {
+            const char *o;
+            size_t ol;
+            cr_assert_eq(gs_tok_decoder_feed(d, ids[i], &o, &ol, &err), GS_OK, "%s", err.msg);
+            cr_assert_lt(w + ol, 4096);
+            memcpy(text + w, o, ol);
+            w += ol;
+        }
+        const char *o;
+        size_t ol;
+        gs_tok_decoder_flush(d, &o, &ol);
+        text[w] = '\0';
+    }
+    gs_tok_decoder_free(d);
+    return text;
+}
+
+/* Generated ids continue their prompt: with GS_TOK_CONTINUATION the first
+ * piece keeps its space, as llama.cpp's server prints it ("The little dog"
+ * + " was"); without it the ids start a text, whose SPM space goes. */
+Test(tok_decode, continuation_keeps_the_first_space)
+{
+    struct gs_tok *t = open_tok("models/stories260K.gguf");
+    /* " was a little": what llama.cpp generates after "The little dog". */
+    int32_t gen[3] = {gs_tok_find(t, "\xe2\x96\x81was", 6),
+                      gs_tok_find(t,
+                                  "\xe2\x96\x81"
+                                  "a",
+                                  4),
+                      gs_tok_find(t, "\xe2\x96\x81little", 9)};
+    size_t n_gen = 3;
+    cr_assert(gen[0] >= 0 && gen[1] >= 0 && gen[2] >= 0);
+    int32_t *ids;
+    size_t n;
+    encode(t, "The little dog", 14, GS_TOK_ADD_SPECIAL, &ids, &n);
+    cr_assert_eq(ids[0], gs_tok_special(t)->bos);
+
+    char *s = stream_text(t, gen, n_gen, GS_TOK_CONTINUATION);
+    cr_expect_str_eq(s, " was a little");
+    free(s);
+    s = stream_text(t, gen, n_gen, 0);
+    cr_expect_str_eq(s, "was a little", "a stream that starts a text loses the SPM space");
+    free(s);
+
+    struct gs_err err = {0};
+    char *text;
+    size_t len;
+    cr_assert_eq(gs_tok_decode(t, gen, n_gen, GS_TOK_CONTINUATION, &text, &len, &err), GS_OK);
+    cr_expect_str_eq(text, " was a little");
+    gs_free(text);
+    cr_assert_eq(gs_tok_decode(t, gen, n_gen, 0, &text, &len, &err), GS_OK);
+    cr_expect_str_eq(text, "was a little");
+    gs_free(text);
+    /* A whole text still decodes as llama.cpp's detokenize: its SPM space goes. */
+    cr_assert_eq(gs_tok_decode(t, ids + 1, n - 1, 0, &text, &len, &err), GS_OK);
+    cr_expect_str_eq(text, "The little dog");
+    gs_free(text);
+    gs_free(ids);
+    gs_tok_free(t);
+}
+
 Test(tok_decode, removes_prefix_space_and_special_tokens)
 {
     struct gs_tok *t = open_tok("models/vocab/ggml-vocab-llama-spm.gguf");
