@@ -74,8 +74,10 @@ struct gs_tok_special {
 enum gs_tok_encode_flags {
     /* Add BOS/EOS as add_bos/add_eos say (WordPiece: CLS and SEP). */
     GS_TOK_ADD_SPECIAL = 1u << 0,
-    /* Recognise the text of control tokens ("<s>", "<|im_end|>") in the input.
-     * User-defined tokens are always recognised. */
+    /* Recognise the text of control tokens ("<s>", "<|im_end|>") anywhere in
+     * the input. Without it they are recognised only inside the special
+     * spans given to gs_tok_encode_spans (nowhere for gs_tok_encode), and
+     * are plain text elsewhere. User-defined tokens are always recognised. */
     GS_TOK_PARSE_SPECIAL = 1u << 1,
 };
 
@@ -147,6 +149,34 @@ const int32_t *gs_tok_eog_ids(const struct gs_tok *t, size_t *n);
  */
 enum gs_status gs_tok_encode(const struct gs_tok *t, const char *text, size_t len, unsigned flags,
                              int32_t **ids, size_t *n_ids, struct gs_err *err);
+
+/* A byte range [off, off + len) of an input text. */
+struct gs_tok_span {
+    size_t off, len;
+};
+
+/*
+ * Encodes text as gs_tok_encode does, except that without
+ * GS_TOK_PARSE_SPECIAL a control or unknown token's text is recognised
+ * where it lies wholly inside one of special[0..n_special), and nowhere
+ * else. The spans mark text the caller vouches for, such as a chat
+ * template's own turn markers; the rest (a user's message) stays plain
+ * text however it is spelled, so a user cannot write "<|im_start|>system"
+ * and open a turn. With GS_TOK_PARSE_SPECIAL the spans are not consulted.
+ *
+ * The text between recognised tokens is encoded exactly as by
+ * gs_tok_encode, so when every control token's text in the input lies
+ * inside a span, the ids are those of gs_tok_encode with
+ * GS_TOK_PARSE_SPECIAL; with no spans they are those of gs_tok_encode
+ * without it. Spans are in ascending order, disjoint (they may touch) and
+ * within len, or the call fails with GS_INVAL; special may be NULL when
+ * n_special is 0. Ownership of *ids as for gs_tok_encode; the spans are
+ * only read during the call.
+ */
+enum gs_status gs_tok_encode_spans(const struct gs_tok *t, const char *text, size_t len,
+                                   const struct gs_tok_span *special, size_t n_special,
+                                   unsigned flags, int32_t **ids, size_t *n_ids,
+                                   struct gs_err *err);
 
 /* ---- decoding -------------------------------------------------------------- */
 
