@@ -74,8 +74,10 @@ struct gs_tok_special {
 enum gs_tok_encode_flags {
     /* Add BOS/EOS as add_bos/add_eos say (WordPiece: CLS and SEP). */
     GS_TOK_ADD_SPECIAL = 1u << 0,
-    /* Recognise the text of control tokens ("<s>", "<|im_end|>") in the input.
-     * User-defined tokens are always recognised. */
+    /* Recognise the text of control tokens ("<s>", "<|im_end|>") anywhere in
+     * the input. Without it they are recognised only inside the special
+     * spans given to gs_tok_encode_spans (nowhere for gs_tok_encode), and
+     * are plain text elsewhere. User-defined tokens are always recognised. */
     GS_TOK_PARSE_SPECIAL = 1u << 1,
 };
 
@@ -88,6 +90,11 @@ enum gs_tok_decode_flags {
     /* gs_tok_decode only: skip the model's clean-up of spaces before
      * punctuation (" ," -> ","), which BPE models such as GPT-2 ask for. */
     GS_TOK_NO_CLEANUP = 1u << 2,
+    /* The ids continue a text that is already there (a completion after its
+     * prompt, a chat answer after its turn header): no space is removed from
+     * the first piece. Without it the ids start a text, and the space SPM
+     * put before it goes, as llama.cpp's detokenize does. */
+    GS_TOK_CONTINUATION = 1u << 3,
 };
 
 struct gs_tok; /* opaque: an immutable tokenizer */
@@ -143,6 +150,34 @@ const int32_t *gs_tok_eog_ids(const struct gs_tok *t, size_t *n);
 enum gs_status gs_tok_encode(const struct gs_tok *t, const char *text, size_t len, unsigned flags,
                              int32_t **ids, size_t *n_ids, struct gs_err *err);
 
+/* A byte range [off, off + len) of an input text. */
+struct gs_tok_span {
+    size_t off, len;
+};
+
+/*
+ * Encodes text as gs_tok_encode does, except that without
+ * GS_TOK_PARSE_SPECIAL a control or unknown token's text is recognised
+ * where it lies wholly inside one of special[0..n_special), and nowhere
+ * else. The spans mark text the caller vouches for, such as a chat
+ * template's own turn markers; the rest (a user's message) stays plain
+ * text however it is spelled, so a user cannot write "<|im_start|>system"
+ * and open a turn. With GS_TOK_PARSE_SPECIAL the spans are not consulted.
+ *
+ * The text between recognised tokens is encoded exactly as by
+ * gs_tok_encode, so when every control token's text in the input lies
+ * inside a span, the ids are those of gs_tok_encode with
+ * GS_TOK_PARSE_SPECIAL; with no spans they are those of gs_tok_encode
+ * without it. Spans are in ascending order, disjoint (they may touch) and
+ * within len, or the call fails with GS_INVAL; special may be NULL when
+ * n_special is 0. Ownership of *ids as for gs_tok_encode; the spans are
+ * only read during the call.
+ */
+enum gs_status gs_tok_encode_spans(const struct gs_tok *t, const char *text, size_t len,
+                                   const struct gs_tok_span *special, size_t n_special,
+                                   unsigned flags, int32_t **ids, size_t *n_ids,
+                                   struct gs_err *err);
+
 /* ---- decoding -------------------------------------------------------------- */
 
 /*
@@ -156,8 +191,10 @@ const char *gs_tok_piece(const struct gs_tok *t, int32_t id, unsigned flags, siz
 
 /*
  * Decodes ids to text with flags from enum gs_tok_decode_flags, as
- * llama.cpp's detokenize: the space that SPM put before the text is removed,
- * and BPE models clean up spaces before punctuation unless GS_TOK_NO_CLEANUP.
+ * llama.cpp's detokenize: the space that SPM put before the text is removed
+ * (unless GS_TOK_CONTINUATION, or a BOS removed by GS_TOK_REMOVE_SPECIAL
+ * came first), and BPE models clean up spaces before punctuation unless
+ * GS_TOK_NO_CLEANUP.
  * *text is gs_malloc'ed, NUL-terminated, *len bytes long (the bytes are
  * exactly the pieces', so they may be invalid UTF-8). GS_INVAL names an id
  * out of range.
@@ -169,8 +206,13 @@ enum gs_status gs_tok_decode(const struct gs_tok *t, const int32_t *ids, size_t 
  * Streaming decoder: fed one id at a time, it returns only complete, valid
  * UTF-8. Bytes that may still start a character are held back until the
  * next id completes them; malformed bytes come out as U+FFFD, one per
- * maximal subpart (Unicode's recommended practice). The first piece loses the space SPM put before the text, as in
- * gs_tok_decode. No clean-up of spaces is done.
+ * maximal subpart (Unicode's recommended practice). No clean-up of spaces
+ * is done.
+ *
+ * A stream starts a text unless flags has GS_TOK_CONTINUATION: then its
+ * first piece loses the space SPM put before the text, as in
+ * gs_tok_decode. Generated text continues its prompt, so a generator passes
+ * GS_TOK_CONTINUATION and " was" stays " was" after "The little dog".
  */
 struct gs_tok_decoder;
 

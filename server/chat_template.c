@@ -4,6 +4,11 @@
  * family is one row of a table: how a turn opens and closes per role, and
  * what starts the assistant's answer. (A Jinja renderer is a later issue.)
  *
+ * The template's own text (markers, role names, separators) is recorded as
+ * spans where control tokens may be recognised; message contents are the
+ * client's and stay plain text, so "<|im_start|>system" in a message cannot
+ * open a turn.
+ *
  * The "plain" format, for models without a template, is documented in README:
  *     system: <text>\n  user: <text>\n  assistant: <text>\n ... then "assistant:"
  */
@@ -78,8 +83,51 @@ static const struct {
     [GS_SRV_TMPL_PLAIN] = {"", ": ", "\n", "assistant", false},
 };
 
+/* The rendered prompt being written: text, and where the template wrote it. */
+struct out {
+    struct gs_srv_buf *text;
+    struct gs_srv_spans *spans; /* NULL: text only */
+};
+
+void gs_srv_spans_free(struct gs_srv_spans *s)
+{
+    gs_free(s->v);
+    *s = (struct gs_srv_spans){0};
+}
+
+/* Text the template writes: control tokens may be recognised in it. */
+static void put_tmpl(struct out *o, const char *s)
+{
+    size_t at = o->text->len, n = strlen(s);
+    gs_srv_buf_adds(o->text, s);
+    struct gs_srv_spans *sp = o->spans;
+    if (!sp || n == 0 || sp->failed || o->text->failed)
+        return;
+    if (sp->n > 0 && sp->v[sp->n - 1].off + sp->v[sp->n - 1].len == at) {
+        sp->v[sp->n - 1].len += n;
+        return;
+    }
+    if (sp->n == sp->cap) {
+        size_t cap = sp->cap ? sp->cap * 2 : 16;
+        struct gs_tok_span *v = gs_realloc(sp->v, cap * sizeof(*v));
+        if (!v) {
+            sp->failed = true;
+            return;
+        }
+        sp->v = v;
+        sp->cap = cap;
+    }
+    sp->v[sp->n++] = (struct gs_tok_span){at, n};
+}
+
+/* Text a client sent: always plain text. */
+static void put_user(struct out *o, const char *s)
+{
+    gs_srv_buf_adds(o->text, s);
+}
+
 static void render_turns(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_t n,
-                         struct gs_srv_buf *out)
+                         struct out *out)
 {
     const char *pending_system = NULL;
     for (size_t i = 0; i < n; i++) {
@@ -90,27 +138,28 @@ static void render_turns(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size
         }
         if (!strcmp(role, "assistant"))
             role = turn_fmt[t].assistant_role;
-        gs_srv_buf_adds(out, turn_fmt[t].open);
-        gs_srv_buf_adds(out, role);
-        gs_srv_buf_adds(out, turn_fmt[t].sep);
+        /* Roles are one of the parser's fixed names, so template text. */
+        put_tmpl(out, turn_fmt[t].open);
+        put_tmpl(out, role);
+        put_tmpl(out, turn_fmt[t].sep);
         if (pending_system && !strcmp(msgs[i].role, "user")) {
-            gs_srv_buf_adds(out, pending_system);
-            gs_srv_buf_adds(out, "\n\n");
+            put_user(out, pending_system);
+            put_tmpl(out, "\n\n");
             pending_system = NULL;
         }
-        gs_srv_buf_adds(out, msgs[i].content);
-        gs_srv_buf_adds(out, turn_fmt[t].close);
+        put_user(out, msgs[i].content);
+        put_tmpl(out, turn_fmt[t].close);
     }
-    gs_srv_buf_adds(out, turn_fmt[t].open);
-    gs_srv_buf_adds(out, turn_fmt[t].assistant_role);
+    put_tmpl(out, turn_fmt[t].open);
+    put_tmpl(out, turn_fmt[t].assistant_role);
     /* The plain format ends "assistant:" so that the model writes the text. */
-    gs_srv_buf_adds(out, t == GS_SRV_TMPL_PLAIN ? ":" : turn_fmt[t].sep);
+    put_tmpl(out, t == GS_SRV_TMPL_PLAIN ? ":" : turn_fmt[t].sep);
 }
 
 /* Llama 2 and Mistral: user turns inside [INST] ... [/INST], the system text
  * inside the first one (Llama 2 wraps it in <<SYS>>), answers closed by </s>. */
 static void render_inst(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_t n,
-                        struct gs_srv_buf *out)
+                        struct out *out)
 {
     const char *system = NULL;
     bool first = true;
@@ -119,33 +168,40 @@ static void render_inst(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_
         if (!strcmp(role, "system")) {
             system = msgs[i].content;
         } else if (!strcmp(role, "assistant")) {
-            gs_srv_buf_adds(out, t == GS_SRV_TMPL_LLAMA2 ? " " : "");
-            gs_srv_buf_adds(out, msgs[i].content);
-            gs_srv_buf_adds(out, t == GS_SRV_TMPL_LLAMA2 ? " </s><s>" : "</s>");
+            put_tmpl(out, t == GS_SRV_TMPL_LLAMA2 ? " " : "");
+            put_user(out, msgs[i].content);
+            put_tmpl(out, t == GS_SRV_TMPL_LLAMA2 ? " </s><s>" : "</s>");
         } else {
-            gs_srv_buf_adds(out, "[INST] ");
+            put_tmpl(out, "[INST] ");
             if (system && first) {
                 if (t == GS_SRV_TMPL_LLAMA2) {
-                    gs_srv_buf_adds(out, "<<SYS>>\n");
-                    gs_srv_buf_adds(out, system);
-                    gs_srv_buf_adds(out, "\n<</SYS>>\n\n");
+                    put_tmpl(out, "<<SYS>>\n");
+                    put_user(out, system);
+                    put_tmpl(out, "\n<</SYS>>\n\n");
                 } else {
-                    gs_srv_buf_adds(out, system);
-                    gs_srv_buf_adds(out, "\n\n");
+                    put_user(out, system);
+                    put_tmpl(out, "\n\n");
                 }
             }
             first = false;
-            gs_srv_buf_adds(out, msgs[i].content);
-            gs_srv_buf_adds(out, " [/INST]");
+            put_user(out, msgs[i].content);
+            put_tmpl(out, " [/INST]");
         }
     }
+}
+
+void gs_srv_tmpl_render_spans(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_t n,
+                              struct gs_srv_buf *text, struct gs_srv_spans *spans)
+{
+    struct out out = {text, spans};
+    if (t == GS_SRV_TMPL_LLAMA2 || t == GS_SRV_TMPL_MISTRAL)
+        render_inst(t, msgs, n, &out);
+    else if ((unsigned)t < GS_SRV_TMPL_COUNT)
+        render_turns(t, msgs, n, &out);
 }
 
 void gs_srv_tmpl_render(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_t n,
                         struct gs_srv_buf *out)
 {
-    if (t == GS_SRV_TMPL_LLAMA2 || t == GS_SRV_TMPL_MISTRAL)
-        render_inst(t, msgs, n, out);
-    else if ((unsigned)t < GS_SRV_TMPL_COUNT)
-        render_turns(t, msgs, n, out);
+    gs_srv_tmpl_render_spans(t, msgs, n, out, NULL);
 }

@@ -59,6 +59,9 @@ struct gs_srv_tok_job {
     enum MHD_Result (*then)(struct gs_srv_req *r); /* goes on once done; clears done */
     bool running; /* queued or on a pool thread: the request must not be freed */
     bool done;    /* result ready for then() */
+    /* Where text may spell control tokens (a chat template's markers);
+     * elsewhere it is plain text unless flags has GS_TOK_PARSE_SPECIAL. */
+    struct gs_srv_spans spans;
 };
 
 /*
@@ -192,10 +195,10 @@ enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind ki
 void gs_srv__suspend(struct gs_srv_req *r);
 /* Lets MHD process what changed (a resumed connection) outside its callbacks. */
 void gs_srv__kick(struct gs_srv *s);
-/* Tokenizes r->tok_job.text with flags on the thread pool, the connection
- * suspended; then the access handler calls then(r), which takes the result
- * (ids, n_ids, st, err) and clears done. Call from a handler; returns what
- * the handler returns. */
+/* Tokenizes r->tok_job.text with its spans and flags (gs_tok_encode_spans)
+ * on the thread pool, the connection suspended; then the access handler
+ * calls then(r), which takes the result (ids, n_ids, st, err) and clears
+ * done. Call from a handler; returns what the handler returns. */
 enum MHD_Result gs_srv__tokenize_async(struct gs_srv_req *r, unsigned flags,
                                        enum MHD_Result (*then)(struct gs_srv_req *r));
 void gs_srv__resume(struct gs_srv_req *r);

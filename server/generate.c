@@ -451,6 +451,7 @@ void gs_srv__gen_free(struct gs_srv_req *r)
     gs_free(r->prompt);
     gs_free(r->tok_job.ids);
     gs_srv_buf_free(&r->tok_job.text);
+    gs_srv_spans_free(&r->tok_job.spans);
     gs_srv_buf_free(&r->out);
     gs_srv_gen_free(&r->gen);
     r->choices = NULL;
@@ -507,14 +508,17 @@ static enum MHD_Result tokenize_prompt(struct gs_srv_req *r)
         return MHD_YES;
     }
     struct gs_srv_tok_job *j = &r->tok_job;
+    /* Only the template's own text may spell control tokens; a completion's
+     * prompt may ask for them with parse_special. */
     if (g->chat)
-        gs_srv_tmpl_render(s->tmpl, g->msgs, g->n_msgs, &j->text);
+        gs_srv_tmpl_render_spans(s->tmpl, g->msgs, g->n_msgs, &j->text, &j->spans);
     else
         gs_srv_buf_add(&j->text, g->prompt, g->prompt_len);
-    if (j->text.failed)
+    if (j->text.failed || j->spans.failed)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
-    return gs_srv__tokenize_async(r, GS_TOK_ADD_SPECIAL | GS_TOK_PARSE_SPECIAL,
-                                  gs_srv__gen_continue);
+    return gs_srv__tokenize_async(
+        r, GS_TOK_ADD_SPECIAL | (g->parse_special ? GS_TOK_PARSE_SPECIAL : 0),
+        gs_srv__gen_continue);
 }
 
 /* Takes the pool's result; answers 400 itself for a bad or empty prompt. */
@@ -522,6 +526,7 @@ static bool take_tokens(struct gs_srv_req *r, enum MHD_Result *ret)
 {
     struct gs_srv_tok_job *j = &r->tok_job;
     gs_srv_buf_free(&j->text);
+    gs_srv_spans_free(&j->spans);
     if (j->st != GS_OK) {
         *ret = gs_srv__respond_error(r, gs_srv_err_from_status(j->st),
                                      r->gen.chat ? "messages" : "prompt", "%s", j->err.msg);
@@ -632,7 +637,9 @@ static enum MHD_Result submit_all(struct gs_srv_req *r)
         c->index = i;
         gs_srv_stop_init(&c->stop, g->stop, g->n_stop);
         struct gs_err err;
-        if (gs_tok_decoder_new(s->cfg.model.tok, 0, &c->dec, &err) != GS_OK)
+        /* The answer continues the prompt: its first piece keeps its space,
+         * chat included, as llama.cpp's server sends each piece as it is. */
+        if (gs_tok_decoder_new(s->cfg.model.tok, GS_TOK_CONTINUATION, &c->dec, &err) != GS_OK)
             return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "%s", err.msg);
     }
     r->n_choices = g->n;

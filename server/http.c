@@ -436,8 +436,8 @@ static void tok_work(uv_work_t *w)
 {
     struct gs_srv_req *r = w->data;
     struct gs_srv_tok_job *j = &r->tok_job;
-    j->st = gs_tok_encode(r->srv->cfg.model.tok, j->text.p ? j->text.p : "", j->text.len, j->flags,
-                          &j->ids, &j->n_ids, &j->err);
+    j->st = gs_tok_encode_spans(r->srv->cfg.model.tok, j->text.p ? j->text.p : "", j->text.len,
+                                j->spans.v, j->spans.n, j->flags, &j->ids, &j->n_ids, &j->err);
 }
 
 static void tok_done(uv_work_t *w, int status)

@@ -142,6 +142,9 @@ struct gs_srv_gen {
     bool logprobs;
     int32_t top_logprobs;
     bool echo; /* completions: prepend the prompt to the text */
+    /* Completions with a text prompt: control tokens spelled in it ("</s>")
+     * are recognised ("parse_special": true); by default it is plain text. */
+    bool parse_special;
     bool ignore_eos;
     bool has_seed;
     struct gs_sample_params sp; /* sp.bias points at bias */
@@ -192,11 +195,30 @@ enum gs_status gs_srv_tmpl_from_name(const char *name, enum gs_srv_tmpl *out);
  * GS_SRV_TMPL_PLAIN for NULL or text we do not recognise. */
 enum gs_srv_tmpl gs_srv_tmpl_detect(const char *jinja);
 
+/* Where a rendered prompt may spell control tokens: byte ranges of the
+ * text, ascending and disjoint, as gs_tok_encode_spans takes them. Like
+ * gs_srv_buf, it remembers an allocation failure in failed. Free with
+ * gs_srv_spans_free. */
+struct gs_srv_spans {
+    struct gs_tok_span *v;
+    size_t n, cap;
+    bool failed;
+};
+
+void gs_srv_spans_free(struct gs_srv_spans *s);
+
 /*
  * Renders messages into the prompt text with the generation prompt for the
- * assistant appended. The BOS token is not written (the tokenizer adds it);
- * the text is tokenized with special tokens recognised. Appends to out.
+ * assistant appended. The BOS token is not written (the tokenizer adds it).
+ * Appends to out; when spans is not NULL, also appends the ranges of out->p
+ * that the template itself wrote (turn markers, role names, separators), so
+ * that the text is tokenized with gs_tok_encode_spans: control tokens are
+ * recognised in the template's text and never in message contents, which
+ * are the client's.
  */
+void gs_srv_tmpl_render_spans(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_t n,
+                              struct gs_srv_buf *out, struct gs_srv_spans *spans);
+/* The text alone: gs_srv_tmpl_render_spans with spans NULL. */
 void gs_srv_tmpl_render(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_t n,
                         struct gs_srv_buf *out);
 

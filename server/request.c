@@ -316,6 +316,7 @@ static const char *const known_fields[] = {
     "user",
     "ignore_eos",
     "echo",
+    "parse_special",
     "validation",
 };
 
@@ -444,6 +445,23 @@ static enum gs_status parse_validation(struct pctx *c, json_t *root, struct gs_s
     return GS_OK;
 }
 
+/* "parse_special": a completion's text prompt may spell control tokens.
+ * Refused where nothing would read it: chat contents are always plain text,
+ * and token ids are not tokenized. */
+static enum gs_status parse_parse_special(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+{
+    json_t *v = json_object_get(root, "parse_special");
+    enum gs_status st = get_bool(c, root, "parse_special", &g->parse_special);
+    if (st != GS_OK || !v || json_is_null(v))
+        return st;
+    if (g->chat)
+        return fail(c, "parse_special",
+                    "'parse_special' is for /v1/completions; chat messages are always plain text");
+    if (!g->prompt)
+        return fail(c, "parse_special", "'parse_special' needs a text prompt, not token ids");
+    return GS_OK;
+}
+
 static enum gs_status parse_root(struct pctx *c, json_t *root,
                                  const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
 {
@@ -492,7 +510,8 @@ static enum gs_status parse_root(struct pctx *c, json_t *root,
     if ((st = parse_sampling(c, root, g)) != GS_OK || (st = parse_logprobs(c, root, g)) != GS_OK ||
         (st = parse_stop(c, root, lim, g)) != GS_OK ||
         (st = parse_logit_bias(c, root, lim, g)) != GS_OK ||
-        (st = parse_validation(c, root, g)) != GS_OK)
+        (st = parse_validation(c, root, g)) != GS_OK ||
+        (st = parse_parse_special(c, root, g)) != GS_OK)
         return st;
     struct gs_err e;
     if (gs_sample_params_check(&g->sp, (int32_t)lim->n_vocab, &e) != GS_OK)

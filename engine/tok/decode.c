@@ -60,6 +60,12 @@ static size_t clean_spaces(char *s, size_t n)
     return w;
 }
 
+/* Whether the first piece of ids loses the space SPM put before a text. */
+static bool starts_text(const struct gs_tok *t, unsigned flags)
+{
+    return t->sp.add_space_prefix && !(flags & GS_TOK_CONTINUATION);
+}
+
 enum gs_status gs_tok_decode(const struct gs_tok *t, const int32_t *ids, size_t n_ids,
                              unsigned flags, char **text, size_t *len, struct gs_err *err)
 {
@@ -72,8 +78,9 @@ enum gs_status gs_tok_decode(const struct gs_tok *t, const int32_t *ids, size_t 
                               "detokenize: id %d at %zu out of range (vocabulary of %u)", ids[i], i,
                               t->n_vocab);
     /* The space SPM put before the text goes, except after a removed BOS
-     * (llama.cpp keeps it there). */
-    bool strip_space = t->sp.add_space_prefix;
+     * (llama.cpp keeps it there) and in a continuation, whose first space
+     * separates it from the text before. */
+    bool strip_space = starts_text(t, flags);
     if ((flags & GS_TOK_REMOVE_SPECIAL) && t->sp.add_bos && n_ids > 0 && ids[0] == t->sp.bos) {
         strip_space = false;
         ids++;
@@ -126,7 +133,7 @@ enum gs_status gs_tok_decoder_new(const struct gs_tok *t, unsigned flags,
         return gs_err_set(err, GS_NOMEM, "decoder: out of memory");
     d->t = t;
     d->flags = flags;
-    d->strip_space = t->sp.add_space_prefix;
+    d->strip_space = starts_text(t, flags);
     d->first = true;
     *out = d;
     return GS_OK;
@@ -247,6 +254,6 @@ void gs_tok_decoder_flush(struct gs_tok_decoder *d, const char **out, size_t *le
     *out = "\xef\xbf\xbd";
     *len = d->n_held ? 3 : 0;
     d->n_held = 0;
-    d->strip_space = d->t->sp.add_space_prefix;
+    d->strip_space = starts_text(d->t, d->flags);
     d->first = true;
 }

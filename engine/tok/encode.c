@@ -6,7 +6,8 @@
  * Special tokens are matched as llama.cpp does: one token text at a time,
  * longest first, each splitting every text fragment at all its occurrences,
  * so that "<|im_start|>" wins over "<". Control and unknown tokens are
- * matched only with GS_TOK_PARSE_SPECIAL; user-defined tokens always. A
+ * matched with GS_TOK_PARSE_SPECIAL anywhere, else only inside the caller's
+ * special spans (none for gs_tok_encode); user-defined tokens always. A
  * token with the LSTRIP/RSTRIP attribute eats the whitespace next to it.
  */
 #define _GNU_SOURCE /* memmem */
@@ -40,15 +41,39 @@ static enum gs_status frags_push(struct frags *f, struct frag x)
     return GS_OK;
 }
 
-static bool special_allowed(const struct gs_tok *t, int32_t id, bool parse_special)
+/* Where control and unknown tokens may be matched: everywhere (parse
+ * special), or only wholly inside one of the spans, which are sorted and
+ * disjoint. */
+struct allowed {
+    bool everywhere;
+    const struct gs_tok_span *spans;
+    size_t n_spans;
+};
+
+/* Whether token id may be matched at text[at..at+len). */
+static bool allowed_at(const struct gs_tok *t, int32_t id, size_t at, size_t len,
+                       const struct allowed *a)
 {
-    uint8_t a = t->vocab[id].attr;
-    return parse_special || !(a & (GS_TOK__ATTR_CONTROL | GS_TOK__ATTR_UNKNOWN));
+    if (a->everywhere || !(t->vocab[id].attr & (GS_TOK__ATTR_CONTROL | GS_TOK__ATTR_UNKNOWN)))
+        return true;
+    size_t lo = 0, hi = a->n_spans; /* the first span starting after at is spans[lo] */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (a->spans[mid].off <= at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return false;
+    const struct gs_tok_span *s = &a->spans[lo - 1];
+    return at + len <= s->off + s->len;
 }
 
-/* Splits every text fragment of *in at the occurrences of token id. */
+/* Splits every text fragment of *in at the occurrences of token id where
+ * it may be matched; other occurrences stay text. */
 static enum gs_status split_at(const struct gs_tok *t, const char *text, int32_t id,
-                               struct frags *in, struct frags *out)
+                               const struct allowed *a, struct frags *in, struct frags *out)
 {
     const char *tt = gs_tok__text(t, id);
     size_t tl = t->vocab[id].len;
@@ -61,15 +86,20 @@ static enum gs_status split_at(const struct gs_tok *t, const char *text, int32_t
                 return GS_NOMEM;
             continue;
         }
-        size_t off = f.off, len = f.len;
+        size_t off = f.off, len = f.len, from = off; /* search text[from..off+len) */
         for (;;) {
-            const char *m = len >= tl ? memmem(text + off, len, tt, tl) : NULL;
+            size_t rest = off + len - from;
+            const char *m = rest >= tl ? memmem(text + from, rest, tt, tl) : NULL;
             if (!m) {
                 if (len > 0 && frags_push(out, (struct frag){off, len, GS_TOK_NULL}) != GS_OK)
                     return GS_NOMEM;
                 break;
             }
             size_t at = (size_t)(m - text), left = at - off;
+            if (!allowed_at(t, id, at, tl, a)) {
+                from = at + 1;
+                continue;
+            }
             if (attr & GS_TOK__ATTR_LSTRIP)
                 while (left > 0 && isspace((unsigned char)text[off + left - 1]))
                     left--;
@@ -81,7 +111,7 @@ static enum gs_status split_at(const struct gs_tok *t, const char *text, int32_t
             if (attr & GS_TOK__ATTR_RSTRIP)
                 while (rlen > 0 && isspace((unsigned char)text[roff]))
                     roff++, rlen--;
-            off = roff;
+            off = from = roff;
             len = rlen;
         }
     }
@@ -98,7 +128,7 @@ static bool bit_set(const uint8_t *bits, unsigned char c)
  * tokens fast: candidates are found by one pass over the text that hashes,
  * at each position, one slice per distinct special-token length. */
 static enum gs_status partition(const struct gs_tok *t, const char *text, size_t len,
-                                bool parse_special, struct frags *out)
+                                const struct allowed *a, struct frags *out)
 {
     struct frags tmp = {0};
     uint8_t *present = NULL;
@@ -117,7 +147,7 @@ static enum gs_status partition(const struct gs_tok *t, const char *text, size_t
         for (size_t k = 0; k < t->n_special_lens && t->special_lens[k] <= len - i; k++) {
             int32_t id = gs_tok__lookup(t, text + i, t->special_lens[k]);
             if (id < 0 || !(t->vocab[id].attr & GS_TOK__SPECIAL_ATTRS) ||
-                !special_allowed(t, id, parse_special))
+                !allowed_at(t, id, i, t->special_lens[k], a))
                 continue;
             /* Allocated on the first find, so plain text costs nothing. */
             if (!present && !(present = gs_calloc(t->n_vocab / 8 + 1, 1)))
@@ -130,7 +160,7 @@ static enum gs_status partition(const struct gs_tok *t, const char *text, size_t
         int32_t id = t->special_ids[k];
         if (!(present[id >> 3] & (1u << (id & 7))))
             continue;
-        if ((st = split_at(t, text, id, out, &tmp)) != GS_OK)
+        if ((st = split_at(t, text, id, a, out, &tmp)) != GS_OK)
             goto out;
         struct frags x = *out;
         *out = tmp;
@@ -191,8 +221,9 @@ static enum gs_status encode_fragments(const struct gs_tok *t, const char *text,
     return st;
 }
 
-enum gs_status gs_tok_encode(const struct gs_tok *t, const char *text, size_t len, unsigned flags,
-                             int32_t **ids, size_t *n_ids, struct gs_err *err)
+enum gs_status gs_tok_encode_spans(const struct gs_tok *t, const char *text, size_t len,
+                                   const struct gs_tok_span *special, size_t n_special,
+                                   unsigned flags, int32_t **ids, size_t *n_ids, struct gs_err *err)
 {
     struct frags fr = {0};
     struct gs_tok__scratch s = {0};
@@ -201,7 +232,19 @@ enum gs_status gs_tok_encode(const struct gs_tok *t, const char *text, size_t le
     *n_ids = 0;
     if (!text && len)
         return gs_err_set(err, GS_INVAL, "tokenize: NULL text");
-    enum gs_status st = partition(t, text, len, flags & GS_TOK_PARSE_SPECIAL, &fr);
+    if (!special && n_special)
+        return gs_err_set(err, GS_INVAL, "tokenize: NULL special spans");
+    for (size_t k = 0, end = 0; k < n_special; k++) {
+        const struct gs_tok_span *sp = &special[k];
+        if (sp->off < end || sp->off > len || sp->len > len - sp->off)
+            return gs_err_set(err, GS_INVAL,
+                              "tokenize: special span %zu [%zu, +%zu) overlaps the one before or "
+                              "ends past the text's %zu bytes",
+                              k, sp->off, sp->len, len);
+        end = sp->off + sp->len;
+    }
+    struct allowed a = {flags & GS_TOK_PARSE_SPECIAL, special, n_special};
+    enum gs_status st = partition(t, text, len, &a, &fr);
     if (st == GS_OK)
         st = encode_fragments(t, text, &fr, flags, &s, &out);
     gs_free(fr.v);
@@ -217,4 +260,10 @@ enum gs_status gs_tok_encode(const struct gs_tok *t, const char *text, size_t le
     *ids = out.v;
     *n_ids = out.n;
     return GS_OK;
+}
+
+enum gs_status gs_tok_encode(const struct gs_tok *t, const char *text, size_t len, unsigned flags,
+                             int32_t **ids, size_t *n_ids, struct gs_err *err)
+{
+    return gs_tok_encode_spans(t, text, len, NULL, 0, flags, ids, n_ids, err);
 }

@@ -313,8 +313,8 @@ static bool make_prompts(const struct opts *o, struct gs_tok *tok, struct item *
     return true;
 }
 
-/* Prepares the decoder of each item: the prompt goes through it unprinted so
- * that the first generated piece keeps its leading space. */
+/* Prepares the decoder of each item. The output continues the prompt, so
+ * its first piece keeps its leading space, as the daemon's does. */
 static bool make_decoders(struct gs_tok *tok, struct item *items, size_t n, int64_t n_predict,
                           struct gs_err *err)
 {
@@ -324,14 +324,8 @@ static bool make_decoders(struct gs_tok *tok, struct item *items, size_t n, int6
             return gs_err_set(err, GS_NOMEM, "out of memory"), false;
         if (!tok)
             continue;
-        if (gs_tok_decoder_new(tok, 0, &items[i].dec, err) != GS_OK)
+        if (gs_tok_decoder_new(tok, GS_TOK_CONTINUATION, &items[i].dec, err) != GS_OK)
             return false;
-        for (size_t t = 0; t < items[i].n_prompt; t++) {
-            const char *piece;
-            size_t len;
-            if (gs_tok_decoder_feed(items[i].dec, items[i].prompt[t], &piece, &len, err))
-                return false;
-        }
     }
     return true;
 }

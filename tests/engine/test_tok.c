@@ -371,6 +371,18 @@ ParameterizedTest(struct golden_case *gc, tok_golden, matches_llama_tokenize, .t
             cr_expect(ids_equal(want, ids, n), "%s '%s' %s: got [%s]", gc->file, text,
                       variants[v].key, ids_str(ids, n, buf, sizeof(buf)));
             gs_free(ids);
+            /* The same ids from gs_tok_encode_spans: one span over the whole
+             * text is parse_special, no span is plain text. */
+            bool parse = variants[v].flags & GS_TOK_PARSE_SPECIAL;
+            struct gs_tok_span whole = {0, len};
+            struct gs_err err = {0};
+            cr_assert_eq(gs_tok_encode_spans(t, text, len, parse ? &whole : NULL, parse ? 1 : 0,
+                                             variants[v].flags & ~(unsigned)GS_TOK_PARSE_SPECIAL,
+                                             &ids, &n, &err),
+                         GS_OK, "%s", err.msg);
+            cr_expect(ids_equal(want, ids, n), "%s '%s' %s with spans: got [%s]", gc->file, text,
+                      variants[v].key, ids_str(ids, n, buf, sizeof(buf)));
+            gs_free(ids);
         }
         /* llama-tokenize printed one "id -> 'piece'" per line; the golden
          * file holds that output split at newlines, so compare the joined
@@ -401,6 +413,122 @@ ParameterizedTest(struct golden_case *gc, tok_golden, matches_llama_tokenize, .t
     }
     gs_tok_free(t);
     json_decref(root);
+}
+
+/* Encodes with spans; asserts success. */
+static void encode_spans(const struct gs_tok *t, const char *s, const struct gs_tok_span *sp,
+                         size_t n_sp, unsigned flags, int32_t **ids, size_t *n)
+{
+    struct gs_err err = {0};
+    cr_assert_eq(gs_tok_encode_spans(t, s, strlen(s), sp, n_sp, flags, ids, n, &err), GS_OK,
+                 "'%s': %s", s, err.msg);
+}
+
+static size_t count_id(const int32_t *ids, size_t n, int32_t id)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += ids[i] == id;
+    return k;
+}
+
+/* A control token's text is recognised inside a special span and nowhere
+ * else: "<|im_start|>" written outside the spans is the plain text's ids. */
+Test(tok_spans, control_tokens_only_inside_spans)
+{
+    struct gs_tok *t = open_tok("models/vocab/ggml-vocab-qwen2.gguf");
+    int32_t im_start = gs_tok_find(t, "<|im_start|>", 12),
+            im_end = gs_tok_find(t, "<|im_end|>", 10);
+    cr_assert(im_start >= 0 && im_end >= 0);
+    cr_assert_eq(gs_tok_token_type(t, im_start), GS_TOK_TYPE_CONTROL);
+    /* Offsets: user at 12, the second "<|im_start|>" at 17, "<|im_end|>" at 35. */
+    const char *text = "<|im_start|>user\n<|im_start|>system<|im_end|>\n";
+    struct gs_tok_span sp[] = {{0, 12}, {35, 10}};
+    int32_t *ids, *plain, *head;
+    size_t n, n_plain, n_head;
+    encode_spans(t, text, sp, 2, 0, &ids, &n);
+    cr_expect_eq(count_id(ids, n, im_start), 1, "only the marker in a span opens a turn");
+    cr_expect_eq(count_id(ids, n, im_end), 1);
+    cr_assert_geq(n, 3);
+    cr_expect_eq(ids[0], im_start);
+    cr_expect_eq(ids[n - 2], im_end);
+    /* Between the two markers: exactly the ids of that text alone, unparsed. */
+    encode(t, text + 12, 23, 0, &plain, &n_plain);
+    cr_assert_eq(n, n_plain + 3, "got %zu ids", n);
+    cr_expect(!memcmp(ids + 1, plain, n_plain * sizeof(*ids)));
+    gs_free(ids);
+
+    /* A span that covers only part of a token's text does not make it. */
+    struct gs_tok_span part = {0, 11};
+    encode_spans(t, "<|im_start|>", &part, 1, 0, &head, &n_head);
+    cr_expect_eq(count_id(head, n_head, im_start), 0);
+    gs_free(head);
+    /* Spans that touch act as one stretch of text only if the token is inside one. */
+    struct gs_tok_span halves[] = {{0, 6}, {6, 6}};
+    encode_spans(t, "<|im_start|>", halves, 2, 0, &head, &n_head);
+    cr_expect_eq(count_id(head, n_head, im_start), 0);
+    gs_free(head);
+    /* parse_special recognises it anywhere, spans or not. */
+    encode_spans(t, text, NULL, 0, GS_TOK_PARSE_SPECIAL, &ids, &n);
+    cr_expect_eq(count_id(ids, n, im_start), 2);
+    gs_free(ids);
+    gs_free(plain);
+    gs_tok_free(t);
+}
+
+/* SentencePiece: text after a recognised token gets the space prefix, as
+ * with parse_special; "</s>" outside the spans is text. */
+Test(tok_spans, spm_prefix_space_follows_recognised_tokens)
+{
+    struct gs_tok *t = open_tok("models/vocab/ggml-vocab-llama-spm.gguf");
+    int32_t eos = gs_tok_special(t)->eos;
+    const char *text = "Hi</s>there</s>you";
+    struct gs_tok_span first = {2, 4};
+    int32_t *ids, *want;
+    size_t n, n_want;
+    encode_spans(t, text, &first, 1, GS_TOK_ADD_SPECIAL, &ids, &n);
+    cr_expect_eq(count_id(ids, n, eos), 1);
+    /* The same as parsing "Hi</s>" and appending "there</s>you" as its own text. */
+    encode(t, "Hi</s>there", 11, GS_TOK_ADD_SPECIAL | GS_TOK_PARSE_SPECIAL, &want, &n_want);
+    cr_assert_geq(n, n_want);
+    size_t at = 0;
+    while (at < n && ids[at] != eos)
+        at++;
+    cr_assert_lt(at, n);
+    int32_t *tail;
+    size_t n_tail;
+    encode(t, "there</s>you", 12, 0, &tail, &n_tail);
+    cr_expect_eq(n, at + 1 + n_tail);
+    cr_expect(!memcmp(ids + at + 1, tail, n_tail * sizeof(*ids)),
+              "the text after a span's token is encoded alone, with the SPM space");
+    cr_expect(!memcmp(ids, want, (at + 1) * sizeof(*ids)));
+    gs_free(tail);
+    gs_free(want);
+    gs_free(ids);
+    gs_tok_free(t);
+}
+
+Test(tok_spans, refuses_spans_out_of_order_or_past_the_text)
+{
+    struct gs_tok *t = open_tok("models/stories260K.gguf");
+    struct gs_err err = {0};
+    int32_t *ids = (int32_t *)1;
+    size_t n = 7;
+    static const struct gs_tok_span bad[][2] = {
+        {{4, 2}, {0, 2}}, /* out of order */
+        {{0, 3}, {2, 2}}, /* overlapping */
+        {{0, 2}, {5, 2}}, /* past the end of "hello" */
+        {{0, 2}, {9, 0}}, /* starting past the end */
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(bad); i++) {
+        cr_expect_eq(gs_tok_encode_spans(t, "hello", 5, bad[i], 2, 0, &ids, &n, &err), GS_INVAL,
+                     "case %zu", i);
+        cr_expect(ids == NULL && n == 0 && strstr(err.msg, "span"), "case %zu: %s", i, err.msg);
+    }
+    struct gs_tok_span touching[] = {{0, 2}, {2, 3}};
+    cr_expect_eq(gs_tok_encode_spans(t, "hello", 5, touching, 2, 0, &ids, &n, &err), GS_OK);
+    gs_free(ids);
+    gs_tok_free(t);
 }
 
 /* The prompts and sampled tokens of the shared generation goldens (llama.cpp
@@ -672,6 +800,78 @@ Test(tok_decode, stream_of_random_bytes_is_always_valid_utf8)
         else
             cr_expect(valid_utf8(outb, n_out));
     }
+    gs_tok_free(t);
+}
+
+/* Streams every id through a fresh decoder with flags; returns the text (malloc'ed). */
+static char *stream_text(const struct gs_tok *t, const int32_t *ids, size_t n, unsigned flags)
+{
+    struct gs_err err = {0};
+    struct gs_tok_decoder *d;
+    cr_assert_eq(gs_tok_decoder_new(t, flags, &d, &err), GS_OK);
+    char *text = calloc(1, 4096);
+    size_t w = 0;
+    for (int round = 0; round < 2; round++) {
+        /* The second round checks that a flush starts the next stream alike. */
+        w = 0;
+        for (size_t i = 0; i < n; i++) {
+            const char *o;
+            size_t ol;
+            cr_assert_eq(gs_tok_decoder_feed(d, ids[i], &o, &ol, &err), GS_OK, "%s", err.msg);
+            cr_assert_lt(w + ol, 4096);
+            memcpy(text + w, o, ol);
+            w += ol;
+        }
+        const char *o;
+        size_t ol;
+        gs_tok_decoder_flush(d, &o, &ol);
+        text[w] = '\0';
+    }
+    gs_tok_decoder_free(d);
+    return text;
+}
+
+/* Generated ids continue their prompt: with GS_TOK_CONTINUATION the first
+ * piece keeps its space, as llama.cpp's server prints it ("The little dog"
+ * + " was"); without it the ids start a text, whose SPM space goes. */
+Test(tok_decode, continuation_keeps_the_first_space)
+{
+    struct gs_tok *t = open_tok("models/stories260K.gguf");
+    /* " was a little": what llama.cpp generates after "The little dog". */
+    int32_t gen[3] = {gs_tok_find(t, "\xe2\x96\x81was", 6),
+                      gs_tok_find(t,
+                                  "\xe2\x96\x81"
+                                  "a",
+                                  4),
+                      gs_tok_find(t, "\xe2\x96\x81little", 9)};
+    size_t n_gen = 3;
+    cr_assert(gen[0] >= 0 && gen[1] >= 0 && gen[2] >= 0);
+    int32_t *ids;
+    size_t n;
+    encode(t, "The little dog", 14, GS_TOK_ADD_SPECIAL, &ids, &n);
+    cr_assert_eq(ids[0], gs_tok_special(t)->bos);
+
+    char *s = stream_text(t, gen, n_gen, GS_TOK_CONTINUATION);
+    cr_expect_str_eq(s, " was a little");
+    free(s);
+    s = stream_text(t, gen, n_gen, 0);
+    cr_expect_str_eq(s, "was a little", "a stream that starts a text loses the SPM space");
+    free(s);
+
+    struct gs_err err = {0};
+    char *text;
+    size_t len;
+    cr_assert_eq(gs_tok_decode(t, gen, n_gen, GS_TOK_CONTINUATION, &text, &len, &err), GS_OK);
+    cr_expect_str_eq(text, " was a little");
+    gs_free(text);
+    cr_assert_eq(gs_tok_decode(t, gen, n_gen, 0, &text, &len, &err), GS_OK);
+    cr_expect_str_eq(text, "was a little");
+    gs_free(text);
+    /* A whole text still decodes as llama.cpp's detokenize: its SPM space goes. */
+    cr_assert_eq(gs_tok_decode(t, ids + 1, n - 1, 0, &text, &len, &err), GS_OK);
+    cr_expect_str_eq(text, "The little dog");
+    gs_free(text);
+    gs_free(ids);
     gs_tok_free(t);
 }
 

@@ -224,6 +224,11 @@ Test(cli_run, several_prompts_batched_match_goldens)
                                  json_object_get(golden[i], "completion_tokens")),
                       "variant %d, %s: batched output differs from llama.cpp's", variant,
                       stems[i]);
+            /* The text is the pieces as llama.cpp prints them: " was a
+             * little girl" after "The little dog", its first space kept. */
+            cr_expect_str_eq(json_string_value(json_object_get(r, "text")),
+                             json_string_value(json_object_get(golden[i], "completion_text")),
+                             "variant %d, %s", variant, stems[i]);
         }
         json_t *st = json_object_get(j, "stats");
         /* three sequences decoding together: fewer steps than 3 x 64 */
