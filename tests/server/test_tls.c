@@ -95,6 +95,30 @@ static int tcp_connect(int port)
     return fd;
 }
 
+/* A TCP connection from the loopback address src (e.g. "127.0.0.2") that
+ * sends nothing. */
+static int tcp_connect_from(int port, const char *src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(fd >= 0);
+    struct sockaddr_in b = {.sin_family = AF_INET};
+    cr_assert_eq(inet_pton(AF_INET, src, &b.sin_addr), 1);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&b, sizeof(b)), 0, "bind %s: %s", src,
+                 strerror(errno));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s", strerror(errno));
+    return fd;
+}
+
+/* Whether the server has closed fd already (a FIN or a reset is waiting);
+ * does not wait. */
+static bool closed_by_server(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, 0) == 1;
+}
+
 /* Reads until the peer closes (returns bytes read into buf, NUL-terminated)
  * or timeout_s passes (returns -1). A reset counts as closed. */
 static long read_until_closed(int fd, char *buf, size_t cap, double timeout_s)
@@ -367,39 +391,22 @@ Test(tls, plain_http_and_garbage_refused_without_harm)
 }
 
 /* A client that connects and sends nothing, or half a ClientHello, is
- * dropped after --tls-handshake-timeout-s; beyond --max-tls-handshakes,
- * others wait in the backlog and are served once a slot frees. */
-Test(tls, handshake_timeout_and_cap)
+ * dropped after --tls-handshake-timeout-s and counted as a timeout. The wait
+ * is bounded only by the suite's timeout, so a slow machine cannot fail it. */
+Test(tls, handshake_timeout_drops_stalled_clients)
 {
     struct e2e_daemon d;
-    start_tls(&d, "--tls-handshake-timeout-s 1 --max-tls-handshakes 2");
-    double t0 = now_s();
+    start_tls(&d, "--tls-handshake-timeout-s 1");
     int idle = tcp_connect(d.port);
     int half = tcp_connect(d.port);
     const unsigned char hello_start[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01};
     cr_assert_eq(send(half, hello_start, sizeof(hello_start), 0), (ssize_t)sizeof(hello_start));
-    /* Both slots are taken now: a real client waits until they time out. */
-    char *cmd, *out = NULL;
-    cr_assert(asprintf(&cmd,
-                       "curl -sS --max-time 20 --cacert '%s/ca.pem' -o /dev/null "
-                       "-w '%%{http_code} %%{time_total}' %s/health",
-                       certs, d.url) > 0);
-    int rc = gs_test_run(cmd, 1, &out);
-    double curl_done = now_s() - t0;
-    cr_expect_eq(rc, 0, "%s", out);
-    cr_expect(strstr(out, "200 "), "%s", out);
-    cr_expect(curl_done >= 0.8, "served after %.2f s although both handshake slots were taken",
-              curl_done);
     char buf[256];
-    long n1 = read_until_closed(idle, buf, sizeof(buf), 0.5);
-    long n2 = read_until_closed(half, buf, sizeof(buf), 0.5);
-    double closed = now_s() - t0;
-    cr_expect(n1 >= 0 && n2 >= 0, "a stalled handshake was not dropped");
-    cr_expect(closed < 4, "stalled handshakes dropped after %.2f s (timeout 1 s)", closed);
+    long n1 = read_until_closed(idle, buf, sizeof(buf), 100);
+    long n2 = read_until_closed(half, buf, sizeof(buf), 100);
+    cr_expect(n1 == 0 && n2 == 0, "a stalled handshake was not dropped (%ld, %ld)", n1, n2);
     close(idle);
     close(half);
-    free(out);
-    free(cmd);
     char ca[600];
     snprintf(ca, sizeof(ca), "--cacert '%s/ca.pem'", certs);
     struct e2e_resp r;
@@ -407,6 +414,125 @@ Test(tls, handshake_timeout_and_cap)
     cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"timeout\"}"), 2,
                  "%s", r.body);
     cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"refused\"}"), 0);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"evicted\"}"), 0);
+    e2e_resp_free(&r);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
+#define N_SILENT 100
+
+/* curl's /health over https, --max-time 60: with the handshake timeout at
+ * 300 s, a client left waiting behind silent connections fails here. */
+static void expect_curl_served(const struct e2e_daemon *d)
+{
+    char *cmd, *out = NULL;
+    cr_assert(asprintf(&cmd,
+                       "curl -sS --max-time 60 --cacert '%s/ca.pem' -o /dev/null "
+                       "-w '%%{http_code}' %s/health",
+                       certs, d->url) > 0);
+    int rc = gs_test_run(cmd, 1, &out);
+    cr_expect(rc == 0 && !strcmp(out, "200"), "a real client was starved: rc %d, %s", rc, out);
+    free(out);
+    free(cmd);
+}
+
+/* 100 silent connections from 127.0.0.2 could take all 64 handshake slots;
+ * --max-tls-handshakes-per-ip (default 8) keeps that address to 8, each
+ * newer one evicting its oldest, so a client from 127.0.0.1 finds a slot
+ * free at once instead of waiting out the 300 s handshake timeout. */
+Test(tls, handshakes_capped_per_client_address)
+{
+    struct e2e_daemon d;
+    start_tls(&d, "--tls-handshake-timeout-s 300");
+    int fds[N_SILENT];
+    for (int i = 0; i < N_SILENT; i++)
+        fds[i] = tcp_connect_from(d.port, "127.0.0.2");
+    expect_curl_served(&d);
+    /* The daemon accepts in arrival order, so all 100 were taken before
+     * curl's connection: the oldest 92 are closed, the newest 8 wait. */
+    int n_closed = 0;
+    for (int i = 0; i < N_SILENT; i++)
+        n_closed += closed_by_server(fds[i]);
+    cr_expect_eq(n_closed, N_SILENT - 8);
+    for (int i = N_SILENT - 8; i < N_SILENT; i++)
+        cr_expect(!closed_by_server(fds[i]), "connection %d (of the newest) was closed", i);
+    char ca[600];
+    snprintf(ca, sizeof(ca), "--cacert '%s/ca.pem'", certs);
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/metrics", NULL, ca, &r);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"evicted\"}"),
+                 N_SILENT - 8, "%s", r.body);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_in_progress"), 8);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"refused\"}"), 0);
+    e2e_resp_free(&r);
+    for (int i = 0; i < N_SILENT; i++)
+        close(fds[i]);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
+/* All --max-tls-handshakes slots taken by silent connections from the
+ * client's own address (4 slots, under the per-address cap of 8): a new
+ * connection evicts the one that has waited longest, so curl is served at
+ * once, and only the newest silent ones still wait. */
+Test(tls, full_handshake_slots_evict_the_oldest)
+{
+    struct e2e_daemon d;
+    start_tls(&d, "--tls-handshake-timeout-s 300 --max-tls-handshakes 4");
+    int fds[N_SILENT];
+    for (int i = 0; i < N_SILENT; i++)
+        fds[i] = tcp_connect(d.port);
+    expect_curl_served(&d);
+    /* 96 evicted by the silent ones that followed, one more by curl. */
+    for (int i = 0; i < N_SILENT - 3; i++)
+        cr_expect(closed_by_server(fds[i]), "connection %d (of the oldest) is still open", i);
+    for (int i = N_SILENT - 3; i < N_SILENT; i++)
+        cr_expect(!closed_by_server(fds[i]), "connection %d (of the newest) was closed", i);
+    char ca[600];
+    snprintf(ca, sizeof(ca), "--cacert '%s/ca.pem'", certs);
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/metrics", NULL, ca, &r);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"evicted\"}"),
+                 N_SILENT - 3, "%s", r.body);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_in_progress"), 3);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"timeout\"}"), 0);
+    e2e_resp_free(&r);
+    for (int i = 0; i < N_SILENT; i++)
+        close(fds[i]);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
+/* A client that sends a whole request and then finishes sending, with a
+ * bare TCP FIN or with a close_notify first, has only half-closed: it still
+ * gets the whole answer, and the relay ends when the daemon closes. */
+Test(tls, half_closed_client_gets_the_whole_answer)
+{
+    struct e2e_daemon d;
+    start_tls(&d, "");
+    signal(SIGPIPE, SIG_IGN); /* a relay that closed early must fail the test, not kill it */
+    for (int with_close_notify = 0; with_close_notify < 2; with_close_notify++) {
+        struct tls_client c;
+        tls_client_open(&c, d.port);
+        tls_client_send(&c, "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        if (with_close_notify)
+            cr_assert_eq(mbedtls_ssl_close_notify(&c.ssl), 0);
+        cr_assert_eq(shutdown(c.net.fd, SHUT_WR), 0);
+        char *resp = tls_client_read_all(&c);
+        const char *body = strstr(resp, "\r\n\r\n");
+        const char *cl = strcasestr(resp, "content-length:");
+        cr_expect(!strncmp(resp, "HTTP/1.1 200", 12) && body && cl,
+                  "half-close%s: no answer: '%s'", with_close_notify ? " (close_notify)" : "",
+                  resp);
+        if (body && cl)
+            cr_expect_eq((long)strlen(body + 4), atol(cl + 15), "a truncated answer: '%s'", resp);
+        free(resp);
+        tls_client_close(&c);
+    }
+    /* The relay closed each one when the daemon did. */
+    char ca[600];
+    snprintf(ca, sizeof(ca), "--cacert '%s/ca.pem'", certs);
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/metrics", NULL, ca, &r);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_connections_open"), 1, "%s", r.body);
     e2e_resp_free(&r);
     cr_expect_eq(e2e_stop(&d), 0);
 }
