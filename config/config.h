@@ -138,11 +138,12 @@ struct gs_cfg {
     char *api_key_file; /* (R) file with one key per line ('#' comments, blanks skipped) */
 
     /* TLS */
-    char *tls_cert;                  /* PEM certificate chain; with tls_key enables HTTPS */
-    char *tls_key;                   /* PEM private key */
-    char *tls_client_ca;             /* PEM CA bundle; set: clients must present a certificate */
-    int64_t tls_handshake_timeout_s; /* a handshake not done by then is dropped */
-    int64_t max_tls_handshakes;      /* concurrent handshakes in progress */
+    char *tls_cert;                    /* PEM certificate chain; with tls_key enables HTTPS */
+    char *tls_key;                     /* PEM private key */
+    char *tls_client_ca;               /* PEM CA bundle; set: clients must present a certificate */
+    int64_t tls_handshake_timeout_s;   /* a handshake not done by then is dropped */
+    int64_t max_tls_handshakes;        /* concurrent handshakes in progress */
+    int64_t max_tls_handshakes_per_ip; /* of those, from one client address */
 
     /* logging */
     enum gs_log_level log_level;   /* (R) */

@@ -112,7 +112,11 @@ static const struct gs_cfg_opt opts[] = {
     {"tls-handshake-timeout-s", 0, GS_CFG_INT, F(tls_handshake_timeout_s), g_tls, "10", 1, 300,
      NULL, 0, "s", "A TLS handshake not finished by then is dropped."},
     {"max-tls-handshakes", 0, GS_CFG_INT, F(max_tls_handshakes), g_tls, "64", 1, 4096, NULL, 0,
-     "handshakes", "TLS handshakes in progress at once; further connections wait."},
+     "handshakes", "TLS handshakes in progress at once; a new connection beyond it evicts the "
+     "handshake that has waited longest."},
+    {"max-tls-handshakes-per-ip", 0, GS_CFG_INT, F(max_tls_handshakes_per_ip), g_tls, "8", 1,
+     4096, NULL, 0, "handshakes", "TLS handshakes in progress from one client address; a new "
+     "connection beyond it evicts that address's oldest handshake."},
 
     {"log-level", 0, GS_CFG_ENUM, F(log_level), g_log, "info", 0, 0, log_level_choices, R, NULL,
      "Least severe level written to stderr."},

@@ -98,8 +98,11 @@ struct gs_srv_tls_cfg {
     const char *cert_path;      /* PEM certificate chain; NULL: plain HTTP */
     const char *key_path;       /* PEM private key */
     const char *client_ca_path; /* PEM CA bundle; set: clients must present a certificate */
+    /* The limits come from config/table.c (its rows hold the defaults); each
+     * must be nonzero. */
     uint32_t handshake_timeout_ms;
-    uint32_t max_handshakes; /* in progress at once; more wait in the kernel's backlog */
+    uint32_t max_handshakes;        /* in progress at once; a new one evicts the oldest */
+    uint32_t max_handshakes_per_ip; /* in progress from one client address */
 };
 
 struct gs_srv;

@@ -25,6 +25,7 @@
 
 #define RELAY_BUF_BYTES   16384 /* one TLS record's worth of plaintext each way */
 #define ACCEPT_BACKOFF_MS 100   /* out of descriptors: retry accepting after this */
+#define ACCEPT_BATCH      64    /* accepts per wakeup, so that a flood cannot starve the loop */
 #define MAX_SUITES        64
 
 /* A plain-HTTP request on the TLS port gets this, unencrypted (as nginx does). */
@@ -36,7 +37,8 @@ enum conn_state { CONN_HANDSHAKE, CONN_RELAY, CONN_CLOSE_NOTIFY };
 
 struct conn {
     struct gs_srv_tls *t;
-    struct conn *prev, *next;
+    struct conn *prev, *next;       /* every open connection */
+    struct conn *hs_prev, *hs_next; /* CONN_HANDSHAKE only, oldest first (accept order) */
     enum conn_state state;
     int fd;  /* TCP socket to the client */
     int pfd; /* our end of the socketpair to the daemon; -1 before the handshake ends */
@@ -48,6 +50,9 @@ struct conn {
     bool peeked;      /* the first byte was seen to start a TLS handshake */
     bool up_dead;     /* the daemon closed its end: what the client sends is dropped */
     bool timed_out;   /* the handshake timeout ended it */
+    bool evicted;     /* a newer connection took its handshake slot */
+    bool up_eof;      /* the client finished sending (FIN or close_notify) */
+    bool up_shut;     /* ...and the daemon's end was told so (shutdown SHUT_WR) */
     int tcp_events, plain_events; /* what each poll watches now */
     mbedtls_ssl_context ssl;
     struct sockaddr_storage peer;
@@ -68,6 +73,7 @@ struct gs_srv_tls {
     gs_srv_tls_deliver_fn deliver;
     void *ctx;
     struct conn *conns;
+    struct conn *hs_oldest, *hs_newest; /* the handshakes in progress, in accept order */
     struct gs_srv_tls_stats st;
 
     mbedtls_ssl_config conf;
@@ -91,6 +97,20 @@ static const char *peer_text(const struct conn *c, char *buf, size_t cap)
     if (!inet_ntop(sa->sa_family, a, buf, (socklen_t)cap))
         snprintf(buf, cap, "?");
     return buf;
+}
+
+/* Whether two client addresses are the same host (the port is not compared). */
+static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                       &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    return false;
 }
 
 static enum gs_status tls_fail(struct gs_err *err, enum gs_status code, const char *what,
@@ -127,6 +147,20 @@ static int bio_recv(void *ctx, unsigned char *buf, size_t len)
 
 /* ---- connection lifetime ---------------------------------------------------------------- */
 
+static void hs_unlink(struct conn *c)
+{
+    struct gs_srv_tls *t = c->t;
+    if (c->hs_prev)
+        c->hs_prev->hs_next = c->hs_next;
+    else
+        t->hs_oldest = c->hs_next;
+    if (c->hs_next)
+        c->hs_next->hs_prev = c->hs_prev;
+    else
+        t->hs_newest = c->hs_prev;
+    c->hs_prev = c->hs_next = NULL;
+}
+
 static void on_handle_closed(uv_handle_t *h)
 {
     struct conn *c = h->data;
@@ -146,9 +180,12 @@ static void conn_close(struct conn *c, const char *why)
     struct gs_srv_tls *t = c->t;
     if (c->state == CONN_HANDSHAKE) {
         t->st.n_handshaking--;
+        hs_unlink(c);
         if (why) {
             char ip[INET6_ADDRSTRLEN];
-            if (!c->timed_out)
+            if (c->evicted)
+                t->st.n_evicted++;
+            else if (!c->timed_out)
                 t->st.n_refused++;
             gs_log(GS_LOG_DEBUG, "tls_refused", "peer=%s reason=\"%s\"",
                    peer_text(c, ip, sizeof(ip)), why);
@@ -253,6 +290,7 @@ static void handshake_done(struct conn *c)
         return;
     }
     uv_timer_stop(&c->timer);
+    hs_unlink(c);
     c->state = CONN_RELAY;
     t->st.n_handshaking--;
     t->st.n_handshakes++;
@@ -301,7 +339,10 @@ static void handshake_step(struct conn *c)
 /* ---- the relay ---------------------------------------------------------------------------- */
 
 /* Client to daemon: decrypted records into up, up into the socketpair. Returns
- * false when the connection ended. Adds to *tcp / *plain what it waits for. */
+ * false when the connection ended. Adds to *tcp / *plain what it waits for.
+ * A client that finishes sending (a FIN or a close_notify) has only
+ * half-closed: the daemon's end gets the same half-close once what came
+ * before is delivered, and the answer still flows down. */
 static bool relay_up(struct conn *c, int *tcp, int *plain)
 {
     while (!c->up_dead) {
@@ -323,6 +364,13 @@ static bool relay_up(struct conn *c, int *tcp, int *plain)
             continue;
         }
         c->up_off = c->up_len = 0;
+        if (c->up_eof) {
+            if (!c->up_shut) {
+                c->up_shut = true;
+                shutdown(c->pfd, SHUT_WR);
+            }
+            return true;
+        }
         int r = mbedtls_ssl_read(&c->ssl, c->up, sizeof(c->up));
         if (r > 0) {
             c->up_len = (size_t)r;
@@ -332,8 +380,10 @@ static bool relay_up(struct conn *c, int *tcp, int *plain)
         } else if (r == MBEDTLS_ERR_SSL_WANT_WRITE) {
             *tcp |= UV_WRITABLE;
             return true;
+        } else if (r == 0 || r == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY) {
+            c->up_eof = true; /* 0 is a FIN without close_notify */
         } else {
-            /* close_notify, EOF, a reset or a bad record: the client is done. */
+            /* A reset or a bad record: the client is gone. */
             conn_close(c, NULL);
             return false;
         }
@@ -408,6 +458,12 @@ static void pump(struct conn *c)
         if (!relay_up(c, &tcp, &plain))
             return;
         if (relay_down(c, &tcp, &plain)) {
+            /* After the client's FIN the socket stays readable for good, so
+             * it is not polled for reading (that would spin). A reset still
+             * wakes the poll as an error, which is all that is left to see
+             * on that side. */
+            if (c->up_eof)
+                tcp = (tcp & ~UV_READABLE) | UV_PRIORITIZED;
             set_poll(&c->tcp_poll, &c->tcp_events, tcp, on_conn_poll);
             set_poll(&c->plain_poll, &c->plain_events, plain, on_conn_poll);
             return;
@@ -420,9 +476,35 @@ static void pump(struct conn *c)
 
 /* ---- accepting ---------------------------------------------------------------------------- */
 
+static void evict(struct conn *c)
+{
+    c->evicted = true;
+    conn_close(c, "evicted by a newer connection");
+}
+
+/* Makes room for one more handshake from ss: when its address already has
+ * max_handshakes_per_ip in progress, that address's oldest goes; then, when
+ * all max_handshakes slots are taken, the oldest of all goes. A handshake
+ * that has waited longest without completing is the likeliest to be a
+ * silent or stalled client, and a fresh connection the likeliest to finish,
+ * so fresh ones win; the listening socket is always polled. */
+static void make_room(struct gs_srv_tls *t, const struct sockaddr_storage *ss)
+{
+    struct conn *oldest_here = NULL;
+    uint32_t n_here = 0;
+    for (struct conn *c = t->hs_oldest; c; c = c->hs_next)
+        if (same_host(&c->peer, ss) && !n_here++)
+            oldest_here = c;
+    if (n_here >= t->cfg.max_handshakes_per_ip)
+        evict(oldest_here);
+    if (t->st.n_handshaking >= t->cfg.max_handshakes)
+        evict(t->hs_oldest);
+}
+
 static void conn_accept(struct gs_srv_tls *t, int fd, const struct sockaddr_storage *ss,
                         socklen_t len)
 {
+    make_room(t, ss);
     struct conn *c = gs_calloc(1, sizeof(*c));
     if (!c) {
         close(fd);
@@ -449,6 +531,12 @@ static void conn_accept(struct gs_srv_tls *t, int fd, const struct sockaddr_stor
     if (t->conns)
         t->conns->prev = c;
     t->conns = c;
+    c->hs_prev = t->hs_newest;
+    if (t->hs_newest)
+        t->hs_newest->hs_next = c;
+    else
+        t->hs_oldest = c;
+    t->hs_newest = c;
     t->st.n_accepted++;
     t->st.n_handshaking++;
     t->st.n_open++;
@@ -467,7 +555,7 @@ static void on_listen(uv_poll_t *h, int status, int events)
     (void)events;
     if (status < 0)
         return;
-    while (t->listening && t->st.n_handshaking < t->cfg.max_handshakes) {
+    for (int i = 0; i < ACCEPT_BATCH && t->listening; i++) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
         int fd = accept4(t->listen_fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -487,17 +575,15 @@ static void on_listen(uv_poll_t *h, int status, int events)
     listen_update(t);
 }
 
-/* Polls the listening socket only while another handshake may start. */
+/* Polls the listening socket unless accepting backs off (out of
+ * descriptors); a full set of handshake slots makes room by eviction. */
 static void listen_update(struct gs_srv_tls *t)
 {
     if (!t->listen_open || t->closing || uv_is_active((uv_handle_t *)&t->backoff))
         return;
-    bool want = t->st.n_handshaking < t->cfg.max_handshakes;
-    if (want && !t->listening)
+    if (!t->listening)
         uv_poll_start(&t->listen_poll, UV_READABLE, on_listen);
-    else if (!want && t->listening)
-        uv_poll_stop(&t->listen_poll);
-    t->listening = want;
+    t->listening = true;
 }
 
 /* ---- configuration ------------------------------------------------------------------------ */
@@ -599,10 +685,6 @@ enum gs_status gs_srv_tls_new(uv_loop_t *loop, const struct gs_srv_tls_cfg *cfg,
     t->listen_fd = listen_fd;
     t->cfg = *cfg;
     t->cfg.cert_path = t->cfg.key_path = t->cfg.client_ca_path = NULL; /* not kept */
-    if (!t->cfg.handshake_timeout_ms)
-        t->cfg.handshake_timeout_ms = 10000;
-    if (!t->cfg.max_handshakes)
-        t->cfg.max_handshakes = 64;
     t->deliver = deliver;
     t->ctx = ctx;
     mbedtls_ssl_config_init(&t->conf);
@@ -611,7 +693,12 @@ enum gs_status gs_srv_tls_new(uv_loop_t *loop, const struct gs_srv_tls_cfg *cfg,
     mbedtls_pk_init(&t->key);
     mbedtls_entropy_init(&t->entropy);
     mbedtls_ctr_drbg_init(&t->drbg);
-    enum gs_status st = configure(t, cfg, err);
+    enum gs_status st = GS_OK;
+    /* The defaults live in config/table.c only; a caller must pass them on. */
+    if (!cfg->handshake_timeout_ms || !cfg->max_handshakes || !cfg->max_handshakes_per_ip)
+        st = gs_err_set(err, GS_INVAL, "TLS: a handshake limit is 0");
+    if (st == GS_OK)
+        st = configure(t, cfg, err);
     if (st == GS_OK) {
         int fl = fcntl(listen_fd, F_GETFL);
         if (fl < 0 || fcntl(listen_fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
@@ -689,6 +776,7 @@ void gs_srv_tls_metrics_render(const struct gs_srv_tls *t, struct gs_srv_buf *o)
                     "graphserve_tls_handshakes_total{result=\"ok\"} %llu\n"
                     "graphserve_tls_handshakes_total{result=\"refused\"} %llu\n"
                     "graphserve_tls_handshakes_total{result=\"timeout\"} %llu\n"
+                    "graphserve_tls_handshakes_total{result=\"evicted\"} %llu\n"
                     "# HELP graphserve_tls_handshakes_in_progress TLS handshakes under way.\n"
                     "# TYPE graphserve_tls_handshakes_in_progress gauge\n"
                     "graphserve_tls_handshakes_in_progress %u\n"
@@ -697,5 +785,6 @@ void gs_srv_tls_metrics_render(const struct gs_srv_tls *t, struct gs_srv_buf *o)
                     "# TYPE graphserve_tls_connections_open gauge\n"
                     "graphserve_tls_connections_open %u\n",
                     (unsigned long long)st->n_handshakes, (unsigned long long)st->n_refused,
-                    (unsigned long long)st->n_timeouts, st->n_handshaking, st->n_open);
+                    (unsigned long long)st->n_timeouts, (unsigned long long)st->n_evicted,
+                    st->n_handshaking, st->n_open);
 }

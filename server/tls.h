@@ -11,20 +11,26 @@
  *
  * Policy: TLS 1.2 minimum, AEAD cipher suites with forward secrecy only
  * (ECDHE with GCM, CCM or ChaCha20-Poly1305; no 8-byte-tag CCM), no
- * renegotiation, a handshake timeout, and a cap on handshakes in progress
- * (beyond it the listening socket is not polled, so further clients wait in
- * the kernel's backlog instead of costing memory). With a client CA, clients
- * must present a certificate it signed (verification required). A plain-HTTP
- * request to the TLS port gets a short 400 in plain text and is closed; any
- * other non-TLS first byte is closed at once.
+ * renegotiation, a handshake timeout, and caps on handshakes in progress, in
+ * all and per client address. The listening socket is always polled: a new
+ * connection beyond a cap evicts the handshake that has waited longest (that
+ * address's oldest, or the oldest of all), so silent connections cannot
+ * starve fresh clients and handshakes cost bounded memory. With a client CA,
+ * clients must present a certificate it signed (verification required). A
+ * plain-HTTP request to the TLS port gets a short 400 in plain text and is
+ * closed; any other non-TLS first byte is closed at once.
  *
  * The relay is event-driven through uv_poll on both descriptors, level
  * triggered, and polls a direction only while it can move data: each way has
  * one 16 KiB buffer, and while the receiving side cannot take more, the
  * sending side is not read (backpressure both ways). An idle connection polls
  * only for readability and costs no CPU. When the daemon closes its end, the
- * client gets a close_notify; when the client closes, resets or sends
- * garbage, the daemon's end is closed and libmicrohttpd sees the peer gone.
+ * client gets a close_notify. When the client finishes sending (a TCP FIN or
+ * a close_notify), that is a half-close: the daemon's end gets
+ * shutdown(SHUT_WR) once everything before it is delivered, and the daemon's
+ * answer is still relayed until the daemon closes or a write to the client
+ * fails. When the client resets or sends garbage, the daemon's end is closed
+ * and libmicrohttpd sees the peer gone.
  *
  * Threads: loop thread only (the loop passed to gs_srv_tls_new).
  * Ownership: gs_srv_tls_new takes the listening descriptor; the file paths
@@ -53,8 +59,8 @@ typedef void (*gs_srv_tls_deliver_fn)(void *ctx, int fd, const struct sockaddr *
  * Loads the certificate, key and optional client CA named in cfg and starts
  * accepting TLS connections on listen_fd (a bound, listening, non-blocking
  * TCP socket; owned from this call on, closed on failure too). GS_IO when a
- * PEM file cannot be read or parsed, GS_INVAL when the key does not match the
- * certificate or no cipher suite is left; the message names the option
+ * PEM file cannot be read or parsed, GS_INVAL when a limit in cfg is 0, the
+ * key does not match the certificate or no cipher suite is left; the message names the option
  * (--tls-cert, --tls-key, --tls-client-ca) and mbedTLS's reason.
  */
 enum gs_status gs_srv_tls_new(uv_loop_t *loop, const struct gs_srv_tls_cfg *cfg, int listen_fd,
@@ -85,13 +91,14 @@ struct gs_srv_tls_stats {
     uint64_t n_handshakes;  /* completed handshakes, handed to the daemon */
     uint64_t n_refused;     /* failed handshakes, plain HTTP, garbage (not timeouts) */
     uint64_t n_timeouts;    /* handshakes not done within the timeout */
+    uint64_t n_evicted;     /* handshakes dropped to make room for a newer connection */
     uint32_t n_handshaking; /* in progress now */
     uint32_t n_open;        /* connections open now (handshaking or relaying) */
 };
 void gs_srv_tls_stats(const struct gs_srv_tls *t, struct gs_srv_tls_stats *out);
 
 /* Appends the counters in Prometheus text format for /metrics:
- * graphserve_tls_handshakes_total{result="ok|refused|timeout"},
+ * graphserve_tls_handshakes_total{result="ok|refused|timeout|evicted"},
  * graphserve_tls_handshakes_in_progress, graphserve_tls_connections_open. */
 void gs_srv_tls_metrics_render(const struct gs_srv_tls *t, struct gs_srv_buf *o);
 

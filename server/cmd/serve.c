@@ -320,6 +320,7 @@ static int serve(struct serve *sv)
         .client_ca_path = sv->cfg.tls_client_ca,
         .handshake_timeout_ms = (uint32_t)(sv->cfg.tls_handshake_timeout_s * 1000),
         .max_handshakes = (uint32_t)sv->cfg.max_tls_handshakes,
+        .max_handshakes_per_ip = (uint32_t)sv->cfg.max_tls_handshakes_per_ip,
     };
     c.on_reload = reload;
     c.reload_ctx = sv;

@@ -95,6 +95,30 @@ static int tcp_connect(int port)
     return fd;
 }
 
+/* A TCP connection from the loopback address src (e.g. "127.0.0.2") that
+ * sends nothing. */
+static int tcp_connect_from(int port, const char *src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(fd >= 0);
+    struct sockaddr_in b = {.sin_family = AF_INET};
+    cr_assert_eq(inet_pton(AF_INET, src, &b.sin_addr), 1);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&b, sizeof(b)), 0, "bind %s: %s", src,
+                 strerror(errno));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s", strerror(errno));
+    return fd;
+}
+
+/* Whether the server has closed fd already (a FIN or a reset is waiting);
+ * does not wait. */
+static bool closed_by_server(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, 0) == 1;
+}
+
 /* Reads until the peer closes (returns bytes read into buf, NUL-terminated)
  * or timeout_s passes (returns -1). A reset counts as closed. */
 static long read_until_closed(int fd, char *buf, size_t cap, double timeout_s)
@@ -298,7 +322,7 @@ Test(tls, client_certificate_required_and_refused)
             snprintf(cert, sizeof(cert), "--cert '%s/%s.pem' --key '%s/%s.key'", certs,
                      cases[i].who, certs, cases[i].who);
         cr_assert(asprintf(&cmd,
-                           "curl -sS --max-time 10 --cacert '%s/ca.pem' %s -o /dev/null "
+                           "curl -sS --max-time 100 --cacert '%s/ca.pem' %s -o /dev/null "
                            "-w '%%{http_code}' %s/health",
                            certs, cert, d.url) > 0);
         int rc = gs_test_run(cmd, 1, &out);
@@ -328,7 +352,7 @@ Test(tls, plain_http_and_garbage_refused_without_harm)
     int fd = tcp_connect(d.port);
     const char plain[] = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
     cr_assert_eq(send(fd, plain, sizeof(plain) - 1, 0), (ssize_t)sizeof(plain) - 1);
-    long n = read_until_closed(fd, buf, sizeof(buf), 5);
+    long n = read_until_closed(fd, buf, sizeof(buf), 100);
     cr_expect(n > 0 && strstr(buf, "400 Bad Request") && strstr(buf, "HTTPS"),
               "plain HTTP got: %s", n >= 0 ? buf : "(not closed)");
     close(fd);
@@ -341,7 +365,7 @@ Test(tls, plain_http_and_garbage_refused_without_harm)
     for (size_t i = 0; i < 2; i++) {
         fd = tcp_connect(d.port);
         cr_assert_eq(send(fd, garbage[i], sizeof(garbage[i]), 0), (ssize_t)sizeof(garbage[i]));
-        n = read_until_closed(fd, buf, sizeof(buf), 5);
+        n = read_until_closed(fd, buf, sizeof(buf), 100);
         cr_expect(n >= 0, "garbage %zu: the connection stayed open", i);
         cr_expect(n < 0 || !strstr(buf, "HTTP/"), "garbage %zu got an HTTP answer", i);
         close(fd);
@@ -367,39 +391,22 @@ Test(tls, plain_http_and_garbage_refused_without_harm)
 }
 
 /* A client that connects and sends nothing, or half a ClientHello, is
- * dropped after --tls-handshake-timeout-s; beyond --max-tls-handshakes,
- * others wait in the backlog and are served once a slot frees. */
-Test(tls, handshake_timeout_and_cap)
+ * dropped after --tls-handshake-timeout-s and counted as a timeout. The wait
+ * is bounded only by the suite's timeout, so a slow machine cannot fail it. */
+Test(tls, handshake_timeout_drops_stalled_clients)
 {
     struct e2e_daemon d;
-    start_tls(&d, "--tls-handshake-timeout-s 1 --max-tls-handshakes 2");
-    double t0 = now_s();
+    start_tls(&d, "--tls-handshake-timeout-s 1");
     int idle = tcp_connect(d.port);
     int half = tcp_connect(d.port);
     const unsigned char hello_start[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01};
     cr_assert_eq(send(half, hello_start, sizeof(hello_start), 0), (ssize_t)sizeof(hello_start));
-    /* Both slots are taken now: a real client waits until they time out. */
-    char *cmd, *out = NULL;
-    cr_assert(asprintf(&cmd,
-                       "curl -sS --max-time 20 --cacert '%s/ca.pem' -o /dev/null "
-                       "-w '%%{http_code} %%{time_total}' %s/health",
-                       certs, d.url) > 0);
-    int rc = gs_test_run(cmd, 1, &out);
-    double curl_done = now_s() - t0;
-    cr_expect_eq(rc, 0, "%s", out);
-    cr_expect(strstr(out, "200 "), "%s", out);
-    cr_expect(curl_done >= 0.8, "served after %.2f s although both handshake slots were taken",
-              curl_done);
     char buf[256];
-    long n1 = read_until_closed(idle, buf, sizeof(buf), 0.5);
-    long n2 = read_until_closed(half, buf, sizeof(buf), 0.5);
-    double closed = now_s() - t0;
-    cr_expect(n1 >= 0 && n2 >= 0, "a stalled handshake was not dropped");
-    cr_expect(closed < 4, "stalled handshakes dropped after %.2f s (timeout 1 s)", closed);
+    long n1 = read_until_closed(idle, buf, sizeof(buf), 100);
+    long n2 = read_until_closed(half, buf, sizeof(buf), 100);
+    cr_expect(n1 == 0 && n2 == 0, "a stalled handshake was not dropped (%ld, %ld)", n1, n2);
     close(idle);
     close(half);
-    free(out);
-    free(cmd);
     char ca[600];
     snprintf(ca, sizeof(ca), "--cacert '%s/ca.pem'", certs);
     struct e2e_resp r;
@@ -407,13 +414,144 @@ Test(tls, handshake_timeout_and_cap)
     cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"timeout\"}"), 2,
                  "%s", r.body);
     cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"refused\"}"), 0);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"evicted\"}"), 0);
     e2e_resp_free(&r);
     cr_expect_eq(e2e_stop(&d), 0);
 }
 
+#define N_SILENT 100
+
+/* curl's /health over https, --max-time 60: with the handshake timeout at
+ * 300 s, a client left waiting behind silent connections fails here. */
+static void expect_curl_served(const struct e2e_daemon *d)
+{
+    char *cmd, *out = NULL;
+    cr_assert(asprintf(&cmd,
+                       "curl -sS --max-time 60 --cacert '%s/ca.pem' -o /dev/null "
+                       "-w '%%{http_code}' %s/health",
+                       certs, d->url) > 0);
+    int rc = gs_test_run(cmd, 1, &out);
+    cr_expect(rc == 0 && !strcmp(out, "200"), "a real client was starved: rc %d, %s", rc, out);
+    free(out);
+    free(cmd);
+}
+
+/* 100 silent connections from 127.0.0.2 could take all 64 handshake slots;
+ * --max-tls-handshakes-per-ip (default 8) keeps that address to 8, each
+ * newer one evicting its oldest, so a client from 127.0.0.1 finds a slot
+ * free at once instead of waiting out the 300 s handshake timeout. */
+Test(tls, handshakes_capped_per_client_address)
+{
+    struct e2e_daemon d;
+    start_tls(&d, "--tls-handshake-timeout-s 300");
+    int fds[N_SILENT];
+    for (int i = 0; i < N_SILENT; i++)
+        fds[i] = tcp_connect_from(d.port, "127.0.0.2");
+    expect_curl_served(&d);
+    /* The daemon accepts in arrival order, so all 100 were taken before
+     * curl's connection: the oldest 92 are closed, the newest 8 wait. */
+    int n_closed = 0;
+    for (int i = 0; i < N_SILENT; i++)
+        n_closed += closed_by_server(fds[i]);
+    cr_expect_eq(n_closed, N_SILENT - 8);
+    for (int i = N_SILENT - 8; i < N_SILENT; i++)
+        cr_expect(!closed_by_server(fds[i]), "connection %d (of the newest) was closed", i);
+    char ca[600];
+    snprintf(ca, sizeof(ca), "--cacert '%s/ca.pem'", certs);
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/metrics", NULL, ca, &r);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"evicted\"}"),
+                 N_SILENT - 8, "%s", r.body);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_in_progress"), 8);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"refused\"}"), 0);
+    e2e_resp_free(&r);
+    for (int i = 0; i < N_SILENT; i++)
+        close(fds[i]);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
+/* All --max-tls-handshakes slots taken by silent connections from the
+ * client's own address (4 slots, under the per-address cap of 8): a new
+ * connection evicts the one that has waited longest, so curl is served at
+ * once, and only the newest silent ones still wait. */
+Test(tls, full_handshake_slots_evict_the_oldest)
+{
+    struct e2e_daemon d;
+    start_tls(&d, "--tls-handshake-timeout-s 300 --max-tls-handshakes 4");
+    int fds[N_SILENT];
+    for (int i = 0; i < N_SILENT; i++)
+        fds[i] = tcp_connect(d.port);
+    expect_curl_served(&d);
+    /* 96 evicted by the silent ones that followed, one more by curl. */
+    for (int i = 0; i < N_SILENT - 3; i++)
+        cr_expect(closed_by_server(fds[i]), "connection %d (of the oldest) is still open", i);
+    for (int i = N_SILENT - 3; i < N_SILENT; i++)
+        cr_expect(!closed_by_server(fds[i]), "connection %d (of the newest) was closed", i);
+    char ca[600];
+    snprintf(ca, sizeof(ca), "--cacert '%s/ca.pem'", certs);
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/metrics", NULL, ca, &r);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"evicted\"}"),
+                 N_SILENT - 3, "%s", r.body);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_in_progress"), 3);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_handshakes_total{result=\"timeout\"}"), 0);
+    e2e_resp_free(&r);
+    for (int i = 0; i < N_SILENT; i++)
+        close(fds[i]);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
+/* A client that sends a whole request and then finishes sending, with a
+ * bare TCP FIN or with a close_notify first, has only half-closed: it still
+ * gets the whole answer, and the relay ends when the daemon closes. */
+Test(tls, half_closed_client_gets_the_whole_answer)
+{
+    struct e2e_daemon d;
+    start_tls(&d, "");
+    signal(SIGPIPE, SIG_IGN); /* a relay that closed early must fail the test, not kill it */
+    for (int with_close_notify = 0; with_close_notify < 2; with_close_notify++) {
+        struct tls_client c;
+        tls_client_open(&c, d.port);
+        tls_client_send(&c, "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        if (with_close_notify)
+            cr_assert_eq(mbedtls_ssl_close_notify(&c.ssl), 0);
+        cr_assert_eq(shutdown(c.net.fd, SHUT_WR), 0);
+        char *resp = tls_client_read_all(&c);
+        const char *body = strstr(resp, "\r\n\r\n");
+        const char *cl = strcasestr(resp, "content-length:");
+        cr_expect(!strncmp(resp, "HTTP/1.1 200", 12) && body && cl,
+                  "half-close%s: no answer: '%s'", with_close_notify ? " (close_notify)" : "",
+                  resp);
+        if (body && cl)
+            cr_expect_eq((long)strlen(body + 4), atol(cl + 15), "a truncated answer: '%s'", resp);
+        free(resp);
+        tls_client_close(&c);
+    }
+    /* The relay closed each one when the daemon did. */
+    char ca[600];
+    snprintf(ca, sizeof(ca), "--cacert '%s/ca.pem'", certs);
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/metrics", NULL, ca, &r);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_tls_connections_open"), 1, "%s", r.body);
+    e2e_resp_free(&r);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
+/* A shell function: await FILE [PATTERN] polls until FILE exists (and
+ * holds PATTERN), for up to 100 s; the test's own timeout is the real
+ * bound, this only keeps a hung wait from outliving the test. */
+#define AWAIT_SH                                                                                   \
+    "await() { for i in $(seq 2000); do [ -s \"$1\" ] && { [ -z \"$2\" ] || "                      \
+    "grep -q -- \"$2\" \"$1\"; } && return 0; sleep 0.05; done; return 1; }; "
+
 /* SIGHUP with a new key in the config file: a stream admitted with the old
  * key runs on to [DONE]; meanwhile the old key is refused and the new one
- * accepted. The stream is over TLS and outlasts the checks. */
+ * accepted. The stream is over TLS. The reload starts once its first tokens
+ * have arrived, the checks once the reload is logged, and the overlap is
+ * proved by the daemon's log: no completion is logged until the checks are
+ * done. 200 tokens on ref outlast a reload and two requests by a factor of
+ * ten on any machine (both scale with its speed), and no curl --max-time
+ * bounds the stream: the suite's timeout is for a genuine hang. */
 Test(tls, sighup_swaps_api_key_while_stream_continues)
 {
     char cfg[600];
@@ -428,36 +566,41 @@ Test(tls, sighup_swaps_api_key_while_stream_continues)
     start_tls(&d, extra);
     char dir[600];
     snprintf(dir, sizeof(dir), "%s/reload-%d", gs_test_tmpdir(), getpid());
-    const char *body = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":1500,"
+    const char *body = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":200,"
                                      "\"ignore_eos\":true,\"stream\":true}");
     char *cmd;
     const char *c = "curl -s --max-time 60 --cacert";
     cr_assert(asprintf(&cmd,
-                       "mkdir -p %s; "
-                       "(%s '%s/ca.pem' -N -H 'Authorization: Bearer old-key' --data-binary @%s "
-                       "  %s/v1/completions > %s/stream; date +%%s.%%N > %s/stream_end) & "
-                       "sleep 0.5; echo '{\"api_key\": [\"new-key\"]}' > %s; kill -HUP %d; "
-                       "sleep 0.3; "
+                       AWAIT_SH "D=%s; mkdir -p $D; "
+                       "curl -s --cacert '%s/ca.pem' -N -H 'Authorization: Bearer old-key' "
+                       "  --data-binary @%s %s/v1/completions > $D/stream & "
+                       "await $D/stream 'data: ' || echo 'no first tokens' > $D/error; "
+                       "echo '{\"api_key\": [\"new-key\"]}' > %s; kill -HUP %d; "
+                       "await '%s' event=config_reload || echo 'no reload logged' >> $D/error; "
                        "%s '%s/ca.pem' -o /dev/null -w '%%{http_code}' -H 'Authorization: Bearer "
-                       "old-key' %s/v1/models > %s/old; "
+                       "old-key' %s/v1/models > $D/old; "
                        "%s '%s/ca.pem' -o /dev/null -w '%%{http_code}' -H 'Authorization: Bearer "
-                       "new-key' %s/v1/models > %s/new; date +%%s.%%N > %s/checks_end; wait",
-                       dir, c, certs, body, d.url, dir, dir, cfg, (int)d.pid, c, certs, d.url, dir,
-                       c, certs, d.url, dir, dir) > 0);
+                       "new-key' %s/v1/models > $D/new; "
+                       "grep -c 'path=/v1/completions' '%s' > $D/completions_at_checks; wait",
+                       dir, certs, body, d.url, cfg, (int)d.pid, d.log_path, c, certs, d.url, c,
+                       certs, d.url, d.log_path) > 0);
     gs_test_run(cmd, 1, NULL);
     free(cmd);
     char p[700];
 #define READ(name) (snprintf(p, sizeof(p), "%s/" name, dir), gs_test_read_file(p, NULL))
+    snprintf(p, sizeof(p), "%s/error", dir);
+    cr_assert(access(p, F_OK) != 0, "%s", (char *)READ("error"));
     char *old_code = READ("old"), *new_code = READ("new"), *stream = READ("stream");
-    char *stream_end = READ("stream_end"), *checks_end = READ("checks_end");
+    char *at_checks = READ("completions_at_checks");
 #undef READ
     cr_expect_str_eq(old_code, "401", "the old key still works after SIGHUP");
     cr_expect_str_eq(new_code, "200", "the new key is refused after SIGHUP");
-    cr_expect(atof(stream_end) > atof(checks_end),
-              "the stream ended before the checks: no overlap with the reload");
+    cr_expect_eq(atoi(at_checks), 0, "the stream ended before the checks: no overlap with the "
+                 "reload");
     bool done;
     json_t *ev = e2e_sse_events(stream, &done);
     cr_expect(done, "the stream admitted before the reload did not complete");
+    cr_expect_geq(json_array_size(ev), 200u, "a stream of 200 tokens");
     json_t *last = json_array_get(ev, json_array_size(ev) - 1);
     const char *finish = json_string_value(
         json_object_get(json_array_get(json_object_get(last, "choices"), 0), "finish_reason"));
@@ -467,8 +610,7 @@ Test(tls, sighup_swaps_api_key_while_stream_continues)
     free(old_code);
     free(new_code);
     free(stream);
-    free(stream_end);
-    free(checks_end);
+    free(at_checks);
     size_t n;
     char *log;
     cr_expect_eq(e2e_stop(&d), 0);
@@ -493,7 +635,7 @@ Test(tls, client_address_reaches_log_and_per_ip_limit)
     tls_client_send(&b, "GET /health HTTP/1.1\r\nHost: localhost\r\n");
     char *cmd, *out = NULL;
     cr_assert(asprintf(&cmd,
-                       "curl -sS --max-time 10 --cacert '%s/ca.pem' -o /dev/null "
+                       "curl -sS --max-time 100 --cacert '%s/ca.pem' -o /dev/null "
                        "-w '%%{http_code}' %s/health",
                        certs, d.url) > 0);
     int rc = gs_test_run(cmd, 1, &out);
@@ -505,7 +647,7 @@ Test(tls, client_address_reaches_log_and_per_ip_limit)
     free(resp);
     tls_client_close(&a);
     bool served = false;
-    for (int i = 0; i < 20 && !served; i++) {
+    for (int i = 0; i < 1000 && !served; i++) { /* until the slot is back; 100 s at most */
         out = NULL;
         served = gs_test_run(cmd, 1, &out) == 0 && strstr(out, "200");
         free(out);
@@ -546,7 +688,7 @@ Test(tls, large_bodies_with_a_slow_reader_arrive_intact)
     snprintf(out_path, sizeof(out_path), "%s/large-%d.json", gs_test_tmpdir(), getpid());
     char *cmd, *out = NULL;
     cr_assert(asprintf(&cmd,
-                       "curl -sS --max-time 60 --limit-rate 4M --cacert '%s/ca.pem' "
+                       "curl -sS --max-time 100 --limit-rate 4M --cacert '%s/ca.pem' "
                        "--data-binary @%s -o %s -w '%%{http_code}' %s/tokenize",
                        certs, path, out_path, d.url) > 0);
     cr_assert_eq(gs_test_run(cmd, 1, &out), 0, "%s", out);
@@ -576,10 +718,12 @@ Test(tls, large_bodies_with_a_slow_reader_arrive_intact)
     cr_expect_eq(e2e_stop(&d), 0);
 }
 
-/* SIGTERM during a TLS stream: after --drain-timeout-s the stream ends with
- * finish_reason "abort" and [DONE], and those last bytes, written just
- * before the daemon closes everything, still reach the client through the
- * relay; the daemon exits 0. */
+/* SIGTERM during a TLS stream (sent once its first tokens have arrived):
+ * after --drain-timeout-s the stream ends with finish_reason "abort" and
+ * [DONE], and those last bytes, written just before the daemon closes
+ * everything, still reach the client through the relay; the daemon exits 0.
+ * The slower the machine, the surer the abort; the stream is not bounded by
+ * curl, since it ends a second after the signal on any machine. */
 Test(tls, drain_delivers_the_last_bytes_of_a_stream)
 {
     struct e2e_daemon d;
@@ -590,9 +734,9 @@ Test(tls, drain_delivers_the_last_bytes_of_a_stream)
     snprintf(out_path, sizeof(out_path), "%s/drain-%d.txt", gs_test_tmpdir(), getpid());
     char *cmd;
     cr_assert(asprintf(&cmd,
-                       "curl -sN --max-time 30 --cacert '%s/ca.pem' --data-binary @%s "
-                       "%s/v1/completions > %s & sleep 0.5; kill -TERM %d; wait",
-                       certs, body, d.url, out_path, (int)d.pid) > 0);
+                       AWAIT_SH "curl -sN --cacert '%s/ca.pem' --data-binary @%s "
+                       "%s/v1/completions > %s & await %s 'data: '; kill -TERM %d; wait",
+                       certs, body, d.url, out_path, out_path, (int)d.pid) > 0);
     gs_test_run(cmd, 1, NULL);
     free(cmd);
     int st;
@@ -664,7 +808,7 @@ Test(tls, serves_https_on_a_passed_socket)
     cr_expect(found, "no '%s' (last line: %s)", want, line);
     char *cmd, *out = NULL;
     cr_assert(asprintf(&cmd,
-                       "curl -sS --max-time 10 --cacert '%s/ca.pem' -o /dev/null "
+                       "curl -sS --max-time 100 --cacert '%s/ca.pem' -o /dev/null "
                        "-w '%%{http_code}' https://127.0.0.1:%d/health",
                        certs, port) > 0);
     int rc = gs_test_run(cmd, 1, &out);
