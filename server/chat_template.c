@@ -101,6 +101,15 @@ static void render_turns(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size
         gs_srv_buf_adds(out, msgs[i].content);
         gs_srv_buf_adds(out, turn_fmt[t].close);
     }
+    /* A system text with no user turn after it (a chat of system messages
+     * only) would otherwise vanish: it becomes a user turn of its own. */
+    if (pending_system) {
+        gs_srv_buf_adds(out, turn_fmt[t].open);
+        gs_srv_buf_adds(out, "user");
+        gs_srv_buf_adds(out, turn_fmt[t].sep);
+        gs_srv_buf_adds(out, pending_system);
+        gs_srv_buf_adds(out, turn_fmt[t].close);
+    }
     gs_srv_buf_adds(out, turn_fmt[t].open);
     gs_srv_buf_adds(out, turn_fmt[t].assistant_role);
     /* The plain format ends "assistant:" so that the model writes the text. */
@@ -109,6 +118,24 @@ static void render_turns(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size
 
 /* Llama 2 and Mistral: user turns inside [INST] ... [/INST], the system text
  * inside the first one (Llama 2 wraps it in <<SYS>>), answers closed by </s>. */
+static void render_inst_user(enum gs_srv_tmpl t, const char *system, const char *content,
+                             struct gs_srv_buf *out)
+{
+    gs_srv_buf_adds(out, "[INST] ");
+    if (system) {
+        if (t == GS_SRV_TMPL_LLAMA2) {
+            gs_srv_buf_adds(out, "<<SYS>>\n");
+            gs_srv_buf_adds(out, system);
+            gs_srv_buf_adds(out, "\n<</SYS>>\n\n");
+        } else {
+            gs_srv_buf_adds(out, system);
+            gs_srv_buf_adds(out, "\n\n");
+        }
+    }
+    gs_srv_buf_adds(out, content);
+    gs_srv_buf_adds(out, " [/INST]");
+}
+
 static void render_inst(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_t n,
                         struct gs_srv_buf *out)
 {
@@ -123,22 +150,14 @@ static void render_inst(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_
             gs_srv_buf_adds(out, msgs[i].content);
             gs_srv_buf_adds(out, t == GS_SRV_TMPL_LLAMA2 ? " </s><s>" : "</s>");
         } else {
-            gs_srv_buf_adds(out, "[INST] ");
-            if (system && first) {
-                if (t == GS_SRV_TMPL_LLAMA2) {
-                    gs_srv_buf_adds(out, "<<SYS>>\n");
-                    gs_srv_buf_adds(out, system);
-                    gs_srv_buf_adds(out, "\n<</SYS>>\n\n");
-                } else {
-                    gs_srv_buf_adds(out, system);
-                    gs_srv_buf_adds(out, "\n\n");
-                }
-            }
+            render_inst_user(t, first ? system : NULL, msgs[i].content, out);
             first = false;
-            gs_srv_buf_adds(out, msgs[i].content);
-            gs_srv_buf_adds(out, " [/INST]");
         }
     }
+    /* With no user turn at all the system text would vanish and the prompt
+     * be empty: it gets an [INST] of its own. */
+    if (first && system)
+        render_inst_user(t, system, "", out);
 }
 
 void gs_srv_tmpl_render(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_t n,

@@ -7,9 +7,10 @@
  *     <template> \0 <role> \0 <content> \0 <role> \0 <content> ...
  * A corpus file without a NUL is a template alone.
  *
- * Invariants: detection names a known family and does not depend on what
- * follows the template; rendering never fails for lack of a role it knows,
- * and every message that is not a system message appears in the prompt.
+ * Invariants: detection names a known family whose name maps back to it;
+ * rendering accepts any role, every message that is not a system message
+ * appears in the prompt, and a chat of system messages alone still renders
+ * its last one (once the formats dropped it, leaving an empty prompt).
  */
 #include "server/internal.h"
 #include "tests/fuzz/fuzz.h"
@@ -47,11 +48,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct gs_srv_buf out = {0};
         gs_srv_tmpl_render((enum gs_srv_tmpl)f, msgs, n, &out);
         FUZZ_CHECK(!out.failed, "%s: out of memory", gs_srv_tmpl_name((enum gs_srv_tmpl)f));
-        for (size_t i = 0; i < n; i++)
-            FUZZ_CHECK(!strcmp(msgs[i].role, "system") ||
-                           (out.p && strstr(out.p, msgs[i].content)),
+        size_t n_system = 0;
+        for (size_t i = 0; i < n; i++) {
+            bool system = !strcmp(msgs[i].role, "system");
+            n_system += system;
+            FUZZ_CHECK(system || (out.p && strstr(out.p, msgs[i].content)),
                        "%s: message %zu is missing from the prompt",
                        gs_srv_tmpl_name((enum gs_srv_tmpl)f), i);
+        }
+        if (n && n_system == n)
+            FUZZ_CHECK(out.p && strstr(out.p, msgs[n - 1].content),
+                       "%s: a chat of system messages renders without them",
+                       gs_srv_tmpl_name((enum gs_srv_tmpl)f));
         gs_srv_buf_free(&out);
     }
     free(text);
