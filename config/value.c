@@ -398,6 +398,10 @@ enum gs_status gs_cfg__set_json(struct gs_cfg *cfg, const struct gs_cfg_opt *o, 
     case GS_CFG_LIST: {
         struct gs_cfg_strlist *l = gs_cfg__field(cfg, o);
         gs_cfg__list_clear(l);
+        /* One string is a list of one, refused when empty as an element or a
+         * flag is: "api_key": "" once configured an empty API key. */
+        if (json_is_string(v) && !*json_string_value(v))
+            return gs_err_set(err, GS_INVAL, "%s: empty value", where);
         if (json_is_string(v))
             return gs_cfg__list_add(l, json_string_value(v), err);
         if (!json_is_array(v))

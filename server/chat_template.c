@@ -150,6 +150,15 @@ static void render_turns(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size
         put_user(out, msgs[i].content);
         put_tmpl(out, turn_fmt[t].close);
     }
+    /* A system text with no user turn after it (a chat of system messages
+     * only) would otherwise vanish: it becomes a user turn of its own. */
+    if (pending_system) {
+        put_tmpl(out, turn_fmt[t].open);
+        put_tmpl(out, "user");
+        put_tmpl(out, turn_fmt[t].sep);
+        put_user(out, pending_system);
+        put_tmpl(out, turn_fmt[t].close);
+    }
     put_tmpl(out, turn_fmt[t].open);
     put_tmpl(out, turn_fmt[t].assistant_role);
     /* The plain format ends "assistant:" so that the model writes the text. */
@@ -158,6 +167,24 @@ static void render_turns(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size
 
 /* Llama 2 and Mistral: user turns inside [INST] ... [/INST], the system text
  * inside the first one (Llama 2 wraps it in <<SYS>>), answers closed by </s>. */
+static void render_inst_user(enum gs_srv_tmpl t, const char *system, const char *content,
+                             struct out *out)
+{
+    put_tmpl(out, "[INST] ");
+    if (system) {
+        if (t == GS_SRV_TMPL_LLAMA2) {
+            put_tmpl(out, "<<SYS>>\n");
+            put_user(out, system);
+            put_tmpl(out, "\n<</SYS>>\n\n");
+        } else {
+            put_user(out, system);
+            put_tmpl(out, "\n\n");
+        }
+    }
+    put_user(out, content);
+    put_tmpl(out, " [/INST]");
+}
+
 static void render_inst(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_t n,
                         struct out *out)
 {
@@ -172,22 +199,14 @@ static void render_inst(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_
             put_user(out, msgs[i].content);
             put_tmpl(out, t == GS_SRV_TMPL_LLAMA2 ? " </s><s>" : "</s>");
         } else {
-            put_tmpl(out, "[INST] ");
-            if (system && first) {
-                if (t == GS_SRV_TMPL_LLAMA2) {
-                    put_tmpl(out, "<<SYS>>\n");
-                    put_user(out, system);
-                    put_tmpl(out, "\n<</SYS>>\n\n");
-                } else {
-                    put_user(out, system);
-                    put_tmpl(out, "\n\n");
-                }
-            }
+            render_inst_user(t, first ? system : NULL, msgs[i].content, out);
             first = false;
-            put_user(out, msgs[i].content);
-            put_tmpl(out, " [/INST]");
         }
     }
+    /* With no user turn at all the system text would vanish and the prompt
+     * be empty: it gets an [INST] of its own. */
+    if (first && system)
+        render_inst_user(t, system, "", out);
 }
 
 void gs_srv_tmpl_render_spans(enum gs_srv_tmpl t, const struct gs_srv_msg *msgs, size_t n,

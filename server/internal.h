@@ -167,6 +167,35 @@ enum gs_status gs_srv_gen_parse(const char *body, size_t len, bool chat,
                                 char *param, size_t param_cap, struct gs_err *err);
 void gs_srv_gen_free(struct gs_srv_gen *g);
 
+/* ---- /tokenize and /detokenize bodies (tokenize_body.c) --------------------------------- */
+
+/* {"content": string, "add_special": bool, "parse_special": bool, "with_pieces": bool};
+ * only content is required. */
+struct gs_srv_tokenize_req {
+    struct gs_srv_buf content; /* the text, content.len bytes (may hold NUL bytes) */
+    unsigned flags;            /* enum gs_tok_encode_flags; PARSE_SPECIAL unless refused */
+    bool with_pieces;          /* answer {"id","piece"} pairs instead of bare ids */
+};
+
+/*
+ * Parses a /tokenize body into *out (zeroed first; free with
+ * gs_srv_tokenize_req_free whatever the result). Errors as gs_srv_gen_parse:
+ * GS_INVAL (or GS_NOMEM) with a message, and the refused field in param.
+ */
+enum gs_status gs_srv_tokenize_parse(const char *body, size_t len, struct gs_srv_tokenize_req *out,
+                                     char *param, size_t param_cap, struct gs_err *err);
+void gs_srv_tokenize_req_free(struct gs_srv_tokenize_req *t);
+
+/*
+ * Parses a /detokenize body, {"tokens": [id, ...]}, each id in [0, n_vocab).
+ * On GS_OK *ids is a gs_malloc'ed array of *n_ids ids (never NULL, even for
+ * none) that the caller frees with gs_free; on failure *ids is NULL and the
+ * errors are as gs_srv_gen_parse's.
+ */
+enum gs_status gs_srv_detokenize_parse(const char *body, size_t len, uint32_t n_vocab,
+                                       int32_t **ids, size_t *n_ids, char *param, size_t param_cap,
+                                       struct gs_err *err);
+
 /* ---- chat templates --------------------------------------------------------------------- */
 
 /* X(name, enum suffix) in the order gs_srv_tmpl_detect tries them. */

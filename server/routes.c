@@ -79,23 +79,6 @@ static enum MHD_Result model_one(struct gs_srv_req *r)
     return gs_srv__respond_json(r, 200, model_json(r->srv));
 }
 
-/* Parses the body as a JSON object; answers 400 itself on failure. */
-static json_t *body_object(struct gs_srv_req *r, enum MHD_Result *ret)
-{
-    json_error_t je;
-    json_t *root = json_loadb(r->body.p ? r->body.p : "", r->body.len, 0, &je);
-    if (!root || !json_is_object(root)) {
-        json_decref(root);
-        *ret = root ? gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, NULL,
-                                            "the request body must be a JSON object")
-                    : gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, NULL,
-                                            "malformed JSON at line %d, column %d: %s", je.line,
-                                            je.column, je.text);
-        return NULL;
-    }
-    return root;
-}
-
 /* The /tokenize answer, once the pool has the ids. */
 static enum MHD_Result tokenize_reply(struct gs_srv_req *r)
 {
@@ -118,38 +101,32 @@ static enum MHD_Result tokenize_reply(struct gs_srv_req *r)
     return gs_srv__respond_json(r, 200, json_pack("{s:o}", "tokens", arr));
 }
 
+/* Answers a refused /tokenize or /detokenize body as 400 (503 out of memory). */
+static enum MHD_Result body_refused(struct gs_srv_req *r, enum gs_status st, const char *param,
+                                    const struct gs_err *err)
+{
+    return gs_srv__respond_error(r, gs_srv_err_from_status(st), param[0] ? param : NULL, "%s",
+                                 err->msg);
+}
+
 static enum MHD_Result tokenize(struct gs_srv_req *r)
 {
     if (!r->srv->cfg.model.tok)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "no tokenizer loaded");
-    enum MHD_Result ret;
-    json_t *root = body_object(r, &ret);
-    if (!root)
-        return ret;
-    json_t *content = json_object_get(root, "content");
-    json_t *add = json_object_get(root, "add_special"),
-           *parse = json_object_get(root, "parse_special");
-    json_t *pieces = json_object_get(root, "with_pieces");
-    if (!json_is_string(content)) {
-        json_decref(root);
-        return gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, "content",
-                                     "'content' must be a string");
+    struct gs_srv_tokenize_req req;
+    char param[32];
+    struct gs_err err;
+    enum gs_status st = gs_srv_tokenize_parse(r->body.p ? r->body.p : "", r->body.len, &req,
+                                              param, sizeof(param), &err);
+    if (st != GS_OK) {
+        gs_srv_tokenize_req_free(&req);
+        return body_refused(r, st, param, &err);
     }
-    if ((add && !json_is_boolean(add)) || (parse && !json_is_boolean(parse)) ||
-        (pieces && !json_is_boolean(pieces))) {
-        json_decref(root);
-        return gs_srv__respond_error(
-            r, GS_SRV_E_BAD_REQUEST, NULL,
-            "'add_special', 'parse_special' and 'with_pieces' are booleans");
-    }
-    unsigned flags = (json_is_true(add) ? GS_TOK_ADD_SPECIAL : 0) |
-                     (!parse || json_is_true(parse) ? GS_TOK_PARSE_SPECIAL : 0);
-    r->tokenize_pieces = json_is_true(pieces);
-    gs_srv_buf_add(&r->tok_job.text, json_string_value(content), json_string_length(content));
-    json_decref(root);
-    if (r->tok_job.text.failed)
-        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
-    return gs_srv__tokenize_async(r, flags, tokenize_reply);
+    r->tokenize_pieces = req.with_pieces;
+    /* The text moves into the job, which the request frees. */
+    gs_srv_buf_free(&r->tok_job.text);
+    r->tok_job.text = req.content;
+    return gs_srv__tokenize_async(r, req.flags, tokenize_reply);
 }
 
 static enum MHD_Result detokenize(struct gs_srv_req *r)
@@ -157,39 +134,18 @@ static enum MHD_Result detokenize(struct gs_srv_req *r)
     const struct gs_tok *tok = r->srv->cfg.model.tok;
     if (!tok)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "no tokenizer loaded");
-    enum MHD_Result ret;
-    json_t *root = body_object(r, &ret);
-    if (!root)
-        return ret;
-    json_t *toks = json_object_get(root, "tokens");
-    if (!json_is_array(toks)) {
-        json_decref(root);
-        return gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, "tokens",
-                                     "'tokens' must be an array of token ids");
-    }
-    size_t n = json_array_size(toks);
-    int32_t *ids = gs_alloc_array(n ? n : 1, sizeof(*ids));
-    if (!ids) {
-        json_decref(root);
-        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
-    }
-    uint32_t n_vocab = gs_tok_n_vocab(tok);
-    for (size_t i = 0; i < n; i++) {
-        json_t *v = json_array_get(toks, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) >= (json_int_t)n_vocab) {
-            json_decref(root);
-            gs_free(ids);
-            return gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, "tokens",
-                                         "'tokens[%zu]' is not a token id in [0, %u)", i, n_vocab);
-        }
-        ids[i] = (int32_t)json_integer_value(v);
-    }
-    json_decref(root);
+    int32_t *ids;
+    size_t n;
+    char param[32];
+    struct gs_err err;
+    enum gs_status st = gs_srv_detokenize_parse(r->body.p ? r->body.p : "", r->body.len,
+                                                gs_tok_n_vocab(tok), &ids, &n, param,
+                                                sizeof(param), &err);
+    if (st != GS_OK)
+        return body_refused(r, st, param, &err);
     char *text;
     size_t len;
-    struct gs_err err;
-    enum gs_status st = gs_tok_decode(tok, ids, n, GS_TOK_RENDER_SPECIAL, &text, &len, &err);
+    st = gs_tok_decode(tok, ids, n, GS_TOK_RENDER_SPECIAL, &text, &len, &err);
     gs_free(ids);
     if (st != GS_OK)
         return gs_srv__respond_error(r, gs_srv_err_from_status(st), "tokens", "%s", err.msg);

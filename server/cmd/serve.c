@@ -103,7 +103,7 @@ struct serve {
     struct gs_srv *srv;
     struct wake_holder holder;
     struct gs_serve_receipt receipt;
-    uint32_t poison_pos; /* test only: GS_TEST_POISON_POS */
+    struct gs_serve_test_hooks hooks; /* test only: GS_TEST_POISON_POS, GS_TEST_STEP_GATE */
     bool known_answer_ok; /* READY=1 was (and may again be) sent */
 };
 
@@ -146,12 +146,14 @@ static int load(struct serve *sv)
     sc.n_eog = (uint32_t)n_eog;
     sc.notify = wake;
     sc.notify_ctx = &sv->holder;
-    if (gs_serve_poison_from_env(&sv->poison_pos)) {
+    if (gs_serve_test_hooks_from_env(&sv->hooks)) {
         gs_log(GS_LOG_WARN, "test_hook",
-               "GS_TEST_POISON_POS=%u: logits at and after that position become NaN (tests only)",
-               sv->poison_pos);
-        sc.logits_hook = gs_serve_poison_hook;
-        sc.logits_hook_ctx = &sv->poison_pos;
+               "poison_pos=%lld step_gate=%s reason=%s",
+               sv->hooks.poison ? (long long)sv->hooks.poison_pos : -1LL,
+               sv->hooks.gate_path ? sv->hooks.gate_path : "-",
+               "GS_TEST_POISON_POS or GS_TEST_STEP_GATE is set (tests only)");
+        sc.logits_hook = gs_serve_test_hook;
+        sc.logits_hook_ctx = &sv->hooks;
     }
     if (gs_sched_new(&sc, sv->model, &sv->sched, &err) != GS_OK)
         return gs_cli_fail("serve", "scheduler: %s", err.msg);
@@ -395,6 +397,7 @@ int gs_cmd_serve(int argc, char **argv)
     }
     gs_srv_free(sv.srv);
     gs_sched_free(sv.sched);
+    gs_serve_test_hooks_free(&sv.hooks);
     gs_free(sv.tmpl);
     gs_tok_free(sv.tok);
     gs_model_free(sv.model);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum gs_status gs_serve_receipt_compute(const uint8_t model_sha256[GS_SHA256_BYTES],
                                         const struct gs_model *m, const char *backend,
@@ -34,24 +35,39 @@ enum gs_status gs_serve_receipt_compute(const uint8_t model_sha256[GS_SHA256_BYT
     return GS_OK;
 }
 
-bool gs_serve_poison_from_env(uint32_t *pos)
+bool gs_serve_test_hooks_from_env(struct gs_serve_test_hooks *h)
 {
+    *h = (struct gs_serve_test_hooks){0};
     const char *v = getenv("GS_TEST_POISON_POS");
-    if (!v || !*v)
-        return false;
-    char *end;
-    unsigned long n = strtoul(v, &end, 10);
-    if (*end || n > UINT32_MAX)
-        return false;
-    *pos = (uint32_t)n;
-    return true;
+    if (v && *v) {
+        char *end;
+        unsigned long n = strtoul(v, &end, 10);
+        if (!*end && n <= UINT32_MAX) {
+            h->poison = true;
+            h->poison_pos = (uint32_t)n;
+        }
+    }
+    v = getenv("GS_TEST_STEP_GATE");
+    if (v && *v)
+        h->gate_path = gs_strdup(v);
+    return h->poison || h->gate_path;
 }
 
-void gs_serve_poison_hook(uint64_t id, uint32_t position, float *logits, uint32_t n_vocab,
-                          void *ctx)
+void gs_serve_test_hooks_free(struct gs_serve_test_hooks *h)
+{
+    gs_free(h->gate_path);
+    h->gate_path = NULL;
+}
+
+void gs_serve_test_hook(uint64_t id, uint32_t position, float *logits, uint32_t n_vocab,
+                        void *ctx)
 {
     (void)id;
-    if (position >= *(const uint32_t *)ctx && n_vocab)
+    const struct gs_serve_test_hooks *h = ctx;
+    /* Bounded so that a forgotten gate cannot hang a daemon's shutdown. */
+    for (int i = 0; h->gate_path && i < 10000 && access(h->gate_path, F_OK) == 0; i++)
+        usleep(10 * 1000);
+    if (h->poison && position >= h->poison_pos && n_vocab)
         logits[n_vocab / 2] = NAN;
 }
 

@@ -28,15 +28,26 @@ enum gs_status gs_serve_receipt_compute(const uint8_t model_sha256[GS_SHA256_BYT
                                         struct gs_serve_receipt *r, struct gs_err *err);
 
 /*
- * TEST ONLY: GS_TEST_POISON_POS=N puts a NaN into every logits row
- * at sequence position N or later, through the scheduler's logits_hook, so
- * that tests see the numerical guard end only the sequences that reach N
- * (and, with N small, the known-answer check fail).
- * Unset (the default) or not a number: no hook. Returns whether it is on.
+ * TEST ONLY hooks, through the scheduler's logits_hook, read from the
+ * environment (unset, the default: no hook):
+ *   GS_TEST_POISON_POS=N puts a NaN into every logits row at sequence
+ *     position N or later, so that tests see the numerical guard end only the
+ *     sequences that reach N (and, with N small, the known-answer check fail).
+ *   GS_TEST_STEP_GATE=FILE holds the engine, before it samples, while FILE
+ *     exists (for at most 100 s a row), so that a test can keep a request
+ *     running for exactly as long as it needs, on a machine of any speed.
  */
-bool gs_serve_poison_from_env(uint32_t *pos);
-void gs_serve_poison_hook(uint64_t id, uint32_t position, float *logits, uint32_t n_vocab,
-                          void *ctx); /* ctx: the uint32_t position */
+struct gs_serve_test_hooks {
+    bool poison;
+    uint32_t poison_pos;
+    char *gate_path; /* owned; NULL: no gate */
+};
+
+/* Fills *h from the environment; returns whether any hook is on. */
+bool gs_serve_test_hooks_from_env(struct gs_serve_test_hooks *h);
+void gs_serve_test_hooks_free(struct gs_serve_test_hooks *h);
+void gs_serve_test_hook(uint64_t id, uint32_t position, float *logits, uint32_t n_vocab,
+                        void *ctx); /* ctx: the struct gs_serve_test_hooks */
 
 /*
  * The known-answer check: runs a fixed short prompt greedily on the

@@ -308,7 +308,7 @@ static int post_raw(const char *body)
     cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
     char req[1024];
     int n = snprintf(req, sizeof(req),
-                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\n\r\n%s",
                      strlen(body), body);
     cr_assert_eq(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);

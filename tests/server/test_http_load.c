@@ -175,7 +175,7 @@ static const char reset_clients_py[] =
     "for path, body in zip(rest[0::2], rest[1::2]):\n"
     "    data = open(body, 'rb').read()\n"
     "    s = socket.create_connection(('127.0.0.1', port))\n"
-    "    s.sendall(b'POST %s HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\n'\n"
+    "    s.sendall(b'POST %s HTTP/1.1\\r\\nHost: localhost\\r\\nContent-Type: application/json\\r\\n'\n"
     "              b'Content-Length: %d\\r\\n\\r\\n' % (path.encode(), len(data)) + data)\n"
     "    socks.append(s)\n"
     "end = time.monotonic() + 100\n"

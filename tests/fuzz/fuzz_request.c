@@ -1,0 +1,135 @@
+/*
+ * tests/fuzz/fuzz_request.c - a request body from a stranger, as each route
+ * that takes one parses it: /v1/chat/completions and /v1/completions
+ * (gs_srv_gen_parse), /tokenize and /detokenize (server/tokenize_body.c).
+ * Every input goes to all four, so a corpus file is one plain body.
+ *
+ * Invariants: a refusal is GS_INVAL or GS_NOMEM with a message, and the
+ * error body the daemon would send can be built from it; an accepted body
+ * holds only what the limits allow (ids in the vocabulary, at most max_n
+ * choices, non-empty stop strings within their caps, known roles), and a
+ * chat renders through every template.
+ */
+#include "server/internal.h"
+#include "tests/fuzz/fuzz.h"
+
+#include <string.h>
+
+static const struct gs_srv_parse_limits limits = {
+    .n_vocab = 32000,
+    .max_tokens = 4096,
+    .max_n = 8,
+    .max_stop = 4,
+    .max_stop_bytes = 64,
+};
+
+/* A refusal must carry what the daemon answers with. */
+static void check_refusal(enum gs_status st, const char *param, const struct gs_err *err)
+{
+    FUZZ_CHECK(st == GS_INVAL || st == GS_NOMEM, "status %d", (int)st);
+    FUZZ_CHECK(err->msg[0], "refused without a message");
+    json_t *j = gs_srv_err_json(gs_srv_err_from_status(st), err->msg, param);
+    FUZZ_CHECK(j, "no error body for '%s'", err->msg);
+    char *s = json_dumps(j, JSON_COMPACT);
+    FUZZ_CHECK(s, "error body for '%s' does not serialise", err->msg);
+    free(s);
+    json_decref(j);
+}
+
+static bool known_role(const char *r)
+{
+    static const char *const roles[] = {"system", "user", "assistant", "tool"};
+    for (size_t i = 0; i < GS_ARRAY_LEN(roles); i++)
+        if (!strcmp(r, roles[i]))
+            return true;
+    return false;
+}
+
+static void check_gen(const struct gs_srv_gen *g, bool chat)
+{
+    FUZZ_CHECK(g->n >= 1 && g->n <= limits.max_n, "n = %u", g->n);
+    FUZZ_CHECK(g->max_tokens <= limits.max_tokens, "max_tokens = %u", g->max_tokens);
+    FUZZ_CHECK(g->n_stop <= limits.max_stop, "%zu stop strings", g->n_stop);
+    for (size_t i = 0; i < g->n_stop; i++)
+        FUZZ_CHECK(g->stop[i][0] && strlen(g->stop[i]) <= limits.max_stop_bytes, "stop[%zu]", i);
+    FUZZ_CHECK(g->top_logprobs >= 0 && g->top_logprobs <= GS_SAMPLE_TOP_LOGPROBS_MAX,
+               "top_logprobs = %d", g->top_logprobs);
+    for (int32_t i = 0; i < g->sp.n_bias; i++)
+        FUZZ_CHECK(g->bias[i].token >= 0 && (uint32_t)g->bias[i].token < limits.n_vocab,
+                   "bias token %d", g->bias[i].token);
+    FUZZ_CHECK(memchr(g->ignored, 0, sizeof(g->ignored)), "ignored list not terminated");
+    if (!chat) {
+        FUZZ_CHECK(!g->prompt != !g->prompt_ids, "exactly one of prompt and prompt_ids");
+        for (size_t i = 0; i < g->n_prompt_ids; i++)
+            FUZZ_CHECK(g->prompt_ids[i] >= 0 && (uint32_t)g->prompt_ids[i] < limits.n_vocab,
+                       "prompt id %d", g->prompt_ids[i]);
+        return;
+    }
+    FUZZ_CHECK(g->n_msgs >= 1, "a chat without messages");
+    for (size_t i = 0; i < g->n_msgs; i++)
+        FUZZ_CHECK(g->msgs[i].role && known_role(g->msgs[i].role) && g->msgs[i].content,
+                   "message %zu", i);
+    for (int t = 0; t < GS_SRV_TMPL_COUNT; t++) {
+        struct gs_srv_buf out = {0};
+        gs_srv_tmpl_render((enum gs_srv_tmpl)t, g->msgs, g->n_msgs, &out);
+        FUZZ_CHECK(!out.failed && out.p && out.len == strlen(out.p), "template %s",
+                   gs_srv_tmpl_name((enum gs_srv_tmpl)t));
+        gs_srv_buf_free(&out);
+    }
+}
+
+static void fuzz_gen(const char *body, size_t len, bool chat)
+{
+    struct gs_srv_gen g;
+    char param[64];
+    struct gs_err err = {0};
+    enum gs_status st = gs_srv_gen_parse(body, len, chat, &limits, &g, param, sizeof(param), &err);
+    if (st == GS_OK)
+        check_gen(&g, chat);
+    else
+        check_refusal(st, param, &err);
+    gs_srv_gen_free(&g);
+}
+
+static void fuzz_tokenize(const char *body, size_t len)
+{
+    struct gs_srv_tokenize_req t;
+    char param[32];
+    struct gs_err err = {0};
+    enum gs_status st = gs_srv_tokenize_parse(body, len, &t, param, sizeof(param), &err);
+    if (st == GS_OK)
+        FUZZ_CHECK(!(t.flags & ~(unsigned)(GS_TOK_ADD_SPECIAL | GS_TOK_PARSE_SPECIAL)),
+                   "flags %#x", t.flags);
+    else
+        check_refusal(st, param, &err);
+    gs_srv_tokenize_req_free(&t);
+}
+
+static void fuzz_detokenize(const char *body, size_t len)
+{
+    int32_t *ids;
+    size_t n;
+    char param[32];
+    struct gs_err err = {0};
+    enum gs_status st =
+        gs_srv_detokenize_parse(body, len, limits.n_vocab, &ids, &n, param, sizeof(param), &err);
+    if (st != GS_OK) {
+        FUZZ_CHECK(!ids, "ids after a refusal");
+        check_refusal(st, param, &err);
+        return;
+    }
+    FUZZ_CHECK(ids, "no ids array");
+    for (size_t i = 0; i < n; i++)
+        FUZZ_CHECK(ids[i] >= 0 && (uint32_t)ids[i] < limits.n_vocab, "id %d", ids[i]);
+    gs_free(ids);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *body = size ? (const char *)data : "";
+    fuzz_gen(body, size, true);
+    fuzz_gen(body, size, false);
+    fuzz_tokenize(body, size);
+    fuzz_detokenize(body, size);
+    return 0;
+}
