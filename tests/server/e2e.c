@@ -106,8 +106,8 @@ void e2e_http(const struct e2e_daemon *d, const char *method, const char *path, 
         snprintf(data, sizeof(data), "-H 'Content-Type: application/json' --data-binary '@%s'",
                  e2e_body_file(body));
     char *cmd;
-    cr_assert(asprintf(&cmd, "curl -sS --max-time %d -X %s -D '%s' %s %s '%s%s'", E2E_HANG_S, method,
-                       hdr, data, extra_curl ? extra_curl : "", d->url, path) > 0);
+    cr_assert(asprintf(&cmd, "curl -sS --max-time %d -X %s -D '%s' %s %s '%s%s'", E2E_HANG_S,
+                       method, hdr, data, extra_curl ? extra_curl : "", d->url, path) > 0);
     int rc = gs_test_run(cmd, 0, &out->body);
     cr_assert_eq(rc, 0, "curl failed (%d): %s", rc, cmd);
     free(cmd);

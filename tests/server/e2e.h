@@ -38,8 +38,8 @@ struct e2e_resp {
  * shared and loaded. */
 #define E2E_HANG_S 300
 
-/* One request with curl (bounded by E2E_HANG_S as a hang guard only). body may be NULL; extra_curl is added to curl's
- * arguments as is (e.g. "-H 'Authorization: Bearer k'"). */
+/* One request with curl (bounded by E2E_HANG_S as a hang guard only). body may be NULL; extra_curl
+ * is added to curl's arguments as is (e.g. "-H 'Authorization: Bearer k'"). */
 void e2e_http(const struct e2e_daemon *d, const char *method, const char *path, const char *body,
               const char *extra_curl, struct e2e_resp *out);
 void e2e_resp_free(struct e2e_resp *r);

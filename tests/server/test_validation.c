@@ -287,15 +287,16 @@ Test(srv_validation, nonfinite_logits_end_only_that_sequence, .timeout = 120)
     snprintf(files[2], sizeof(files[2]), "%s", e2e_body_file(poisoned));
     char *cmd;
     const char *c = "curl -sS -H 'Content-Type: application/json' -w '%{http_code}'";
-    cr_assert(asprintf(&cmd,
-                       "D='%s'; M=%d; "
-                       "for i in 0 1 2; do eval f=\\$F$i; %s --max-time $M --data-binary \"@$f\" "
-                       "-o $D/body$i %s/v1/completions > $D/code$i & done; "
-                       "for i in $(seq $((M * 20))); do curl -s --max-time $M %s/metrics | "
-                       "grep -qx 'graphserve_requests_in_flight 3' && { touch $D/overlap; break; }; "
-                       "sleep 0.05; done; "
-                       "rm -f $D/gate; wait",
-                       dir, E2E_HANG_S, c, d.url, d.url) > 0);
+    cr_assert(
+        asprintf(&cmd,
+                 "D='%s'; M=%d; "
+                 "for i in 0 1 2; do eval f=\\$F$i; %s --max-time $M --data-binary \"@$f\" "
+                 "-o $D/body$i %s/v1/completions > $D/code$i & done; "
+                 "for i in $(seq $((M * 20))); do curl -s --max-time $M %s/metrics | "
+                 "grep -qx 'graphserve_requests_in_flight 3' && { touch $D/overlap; break; }; "
+                 "sleep 0.05; done; "
+                 "rm -f $D/gate; wait",
+                 dir, E2E_HANG_S, c, d.url, d.url) > 0);
     char *full;
     cr_assert(asprintf(&full, "F0='%s' F1='%s' F2='%s'; %s", files[0], files[1], files[2], cmd) >
               0);
@@ -326,9 +327,8 @@ Test(srv_validation, nonfinite_logits_end_only_that_sequence, .timeout = 120)
 
     cr_expect_str_eq(code[1], "500", "%s", resp[1]);
     json_t *body = json_loads(resp[1], 0, NULL);
-    cr_expect_str_eq(
-        json_string_value(json_object_get(json_object_get(body, "error"), "code")),
-        "numerical_error", "%s", resp[1]);
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(body, "error"), "code")),
+                     "numerical_error", "%s", resp[1]);
     json_decref(body);
 
     cr_expect_str_eq(code[2], "200");
