@@ -106,8 +106,8 @@ void e2e_http(const struct e2e_daemon *d, const char *method, const char *path, 
         snprintf(data, sizeof(data), "-H 'Content-Type: application/json' --data-binary '@%s'",
                  e2e_body_file(body));
     char *cmd;
-    cr_assert(asprintf(&cmd, "curl -sS --max-time 60 -X %s -D '%s' %s %s '%s%s'", method, hdr, data,
-                       extra_curl ? extra_curl : "", d->url, path) > 0);
+    cr_assert(asprintf(&cmd, "curl -sS --max-time %d -X %s -D '%s' %s %s '%s%s'", E2E_HANG_S,
+                       method, hdr, data, extra_curl ? extra_curl : "", d->url, path) > 0);
     int rc = gs_test_run(cmd, 0, &out->body);
     cr_assert_eq(rc, 0, "curl failed (%d): %s", rc, cmd);
     free(cmd);
@@ -165,4 +165,27 @@ double e2e_metric(const char *metrics, const char *name_and_labels)
         if (!strncmp(p, name_and_labels, n) && p[n] == ' ')
             return strtod(p + n + 1, NULL);
     return -1;
+}
+
+int e2e_log_count(const struct e2e_daemon *d, const char *needle)
+{
+    char *log = gs_test_read_file(d->log_path, NULL);
+    int n = 0;
+    for (const char *p = log; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    free(log);
+    return n;
+}
+
+int e2e_await_log(const struct e2e_daemon *d, const char *needle, int n)
+{
+    int got = 0;
+    for (int i = 0; i < E2E_HANG_S * 50 && (got = e2e_log_count(d, needle)) < n; i++)
+        usleep(20 * 1000);
+    if (got < n) {
+        char *log = gs_test_read_file(d->log_path, NULL);
+        cr_assert_fail("'%s' not %d times in the daemon's log after %d s (a hang):\n%s", needle, n,
+                       E2E_HANG_S, log);
+    }
+    return got;
 }

@@ -32,8 +32,14 @@ struct e2e_resp {
     json_t *json; /* body parsed, NULL if not JSON */
 };
 
-/* One request with curl. body may be NULL; extra_curl is added to curl's
- * arguments as is (e.g. "-H 'Authorization: Bearer k'"). */
+/* The longest any single wait of these helpers lasts before it fails: only a
+ * genuine hang reaches it (a test's Criterion .timeout is the real bound).
+ * Never a budget for real work: machines running the suite differ and are
+ * shared and loaded. */
+#define E2E_HANG_S 300
+
+/* One request with curl (bounded by E2E_HANG_S as a hang guard only). body may be NULL; extra_curl
+ * is added to curl's arguments as is (e.g. "-H 'Authorization: Bearer k'"). */
 void e2e_http(const struct e2e_daemon *d, const char *method, const char *path, const char *body,
               const char *extra_curl, struct e2e_resp *out);
 void e2e_resp_free(struct e2e_resp *r);
@@ -50,5 +56,12 @@ json_t *e2e_sse_events(const char *body, bool *done);
 /* The value of a metric sample line "name{labels} value" in a /metrics body,
  * or -1 when absent. name_and_labels must match up to the space exactly. */
 double e2e_metric(const char *metrics, const char *name_and_labels);
+
+/* Waits until the daemon's log holds needle at least n times (polling the
+ * file); fails after E2E_HANG_S. Returns how many times it does. */
+int e2e_await_log(const struct e2e_daemon *d, const char *needle, int n);
+
+/* Times needle occurs in the daemon's log now. */
+int e2e_log_count(const struct e2e_daemon *d, const char *needle);
 
 #endif

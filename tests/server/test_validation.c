@@ -14,9 +14,11 @@
 
 #include <criterion/criterion.h>
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -224,79 +226,132 @@ static void id_prompt(char *out, size_t cap, int n, const char *rest)
     snprintf(out + w, cap - w, "],%s}", rest);
 }
 
-Test(srv_validation, nonfinite_logits_end_only_that_sequence, .timeout = 90)
+/* Reads a file the shell wrote; caller frees. */
+static char *slurp(const char *dir, const char *name)
 {
-    /* Position 40 and later get a NaN: a 30-token prompt with 20 tokens to
-     * generate reaches it; a 3-token prompt with 10 does not. The known-answer
-     * check stays below 40 and passes. */
+    char p[800];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    return gs_test_read_file(p, NULL);
+}
+
+/* The finish_reason of the last choice event that has one, or NULL. */
+static const char *last_finish(json_t *evs)
+{
+    const char *fin = NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(evs, i, e)
+    {
+        json_t *c = json_array_get(json_object_get(e, "choices"), 0);
+        if (json_is_string(json_object_get(c, "finish_reason")))
+            fin = json_string_value(json_object_get(c, "finish_reason"));
+    }
+    return fin;
+}
+
+/* Position 40 and later get a NaN: a 30-token prompt with 20 tokens to
+ * generate reaches it; a 3-token prompt with 30 does not. The known-answer
+ * check stays below 40 and passes. The healthy stream and both poisoned
+ * requests run in the same batches: the test gate (GS_TEST_STEP_GATE) holds
+ * the engine until all three are in flight. */
+Test(srv_validation, nonfinite_logits_end_only_that_sequence, .timeout = 120)
+{
+    char dir[600], gate[700];
+    snprintf(dir, sizeof(dir), "%s/nonfinite-%d", gs_test_tmpdir(), (int)getpid());
+    cr_assert(mkdir(dir, 0700) == 0 || errno == EEXIST);
+    snprintf(gate, sizeof(gate), "%s/gate", dir);
     setenv("GS_TEST_POISON_POS", "40", 1);
+    setenv("GS_TEST_STEP_GATE", gate, 1);
     struct e2e_daemon d;
     start_on(&d, "", "--backend ref");
     unsetenv("GS_TEST_POISON_POS");
+    unsetenv("GS_TEST_STEP_GATE");
     struct e2e_resp r;
     e2e_http(&d, "GET", "/ready", NULL, NULL, &r);
     cr_expect_eq(r.status, 200, "%s", r.body);
     e2e_resp_free(&r);
+    FILE *f = fopen(gate, "w");
+    cr_assert(f);
+    fclose(f);
 
-    /* A healthy stream runs in a child meanwhile, in the same batches. */
-    char healthy[4096], poisoned[4096];
+    char healthy[4096], poisoned[4096], files[3][700];
     id_prompt(healthy, sizeof(healthy), 3,
               "\"max_tokens\":30,\"ignore_eos\":true,\"stream\":true,\"validation\":true");
-    pid_t kid = fork();
-    cr_assert(kid >= 0);
-    if (kid == 0) {
-        struct e2e_resp h;
-        e2e_http(&d, "POST", "/v1/completions", healthy, NULL, &h);
-        bool done = false;
-        json_t *evs = h.status == 200 ? e2e_sse_events(h.body, &done) : NULL;
-        const char *fin = NULL;
-        size_t i;
-        json_t *e;
-        json_array_foreach(evs, i, e)
-        {
-            json_t *c = json_array_get(json_object_get(e, "choices"), 0);
-            if (json_is_string(json_object_get(c, "finish_reason")))
-                fin = json_string_value(json_object_get(c, "finish_reason"));
-        }
-        json_t *v = json_object_get(json_array_get(evs, json_array_size(evs) - 1), "validation");
-        _exit(done && fin && !strcmp(fin, "length") && json_is_true(json_object_get(v, "passed"))
-                  ? 0
-                  : 1);
-    }
+    snprintf(files[0], sizeof(files[0]), "%s", e2e_body_file(healthy));
     /* Not streamed: no header went out yet, so a 500 with a clear code. */
     id_prompt(poisoned, sizeof(poisoned), 30, "\"max_tokens\":20,\"ignore_eos\":true");
-    e2e_http(&d, "POST", "/v1/completions", poisoned, NULL, &r);
-    cr_expect_eq(r.status, 500, "%s", r.body);
-    json_t *err = json_object_get(r.json, "error");
-    cr_expect_str_eq(json_string_value(json_object_get(err, "code")), "numerical_error");
-    e2e_resp_free(&r);
+    snprintf(files[1], sizeof(files[1]), "%s", e2e_body_file(poisoned));
     /* Streamed: finish_reason "error", then an error chunk, then [DONE]. */
     id_prompt(poisoned, sizeof(poisoned), 30,
               "\"max_tokens\":20,\"ignore_eos\":true,\"stream\":true,\"validation\":true");
-    e2e_http(&d, "POST", "/v1/completions", poisoned, NULL, &r);
-    cr_expect_eq(r.status, 200);
-    bool done;
-    json_t *evs = e2e_sse_events(r.body, &done);
+    snprintf(files[2], sizeof(files[2]), "%s", e2e_body_file(poisoned));
+    char *cmd;
+    const char *c = "curl -sS -H 'Content-Type: application/json' -w '%{http_code}'";
+    cr_assert(
+        asprintf(&cmd,
+                 "D='%s'; M=%d; "
+                 "for i in 0 1 2; do eval f=\\$F$i; %s --max-time $M --data-binary \"@$f\" "
+                 "-o $D/body$i %s/v1/completions > $D/code$i & done; "
+                 "for i in $(seq $((M * 20))); do curl -s --max-time $M %s/metrics | "
+                 "grep -qx 'graphserve_requests_in_flight 3' && { touch $D/overlap; break; }; "
+                 "sleep 0.05; done; "
+                 "rm -f $D/gate; wait",
+                 dir, E2E_HANG_S, c, d.url, d.url) > 0);
+    char *full;
+    cr_assert(asprintf(&full, "F0='%s' F1='%s' F2='%s'; %s", files[0], files[1], files[2], cmd) >
+              0);
+    free(cmd);
+    gs_test_run(full, 1, NULL);
+    free(full);
+    char marker[800];
+    snprintf(marker, sizeof(marker), "%s/overlap", dir);
+    cr_expect(access(marker, F_OK) == 0, "the three requests were never in flight together");
+
+    char *code[3], *resp[3];
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "code%d", i);
+        code[i] = slurp(dir, name);
+        snprintf(name, sizeof(name), "body%d", i);
+        resp[i] = slurp(dir, name);
+    }
+    /* The healthy stream ends by length, its validation passed. */
+    cr_expect_str_eq(code[0], "200", "%s", resp[0]);
+    bool done = false;
+    json_t *evs = e2e_sse_events(resp[0], &done);
+    const char *fin = last_finish(evs);
+    json_t *v = json_object_get(json_array_get(evs, json_array_size(evs) - 1), "validation");
+    cr_expect(done && fin && !strcmp(fin, "length") && json_is_true(json_object_get(v, "passed")),
+              "the healthy stream did not finish well: %s", resp[0]);
+    json_decref(evs);
+
+    cr_expect_str_eq(code[1], "500", "%s", resp[1]);
+    json_t *body = json_loads(resp[1], 0, NULL);
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(body, "error"), "code")),
+                     "numerical_error", "%s", resp[1]);
+    json_decref(body);
+
+    cr_expect_str_eq(code[2], "200");
+    evs = e2e_sse_events(resp[2], &done);
     cr_expect(done);
     bool fin_error = false, err_chunk = false;
     size_t i;
     json_t *e;
     json_array_foreach(evs, i, e)
     {
-        json_t *c = json_array_get(json_object_get(e, "choices"), 0);
-        const char *fin = json_string_value(json_object_get(c, "finish_reason"));
-        fin_error = fin_error || (fin && !strcmp(fin, "error"));
-        const char *code = json_string_value(json_object_get(json_object_get(e, "error"), "code"));
-        err_chunk = err_chunk || (code && !strcmp(code, "numerical_error"));
+        json_t *ch = json_array_get(json_object_get(e, "choices"), 0);
+        const char *fr = json_string_value(json_object_get(ch, "finish_reason"));
+        fin_error = fin_error || (fr && !strcmp(fr, "error"));
+        const char *ec = json_string_value(json_object_get(json_object_get(e, "error"), "code"));
+        err_chunk = err_chunk || (ec && !strcmp(ec, "numerical_error"));
     }
-    cr_expect(fin_error, "no finish_reason error: %s", r.body);
-    cr_expect(err_chunk, "no error chunk: %s", r.body);
+    cr_expect(fin_error, "no finish_reason error: %s", resp[2]);
+    cr_expect(err_chunk, "no error chunk: %s", resp[2]);
     json_decref(evs);
-    e2e_resp_free(&r);
-
-    int st;
-    cr_assert_eq(waitpid(kid, &st, 0), kid);
-    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the healthy stream did not finish well");
+    for (int k = 0; k < 3; k++) {
+        free(code[k]);
+        free(resp[k]);
+    }
 
     e2e_http(&d, "GET", "/metrics", NULL, NULL, &r);
     cr_expect_eq(e2e_metric(r.body, "graphserve_numeric_errors_total{model=\"stories260K\","
@@ -382,18 +437,20 @@ Test(srv_validation, validate_command_against_a_daemon, .timeout = 60)
 }
 
 /* A report that does not come within --validate-timeout-ms: the answer goes
- * out saying so, and the engine drops the job. */
-Test(srv_validation, timeout_answers_without_the_report_and_drops_the_job, .timeout = 90)
+ * out saying so, and the engine drops the job. The work is put where it is
+ * needed: a prompt near the context (about 1900 positions for ref to
+ * evaluate, one 32-token slice per engine step) and 4 generated tokens, so
+ * that the text ends soon on a slow machine while the report cannot be ready
+ * by the loop's next 1 s tick on a fast one. */
+Test(srv_validation, timeout_answers_without_the_report_and_drops_the_job, .timeout = 120)
 {
     struct e2e_daemon d;
-    /* 2000 tokens take ~2 s to generate on cpu and several more to evaluate
-     * on ref; the timeout fires on the first 1 s tick after the text ends. */
     start_on(&d, "", "--backend cpu --validate-timeout-ms 1");
+    static char body[16384];
+    id_prompt(body, sizeof(body), 1900, "\"max_tokens\":4,\"ignore_eos\":true,\"validation\":true");
     struct e2e_resp r;
     double t0 = gs_now_ms();
-    e2e_http(&d, "POST", "/v1/completions",
-             "{\"prompt\":\"Once\",\"max_tokens\":2000,\"ignore_eos\":true,\"validation\":true}",
-             NULL, &r);
+    e2e_http(&d, "POST", "/v1/completions", body, NULL, &r);
     cr_assert_eq(r.status, 200, "%s", r.body);
     cr_expect_str_eq(
         json_string_value(json_object_get(json_object_get(r.json, "usage"), "validation")),
@@ -402,10 +459,10 @@ Test(srv_validation, timeout_answers_without_the_report_and_drops_the_job, .time
     cr_expect_str_eq(json_string_value(json_object_get(v, "status")), "timeout");
     cr_expect(json_is_false(json_object_get(v, "passed")));
     e2e_resp_free(&r);
-    /* Dropped: nothing left validating a moment later. */
+    /* Dropped: nothing left validating, once the engine has taken the
+     * cancel (waited for, not timed). */
     double running = -1;
-    for (int i = 0; i < 50 && running != 0; i++) {
-        usleep(100000);
+    for (int i = 0; i < E2E_HANG_S * 10 && running != 0; i++) {
         e2e_http(&d, "GET", "/metrics", NULL, NULL, &r);
         running = e2e_metric(r.body, "graphserve_validations_running");
         if (running == 0)
@@ -413,6 +470,8 @@ Test(srv_validation, timeout_answers_without_the_report_and_drops_the_job, .time
                                             "\"stories260K\",backend=\"cpu\",result=\"timeout\"}"),
                          1);
         e2e_resp_free(&r);
+        if (running != 0)
+            usleep(100000);
     }
     cr_expect_eq(running, 0, "the engine still validates");
     cr_log_info("timed-out request answered and its job dropped after %.0f ms", gs_now_ms() - t0);
