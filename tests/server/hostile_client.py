@@ -126,7 +126,17 @@ def hold(port, n, src, ready, stop):
             except OSError:
                 cut[i] = True
         time.sleep(0.05)
-    for s in socks:
+    # A cut connection has the server's FIN (its shutdown) even where a
+    # write has not failed yet.
+    for i, s in enumerate(socks):
+        s.setblocking(False)
+        try:
+            if s.recv(1) == b"":
+                cut[i] = True
+        except BlockingIOError:
+            pass
+        except OSError:
+            cut[i] = True
         s.close()
     return {"opened": n, "cut": sum(cut)}
 
