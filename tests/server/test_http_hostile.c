@@ -335,7 +335,7 @@ Test(http_hostile, half_closed_clients_get_their_answer, .timeout = 300)
 
 /* ---- clients that do not read ----------------------------------------------------------------- */
 
-/* Eight choices with twenty alternatives each make far more stream than the
+/* Eight choices with five alternatives each make far more stream than the
  * client's 4 KiB window and the sockets hold; the daemon keeps at most
  * --max-stream-buffer-bytes of it, then cancels the request and closes the
  * stream with an error event. */
