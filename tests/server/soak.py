@@ -38,6 +38,7 @@ CONFIGS = [
      'allowed_hosts': ['soak.test', '.soak.example'], 'max_tokens': 1536},
 ]
 IO_TIMEOUT_S = 120  # a bound on a hang, not a latency check
+WARM_REQUESTS_PER_CLIENT = 40
 
 # Kind: weight. Each kind is a method Client.k_<kind>.
 MIX = {
@@ -60,13 +61,37 @@ def write_config(path, i):
 
 
 def proc_sample(pid):
-    """(VmRSS in KiB, number of open descriptors) of pid."""
+    """(VmRSS in KiB, open descriptors other than connections, open connections) of pid.
+
+    Connections are counted apart: one the daemon has just answered and
+    closed stays in its table until its event loop next runs, so the total
+    depends on timing by one; everything else must not change."""
     rss = -1
     with open('/proc/%d/status' % pid) as f:
         for line in f:
             if line.startswith('VmRSS:'):
                 rss = int(line.split()[1])
-    return rss, len(os.listdir('/proc/%d/fd' % pid))
+    conns = set()
+    for name in ('tcp', 'tcp6'):
+        try:
+            with open('/proc/%d/net/%s' % (pid, name)) as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()
+                    if fields[3] != '0A':  # not LISTEN
+                        conns.add(fields[9])
+        except OSError:
+            pass
+    n_fds = n_conns = 0
+    for fd in os.listdir('/proc/%d/fd' % pid):
+        try:
+            link = os.readlink('/proc/%d/fd/%s' % (pid, fd))
+        except OSError:
+            continue  # closed meanwhile
+        if link.startswith('socket:[') and link[8:-1] in conns:
+            n_conns += 1
+        else:
+            n_fds += 1
+    return rss, n_fds, n_conns
 
 
 def request_bytes(method, path, body=None, host='localhost', ctype='application/json',
@@ -293,6 +318,7 @@ class Soak:
         self.hups = 0
         self.samples = []  # (seconds since start, rss KiB, fds)
         self.t0 = time.monotonic()
+        self.first_left = a.clients  # clients still sending their warm-up list
 
     def record(self, kind, outcome, msg=None):
         with self.lock:
@@ -355,16 +381,17 @@ class Soak:
                 raise Fail('clients still busy after the pause')
             time.sleep(0.1)
         m = self.wait_idle()
-        # The last /metrics connection closes on the daemon's side after it
-        # answered: wait until two samples agree.
+        # Connections the clients closed go once the daemon has noticed (at
+        # most --conn-timeout-s, 30 s, for one it never heard from again);
+        # the last /metrics one may stay until the loop next runs.
         prev = None
-        for _ in range(50):
-            time.sleep(0.3)
+        end = time.monotonic() + 60
+        while True:
+            time.sleep(0.5)
             cur = proc_sample(self.a.pid)
-            if prev and cur[1] == prev[1]:
-                break
+            if (prev == cur and cur[2] <= 1) or time.monotonic() > end:
+                return cur, m
             prev = cur
-        return cur, m
 
     # ---- the clients ----------------------------------------------------------------------
 
@@ -622,6 +649,9 @@ class Soak:
         rng = random.Random(self.a.seed * 1000 + i)
         kinds, weights = list(MIX), list(MIX.values())
         queue = list(first)
+        if not queue:
+            with self.lock:
+                self.first_left -= 1
         while not self.stop.is_set():
             if self.pause.is_set():
                 time.sleep(0.05)
@@ -631,6 +661,9 @@ class Soak:
             try:
                 if queue:
                     kind = queue.pop(0)
+                    if not queue:
+                        with self.lock:
+                            self.first_left -= 1
                     if kind == 'fill':
                         try:
                             self.record('long_prompt', self.k_long_prompt(rng, 1900, 64))
@@ -651,28 +684,40 @@ class Soak:
         write_config(self.a.config, self.hups)
         os.kill(self.a.pid, signal.SIGHUP)
 
-    def sleep_until(self, t_end, next_hup):
-        """Sleeps until t_end, sending the SIGHUPs and taking samples due."""
+    def warm(self):
+        """True once every client has sent its first requests and there have
+        been WARM_REQUESTS_PER_CLIENT requests a client."""
+        with self.lock:
+            return self.first_left == 0 and \
+                sum(sum(k.values()) for k in self.stats.values()) >= \
+                WARM_REQUESTS_PER_CLIENT * self.a.clients
+
+    def sleep_until(self, t_end, next_hup, t_latest=None):
+        """Sleeps until t_end (and, given t_latest, until warm() or
+        t_latest), sending the SIGHUPs and taking samples due."""
         while True:
             now = time.monotonic()
-            if now >= t_end:
+            if now >= t_end and (t_latest is None or now >= t_latest or self.warm()):
                 return next_hup
             if now >= next_hup:
                 self.hup()
                 next_hup += self.a.hup_seconds
             if not self.samples or now - self.t0 - self.samples[-1][0] >= 10:
-                rss, fds = proc_sample(self.a.pid)
-                self.samples.append((round(now - self.t0), rss, fds))
+                rss, fds, conns = proc_sample(self.a.pid)
+                self.samples.append((round(now - self.t0), rss, fds, conns))
             if now - self.last_log >= 60:
                 self.last_log = now
-                print('soak: t=%ds requests=%d failed=%d hups=%d rss=%dKiB fds=%d' %
+                print('soak: t=%ds requests=%d failed=%d hups=%d rss=%dKiB fds=%d+%d' %
                       (now - self.t0, self.total(), self.n_failed, self.hups,
-                       self.samples[-1][1], self.samples[-1][2]), file=sys.stderr, flush=True)
+                       self.samples[-1][1], self.samples[-1][2], self.samples[-1][3]),
+                      file=sys.stderr, flush=True)
             time.sleep(min(0.5, max(0.01, min(t_end, next_hup) - now)))
 
     def run(self):
         a = self.a
         self.last_log = self.t0
+        # The warm-up: at least a quarter of the run (at most 3 minutes),
+        # and enough requests; on a slow machine, at most 60% of the run.
         warm = min(180.0, a.seconds / 4.0)
         # Warm-up: the first requests of every client are the largest shapes
         # at once: prompts that together need more than the whole KV pool (so
@@ -684,15 +729,16 @@ class Soak:
         for t in threads:
             t.start()
         next_hup = self.t0 + a.hup_seconds
-        next_hup = self.sleep_until(self.t0 + warm, next_hup)
-        (rss0, fds0), m0 = self.quiesce()
+        next_hup = self.sleep_until(self.t0 + warm, next_hup, self.t0 + 0.6 * a.seconds)
+        (rss0, fds0, conns0), m0 = self.quiesce()
         n_warm = self.total()
         t_base = time.monotonic()
-        print('soak: baseline after %d requests: rss=%dKiB fds=%d' % (n_warm, rss0, fds0),
+        print('soak: baseline after %d requests: rss=%dKiB fds=%d connections=%d' %
+              (n_warm, rss0, fds0, conns0),
               file=sys.stderr, flush=True)
         self.pause.clear()
         next_hup = self.sleep_until(self.t0 + a.seconds, max(next_hup, t_base))
-        (rss1, fds1), m1 = self.quiesce()
+        (rss1, fds1, conns1), m1 = self.quiesce()
         self.stop.set()
         for t in threads:
             t.join(IO_TIMEOUT_S)
@@ -706,11 +752,13 @@ class Soak:
             alive = False
             self.record('final', 'fail', str(e))
         summary = {
-            'seconds': round(time.monotonic() - self.t0), 'warmup_seconds': round(warm),
+            'seconds': round(time.monotonic() - self.t0),
+            'warmup_seconds': round(t_base - self.t0),
             'clients': a.clients, 'seed': a.seed, 'hups': self.hups,
             'requests': self.total(), 'requests_warmup': n_warm, 'failed': self.n_failed,
             'failures': self.failures, 'by_kind': self.stats,
             'rss_kib_warm': rss0, 'rss_kib_end': rss1, 'fds_warm': fds0, 'fds_end': fds1,
+            'connections_warm': conns0, 'connections_end': conns1,
             'rss_kib_max': max(s[1] for s in self.samples),
             'pages_used_end': m1.get('graphserve_kv_pages{state="used"}'),
             'pages_cached_end': m1.get('graphserve_kv_pages{state="cached"}'),
