@@ -37,7 +37,9 @@ CONFIGS = [
     {'log_level': 'warn', 'api_key': [KEY, 'soak-key-2'],
      'allowed_hosts': ['soak.test', '.soak.example'], 'max_tokens': 1536},
 ]
-IO_TIMEOUT_S = 120  # a bound on a hang, not a latency check
+# A bound on a hang, not a latency check: generous, since the sanitizer
+# build's engine is many times slower than the plain one.
+IO_TIMEOUT_S = 600
 WARM_REQUESTS_PER_CLIENT = 40
 
 # Kind: weight. Each kind is a method Client.k_<kind>.
@@ -50,6 +52,10 @@ MIX = {
 
 
 class Fail(Exception):
+    pass
+
+
+class DaemonGone(Exception):
     pass
 
 
@@ -71,6 +77,8 @@ def proc_sample(pid):
         for line in f:
             if line.startswith('VmRSS:'):
                 rss = int(line.split()[1])
+    if rss < 0:
+        raise DaemonGone('the daemon (pid %d) has exited' % pid)
     conns = set()
     for name in ('tcp', 'tcp6'):
         try:
@@ -372,7 +380,7 @@ class Soak:
     def quiesce(self):
         """Pauses the clients, waits for the daemon to be idle and samples it."""
         self.pause.set()
-        end = time.monotonic() + IO_TIMEOUT_S * 3
+        end = time.monotonic() + IO_TIMEOUT_S + 60
         while True:
             with self.lock:
                 if self.busy == 0:
@@ -702,8 +710,14 @@ class Soak:
             if now >= next_hup:
                 self.hup()
                 next_hup += self.a.hup_seconds
-            if not self.samples or now - self.t0 - self.samples[-1][0] >= 10:
+            try:
                 rss, fds, conns = proc_sample(self.a.pid)
+            except (OSError, DaemonGone) as e:
+                # Whatever ended it (a crash, or a signal from outside), the
+                # rest of the run would only count refused connections.
+                self.stop.set()
+                raise DaemonGone('%s after %ds' % (e, now - self.t0))
+            if not self.samples or now - self.t0 - self.samples[-1][0] >= 10:
                 self.samples.append((round(now - self.t0), rss, fds, conns))
             if now - self.last_log >= 60:
                 self.last_log = now
@@ -790,7 +804,11 @@ def main():
     if a.write_config:
         write_config(a.config, 0)
         return 0
-    return Soak(a).run()
+    try:
+        return Soak(a).run()
+    except DaemonGone as e:
+        print('soak: %s; its log says why' % e, file=sys.stderr, flush=True)
+        return 3
 
 
 if __name__ == '__main__':

@@ -76,7 +76,7 @@ static char *kinds_text(json_t *by_kind)
     return out;
 }
 
-Test(srv_soak, mixed_traffic_leaks_nothing, .timeout = SOAK_SECONDS_MAX + 600)
+Test(srv_soak, mixed_traffic_leaks_nothing, .timeout = SOAK_SECONDS_MAX + 1000)
 {
     long seconds = env_long("GS_SOAK_SECONDS", SOAK_SECONDS_DEFAULT);
     long seed = env_long("GS_SOAK_SEED", 1);
