@@ -11,8 +11,8 @@ file, and samples the daemon's RSS and open descriptors. Standard library only.
 
 Phases: a warm-up (a burst that touches every KV page, a burst of the largest
 requests at once, then the mix), a pause until the daemon is idle (the
-baseline sample), the mix until the deadline, a pause until idle again (the
-end sample). It writes a JSON summary to --summary; the C test asserts on it.
+baseline sample), then the mix with a pause until idle every sixth of the run
+(idle samples: the trend), the last at the deadline (the end sample). It writes a JSON summary to --summary; the C test asserts on it.
 """
 import argparse
 import json
@@ -750,9 +750,21 @@ class Soak:
         print('soak: baseline after %d requests: rss=%dKiB fds=%d connections=%d' %
               (n_warm, rss0, fds0, conns0),
               file=sys.stderr, flush=True)
-        self.pause.clear()
-        next_hup = self.sleep_until(self.t0 + a.seconds, max(next_hup, t_base))
-        (rss1, fds1, conns1), m1 = self.quiesce()
+        # Idle checkpoints along the way: a leak climbs from one to the next,
+        # a high-water mark stays put. Only the last one is asserted on.
+        idle = [(round(t_base - self.t0), n_warm, rss0, fds0, conns0)]
+        every = max(60.0, a.seconds / 6.0)
+        next_hup = max(next_hup, t_base)
+        while True:
+            self.pause.clear()
+            t_stop = min(self.t0 + a.seconds, time.monotonic() + every)
+            next_hup = self.sleep_until(t_stop, next_hup)
+            (rss1, fds1, conns1), m1 = self.quiesce()
+            idle.append((round(time.monotonic() - self.t0), self.total(), rss1, fds1, conns1))
+            print('soak: idle after %d requests: rss=%dKiB fds=%d connections=%d' %
+                  idle[-1][1:], file=sys.stderr, flush=True)
+            if t_stop >= self.t0 + a.seconds:
+                break
         self.stop.set()
         for t in threads:
             t.join(IO_TIMEOUT_S)
@@ -778,7 +790,7 @@ class Soak:
             'pages_cached_end': m1.get('graphserve_kv_pages{state="cached"}'),
             'slow_reader_cancellations': m1.get('graphserve_slow_reader_cancellations_total'),
             'cancellations': m1.get('graphserve_cancellations_total'),
-            'alive': alive, 'samples': self.samples,
+            'alive': alive, 'idle': idle, 'samples': self.samples,
         }
         with open(a.summary, 'w') as f:
             json.dump(summary, f)

@@ -15,21 +15,24 @@
  * machine's speed: the driver runs for a time, not a count, and its only
  * time bounds are hang bounds.
  *
- * The baseline. RSS is sampled twice, both times with the daemon idle (no
- * request in flight, no KV page used): after the warm-up and after the
- * traffic stops. An idle-to-idle comparison leaves out what a moment's load
- * holds. The warm-up (a quarter of the run, at most 3 minutes) starts with
- * the largest shapes at once: prompts that together need more KV pages than
- * the pool has, so every page of the lazily mapped pool has been written
- * before the baseline, then slow readers (each holding up to the stream
- * buffer limit), wide logprob streams and validations side by side; then
- * the ordinary mix. What remains after that is the allocator's high-water
- * mark: glibc keeps freed heap mapped, so the baseline already includes the
- * peak that the same mix reaches again, and only growth beyond it, a leak or
- * fragmentation that keeps growing, counts against the 1% bound. Under
- * AddressSanitizer the bound is reported, not asserted: its quarantine and
- * shadow memory grow by design, and LeakSanitizer at exit checks leaks there
- * more precisely.
+ * The baseline. RSS is compared between two samples taken with the daemon
+ * idle (no request in flight, no KV page used): after the warm-up and after
+ * the traffic stops; an idle-to-idle comparison leaves out what a moment's
+ * load holds. The warm-up (a quarter of the run, at most 3 minutes, and 40
+ * requests a client) starts with the largest shapes at once: prompts that
+ * together need more KV pages than the pool has, so that every page of the
+ * lazily mapped pool has been written before the baseline, then slow
+ * readers (each holding up to the stream buffer limit), wide logprob
+ * streams and validations side by side; then the ordinary mix. What remains
+ * after that is the allocator's high-water mark: glibc keeps freed heap
+ * mapped, so the baseline already holds the peak that the same mix reaches
+ * again, and only growth beyond it, a leak or fragmentation that keeps
+ * growing, counts against the 1% bound. The driver also pauses until idle
+ * every sixth of the run and reports those samples: a leak climbs from one
+ * to the next, a high-water mark stays put. Under AddressSanitizer the
+ * bound is reported, not asserted: its quarantine and shadow memory grow by
+ * design, and LeakSanitizer at the daemon's exit checks leaks there more
+ * precisely.
  */
 #define _GNU_SOURCE
 #include "tests/common/testutil.h"
@@ -131,9 +134,13 @@ Test(srv_soak, mixed_traffic_leaks_nothing, .timeout = SOAK_SECONDS_MAX + 1000)
             json_integer_value(json_object_get(s, "rss_kib_max")), fds0, fds1, conns1,
             conns1 == 1 ? "" : "s", json_number_value(json_object_get(s, "pages_used_end")), kinds);
     free(kinds);
-
     size_t i;
     json_t *f;
+    json_array_foreach(json_object_get(s, "idle"), i, f)
+        fprintf(stderr, "soak: idle at %llds after %lld requests: RSS %lld KiB, fds %lld\n",
+                json_integer_value(json_array_get(f, 0)), json_integer_value(json_array_get(f, 1)),
+                json_integer_value(json_array_get(f, 2)), json_integer_value(json_array_get(f, 3)));
+
     json_array_foreach(json_object_get(s, "failures"), i, f)
         cr_log_error("soak: %s", json_string_value(f));
     cr_expect_eq(failed, 0, "%ld requests got a wrong answer or none (first ones above)", failed);
