@@ -327,6 +327,8 @@ class Soak:
         self.samples = []  # (seconds since start, rss KiB, fds)
         self.t0 = time.monotonic()
         self.first_left = a.clients  # clients still sending their warm-up list
+        self.log_cv = threading.Condition()
+        self.slow_ids = set()  # streams the daemon cut for their slow reader
 
     def record(self, kind, outcome, msg=None):
         with self.lock:
@@ -503,22 +505,53 @@ class Soak:
         return 'ok'
 
     def k_slow_reader(self, rng):
-        """A small receive buffer and a reader that waits, then sips: large
-        logprob chunks pile up past --max-stream-buffer-bytes and the stream
-        ends with a stream_buffer_full error event and [DONE]. On a machine
-        slow enough to let it keep up, the stream simply completes."""
+        """A small receive buffer and a reader that stops after the response
+        head: large logprob chunks (4 MB in all) pile up past
+        --max-stream-buffer-bytes, the daemon cancels the stream and logs
+        event=slow_reader with its id; only then does the reader read on,
+        slowly, and the stream must end with a stream_buffer_full error
+        event and [DONE]. Waiting for the log line rather than for a time
+        keeps this independent of the engine's speed."""
         p = {'messages': [{'role': 'user', 'content': rng.choice(PROMPTS)}], 'max_tokens': 1000,
              'ignore_eos': True, 'logprobs': True, 'top_logprobs': 20, 'n': 2, 'stream': True}
         c = Conn(self.a.port, rcvbuf=4096)
         try:
             c.send(request_bytes('POST', '/v1/chat/completions', json.dumps(p).encode()))
-            time.sleep(2)
+            status, hdrs = c.head()
+            expect(status == 200, 'status %d' % status)
+            rid = hdrs.get('x-request-id', '')
+            end = time.monotonic() + IO_TIMEOUT_S
+            with self.log_cv:
+                while rid not in self.slow_ids:
+                    expect(time.monotonic() < end, 'no event=slow_reader for %s' % rid)
+                    self.log_cv.wait(0.5)
+                self.slow_ids.discard(rid)
             c.read_size, c.read_pause_s = 2048, 0.01
-            status, hdrs, body = c.response()
+            body = c.body(hdrs)
         finally:
             c.close()
-        r = check_stream(status, hdrs, body, p, True, allow_buffer_full=True)
-        return 'buffer_full' if r == 'buffer_full' else 'completed'
+        expect(check_stream(status, hdrs, body, p, True, allow_buffer_full=True) == 'buffer_full',
+               'the stream of %s ended without its stream_buffer_full event' % rid)
+        return 'buffer_full'
+
+    def follow_log(self):
+        """Collects the ids of event=slow_reader lines of the daemon's log."""
+        with open(self.a.daemon_log, 'rb') as f:
+            rest = b''
+            while not self.stop.is_set():
+                data = f.read(1 << 20)
+                if not data:
+                    time.sleep(0.1)
+                    continue
+                lines = (rest + data).split(b'\n')
+                rest = lines.pop()
+                for line in lines:
+                    i = line.find(b'event=slow_reader id=')
+                    if i >= 0:
+                        rid = line[i + 21:].split(b' ')[0].decode()
+                        with self.log_cv:
+                            self.slow_ids.add(rid)
+                            self.log_cv.notify_all()
 
     def k_half_close(self, rng):
         """Sends, then shuts down its sending side: the answer must still come."""
@@ -692,20 +725,21 @@ class Soak:
         write_config(self.a.config, self.hups)
         os.kill(self.a.pid, signal.SIGHUP)
 
-    def warm(self):
-        """True once every client has sent its first requests and there have
+    def warm(self, late):
+        """True once every client has sent its first requests (however long
+        that takes: they hold one of each kind) and, unless late, there have
         been WARM_REQUESTS_PER_CLIENT requests a client."""
         with self.lock:
-            return self.first_left == 0 and \
-                sum(sum(k.values()) for k in self.stats.values()) >= \
-                WARM_REQUESTS_PER_CLIENT * self.a.clients
+            return self.first_left == 0 and (late or
+                sum(sum(k.values()) for k in self.stats.values()) >=
+                WARM_REQUESTS_PER_CLIENT * self.a.clients)
 
     def sleep_until(self, t_end, next_hup, t_latest=None):
         """Sleeps until t_end (and, given t_latest, until warm() or
         t_latest), sending the SIGHUPs and taking samples due."""
         while True:
             now = time.monotonic()
-            if now >= t_end and (t_latest is None or now >= t_latest or self.warm()):
+            if now >= t_end and (t_latest is None or self.warm(now >= t_latest)):
                 return next_hup
             if now >= next_hup:
                 self.hup()
@@ -730,16 +764,21 @@ class Soak:
     def run(self):
         a = self.a
         self.last_log = self.t0
-        # The warm-up: at least a quarter of the run (at most 3 minutes),
-        # and enough requests; on a slow machine, at most 60% of the run.
+        # The warm-up: at least a quarter of the run (at most 3 minutes), and
+        # enough requests unless that takes over 60% of the run.
         warm = min(180.0, a.seconds / 4.0)
         # Warm-up: the first requests of every client are the largest shapes
         # at once: prompts that together need more than the whole KV pool (so
         # every page has been written once), then slow readers, wide logprob
         # streams and validations side by side.
+        # Between them the clients' first lists also hold every kind once, so
+        # that each kind runs however slow the machine is.
         first = ['fill', 'slow_reader', 'chat_stream', 'validation', 'keepalive', 'long_prompt']
-        threads = [threading.Thread(target=self.worker, args=(i, first), daemon=True)
+        kinds = list(MIX)
+        threads = [threading.Thread(target=self.worker,
+                                    args=(i, first + kinds[i::a.clients]), daemon=True)
                    for i in range(a.clients)]
+        threading.Thread(target=self.follow_log, daemon=True).start()
         for t in threads:
             t.start()
         next_hup = self.t0 + a.hup_seconds
@@ -808,6 +847,7 @@ def main():
     ap.add_argument('--clients', type=int, default=12)
     ap.add_argument('--seed', type=int, default=1)
     ap.add_argument('--summary', required=True)
+    ap.add_argument('--daemon-log', required=True, help="the daemon's stderr, for its slow_reader lines")
     ap.add_argument('--write-config', action='store_true',
                     help='only write the first config to --config and exit')
     a = ap.parse_args()
