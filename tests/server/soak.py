@@ -318,7 +318,7 @@ class Soak:
         self.a = a
         self.lock = threading.Lock()
         self.stats = {}  # kind -> outcome -> count
-        self.failures = []  # first few (kind, message)
+        self.failures = []  # the first few of each kind
         self.n_failed = 0
         self.pause = threading.Event()
         self.stop = threading.Event()
@@ -336,7 +336,9 @@ class Soak:
             k[outcome] = k.get(outcome, 0) + 1
             if outcome == 'fail':
                 self.n_failed += 1
-                if len(self.failures) < 20:
+                # The first few of each kind: one kind's many must not hide
+                # another's one.
+                if k['fail'] <= 3:
                     self.failures.append('%s: %s' % (kind, msg))
                     print('soak: FAIL %s: %s' % (kind, msg), file=sys.stderr, flush=True)
 
