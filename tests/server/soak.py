@@ -393,8 +393,7 @@ class Soak:
                 raise Fail('clients still busy after the pause')
             time.sleep(0.1)
         m = self.wait_idle()
-        # Connections the clients closed go once the daemon has noticed (at
-        # most --conn-timeout-s, 30 s, for one it never heard from again);
+        # Connections the clients closed go once the daemon has noticed;
         # the last /metrics one may stay until the loop next runs.
         prev = None
         end = time.monotonic() + 60

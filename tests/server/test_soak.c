@@ -97,9 +97,12 @@ Test(srv_soak, mixed_traffic_leaks_nothing, .timeout = SOAK_SECONDS_MAX + 1000)
                        driver, config) > 0);
     cr_assert_eq(gs_test_run(cmd, 1, NULL), 0, "%s", cmd);
     free(cmd);
-    /* A small stream buffer, so that slow readers reach it in seconds. */
+    /* A small stream buffer, so that slow readers reach it in seconds; a
+     * long idle timeout, so that a slow reader whose stream fills slowly (the
+     * sanitizer build) is cut by the buffer, not by --conn-timeout-s. */
     char args[800];
-    snprintf(args, sizeof(args), "--backend cpu --config '%s' --max-stream-buffer-bytes 128KiB",
+    snprintf(args, sizeof(args),
+             "--backend cpu --config '%s' --max-stream-buffer-bytes 128KiB --conn-timeout-s 600",
              config);
     struct e2e_daemon d;
     e2e_start(&d, args);
