@@ -811,6 +811,8 @@ static void validate_step(struct gs_sched *s)
     struct vjob *j = s->vjobs_head;
     if (!j)
         return;
+    if (s->cfg.validate_hook)
+        s->cfg.validate_hook(s->cfg.validate_hook_ctx);
     if (j->cancelled || j->n_served == 0) {
         vjob_done(s, NULL, j->cancelled ? NULL : "no generated position to compare");
         return;

@@ -70,6 +70,10 @@ struct gs_sched_cfg {
     void (*logits_hook)(uint64_t id, uint32_t position, float *logits, uint32_t n_vocab,
                         void *ctx);
     void *logits_hook_ctx;
+    /* Test hook (NULL in production): called on the engine thread before each
+     * validation chunk; tests use it to hold validation jobs. */
+    void (*validate_hook)(void *ctx);
+    void *validate_hook_ctx;
     /* Called on the engine thread after events were queued (may be NULL). */
     void (*notify)(void *ctx);
     void *notify_ctx;

@@ -148,12 +148,15 @@ static int load(struct serve *sv)
     sc.notify_ctx = &sv->holder;
     if (gs_serve_test_hooks_from_env(&sv->hooks)) {
         gs_log(GS_LOG_WARN, "test_hook",
-               "poison_pos=%lld step_gate=%s reason=%s",
+               "poison_pos=%lld step_gate=%s validate_gate=%s reason=%s",
                sv->hooks.poison ? (long long)sv->hooks.poison_pos : -1LL,
                sv->hooks.gate_path ? sv->hooks.gate_path : "-",
-               "GS_TEST_POISON_POS or GS_TEST_STEP_GATE is set (tests only)");
+               sv->hooks.validate_gate_path ? sv->hooks.validate_gate_path : "-",
+               "a GS_TEST_ variable is set (tests only)");
         sc.logits_hook = gs_serve_test_hook;
         sc.logits_hook_ctx = &sv->hooks;
+        sc.validate_hook = gs_serve_test_validate_hook;
+        sc.validate_hook_ctx = &sv->hooks;
     }
     if (gs_sched_new(&sc, sv->model, &sv->sched, &err) != GS_OK)
         return gs_cli_fail("serve", "scheduler: %s", err.msg);

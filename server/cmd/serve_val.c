@@ -50,13 +50,30 @@ bool gs_serve_test_hooks_from_env(struct gs_serve_test_hooks *h)
     v = getenv("GS_TEST_STEP_GATE");
     if (v && *v)
         h->gate_path = gs_strdup(v);
-    return h->poison || h->gate_path;
+    v = getenv("GS_TEST_VALIDATE_GATE");
+    if (v && *v)
+        h->validate_gate_path = gs_strdup(v);
+    return h->poison || h->gate_path || h->validate_gate_path;
 }
 
 void gs_serve_test_hooks_free(struct gs_serve_test_hooks *h)
 {
     gs_free(h->gate_path);
-    h->gate_path = NULL;
+    gs_free(h->validate_gate_path);
+    h->gate_path = h->validate_gate_path = NULL;
+}
+
+/* Waits while path exists, bounded so that a forgotten gate cannot hang a
+ * daemon's shutdown. */
+static void hold_while(const char *path)
+{
+    for (int i = 0; path && i < 10000 && access(path, F_OK) == 0; i++)
+        usleep(10 * 1000);
+}
+
+void gs_serve_test_validate_hook(void *ctx)
+{
+    hold_while(((const struct gs_serve_test_hooks *)ctx)->validate_gate_path);
 }
 
 void gs_serve_test_hook(uint64_t id, uint32_t position, float *logits, uint32_t n_vocab,
@@ -64,9 +81,7 @@ void gs_serve_test_hook(uint64_t id, uint32_t position, float *logits, uint32_t 
 {
     (void)id;
     const struct gs_serve_test_hooks *h = ctx;
-    /* Bounded so that a forgotten gate cannot hang a daemon's shutdown. */
-    for (int i = 0; h->gate_path && i < 10000 && access(h->gate_path, F_OK) == 0; i++)
-        usleep(10 * 1000);
+    hold_while(h->gate_path);
     if (h->poison && position >= h->poison_pos && n_vocab)
         logits[n_vocab / 2] = NAN;
 }

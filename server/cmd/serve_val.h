@@ -36,11 +36,13 @@ enum gs_status gs_serve_receipt_compute(const uint8_t model_sha256[GS_SHA256_BYT
  *   GS_TEST_STEP_GATE=FILE holds the engine, before it samples, while FILE
  *     exists (for at most 100 s a row), so that a test can keep a request
  *     running for exactly as long as it needs, on a machine of any speed.
+ *   GS_TEST_VALIDATE_GATE=FILE holds validation jobs the same way.
  */
 struct gs_serve_test_hooks {
     bool poison;
     uint32_t poison_pos;
-    char *gate_path; /* owned; NULL: no gate */
+    char *gate_path;          /* owned; NULL: no gate */
+    char *validate_gate_path; /* owned; NULL: no gate */
 };
 
 /* Fills *h from the environment; returns whether any hook is on. */
@@ -48,6 +50,9 @@ bool gs_serve_test_hooks_from_env(struct gs_serve_test_hooks *h);
 void gs_serve_test_hooks_free(struct gs_serve_test_hooks *h);
 void gs_serve_test_hook(uint64_t id, uint32_t position, float *logits, uint32_t n_vocab,
                         void *ctx); /* ctx: the struct gs_serve_test_hooks */
+/* GS_TEST_VALIDATE_GATE=FILE: validation jobs wait while FILE exists (the
+ * scheduler's validate_hook; at most 100 s a chunk). */
+void gs_serve_test_validate_hook(void *ctx);
 
 /*
  * The known-answer check: runs a fixed short prompt greedily on the
