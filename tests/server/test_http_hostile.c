@@ -18,13 +18,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Runs hostile_client.py CMD PORT ARGS and returns its JSON answer. */
-static json_t *client(const struct e2e_daemon *d, const char *args)
+/* The shell command that runs hostile_client.py with args (free it). */
+static char *client_cmd(const char *args)
 {
-    char *cmd, *out;
-    cr_assert(asprintf(&cmd, "python3 '%s/tests/server/hostile_client.py' %s", getenv("GS_SOURCE_DIR"),
-                       args) > 0);
-    (void)d;
+    char *cmd;
+    cr_assert(asprintf(&cmd, "python3 '%s/tests/server/hostile_client.py' %s",
+                       getenv("GS_SOURCE_DIR"), args) > 0);
+    return cmd;
+}
+
+/* Runs hostile_client.py CMD PORT ARGS and returns its JSON answer. */
+static json_t *client(const char *args)
+{
+    char *out, *cmd = client_cmd(args);
     int rc = gs_test_run(cmd, 0, &out);
     cr_assert_eq(rc, 0, "%s failed: %s", cmd, out);
     json_error_t e;
@@ -33,6 +39,30 @@ static json_t *client(const struct e2e_daemon *d, const char *args)
     free(cmd);
     free(out);
     return j;
+}
+
+/* Starts a shell command in the background; its stdout comes back through
+ * bg_output once it is done. */
+static FILE *bg_start(char *cmd)
+{
+    FILE *bg = popen(cmd, "r");
+    cr_assert(bg, "%s", cmd);
+    free(cmd);
+    return bg;
+}
+
+/* Waits for a background command and returns what it printed (free it). */
+static char *bg_output(FILE *bg)
+{
+    size_t cap = 1 << 16, n = 0, got;
+    char *out = malloc(cap);
+    cr_assert(out);
+    while ((got = fread(out + n, 1, cap - 1 - n, bg)) > 0)
+        if ((n += got) == cap - 1)
+            cr_assert((out = realloc(out, cap *= 2)));
+    out[n] = '\0';
+    cr_expect_eq(pclose(bg), 0, "a client failed: %s", out);
+    return out;
 }
 
 static const char *err_code(json_t *resp)
@@ -84,7 +114,7 @@ Test(http_hostile, ambiguous_framing_is_refused_and_the_connection_closed, .time
     e2e_start(&d, "");
     char args[64];
     snprintf(args, sizeof(args), "framing %d", d.port);
-    json_t *res = client(&d, args);
+    json_t *res = client(args);
     /* Refused by graphserve's head check: a JSON error object. */
     const char *ours[] = {"two_content_lengths", "same_content_length_twice", "length_and_chunked",
                           "unknown_coding", "coding_list", "two_codings", "two_hosts",
@@ -120,7 +150,7 @@ static json_t *tokenize_with(struct e2e_daemon *d, const char *host, const char 
 {
     char args[512];
     snprintf(args, sizeof(args), "raw %d '%s' '%s' '%s'", d->port, host, origin, ctype);
-    return client(d, args);
+    return client(args);
 }
 
 static void expect_status(struct e2e_daemon *d, const char *host, const char *origin,
@@ -210,12 +240,9 @@ Test(http_hostile, slow_senders_cannot_hold_every_slot, .timeout = 300)
     snprintf(stop, sizeof(stop), "%s/hold-stop-%d", gs_test_tmpdir(), getpid());
     unlink(ready);
     unlink(stop);
-    char *cmd;
-    cr_assert(asprintf(&cmd, "python3 '%s/tests/server/hostile_client.py' hold %d 8 127.0.0.2 '%s' '%s'",
-                       getenv("GS_SOURCE_DIR"), d.port, ready, stop) > 0);
-    FILE *bg = popen(cmd, "r");
-    cr_assert(bg);
-    free(cmd);
+    char args[1400];
+    snprintf(args, sizeof(args), "hold %d 8 127.0.0.2 '%s' '%s'", d.port, ready, stop);
+    FILE *bg = bg_start(client_cmd(args));
     for (int i = 0; i < 3000 && access(ready, F_OK) != 0; i++)
         usleep(100 * 1000);
     cr_assert(access(ready, F_OK) == 0, "the slow clients did not connect");
@@ -226,14 +253,12 @@ Test(http_hostile, slow_senders_cannot_hold_every_slot, .timeout = 300)
     FILE *f = fopen(stop, "w");
     cr_assert(f);
     fclose(f);
-    char out[256] = "";
-    size_t n = fread(out, 1, sizeof(out) - 1, bg);
-    out[n] = '\0';
-    cr_expect_eq(pclose(bg), 0);
+    char *out = bg_output(bg);
     json_t *j = json_loads(out, 0, NULL);
     cr_assert(j, "%s", out);
     cr_expect_geq(json_integer_value(json_object_get(j, "cut")), 1, "%s", out);
     json_decref(j);
+    free(out);
     e2e_http(&d, "GET", "/metrics", NULL, NULL, &r);
     cr_expect_geq(e2e_metric(r.body, "graphserve_connections_cut_total{reason=\"evicted\"}"), 1,
                   "%s", r.body);
@@ -250,7 +275,7 @@ Test(http_hostile, a_dripping_request_is_cut_at_its_deadline, .timeout = 300)
     e2e_start(&d, "--request-timeout-s 1");
     char args[64];
     snprintf(args, sizeof(args), "drip %d 3000", d.port);
-    json_t *j = client(&d, args);
+    json_t *j = client(args);
     cr_expect(json_is_true(json_object_get(j, "closed")), "never cut: %s", json_dumps(j, 0));
     cr_expect_lt(json_integer_value(json_object_get(j, "sent")), 3000, "%s", json_dumps(j, 0));
     json_decref(j);
@@ -286,25 +311,21 @@ Test(http_hostile, half_closed_clients_get_their_answer, .timeout = 300)
     snprintf(stream, sizeof(stream), "%s",
              e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"ignore_eos\":true,"
                            "\"stream\":true}"));
-    char *cmd;
-    const char *src = getenv("GS_SOURCE_DIR");
-    cr_assert(asprintf(&cmd,
-                       "python3 '%s/tests/server/hostile_client.py' halfclose %d /v1/completions '%s' & "
-                       "python3 '%s/tests/server/hostile_client.py' halfclose %d /v1/completions '%s' & "
-                       "wait",
-                       src, d.port, whole, src, d.port, stream) > 0);
-    FILE *bg = popen(cmd, "r");
-    cr_assert(bg);
-    free(cmd);
+    char args[1400], *one, *both;
+    snprintf(args, sizeof(args), "halfclose %d /v1/completions '%s'", d.port, whole);
+    one = client_cmd(args);
+    snprintf(args, sizeof(args), "halfclose %d /v1/completions '%s'", d.port, stream);
+    char *two = client_cmd(args);
+    cr_assert(asprintf(&both, "%s & %s & wait", one, two) > 0);
+    free(one);
+    free(two);
+    FILE *bg = bg_start(both);
     cr_assert_geq(await_metric(&d, "graphserve_requests_in_flight", 2), 2,
                   "the two requests were not admitted");
     /* The check runs each second while requests wait; three give it its chance. */
     usleep(3000 * 1000);
     unlink(gate);
-    char out[16384];
-    size_t n = fread(out, 1, sizeof(out) - 1, bg);
-    out[n] = '\0';
-    cr_expect_eq(pclose(bg), 0);
+    char *out = bg_output(bg);
     char *line2 = strchr(out, '\n');
     cr_assert(line2, "%s", out);
     *line2++ = '\0';
@@ -326,6 +347,7 @@ Test(http_hostile, half_closed_clients_get_their_answer, .timeout = 300)
     cr_expect_eq(whole_ok, 1, "the whole answer did not carry its 24 tokens: %s", out);
     json_decref(a);
     json_decref(b);
+    free(out);
     struct e2e_resp r;
     e2e_http(&d, "GET", "/metrics", NULL, NULL, &r);
     cr_expect_eq(e2e_metric(r.body, "graphserve_cancellations_total"), 0, "%s", r.body);
@@ -349,12 +371,9 @@ Test(http_hostile, a_client_that_stops_reading_is_cancelled, .timeout = 600)
     snprintf(body, sizeof(body), "%s",
              e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":1500,\"ignore_eos\":true,"
                            "\"n\":8,\"logprobs\":5,\"stream\":true}"));
-    char *cmd;
-    cr_assert(asprintf(&cmd, "python3 '%s/tests/server/hostile_client.py' noread %d '%s' '%s'",
-                       getenv("GS_SOURCE_DIR"), d.port, body, go) > 0);
-    FILE *bg = popen(cmd, "r");
-    cr_assert(bg);
-    free(cmd);
+    char args[1400];
+    snprintf(args, sizeof(args), "noread %d '%s' '%s'", d.port, body, go);
+    FILE *bg = bg_start(client_cmd(args));
     /* Either the daemon cuts the stream, or (unfixed) the request runs to its end. */
     double cut = -1, generated = 0;
     for (int i = 0; i < 6000 && cut < 1; i++) {
@@ -371,12 +390,10 @@ Test(http_hostile, a_client_that_stops_reading_is_cancelled, .timeout = 600)
     FILE *f = fopen(go, "w");
     cr_assert(f);
     fclose(f);
-    char out[8192];
-    size_t n = fread(out, 1, sizeof(out) - 1, bg);
-    out[n] = '\0';
-    cr_expect_eq(pclose(bg), 0);
+    char *out = bg_output(bg);
     json_t *j = json_loads(out, 0, NULL);
     cr_assert(j, "%s", out);
+    free(out);
     const char *tail = json_string_value(json_object_get(j, "tail"));
     cr_expect(strstr(tail, "\"stream_buffer_full\""), "no error event at the end: %s", tail);
     cr_expect(strstr(tail, "data: [DONE]"), "no [DONE] at the end: %s", tail);
