@@ -255,12 +255,12 @@ static uint64_t available_memory_bytes(void)
 }
 
 /* The pool's size when the caller gave none: room for min(max_seqs, 8) full
- * contexts, but never more than a quarter of the memory available now. */
-static uint64_t default_kv_bytes(const struct gs_sched *s, uint64_t page_bytes)
+ * contexts, but never more than a quarter of avail, the memory available now. */
+static uint64_t default_kv_bytes(const struct gs_sched *s, uint64_t page_bytes, uint64_t avail)
 {
     uint64_t seqs = GS_MIN(s->cfg.max_seqs, 8u);
     uint64_t want = seqs * pages_for(s, s->n_ctx) * page_bytes;
-    return GS_MIN(want, available_memory_bytes() / 4);
+    return GS_MIN(want, avail / 4);
 }
 
 static enum gs_status make_pool(struct gs_sched *s, struct gs_err *err)
@@ -285,7 +285,8 @@ static enum gs_status make_pool(struct gs_sched *s, struct gs_err *err)
         uint64_t fit = GS_MAX(avail / 4 / page_bytes, 1) * pt;
         s->n_ctx = (uint32_t)GS_MIN(fit, (uint64_t)s->n_ctx);
     }
-    uint64_t bytes = s->cfg.kv_cache_bytes ? s->cfg.kv_cache_bytes : default_kv_bytes(s, page_bytes);
+    uint64_t bytes =
+        s->cfg.kv_cache_bytes ? s->cfg.kv_cache_bytes : default_kv_bytes(s, page_bytes, avail);
     uint64_t n_pages = bytes / page_bytes;
     uint64_t min_pages = pages_for(s, s->n_ctx);
     if (n_pages < 1)
