@@ -8,7 +8,8 @@ test asserts on it. Every wait has a bound that only a hung daemon reaches.
   hold PORT N SRC READY STOP      N connections from SRC that drip header bytes,
                                   until STOP exists; READY is written once all are open
   drip PORT BYTES                 one connection dripping BYTES of headers
-  halfclose PORT PATH BODYFILE    send, shut down the sending side, read the answer
+  halfclose PORT PATH BODYFILE GO send, shut down the sending side once GO exists,
+                                  read the answer
   noread PORT BODYFILE GO         send a stream request with a small receive buffer
                                   and read nothing until GO exists, then read to the end
 """
@@ -171,11 +172,14 @@ def drip(port, total):
     return {"sent": sent, "total": total, "closed": closed}
 
 
-def halfclose(port, path, body_file):
+def halfclose(port, path, body_file, go):
     body = open(body_file, "rb").read()
     s = socket.create_connection(("127.0.0.1", port), timeout=HANG)
     s.sendall(post(path, [HOST, ("Content-Type", "application/json"),
                           ("Content-Length", str(len(body)))], body))
+    end = time.monotonic() + HANG
+    while not os.path.exists(go) and time.monotonic() < end:
+        time.sleep(0.02)
     s.shutdown(socket.SHUT_WR)
     r = parse(*read_to_close(s))
     s.close()
