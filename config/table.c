@@ -14,8 +14,11 @@
 
 static const char *const backend_choices[] = {"ref", "cpu", NULL};
 static const char *const kv_type_choices[] = {"f16", "f32", NULL};
+/* In the order of enum gs_cfg_chat_template; server/internal.h's GS_SRV_TMPL_MAP
+ * names the same families and tests/server/test_srv_parts.c checks the two agree. */
 static const char *const template_choices[] = {"auto",  "chatml", "llama2", "llama3", "mistral",
-                                               "gemma", "phi3",   "zephyr", "plain",  NULL};
+                                               "gemma", "phi3",   "zephyr", "plain",  "gemma4",
+                                               NULL};
 static const char *const log_level_choices[] = {"debug", "info", "warn", "error", NULL};
 static const char *const log_format_choices[] = {"logfmt", "json", NULL};
 

@@ -3,6 +3,7 @@
  * error table, request parsing and validation, chat templates, stop strings
  * across token boundaries, SSE framing, auth and the metrics text format.
  */
+#include "config/config.h"
 #include "engine/digest.h"
 #include "engine/gguf.h"
 #include "engine/tok.h"
@@ -265,6 +266,31 @@ Test(srv_template, names_round_trip)
     }
     enum gs_srv_tmpl x;
     cr_expect_eq(gs_srv_tmpl_from_name("jinja-magic", &x), GS_NOTFOUND);
+}
+
+/* --chat-template's choices (config/table.c) and the families the server renders
+ * (GS_SRV_TMPL_MAP) are two lists; a family missing from either cannot be chosen
+ * or cannot be rendered. */
+Test(srv_template, config_choices_are_the_server_families)
+{
+    const struct gs_cfg_opt *opt = gs_cfg_opt_find("chat-template");
+    cr_assert(opt && opt->choices);
+    size_t n_choices = 0;
+    for (const char *const *c = opt->choices; *c; c++) {
+        if (strcmp(*c, "auto") == 0)
+            continue;
+        enum gs_srv_tmpl t;
+        cr_expect_eq(gs_srv_tmpl_from_name(*c, &t), GS_OK, "config choice %s", *c);
+        n_choices++;
+    }
+    for (int t = 0; t < GS_SRV_TMPL_COUNT; t++) {
+        const char *name = gs_srv_tmpl_name((enum gs_srv_tmpl)t);
+        bool found = false;
+        for (const char *const *c = opt->choices; *c; c++)
+            found = found || strcmp(*c, name) == 0;
+        cr_expect(found, "template %s is not a --chat-template choice", name);
+    }
+    cr_expect_eq(n_choices, (size_t)GS_SRV_TMPL_COUNT);
 }
 
 static char *render(enum gs_srv_tmpl t)
