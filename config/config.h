@@ -81,6 +81,7 @@ enum gs_cfg_chat_template {
     GS_CFG_TEMPLATE_PHI3,     /* "phi3" */
     GS_CFG_TEMPLATE_ZEPHYR,   /* "zephyr" */
     GS_CFG_TEMPLATE_PLAIN,    /* "plain": the documented fallback format */
+    GS_CFG_TEMPLATE_GEMMA4,   /* "gemma4" */
 };
 
 /* What the command line asked for besides running. */

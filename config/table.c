@@ -14,8 +14,11 @@
 
 static const char *const backend_choices[] = {"ref", "cpu", NULL};
 static const char *const kv_type_choices[] = {"f16", "f32", NULL};
+/* In the order of enum gs_cfg_chat_template; server/internal.h's GS_SRV_TMPL_MAP
+ * names the same families and tests/server/test_srv_parts.c checks the two agree. */
 static const char *const template_choices[] = {"auto",  "chatml", "llama2", "llama3", "mistral",
-                                               "gemma", "phi3",   "zephyr", "plain",  NULL};
+                                               "gemma", "phi3",   "zephyr", "plain",  "gemma4",
+                                               NULL};
 static const char *const log_level_choices[] = {"debug", "info", "warn", "error", NULL};
 static const char *const log_format_choices[] = {"logfmt", "json", NULL};
 
@@ -89,9 +92,10 @@ static const struct gs_cfg_opt opts[] = {
     {"max-stream-buffer-bytes", 0, GS_CFG_BYTES, F(max_stream_buffer_bytes), g_limits, "4MiB",
      64 * KiB, GiB, NULL, R, "bytes",
      "Stream bytes queued for a client that does not read; past it the request is cancelled."},
-    {"max-conns", 0, GS_CFG_INT, F(max_conns), g_limits, "256", 1, 65536, NULL, R, "connections",
+    /* Not reloadable: libmicrohttpd takes both limits once, when the daemon starts. */
+    {"max-conns", 0, GS_CFG_INT, F(max_conns), g_limits, "256", 1, 65536, NULL, 0, "connections",
      "Open client connections in total."},
-    {"max-conns-per-ip", 0, GS_CFG_INT, F(max_conns_per_ip), g_limits, "64", 1, 65536, NULL, R,
+    {"max-conns-per-ip", 0, GS_CFG_INT, F(max_conns_per_ip), g_limits, "64", 1, 65536, NULL, 0,
      "connections", "Open client connections per client address."},
     {"max-tokens", 0, GS_CFG_INT, F(max_tokens), g_limits, "4096", 1, 1048576, NULL, R, "tokens",
      "Cap on a request's max_tokens; larger requests get 400."},

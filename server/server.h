@@ -28,8 +28,8 @@
 #include "engine/tok.h"
 #include "scheduler/scheduler.h"
 
-/* Every limit of the daemon; GS_SRV_LIMITS_DEFAULT gives the safe defaults
- * listed in README. */
+/* Every limit of the daemon; GS_SRV_LIMITS_DEFAULT gives the defaults of config/table.c
+ * (README lists them; test_srv_parts checks they agree). */
 struct gs_srv_limits {
     uint64_t max_body_bytes;   /* request body cap (413 above) */
     uint32_t max_header_bytes; /* per-connection memory for the request line and headers */
@@ -51,14 +51,14 @@ struct gs_srv_limits {
 
 #define GS_SRV_LIMITS_DEFAULT                                                                      \
     ((struct gs_srv_limits){                                                                       \
-        .max_body_bytes = 8u << 20,                                                                \
-        .max_header_bytes = 32u << 10,                                                             \
+        .max_body_bytes = 2u << 20,                                                                \
+        .max_header_bytes = 16u << 10,                                                             \
         .conn_timeout_s = 30,                                                                      \
         .request_timeout_s = 30,                                                                   \
         .max_stream_buffer_bytes = 4u << 20,                                                       \
-        .max_conns = 512,                                                                          \
-        .max_conns_per_ip = 128,                                                                   \
-        .max_tokens = 8192,                                                                        \
+        .max_conns = 256,                                                                          \
+        .max_conns_per_ip = 64,                                                                    \
+        .max_tokens = 4096,                                                                        \
         .max_n = 16,                                                                               \
         .max_stop = 16,                                                                            \
         .max_stop_bytes = 256,                                                                     \

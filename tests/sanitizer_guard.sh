@@ -6,7 +6,7 @@ log=$(mktemp)
 "$@" 2>"$log"
 rc=$?
 cat "$log" >&2
-if grep -qE 'ERROR: (LeakSanitizer|AddressSanitizer)|runtime error:' "$log"; then
+if grep -qE 'ERROR: (LeakSanitizer|AddressSanitizer)|WARNING: ThreadSanitizer|runtime error:' "$log"; then
     echo "sanitizer_guard: sanitizer report in $1" >&2
     rc=1
 fi

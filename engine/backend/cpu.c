@@ -204,9 +204,32 @@ static void elementwise_span(const struct run *r, int64_t i, int64_t j0, int64_t
     case GS_OP_SILU:
         gs_cpu_swiglu(o + j0, a + j0, b ? b + j0 : NULL, j1 - j0);
         break;
-    default: /* GS_OP_GELU */
+    case GS_OP_GELU:
         for (int64_t j = j0; j < j1; j++)
             o[j] = gelu(a[j]);
+        break;
+    /* Every other op is named so that a new one fails -Wswitch here: none of these
+     * is routed to this kernel (SWIGLU_QUANT has its own), and NaN rather than some
+     * other op's result is what a routing mistake must produce. */
+    case GS_OP_WEIGHT:
+    case GS_OP_EMBED:
+    case GS_OP_RMS_NORM:
+    case GS_OP_MATMUL:
+    case GS_OP_ROPE:
+    case GS_OP_KV_STORE:
+    case GS_OP_ATTN:
+    case GS_OP_SOFTMAX:
+    case GS_OP_RMS_NORM_MUL:
+    case GS_OP_MATMUL_ADD:
+    case GS_OP_OUTPUTS:
+    case GS_OP_LOGITS:
+    case GS_OP_RMS_NORM_QUANT:
+    case GS_OP_SWIGLU_QUANT:
+    case GS_OP_MATMUL_SWIGLU:
+    case GS_OP_COUNT:
+        (void)GS_NEVER(true);
+        for (int64_t j = j0; j < j1; j++)
+            o[j] = NAN;
         break;
     }
 }

@@ -214,7 +214,7 @@ static void k_elementwise(const struct run *r, const struct gs_node *n, float *o
         if (n->n_src > 1 && !bcast)
             b = value(r, n->src[1]) + i * ne0;
         for (int64_t j = 0; j < ne0; j++) {
-            float x = a[i * ne0 + j], y;
+            float x = a[i * ne0 + j], y = NAN;
             switch (n->op) {
             case GS_OP_MUL:
                 y = x * b[j];
@@ -229,8 +229,28 @@ static void k_elementwise(const struct run *r, const struct gs_node *n, float *o
             case GS_OP_SILU:
                 y = silu(x);
                 break;
-            default: /* GS_OP_GELU */
+            case GS_OP_GELU:
                 y = gelu(x);
+                break;
+            /* Every other op is named so that a new one fails -Wswitch here: none of
+             * these is routed to this kernel, and NaN rather than some other op's
+             * result is what a routing mistake must produce. */
+            case GS_OP_WEIGHT:
+            case GS_OP_EMBED:
+            case GS_OP_RMS_NORM:
+            case GS_OP_MATMUL:
+            case GS_OP_ROPE:
+            case GS_OP_KV_STORE:
+            case GS_OP_ATTN:
+            case GS_OP_SOFTMAX:
+            case GS_OP_RMS_NORM_MUL:
+            case GS_OP_MATMUL_ADD:
+            case GS_OP_OUTPUTS:
+            case GS_OP_LOGITS:
+            case GS_OP_RMS_NORM_QUANT:
+            case GS_OP_MATMUL_SWIGLU:
+            case GS_OP_COUNT:
+                (void)GS_NEVER(true);
                 break;
             }
             if (quant)

@@ -3,6 +3,7 @@
  * error table, request parsing and validation, chat templates, stop strings
  * across token boundaries, SSE framing, auth and the metrics text format.
  */
+#include "config/config.h"
 #include "engine/digest.h"
 #include "engine/gguf.h"
 #include "engine/tok.h"
@@ -265,6 +266,52 @@ Test(srv_template, names_round_trip)
     }
     enum gs_srv_tmpl x;
     cr_expect_eq(gs_srv_tmpl_from_name("jinja-magic", &x), GS_NOTFOUND);
+}
+
+/* The library's default limits are the daemon's: a program built on server.h
+ * without a config gets what `graphserve serve` gets with none. */
+Test(srv_limits, defaults_equal_the_config_table)
+{
+    char *argv[] = {"serve", NULL};
+    char *envp[] = {NULL};
+    struct gs_cfg cfg;
+    struct gs_err err;
+    cr_assert_eq(gs_cfg_load(&cfg, 1, argv, envp, &err), GS_OK, "%s", err.msg);
+    struct gs_srv_limits d = GS_SRV_LIMITS_DEFAULT;
+    cr_expect_eq(d.max_body_bytes, cfg.max_body_bytes);
+    cr_expect_eq(d.max_header_bytes, cfg.max_header_bytes);
+    cr_expect_eq(d.conn_timeout_s, cfg.conn_timeout_s);
+    cr_expect_eq(d.request_timeout_s, cfg.request_timeout_s);
+    cr_expect_eq(d.max_stream_buffer_bytes, cfg.max_stream_buffer_bytes);
+    cr_expect_eq(d.max_conns, cfg.max_conns);
+    cr_expect_eq(d.max_conns_per_ip, cfg.max_conns_per_ip);
+    cr_expect_eq(d.max_tokens, cfg.max_tokens);
+    gs_cfg_deinit(&cfg);
+}
+
+/* --chat-template's choices (config/table.c) and the families the server renders
+ * (GS_SRV_TMPL_MAP) are two lists; a family missing from either cannot be chosen
+ * or cannot be rendered. */
+Test(srv_template, config_choices_are_the_server_families)
+{
+    const struct gs_cfg_opt *opt = gs_cfg_opt_find("chat-template");
+    cr_assert(opt && opt->choices);
+    size_t n_choices = 0;
+    for (const char *const *c = opt->choices; *c; c++) {
+        if (strcmp(*c, "auto") == 0)
+            continue;
+        enum gs_srv_tmpl t;
+        cr_expect_eq(gs_srv_tmpl_from_name(*c, &t), GS_OK, "config choice %s", *c);
+        n_choices++;
+    }
+    for (int t = 0; t < GS_SRV_TMPL_COUNT; t++) {
+        const char *name = gs_srv_tmpl_name((enum gs_srv_tmpl)t);
+        bool found = false;
+        for (const char *const *c = opt->choices; *c; c++)
+            found = found || strcmp(*c, name) == 0;
+        cr_expect(found, "template %s is not a --chat-template choice", name);
+    }
+    cr_expect_eq(n_choices, (size_t)GS_SRV_TMPL_COUNT);
 }
 
 static char *render(enum gs_srv_tmpl t)
