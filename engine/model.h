@@ -8,7 +8,8 @@
  * it fills a struct gs_block_desc (below) saying where its decoder block
  * differs from Llama's, and engine/models/decoder.c builds the graph from it.
  * Supported: `llama` (Llama 2/3, TinyLlama, SmolLM/SmolLM2, Mistral without
- * sliding window), `qwen2` (Qwen2, Qwen2.5) and `phi3` (Phi-3, Phi-3.5 mini).
+ * sliding window), `qwen2` (Qwen2, Qwen2.5), `qwen3` (Qwen3 dense) and `phi3` (Phi-3,
+ * Phi-3.5 mini).
  *
  * Every hyperparameter and every tensor shape is checked before a graph is
  * built: missing or inconsistent metadata (heads not dividing n_embd, kv heads
@@ -74,6 +75,7 @@ typedef enum gs_status (*gs_model_build_fn)(struct gs_model *m, struct gs_err *e
 enum gs_status gs_model_build_llama(struct gs_model *m, struct gs_err *err);
 enum gs_status gs_model_build_qwen2(struct gs_model *m, struct gs_err *err);
 enum gs_status gs_model_build_phi3(struct gs_model *m, struct gs_err *err);
+enum gs_status gs_model_build_qwen3(struct gs_model *m, struct gs_err *err);
 
 /*
  * Where a family's decoder block differs from Llama's. The block every family
@@ -96,6 +98,8 @@ struct gs_block_desc {
     /* blk.N.ffn_up.weight [n_embd x 2 n_ff]: the gate's rows, then the up rows, as views */
     bool ffn_gate_up_fused;
     bool rope_freq_factors; /* may carry rope_freqs.weight (Llama 3); refused otherwise */
+    /* blk.N.attn_{q,k}_norm.weight [head_dim]: each head of q and k RMS-normed before rope */
+    bool qk_norm;
 };
 
 /* Builds the shared decoder with a family's description (engine/models/decoder.c). */

@@ -177,6 +177,28 @@ static void k_rms_norm(struct run *r, int chunk, int n_chunks, int thread)
     }
 }
 
+/* RMS_NORM_HEADS: rows shared out; each head's slice over its own rms, times w. */
+static void k_rms_norm_heads(struct run *r, int chunk, int n_chunks, int thread)
+{
+    const struct gs_node *n = r->n;
+    const float *x = value(r, n->src[0]);
+    const float *w = row_of(r, n->src[1], 0);
+    const int64_t ne0 = n->ne[0], hd = n->p.norm_heads.head_dim;
+    int64_t i0, i1;
+    gs_cpu_split(gs_step_rows(n, r->io), 1, chunk, n_chunks, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t h0 = 0; h0 < ne0; h0 += hd) {
+            const float *xh = x + i * ne0 + h0;
+            float *o = r->out + i * ne0 + h0;
+            double sum = 0;
+            for (int64_t j = 0; j < hd; j++)
+                sum += (double)xh[j] * xh[j];
+            const float scale = 1.0f / sqrtf((float)(sum / hd) + n->p.norm_heads.eps);
+            for (int64_t j = 0; j < hd; j++)
+                o[j] = xh[j] * scale * w[j];
+        }
+}
+
 static float gelu(float x)
 {
     const float c = 0.7978845608028654f; /* sqrt(2 / pi), tanh approximation */
@@ -719,6 +741,7 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_SOFTMAX] = k_softmax,
     [GS_OP_OUTPUTS] = k_outputs,
     [GS_OP_LOGITS] = k_logits,
+    [GS_OP_RMS_NORM_HEADS] = k_rms_norm_heads,
 };
 
 /* ---- backend table ------------------------------------------------------------------ */

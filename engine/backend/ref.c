@@ -188,6 +188,24 @@ static void k_rms_norm(const struct run *r, const struct gs_node *n, float *out)
     }
 }
 
+/* RMS_NORM_HEADS: each head's slice of a row over its own rms, times w. */
+static void k_rms_norm_heads(const struct run *r, const struct gs_node *n, float *out)
+{
+    const float *x = value(r, n->src[0]);
+    const float *w = row_of(r, n->src[1], 0, r->rp->row_a);
+    const int64_t ne0 = n->ne[0], hd = n->p.norm_heads.head_dim, rows = gs_step_rows(n, r->io);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t h0 = 0; h0 < ne0; h0 += hd) {
+            const float *xh = x + i * ne0 + h0;
+            double sum = 0;
+            for (int64_t j = 0; j < hd; j++)
+                sum += (double)xh[j] * xh[j];
+            float scale = 1.0f / sqrtf((float)(sum / hd) + n->p.norm_heads.eps);
+            for (int64_t j = 0; j < hd; j++)
+                out[i * ne0 + h0 + j] = xh[j] * scale * w[j];
+        }
+}
+
 static float silu(float x)
 {
     return x / (1.0f + expf(-x));
@@ -509,6 +527,7 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_ATTN] = k_attn,         [GS_OP_SOFTMAX] = k_softmax,   [GS_OP_OUTPUTS] = k_outputs,
     [GS_OP_LOGITS] = k_logits,     [GS_OP_RMS_NORM_QUANT] = k_rms_norm,
     [GS_OP_SWIGLU_QUANT] = k_elementwise, [GS_OP_MATMUL_SWIGLU] = k_matmul_swiglu,
+    [GS_OP_RMS_NORM_HEADS] = k_rms_norm_heads,
 };
 
 static enum gs_status ref_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,

@@ -13,6 +13,10 @@ static void params_str(const struct gs_node *n, char *buf, size_t len)
     case GS_OP_RMS_NORM_QUANT:
         snprintf(buf, len, "eps=%g", (double)n->p.eps);
         break;
+    case GS_OP_RMS_NORM_HEADS:
+        snprintf(buf, len, "eps=%g head_dim=%d", (double)n->p.norm_heads.eps,
+                 n->p.norm_heads.head_dim);
+        break;
     case GS_OP_ROPE:
         snprintf(buf, len, "heads=%d head_dim=%d n_rot=%d mode=%s base=%g scale=%g",
                  n->p.rope.n_head, n->p.rope.head_dim, n->p.rope.n_rot,

@@ -247,6 +247,13 @@ static enum gs_status build_block(struct gs_model *m, const struct gs_block_desc
     }
     if (st || (st = block_weight(m, l, "ffn_down.weight", hp->n_ff, hp->n_embd, false, &down, err)))
         return st;
+    uint32_t qk_norm[2] = {GS_NODE_NONE, GS_NODE_NONE};
+    if (d->qk_norm &&
+        ((st = block_weight(m, l, "attn_q_norm.weight", hp->head_dim, 1, false, &qk_norm[0],
+                            err)) ||
+         (st = block_weight(m, l, "attn_k_norm.weight", hp->head_dim, 1, false, &qk_norm[1],
+                            err))))
+        return st;
 
     uint32_t h = gs_graph_name(g, gs_graph_rms_norm(g, *x, hp->rms_eps), "norm-%u", l);
     h = gs_graph_name(g, gs_graph_mul(g, h, attn_norm), "attn_norm-%u", l);
@@ -256,6 +263,11 @@ static enum gs_status build_block(struct gs_model *m, const struct gs_block_desc
         qkv[i] = gs_graph_name(g, gs_graph_matmul(g, h, w_qkv[i]), "%s-%u", cur[i], l);
         if (b_qkv[i] != GS_NODE_NONE)
             qkv[i] = gs_graph_name(g, gs_graph_add(g, qkv[i], b_qkv[i]), "%s_bias-%u", cur[i], l);
+        if (i < 2 && qk_norm[i] != GS_NODE_NONE)
+            qkv[i] = gs_graph_name(g,
+                                   gs_graph_rms_norm_heads(g, qkv[i], qk_norm[i],
+                                                           (int32_t)hp->head_dim, hp->rms_eps),
+                                   "%s_normed-%u", cur[i], l);
     }
     uint32_t q = gs_graph_name(g, gs_graph_rope(g, qkv[0], &rp, rope_ff), "Qrope-%u", l);
     rp.n_head = (int32_t)hp->n_head_kv;

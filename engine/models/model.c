@@ -11,6 +11,7 @@ struct family {
 static const struct family families[] = {
     {"llama", gs_model_build_llama},
     {"qwen2", gs_model_build_qwen2},
+    {"qwen3", gs_model_build_qwen3},
     {"phi3", gs_model_build_phi3},
 };
 

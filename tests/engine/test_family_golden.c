@@ -113,3 +113,13 @@ Test(family_golden, phi3_q4_k_m_matches_its_golden)
 {
     check_model("phi3-tiny-Q4_K_M", true);
 }
+
+Test(family_golden, qwen3_f32_matches_llama_cpp)
+{
+    check_model("qwen3-tiny-F32", false);
+}
+
+Test(family_golden, qwen3_q4_k_m_matches_its_golden)
+{
+    check_model("qwen3-tiny-Q4_K_M", true);
+}
