@@ -60,7 +60,8 @@
     X(ROPE, "rope", 1, GS_OPF_INPLACE)                                                                          \
     /* writes k and v rows of layer params.attn.layer into each token's sequence pages */          \
     X(KV_STORE, "kv_store", 2, GS_OPF_ROOT)                                                        \
-    /* causal attention of q over the token's sequence pages; src1 orders it after KV_STORE */     \
+    /* causal attention of q over the token's sequence pages (a sliding window when         */  \
+    /* params.attn.window > 0); src1 orders it after KV_STORE                                */     \
     X(ATTN, "attn", 2, 0)                                                                          \
     /* softmax(x * scale) per row, with optional softcap before it */                              \
     X(SOFTMAX, "softmax", 1, 0)                                                                    \
@@ -149,6 +150,9 @@ struct gs_attn_params {
     int32_t head_dim;
     float scale;   /* applied to q.k before softcap and softmax */
     float softcap; /* 0: none; else scores become softcap * tanh(s / softcap) */
+    /* 0: global. Else a sliding window: a query at position p sees keys at positions
+     * (p - window, p] only, and the kernels never read the keys before that. */
+    int32_t window;
 };
 
 struct gs_softmax_params {

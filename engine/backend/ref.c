@@ -435,7 +435,8 @@ static float attn_score(const struct run *r, const struct gs_attn_params *p, con
     return s;
 }
 
-/* Causal attention: token t attends to positions 0..pos[t] of its own sequence. */
+/* Causal attention: token t attends to positions first..pos[t] of its own sequence, first
+ * being 0 or the start of its sliding window. */
 static void k_attn(const struct run *r, const struct gs_node *n, float *out)
 {
     const struct gs_attn_params *p = &n->p.attn;
@@ -448,16 +449,17 @@ static void k_attn(const struct run *r, const struct gs_node *n, float *out)
     for (uint32_t t = 0; t < io->n_tokens; t++) {
         uint32_t seq = io->seq[t];
         int32_t last = io->pos[t];
+        int32_t first = p->window > 0 ? GS_MAX(0, last - p->window + 1) : 0;
         for (int h = 0; h < p->n_head; h++) {
             int kvh = h / group;
             const float *qsrc = q + (int64_t)t * n->ne[0] + (int64_t)h * p->head_dim;
             for (int d = 0; d < p->head_dim; d++)
                 qh[d] = f16 ? round_f16(qsrc[d]) : qsrc[d];
             float mx = -INFINITY;
-            for (int32_t j = 0; j <= last; j++)
+            for (int32_t j = first; j <= last; j++)
                 mx = fmaxf(mx, attn_score(r, p, qh, seq, j, kvh));
             double sum = 0;
-            for (int32_t j = 0; j <= last; j++)
+            for (int32_t j = first; j <= last; j++)
                 sum += exp((double)attn_score(r, p, qh, seq, j, kvh) - mx);
             float *o = out + (int64_t)t * n->ne[0] + (int64_t)h * p->head_dim;
             double acc[512];
@@ -466,7 +468,7 @@ static void k_attn(const struct run *r, const struct gs_node *n, float *out)
                 int nd = GS_MIN(512, hd - d0);
                 for (int d = 0; d < nd; d++)
                     acc[d] = 0;
-                for (int32_t j = 0; j <= last; j++) {
+                for (int32_t j = first; j <= last; j++) {
                     float w = (float)(exp((double)attn_score(r, p, qh, seq, j, kvh) - mx) / sum);
                     if (f16)
                         w = round_f16(w);
