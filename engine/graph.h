@@ -60,8 +60,8 @@
     X(ROPE, "rope", 1, GS_OPF_INPLACE)                                                                          \
     /* writes k and v rows of layer params.attn.layer into each token's sequence pages */          \
     X(KV_STORE, "kv_store", 2, GS_OPF_ROOT)                                                        \
-    /* causal attention of q over the token's sequence pages (a sliding window when         */  \
-    /* params.attn.window > 0); src1 orders it after KV_STORE                                */     \
+    /* causal attention of q over the token's sequence pages (a sliding window when        */  \
+    /* params.attn.window > 0); src1 orders it after KV_STORE                               */  \
     X(ATTN, "attn", 2, 0)                                                                          \
     /* softmax(x * scale) per row, with optional softcap before it */                              \
     X(SOFTMAX, "softmax", 1, 0)                                                                    \
@@ -84,7 +84,7 @@
     X(SWIGLU_QUANT, "swiglu_quant", 2, 0)                                                          \
     /* silu(x @ Wg) * (x @ Wu) -> [N x R]: a feed-forward's gate, up and SwiGLU in one node,    */  \
     /* F32 or quantized rows like swiglu_quant's; fused by the matmul_swiglu pass              */  \
-    X(MATMUL_SWIGLU, "matmul_swiglu", 3, 0)                                                     \
+    X(MATMUL_SWIGLU, "matmul_swiglu", 3, 0)                                                        \
     /* each head_dim slice of x [n_head * head_dim x R] over its own rms, times w [head_dim]:  */  \
     /* the per-head q and k norms of Qwen3 and Gemma 3                                         */  \
     X(RMS_NORM_HEADS, "rms_norm_heads", 2, GS_OPF_ELEMWISE)

@@ -120,9 +120,8 @@ enum gs_status gs_model_weight(struct gs_model *m, const char *name, int64_t ne0
  * node points into the file's bytes (a view, never a copy). A wrong width is
  * refused with GS_FORMAT naming the tensor.
  */
-enum gs_status gs_model_weight_rows(struct gs_model *m, const char *name, int64_t ne0,
-                                    int64_t ne1, int64_t row0, int64_t n_rows, uint32_t *id,
-                                    struct gs_err *err);
+enum gs_status gs_model_weight_rows(struct gs_model *m, const char *name, int64_t ne0, int64_t ne1,
+                                    int64_t row0, int64_t n_rows, uint32_t *id, struct gs_err *err);
 
 /* Whether general.architecture value arch has a builder. */
 bool gs_model_arch_supported(const char *arch, size_t len);

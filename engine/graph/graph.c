@@ -422,9 +422,8 @@ static bool check_attn(struct gs_graph *g, const char *name, const struct gs_att
 {
     if (ap->layer < 0 || ap->n_head <= 0 || ap->n_head_kv <= 0 || ap->head_dim <= 0 ||
         ap->n_head % ap->n_head_kv || ap->window < 0) {
-        fail(g, GS_INVAL,
-             "%s: bad heads (layer %d, %d heads, %d kv heads, head dim %d, window %d)", name,
-             ap->layer, ap->n_head, ap->n_head_kv, ap->head_dim, ap->window);
+        fail(g, GS_INVAL, "%s: bad heads (layer %d, %d heads, %d kv heads, head dim %d, window %d)",
+             name, ap->layer, ap->n_head, ap->n_head_kv, ap->head_dim, ap->window);
         return false;
     }
     return true;

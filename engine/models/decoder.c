@@ -249,10 +249,9 @@ static enum gs_status build_block(struct gs_model *m, const struct gs_block_desc
         return st;
     uint32_t qk_norm[2] = {GS_NODE_NONE, GS_NODE_NONE};
     if (d->qk_norm &&
-        ((st = block_weight(m, l, "attn_q_norm.weight", hp->head_dim, 1, false, &qk_norm[0],
-                            err)) ||
-         (st = block_weight(m, l, "attn_k_norm.weight", hp->head_dim, 1, false, &qk_norm[1],
-                            err))))
+        ((st =
+              block_weight(m, l, "attn_q_norm.weight", hp->head_dim, 1, false, &qk_norm[0], err)) ||
+         (st = block_weight(m, l, "attn_k_norm.weight", hp->head_dim, 1, false, &qk_norm[1], err))))
         return st;
 
     uint32_t h = gs_graph_name(g, gs_graph_rms_norm(g, *x, hp->rms_eps), "norm-%u", l);
@@ -264,10 +263,10 @@ static enum gs_status build_block(struct gs_model *m, const struct gs_block_desc
         if (b_qkv[i] != GS_NODE_NONE)
             qkv[i] = gs_graph_name(g, gs_graph_add(g, qkv[i], b_qkv[i]), "%s_bias-%u", cur[i], l);
         if (i < 2 && qk_norm[i] != GS_NODE_NONE)
-            qkv[i] = gs_graph_name(g,
-                                   gs_graph_rms_norm_heads(g, qkv[i], qk_norm[i],
-                                                           (int32_t)hp->head_dim, hp->rms_eps),
-                                   "%s_normed-%u", cur[i], l);
+            qkv[i] = gs_graph_name(
+                g,
+                gs_graph_rms_norm_heads(g, qkv[i], qk_norm[i], (int32_t)hp->head_dim, hp->rms_eps),
+                "%s_normed-%u", cur[i], l);
     }
     uint32_t q = gs_graph_name(g, gs_graph_rope(g, qkv[0], &rp, rope_ff), "Qrope-%u", l);
     rp.n_head = (int32_t)hp->n_head_kv;
@@ -289,7 +288,7 @@ static enum gs_status build_block(struct gs_model *m, const struct gs_block_desc
 }
 
 enum gs_status gs_model_build_decoder(struct gs_model *m, const struct gs_block_desc *d,
-                                     struct gs_err *err)
+                                      struct gs_err *err)
 {
     enum gs_status st = read_hparams(m, d, err);
     if (st)

@@ -90,9 +90,8 @@ static enum gs_status find_weight(struct gs_model *m, const char *name, int64_t 
     return GS_OK;
 }
 
-enum gs_status gs_model_weight_rows(struct gs_model *m, const char *name, int64_t ne0,
-                                    int64_t ne1, int64_t row0, int64_t n_rows, uint32_t *id,
-                                    struct gs_err *err)
+enum gs_status gs_model_weight_rows(struct gs_model *m, const char *name, int64_t ne0, int64_t ne1,
+                                    int64_t row0, int64_t n_rows, uint32_t *id, struct gs_err *err)
 {
     *id = GS_NODE_NONE;
     const struct gs_gguf_tensor *t;

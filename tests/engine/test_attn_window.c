@@ -58,8 +58,15 @@ static void step(struct gs_be *be, struct gs_plan *p, int32_t from, uint32_t n, 
                             .n_layer = 1,
                             .kv_dim = HD,
                             .page_bytes = 2 * PAGE * HD * sizeof(float)};
-    struct gs_step_io io = {.n_tokens = n, .tokens = tokens, .pos = pos, .seq = seq, .n_seqs = 1,
-                            .seqs = &sp, .kv = &kv, .n_outputs = n, .out_rows = rows,
+    struct gs_step_io io = {.n_tokens = n,
+                            .tokens = tokens,
+                            .pos = pos,
+                            .seq = seq,
+                            .n_seqs = 1,
+                            .seqs = &sp,
+                            .kv = &kv,
+                            .n_outputs = n,
+                            .out_rows = rows,
                             .logits = out};
     cr_assert_eq(gs_be_run(be, p, &io, &err), GS_OK, "%s", err.msg);
 }
@@ -84,8 +91,8 @@ static void expect_row(int32_t p, const float *got, const char *backend)
         for (int i = 0; i < HD; i++)
             o[i] += exp(s[j - first] - mx) / sum * table[token_at(j) * HD + i];
     for (int i = 0; i < HD; i++)
-        cr_assert_float_eq(got[i], o[i], 1e-5, "%s: position %d col %d: %g, want %g", backend, p,
-                           i, (double)got[i], o[i]);
+        cr_assert_float_eq(got[i], o[i], 1e-5, "%s: position %d col %d: %g, want %g", backend, p, i,
+                           (double)got[i], o[i]);
 }
 
 static void check_backend(const char *name)

@@ -55,9 +55,9 @@ static const char *write_model(const struct craft *c)
     static const struct {
         const char *suffix;
         uint32_t v;
-    } u32s[] = {{"embedding_length", N_EMBD},       {"block_count", 1},
-                {"attention.head_count", N_HEAD},   {"attention.head_count_kv", N_HEAD_KV},
-                {"feed_forward_length", N_FF},      {"context_length", 64}};
+    } u32s[] = {{"embedding_length", N_EMBD},     {"block_count", 1},
+                {"attention.head_count", N_HEAD}, {"attention.head_count_kv", N_HEAD_KV},
+                {"feed_forward_length", N_FF},    {"context_length", 64}};
     char key[128];
     for (size_t i = 0; i < GS_ARRAY_LEN(u32s); i++) {
         snprintf(key, sizeof(key), "%s.%s", c->arch, u32s[i].suffix);
