@@ -60,7 +60,8 @@
     X(ROPE, "rope", 1, GS_OPF_INPLACE)                                                                          \
     /* writes k and v rows of layer params.attn.layer into each token's sequence pages */          \
     X(KV_STORE, "kv_store", 2, GS_OPF_ROOT)                                                        \
-    /* causal attention of q over the token's sequence pages; src1 orders it after KV_STORE */     \
+    /* causal attention of q over the token's sequence pages (a sliding window when        */  \
+    /* params.attn.window > 0); src1 orders it after KV_STORE                               */  \
     X(ATTN, "attn", 2, 0)                                                                          \
     /* softmax(x * scale) per row, with optional softcap before it */                              \
     X(SOFTMAX, "softmax", 1, 0)                                                                    \
@@ -83,7 +84,10 @@
     X(SWIGLU_QUANT, "swiglu_quant", 2, 0)                                                          \
     /* silu(x @ Wg) * (x @ Wu) -> [N x R]: a feed-forward's gate, up and SwiGLU in one node,    */  \
     /* F32 or quantized rows like swiglu_quant's; fused by the matmul_swiglu pass              */  \
-    X(MATMUL_SWIGLU, "matmul_swiglu", 3, 0)
+    X(MATMUL_SWIGLU, "matmul_swiglu", 3, 0)                                                        \
+    /* each head_dim slice of x [n_head * head_dim x R] over its own rms, times w [head_dim]:  */  \
+    /* the per-head q and k norms of Qwen3 and Gemma 3                                         */  \
+    X(RMS_NORM_HEADS, "rms_norm_heads", 2, GS_OPF_ELEMWISE)
 
 enum gs_op_flags {
     GS_OPF_LEAF = 1 << 0,     /* no sources, no computation */
@@ -146,11 +150,19 @@ struct gs_attn_params {
     int32_t head_dim;
     float scale;   /* applied to q.k before softcap and softmax */
     float softcap; /* 0: none; else scores become softcap * tanh(s / softcap) */
+    /* 0: global. Else a sliding window: a query at position p sees keys at positions
+     * (p - window, p] only, and the kernels never read the keys before that. */
+    int32_t window;
 };
 
 struct gs_softmax_params {
     float scale;
     float softcap; /* 0: none */
+};
+
+struct gs_norm_heads_params {
+    float eps; /* first, so that p.eps reads it as for the other norms */
+    int32_t head_dim;
 };
 
 /* Op parameters. Zero-filled before use so that nodes compare with memcmp. */
@@ -159,6 +171,7 @@ union gs_node_params {
     struct gs_rope_params rope;
     struct gs_attn_params attn; /* KV_STORE (layer, n_head_kv, head_dim), ATTN */
     struct gs_softmax_params softmax;
+    struct gs_norm_heads_params norm_heads; /* RMS_NORM_HEADS */
 };
 
 struct gs_node {
@@ -221,6 +234,9 @@ uint32_t gs_graph_silu(struct gs_graph *g, uint32_t x);
 uint32_t gs_graph_gelu(struct gs_graph *g, uint32_t x);
 uint32_t gs_graph_swiglu(struct gs_graph *g, uint32_t a, uint32_t b);
 uint32_t gs_graph_rms_norm_mul(struct gs_graph *g, uint32_t x, uint32_t w, float eps);
+/* w: an F32 weight of head_dim values; x's row length a multiple of head_dim. */
+uint32_t gs_graph_rms_norm_heads(struct gs_graph *g, uint32_t x, uint32_t w, int32_t head_dim,
+                                 float eps);
 uint32_t gs_graph_matmul_add(struct gs_graph *g, uint32_t x, uint32_t w, uint32_t r);
 /* silu(x @ w_gate) * (x @ w_up); the weights must have the same type and shape. */
 uint32_t gs_graph_matmul_swiglu(struct gs_graph *g, uint32_t x, uint32_t w_gate, uint32_t w_up);

@@ -4,8 +4,12 @@
  * needs (KV cache geometry, vocabulary size, special tokens).
  *
  * One builder per architecture family lives in engine/models/<family>.c and
- * has a row in the table of engine/models/model.c. `llama` covers Llama 2/3,
- * TinyLlama, SmolLM/SmolLM2 and Mistral without sliding window.
+ * has a row in the table of engine/models/model.c. A family's file is short:
+ * it fills a struct gs_block_desc (below) saying where its decoder block
+ * differs from Llama's, and engine/models/decoder.c builds the graph from it.
+ * Supported: `llama` (Llama 2/3, TinyLlama, SmolLM/SmolLM2, Mistral without
+ * sliding window), `qwen2` (Qwen2, Qwen2.5), `qwen3` (Qwen3 dense) and `phi3` (Phi-3,
+ * Phi-3.5 mini).
  *
  * Every hyperparameter and every tensor shape is checked before a graph is
  * built: missing or inconsistent metadata (heads not dividing n_embd, kv heads
@@ -69,6 +73,38 @@ static inline uint32_t gs_model_kv_dim(const struct gs_model *m)
 typedef enum gs_status (*gs_model_build_fn)(struct gs_model *m, struct gs_err *err);
 
 enum gs_status gs_model_build_llama(struct gs_model *m, struct gs_err *err);
+enum gs_status gs_model_build_qwen2(struct gs_model *m, struct gs_err *err);
+enum gs_status gs_model_build_phi3(struct gs_model *m, struct gs_err *err);
+enum gs_status gs_model_build_qwen3(struct gs_model *m, struct gs_err *err);
+
+/*
+ * Where a family's decoder block differs from Llama's. The block every family
+ * shares is: x -> RMSNorm * attn_norm -> q, k, v projections -> rope on q and
+ * k -> causal GQA attention (scale 1/sqrt(head_dim)) -> attn_output -> + x;
+ * then RMSNorm * ffn_norm -> silu(gate) * up -> ffn_down -> + residual. A
+ * zero-filled description is Llama's block with normal rope.
+ *
+ * Later variants (Gemma's post-norms, soft-caps, GELU gate, sliding windows,
+ * per-layer rope bases; Gemma 3n's AltUp and LAuReL) extend this struct with
+ * fields whose zero value keeps today's block, so existing families stay as
+ * they are.
+ */
+struct gs_block_desc {
+    enum gs_rope_mode rope_mode; /* pairs rotated by rope (GS_ROPE_NEOX: halves) */
+    bool qkv_bias;               /* blk.N.attn_{q,k,v}.bias added after each projection */
+    /* one blk.N.attn_qkv.weight [n_embd x (n_q + 2 n_kv)] whose q, k and v row ranges are
+     * views of the file's bytes, never copies */
+    bool qkv_fused;
+    /* blk.N.ffn_up.weight [n_embd x 2 n_ff]: the gate's rows, then the up rows, as views */
+    bool ffn_gate_up_fused;
+    bool rope_freq_factors; /* may carry rope_freqs.weight (Llama 3); refused otherwise */
+    /* blk.N.attn_{q,k}_norm.weight [head_dim]: each head of q and k RMS-normed before rope */
+    bool qk_norm;
+};
+
+/* Builds the shared decoder with a family's description (engine/models/decoder.c). */
+enum gs_status gs_model_build_decoder(struct gs_model *m, const struct gs_block_desc *d,
+                                      struct gs_err *err);
 
 /*
  * Adds the weight `name` to g after checking that the file has it with shape
@@ -77,5 +113,17 @@ enum gs_status gs_model_build_llama(struct gs_model *m, struct gs_err *err);
  */
 enum gs_status gs_model_weight(struct gs_model *m, const char *name, int64_t ne0, int64_t ne1,
                                bool optional, uint32_t *id, struct gs_err *err);
+
+/*
+ * Adds rows [row0, row0 + n_rows) of the fused weight `name` as a weight node
+ * of its own, after checking that the file has it with shape [ne0 x ne1]. The
+ * node points into the file's bytes (a view, never a copy). A wrong width is
+ * refused with GS_FORMAT naming the tensor.
+ */
+enum gs_status gs_model_weight_rows(struct gs_model *m, const char *name, int64_t ne0, int64_t ne1,
+                                    int64_t row0, int64_t n_rows, uint32_t *id, struct gs_err *err);
+
+/* Whether general.architecture value arch has a builder. */
+bool gs_model_arch_supported(const char *arch, size_t len);
 
 #endif /* GS_MODEL_H */

@@ -177,6 +177,28 @@ static void k_rms_norm(struct run *r, int chunk, int n_chunks, int thread)
     }
 }
 
+/* RMS_NORM_HEADS: rows shared out; each head's slice over its own rms, times w. */
+static void k_rms_norm_heads(struct run *r, int chunk, int n_chunks, int thread)
+{
+    const struct gs_node *n = r->n;
+    const float *x = value(r, n->src[0]);
+    const float *w = row_of(r, n->src[1], 0);
+    const int64_t ne0 = n->ne[0], hd = n->p.norm_heads.head_dim;
+    int64_t i0, i1;
+    gs_cpu_split(gs_step_rows(n, r->io), 1, chunk, n_chunks, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t h0 = 0; h0 < ne0; h0 += hd) {
+            const float *xh = x + i * ne0 + h0;
+            float *o = r->out + i * ne0 + h0;
+            double sum = 0;
+            for (int64_t j = 0; j < hd; j++)
+                sum += (double)xh[j] * xh[j];
+            const float scale = 1.0f / sqrtf((float)(sum / hd) + n->p.norm_heads.eps);
+            for (int64_t j = 0; j < hd; j++)
+                o[j] = xh[j] * scale * w[j];
+        }
+}
+
 static float gelu(float x)
 {
     const float c = 0.7978845608028654f; /* sqrt(2 / pi), tanh approximation */
@@ -587,11 +609,14 @@ static void attn_block(const struct run *r, int64_t t0, int nt, int h, float *ac
     const int32_t pt = (int32_t)a.kv->page_tokens;
     const float *qs[ATTN_BLOCK];
     float *scs[ATTN_BLOCK], *accs[ATTN_BLOCK];
-    int32_t last[ATTN_BLOCK], lo = INT32_MAX, hi = 0;
     /* A block of one (decoding) takes the single-query kernels; a longer
      * short block repeats its last query so that the four-query kernels are
      * fed, and the repeats' results are dropped. */
     const int nq = nt == 1 ? 1 : ATTN_BLOCK;
+    /* Query j sees keys first[j]..last[j]; a sliding window moves first[j] up. K is read
+     * from the block's earliest first, V for the range all queries share at once. */
+    int32_t first[ATTN_BLOCK], last[ATTN_BLOCK], lo = INT32_MAX, hi = 0;
+    int32_t first_lo = INT32_MAX, first_hi = 0;
     for (int j = 0; j < nq; j++) {
         const int64_t t = t0 + GS_MIN(j, nt - 1);
         float *qj = q + (int64_t)j * hd;
@@ -603,39 +628,49 @@ static void attn_block(const struct run *r, int64_t t0, int nt, int h, float *ac
         accs[j] = acc + (int64_t)j * hd;
         memset(accs[j], 0, (size_t)hd * sizeof(float));
         last[j] = io->pos[t];
+        first[j] = p->window > 0 ? GS_MAX(0, last[j] - p->window + 1) : 0;
         lo = GS_MIN(lo, last[j]);
         hi = GS_MAX(hi, last[j]);
+        first_lo = GS_MIN(first_lo, first[j]);
+        first_hi = GS_MAX(first_hi, first[j]);
     }
-    for (int32_t j0 = 0; j0 <= hi; j0 += pt) {
-        const int32_t n_slots = GS_MIN(pt, hi - j0 + 1);
+    for (int32_t j0 = first_lo; j0 <= hi;) {
+        const int32_t n_slots = GS_MIN(pt - j0 % pt, hi - j0 + 1);
         const char *kr = kv_rows_at(&a, 0, j0);
         if (nt == 1) {
             if (a.f16)
                 gs_cpu_dots_f16(qs[0], (const uint16_t *)kr, a.kv->kv_dim, n_slots, hd, scs[0] + j0);
             else
                 gs_cpu_dots_f32(qs[0], (const float *)kr, a.kv->kv_dim, n_slots, hd, scs[0] + j0);
-            continue;
+        } else {
+            float *outs[ATTN_BLOCK];
+            for (int j = 0; j < ATTN_BLOCK; j++)
+                outs[j] = scs[j] + j0;
+            gs_cpu_dots4(qs, kr, a.kv->kv_dim, n_slots, hd, outs, a.f16);
         }
-        float *outs[ATTN_BLOCK];
-        for (int j = 0; j < ATTN_BLOCK; j++)
-            outs[j] = scs[j] + j0;
-        gs_cpu_dots4(qs, kr, a.kv->kv_dim, n_slots, hd, outs, a.f16);
+        j0 += n_slots;
     }
     for (int j = 0; j < nt; j++)
-        attn_weights(p, scs[j], last[j], a.f16);
+        attn_weights(p, scs[j] + first[j], last[j] - first[j], a.f16);
     if (nt == 1) {
-        attn_values(&a, accs[0], scs[0], 0, last[0]);
+        attn_values(&a, accs[0], scs[0], first[0], last[0]);
+    } else if (first_hi > lo) { /* windows that share no position */
+        for (int j = 0; j < nt; j++)
+            attn_values(&a, accs[j], scs[j], first[j], last[j]);
     } else {
         /* Positions every query sees, four at a time; then each query's own. */
-        for (int32_t j0 = 0; j0 <= lo; j0 += pt) {
-            const int32_t n_slots = GS_MIN(pt, lo - j0 + 1);
+        for (int32_t j0 = first_hi; j0 <= lo;) {
+            const int32_t n_slots = GS_MIN(pt - j0 % pt, lo - j0 + 1);
             const float *ws[ATTN_BLOCK];
             for (int j = 0; j < ATTN_BLOCK; j++)
                 ws[j] = scs[j] + j0;
             gs_cpu_axpys4(accs, ws, kv_rows_at(&a, 1, j0), a.kv->kv_dim, n_slots, hd, a.f16);
+            j0 += n_slots;
         }
-        for (int j = 0; j < nt; j++)
+        for (int j = 0; j < nt; j++) {
+            attn_values(&a, accs[j], scs[j], first[j], first_hi - 1);
             attn_values(&a, accs[j], scs[j], lo + 1, last[j]);
+        }
     }
     for (int j = 0; j < nt; j++)
         memcpy(r->out + (t0 + j) * n->ne[0] + (int64_t)h * hd, accs[j],
@@ -742,6 +777,7 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_SOFTMAX] = k_softmax,
     [GS_OP_OUTPUTS] = k_outputs,
     [GS_OP_LOGITS] = k_logits,
+    [GS_OP_RMS_NORM_HEADS] = k_rms_norm_heads,
 };
 
 /* ---- backend table ------------------------------------------------------------------ */

@@ -188,6 +188,24 @@ static void k_rms_norm(const struct run *r, const struct gs_node *n, float *out)
     }
 }
 
+/* RMS_NORM_HEADS: each head's slice of a row over its own rms, times w. */
+static void k_rms_norm_heads(const struct run *r, const struct gs_node *n, float *out)
+{
+    const float *x = value(r, n->src[0]);
+    const float *w = row_of(r, n->src[1], 0, r->rp->row_a);
+    const int64_t ne0 = n->ne[0], hd = n->p.norm_heads.head_dim, rows = gs_step_rows(n, r->io);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t h0 = 0; h0 < ne0; h0 += hd) {
+            const float *xh = x + i * ne0 + h0;
+            double sum = 0;
+            for (int64_t j = 0; j < hd; j++)
+                sum += (double)xh[j] * xh[j];
+            float scale = 1.0f / sqrtf((float)(sum / hd) + n->p.norm_heads.eps);
+            for (int64_t j = 0; j < hd; j++)
+                out[i * ne0 + h0 + j] = xh[j] * scale * w[j];
+        }
+}
+
 static float silu(float x)
 {
     return x / (1.0f + expf(-x));
@@ -437,7 +455,8 @@ static float attn_score(const struct run *r, const struct gs_attn_params *p, con
     return s;
 }
 
-/* Causal attention: token t attends to positions 0..pos[t] of its own sequence. */
+/* Causal attention: token t attends to positions first..pos[t] of its own sequence, first
+ * being 0 or the start of its sliding window. */
 static void k_attn(const struct run *r, const struct gs_node *n, float *out)
 {
     const struct gs_attn_params *p = &n->p.attn;
@@ -450,16 +469,17 @@ static void k_attn(const struct run *r, const struct gs_node *n, float *out)
     for (uint32_t t = 0; t < io->n_tokens; t++) {
         uint32_t seq = io->seq[t];
         int32_t last = io->pos[t];
+        int32_t first = p->window > 0 ? GS_MAX(0, last - p->window + 1) : 0;
         for (int h = 0; h < p->n_head; h++) {
             int kvh = h / group;
             const float *qsrc = q + (int64_t)t * n->ne[0] + (int64_t)h * p->head_dim;
             for (int d = 0; d < p->head_dim; d++)
                 qh[d] = f16 ? round_f16(qsrc[d]) : qsrc[d];
             float mx = -INFINITY;
-            for (int32_t j = 0; j <= last; j++)
+            for (int32_t j = first; j <= last; j++)
                 mx = fmaxf(mx, attn_score(r, p, qh, seq, j, kvh));
             double sum = 0;
-            for (int32_t j = 0; j <= last; j++)
+            for (int32_t j = first; j <= last; j++)
                 sum += exp((double)attn_score(r, p, qh, seq, j, kvh) - mx);
             float *o = out + (int64_t)t * n->ne[0] + (int64_t)h * p->head_dim;
             double acc[512];
@@ -468,7 +488,7 @@ static void k_attn(const struct run *r, const struct gs_node *n, float *out)
                 int nd = GS_MIN(512, hd - d0);
                 for (int d = 0; d < nd; d++)
                     acc[d] = 0;
-                for (int32_t j = 0; j <= last; j++) {
+                for (int32_t j = first; j <= last; j++) {
                     float w = (float)(exp((double)attn_score(r, p, qh, seq, j, kvh) - mx) / sum);
                     if (f16)
                         w = round_f16(w);
@@ -529,6 +549,7 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_ATTN] = k_attn,         [GS_OP_SOFTMAX] = k_softmax,   [GS_OP_OUTPUTS] = k_outputs,
     [GS_OP_LOGITS] = k_logits,     [GS_OP_RMS_NORM_QUANT] = k_rms_norm,
     [GS_OP_SWIGLU_QUANT] = k_elementwise, [GS_OP_MATMUL_SWIGLU] = k_matmul_swiglu,
+    [GS_OP_RMS_NORM_HEADS] = k_rms_norm_heads,
 };
 
 static enum gs_status ref_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,

@@ -316,6 +316,28 @@ uint32_t gs_graph_rms_norm_mul(struct gs_graph *g, uint32_t x, uint32_t w, float
     return id;
 }
 
+uint32_t gs_graph_rms_norm_heads(struct gs_graph *g, uint32_t x, uint32_t w, int32_t head_dim,
+                                 float eps)
+{
+    uint32_t ids[2] = {x, w};
+    const struct gs_node *s[2];
+    if (!get_srcs(g, "rms_norm_heads", ids, 2, s))
+        return GS_NODE_NONE;
+    if (!is_act(s[0]))
+        return fail(g, GS_INVAL, "rms_norm_heads: first source must be an activation");
+    if (head_dim <= 0 || s[0]->ne[0] % head_dim)
+        return fail(g, GS_INVAL, "rms_norm_heads: head_dim %d does not divide rows of %lld",
+                    head_dim, (long long)s[0]->ne[0]);
+    if (s[1]->op != GS_OP_WEIGHT || s[1]->type != GS_TYPE_F32 || s[1]->ne[0] != head_dim ||
+        s[1]->ne[1] != 1)
+        return fail(g, GS_INVAL, "rms_norm_heads: weight must be %d f32 values", head_dim);
+    union gs_node_params p;
+    memset(&p, 0, sizeof(p));
+    p.norm_heads.eps = eps;
+    p.norm_heads.head_dim = head_dim;
+    return push(g, GS_OP_RMS_NORM_HEADS, s[0]->rows, s[0]->ne[0], ids, 2, &p);
+}
+
 static bool check_matmul(struct gs_graph *g, const char *name, const struct gs_node *x,
                          const struct gs_node *w)
 {
@@ -399,9 +421,9 @@ uint32_t gs_graph_rope(struct gs_graph *g, uint32_t x, const struct gs_rope_para
 static bool check_attn(struct gs_graph *g, const char *name, const struct gs_attn_params *ap)
 {
     if (ap->layer < 0 || ap->n_head <= 0 || ap->n_head_kv <= 0 || ap->head_dim <= 0 ||
-        ap->n_head % ap->n_head_kv) {
-        fail(g, GS_INVAL, "%s: bad heads (layer %d, %d heads, %d kv heads, head dim %d)", name,
-             ap->layer, ap->n_head, ap->n_head_kv, ap->head_dim);
+        ap->n_head % ap->n_head_kv || ap->window < 0) {
+        fail(g, GS_INVAL, "%s: bad heads (layer %d, %d heads, %d kv heads, head dim %d, window %d)",
+             name, ap->layer, ap->n_head, ap->n_head_kv, ap->head_dim, ap->window);
         return false;
     }
     return true;

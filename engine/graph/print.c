@@ -13,6 +13,10 @@ static void params_str(const struct gs_node *n, char *buf, size_t len)
     case GS_OP_RMS_NORM_QUANT:
         snprintf(buf, len, "eps=%g", (double)n->p.eps);
         break;
+    case GS_OP_RMS_NORM_HEADS:
+        snprintf(buf, len, "eps=%g head_dim=%d", (double)n->p.norm_heads.eps,
+                 n->p.norm_heads.head_dim);
+        break;
     case GS_OP_ROPE:
         snprintf(buf, len, "heads=%d head_dim=%d n_rot=%d mode=%s base=%g scale=%g",
                  n->p.rope.n_head, n->p.rope.head_dim, n->p.rope.n_rot,
@@ -27,6 +31,10 @@ static void params_str(const struct gs_node *n, char *buf, size_t len)
         snprintf(buf, len, "layer=%d heads=%d kv_heads=%d head_dim=%d scale=%g softcap=%g",
                  n->p.attn.layer, n->p.attn.n_head, n->p.attn.n_head_kv, n->p.attn.head_dim,
                  (double)n->p.attn.scale, (double)n->p.attn.softcap);
+        if (n->p.attn.window > 0) {
+            size_t used = strlen(buf);
+            snprintf(buf + used, len - used, " window=%d", n->p.attn.window);
+        }
         break;
     case GS_OP_SOFTMAX:
         snprintf(buf, len, "scale=%g softcap=%g", (double)n->p.softmax.scale,

@@ -10,7 +10,19 @@ struct family {
 
 static const struct family families[] = {
     {"llama", gs_model_build_llama},
+    {"qwen2", gs_model_build_qwen2},
+    {"qwen3", gs_model_build_qwen3},
+    {"phi3", gs_model_build_phi3},
 };
+
+bool gs_model_arch_supported(const char *arch, size_t len)
+{
+    struct gs_gguf_str s = {len, arch};
+    for (size_t i = 0; i < GS_ARRAY_LEN(families); i++)
+        if (gs_gguf_str_eq(s, families[i].arch))
+            return true;
+    return false;
+}
 
 void gs_model_free(struct gs_model *m)
 {
@@ -54,16 +66,14 @@ enum gs_status gs_model_load(const struct gs_gguf *file, struct gs_model **out, 
     return GS_OK;
 }
 
-enum gs_status gs_model_weight(struct gs_model *m, const char *name, int64_t ne0, int64_t ne1,
-                               bool optional, uint32_t *id, struct gs_err *err)
+/* The tensor `name` checked against shape [ne0 x ne1] and a supported type. */
+static enum gs_status find_weight(struct gs_model *m, const char *name, int64_t ne0, int64_t ne1,
+                                  const struct gs_gguf_tensor **out, struct gs_err *err)
 {
-    *id = GS_NODE_NONE;
     const struct gs_gguf_tensor *t = gs_gguf_find_tensor(m->file, name);
-    if (!t) {
-        if (optional)
-            return GS_OK;
+    *out = t;
+    if (!t)
         return gs_err_set(err, GS_FORMAT, "tensor '%s' is missing", name);
-    }
     /* Trailing dims of 1 are the same shape: [64] and [64 x 1]. */
     int64_t rows = 1;
     for (uint32_t d = 1; d < t->n_dims; d++)
@@ -77,6 +87,39 @@ enum gs_status gs_model_weight(struct gs_model *m, const char *name, int64_t ne0
     if (!tt || !tt->supported || (t->type != GS_TYPE_F32 && !tt->to_f32))
         return gs_err_set(err, GS_UNSUPPORTED, "tensor '%s': type %s is not supported", name,
                           gs_type_name(t->type));
+    return GS_OK;
+}
+
+enum gs_status gs_model_weight_rows(struct gs_model *m, const char *name, int64_t ne0, int64_t ne1,
+                                    int64_t row0, int64_t n_rows, uint32_t *id, struct gs_err *err)
+{
+    *id = GS_NODE_NONE;
+    const struct gs_gguf_tensor *t;
+    enum gs_status st = find_weight(m, name, ne0, ne1, &t, err);
+    if (st)
+        return st;
+    uint64_t row_bytes = 0;
+    if (row0 < 0 || n_rows <= 0 || row0 + n_rows > ne1 ||
+        gs_type_row_bytes(t->type, ne0, &row_bytes) != GS_OK)
+        return gs_err_set(err, GS_FORMAT, "tensor '%s': rows [%lld, %lld) are not in the tensor",
+                          name, (long long)row0, (long long)(row0 + n_rows));
+    *id = gs_graph_weight(m->graph, name, t->type, ne0, n_rows,
+                          (const char *)t->data + (uint64_t)row0 * row_bytes);
+    gs_graph_name(m->graph, *id, "%s[%lld:%lld]", name, (long long)row0,
+                  (long long)(row0 + n_rows));
+    return gs_graph_status(m->graph, err);
+}
+
+enum gs_status gs_model_weight(struct gs_model *m, const char *name, int64_t ne0, int64_t ne1,
+                               bool optional, uint32_t *id, struct gs_err *err)
+{
+    *id = GS_NODE_NONE;
+    if (optional && !gs_gguf_find_tensor(m->file, name))
+        return GS_OK;
+    const struct gs_gguf_tensor *t;
+    enum gs_status st = find_weight(m, name, ne0, ne1, &t, err);
+    if (st)
+        return st;
     *id = gs_graph_weight(m->graph, name, t->type, ne0, ne1, t->data);
     return gs_graph_status(m->graph, err);
 }

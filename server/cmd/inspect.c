@@ -7,6 +7,7 @@
  */
 #include "engine/digest.h"
 #include "engine/gguf.h"
+#include "engine/model.h"
 #include "server/cli.h"
 
 #include <inttypes.h>
@@ -66,6 +67,12 @@ static void print_text(const struct gs_gguf *g, const char *path, const char *sh
            gs_gguf_version(g), gs_gguf_alignment(g), gs_gguf_data_offset(g));
     if (sha)
         printf("sha256:    %s\n", sha);
+    struct gs_gguf_str arch = {0, ""};
+    if (gs_gguf_get_str(g, "general.architecture", &arch, NULL) == GS_OK)
+        printf("arch:      %.*s (%s)\n", (int)GS_MIN(arch.len, 64), arch.data,
+               gs_model_arch_supported(arch.data, arch.len) ? "supported" : "not supported");
+    else
+        printf("arch:      none (not supported)\n");
     printf("\nmetadata (%" PRIu64 " keys):\n", gs_gguf_n_kv(g));
     for (uint64_t i = 0; i < gs_gguf_n_kv(g); i++) {
         const struct gs_gguf_kv *kv = gs_gguf_kv_at(g, i);

@@ -82,6 +82,9 @@ static uint32_t build_op(struct gs_graph *g, const struct op_case *c, struct op_
         struct gs_softmax_params sp = {.scale = 3.0f, .softcap = 0};
         return gs_graph_softmax(g, x, &sp);
     }
+    if (!strcmp(c->name, "rms_norm_heads")) /* heads of 16; the weight is the row's start */
+        return gs_graph_rms_norm_heads(g, x, gs_graph_weight(g, "hw", GS_TYPE_F32, 16, 1, d->bias),
+                                       16, 1e-6f);
     if (!strcmp(c->name, "rope")) {
         struct gs_rope_params rp = {.n_head = (int32_t)(c->K / 16), .head_dim = 16,
                                     .n_rot = 16, .mode = GS_ROPE_NEOX, .freq_base = 10000,
@@ -212,7 +215,8 @@ Test(cpu_consistency, matmul_swiglu_over_several_slices_matches_ref)
 Test(cpu_consistency, row_ops_match_ref)
 {
     static const char *const ops[] = {"rms_norm", "rms_norm_mul", "mul",     "add",
-                                      "swiglu",   "softmax",      "rope"};
+                                      "swiglu",   "softmax",      "rope",
+                                      "rms_norm_heads"};
     for (size_t i = 0; i < GS_ARRAY_LEN(ops); i++) {
         struct op_case c = {ops[i], 16 * 13, GS_TYPE_F32, 0, 1e-12};
         check_op(&c);

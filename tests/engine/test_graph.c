@@ -680,6 +680,32 @@ Test(backend_ref, softmax_with_scale_and_softcap)
     }
 }
 
+static uint32_t op_rms_norm_heads(struct gs_graph *g, uint32_t x, const void *arg)
+{
+    return gs_graph_rms_norm_heads(g, x, gs_graph_weight(g, "hw", GS_TYPE_F32, 4, 1, arg), 4,
+                                   1e-6f);
+}
+
+/* Each head of 4 is normed by its own rms and multiplied by the same 4 weights. */
+Test(backend_ref, rms_norm_heads_norms_each_head)
+{
+    static const float w[4] = {0.5f, 1.0f, 2.0f, -1.0f};
+    float out[T * D];
+    run_unary(op_rms_norm_heads, w, out);
+    for (int t = 0; t < T; t++) {
+        const float *x = &w_embd[test_tokens[t] * D];
+        for (int h = 0; h < D / 4; h++) {
+            double ss = 0;
+            for (int j = 0; j < 4; j++)
+                ss += (double)x[h * 4 + j] * x[h * 4 + j];
+            double inv = 1.0 / sqrt(ss / 4 + 1e-6);
+            for (int j = 0; j < 4; j++)
+                cr_assert_float_eq(out[t * D + h * 4 + j], x[h * 4 + j] * inv * w[j], 1e-5,
+                                   "token %d head %d col %d", t, h, j);
+        }
+    }
+}
+
 static void check_rope(enum gs_rope_mode mode)
 {
     struct gs_rope_params p = {.n_head = 2,

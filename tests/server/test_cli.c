@@ -262,3 +262,17 @@ Test(cli_config, readme_reference_matches_the_option_table)
     free(readme);
     free(out);
 }
+
+/* inspect says whether graphserve has a builder for the file's architecture. */
+Test(cli_inspect, says_whether_the_architecture_is_supported)
+{
+    char *out;
+    cr_assert_eq(run(&out, "inspect %s", gs_test_shared_path("models/arch/qwen2-tiny-F32.gguf")),
+                 0, "%s", out);
+    cr_assert(strstr(out, "arch:      qwen2 (supported)"), "%s", out);
+    free(out);
+    cr_assert_eq(run(&out, "inspect %s", gs_test_shared_path("models/arch/gemma3n-tiny-F32.gguf")),
+                 0, "%s", out);
+    cr_assert(strstr(out, "arch:      gemma3n (not supported)"), "%s", out);
+    free(out);
+}
