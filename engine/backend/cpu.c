@@ -236,6 +236,7 @@ static void elementwise_span(const struct run *r, int64_t i, int64_t j0, int64_t
     case GS_OP_WEIGHT:
     case GS_OP_EMBED:
     case GS_OP_RMS_NORM:
+    case GS_OP_RMS_NORM_HEADS:
     case GS_OP_MATMUL:
     case GS_OP_ROPE:
     case GS_OP_KV_STORE:

@@ -256,6 +256,7 @@ static void k_elementwise(const struct run *r, const struct gs_node *n, float *o
             case GS_OP_WEIGHT:
             case GS_OP_EMBED:
             case GS_OP_RMS_NORM:
+            case GS_OP_RMS_NORM_HEADS:
             case GS_OP_MATMUL:
             case GS_OP_ROPE:
             case GS_OP_KV_STORE:
