@@ -4,6 +4,7 @@
  * tensors split into views of the file's bytes; a fused tensor of the wrong
  * width, or a missing bias, is refused with a message naming the tensor.
  */
+#include "craft.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "tests/common/testutil.h"
@@ -29,19 +30,7 @@ static void add_tensor(struct gs_gguf_writer *w, const struct craft *c, const ch
         return;
     if (c->short_name && !strcmp(c->short_name, name))
         ne1 -= 1;
-    size_t n = (size_t)(ne0 * ne1);
-    float *data = calloc(n, sizeof(float));
-    cr_assert(data);
-    for (size_t i = 0; i < n; i++)
-        data[i] = (float)((i * 7919) % 13) / 13.0f - 0.5f;
-    struct gs_gguf_w_tensor t = {.name = name,
-                                 .type = GS_TYPE_F32,
-                                 .n_dims = ne1 > 1 ? 2 : 1,
-                                 .ne = {ne0, ne1, 1, 1},
-                                 .data = data,
-                                 .nbytes = n * sizeof(float)};
-    cr_assert_eq(gs_gguf_w_tensor(w, &t), GS_OK);
-    free(data);
+    craft_f32_tensor(w, name, ne0, ne1);
 }
 
 static const char *write_model(const struct craft *c)

@@ -4,6 +4,7 @@
  * small files crafted with the GGUF writer; and the graph it builds has the
  * expected structure.
  */
+#include "craft.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "tests/common/testutil.h"
@@ -40,18 +41,7 @@ static void add_tensor(struct gs_gguf_writer *w, const struct craft *c, const ch
         return;
     if (c->bad_tensor && !strcmp(c->bad_tensor, name))
         ne1 -= 1;
-    size_t n = (size_t)(ne0 * ne1);
-    float *data = calloc(n, sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        data[i] = (float)((i * 7919) % 13) / 13.0f - 0.5f;
-    struct gs_gguf_w_tensor t = {.name = name,
-                                 .type = GS_TYPE_F32,
-                                 .n_dims = ne1 > 1 ? 2 : 1,
-                                 .ne = {ne0, ne1, 1, 1},
-                                 .data = data,
-                                 .nbytes = n * sizeof(float)};
-    cr_assert_eq(gs_gguf_w_tensor(w, &t), GS_OK);
-    free(data);
+    craft_f32_tensor(w, name, ne0, ne1);
 }
 
 /* Writes the crafted file and returns its path (static buffer). */
