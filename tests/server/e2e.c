@@ -167,6 +167,21 @@ double e2e_metric(const char *metrics, const char *name_and_labels)
     return -1;
 }
 
+double e2e_await_metric(const struct e2e_daemon *d, const char *name, double at_least)
+{
+    double v = -1;
+    for (int i = 0; i < E2E_HANG_S * 10; i++) {
+        struct e2e_resp m;
+        e2e_http(d, "GET", "/metrics", NULL, NULL, &m);
+        v = e2e_metric(m.body, name);
+        e2e_resp_free(&m);
+        if (v >= at_least)
+            return v;
+        usleep(100 * 1000);
+    }
+    return v;
+}
+
 int e2e_log_count(const struct e2e_daemon *d, const char *needle)
 {
     char *log = gs_test_read_file(d->log_path, NULL);

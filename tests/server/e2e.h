@@ -57,6 +57,10 @@ json_t *e2e_sse_events(const char *body, bool *done);
  * or -1 when absent. name_and_labels must match up to the space exactly. */
 double e2e_metric(const char *metrics, const char *name_and_labels);
 
+/* Polls /metrics until the metric is at least at_least (or E2E_HANG_S pass:
+ * only a hung daemon gets there); returns its last value. */
+double e2e_await_metric(const struct e2e_daemon *d, const char *name, double at_least);
+
 /* Waits until the daemon's log holds needle at least n times (polling the
  * file); fails after E2E_HANG_S. Returns how many times it does. */
 int e2e_await_log(const struct e2e_daemon *d, const char *needle, int n);

@@ -90,22 +90,6 @@ static void expect_serving(struct e2e_daemon *d)
     e2e_resp_free(&r);
 }
 
-/* A metric's value, polled until pred(value) holds (or a hang bound). */
-static double await_metric(struct e2e_daemon *d, const char *name, double at_least)
-{
-    double v = -1;
-    for (int i = 0; i < 3000; i++) { /* 300 s: only a hung daemon gets there */
-        struct e2e_resp m;
-        e2e_http(d, "GET", "/metrics", NULL, NULL, &m);
-        v = e2e_metric(m.body, name);
-        e2e_resp_free(&m);
-        if (v >= at_least)
-            return v;
-        usleep(100 * 1000);
-    }
-    return v;
-}
-
 /* ---- framing ------------------------------------------------------------------------------ */
 
 Test(http_hostile, ambiguous_framing_is_refused_and_the_connection_closed, .timeout = 300)
@@ -322,11 +306,17 @@ Test(http_hostile, half_closed_clients_get_their_answer, .timeout = 300)
     one = client_cmd(args);
     snprintf(args, sizeof(args), "halfclose %d /v1/completions '%s' '%s'", d.port, stream, go);
     char *two = client_cmd(args);
-    cr_assert(asprintf(&both, "%s & %s & wait", one, two) > 0);
+    /* Each client answers into its own file: two answers longer than a pipe's
+     * atomic write would interleave on one pipe. */
+    char out1[600], out2[600];
+    snprintf(out1, sizeof(out1), "%s/halfclose-out1-%d", gs_test_tmpdir(), getpid());
+    snprintf(out2, sizeof(out2), "%s/halfclose-out2-%d", gs_test_tmpdir(), getpid());
+    cr_assert(asprintf(&both, "%s >'%s' & %s >'%s' & wait; cat '%s'; cat '%s'", one, out1, two,
+                       out2, out1, out2) > 0);
     free(one);
     free(two);
     FILE *bg = bg_start(both);
-    cr_assert_geq(await_metric(&d, "graphserve_requests_in_flight", 2), 2,
+    cr_assert_geq(e2e_await_metric(&d, "graphserve_requests_in_flight", 2), 2,
                   "the two requests were not admitted");
     f = fopen(go, "w");
     cr_assert(f);
@@ -357,6 +347,8 @@ Test(http_hostile, half_closed_clients_get_their_answer, .timeout = 300)
     json_decref(a);
     json_decref(b);
     free(out);
+    unlink(out1);
+    unlink(out2);
     struct e2e_resp r;
     e2e_http(&d, "GET", "/metrics", NULL, NULL, &r);
     cr_expect_eq(e2e_metric(r.body, "graphserve_cancellations_total"), 0, "%s", r.body);
