@@ -67,6 +67,10 @@
     X(SOFTMAX, "softmax", 1, 0)                                                                    \
     X(SILU, "silu", 1, GS_OPF_ELEMWISE)                                                            \
     X(GELU, "gelu", 1, GS_OPF_ELEMWISE)                                                            \
+    /* x * params.scale: Gemma's embeddings times sqrt(n_embd)                                 */  \
+    X(SCALE, "scale", 1, GS_OPF_ELEMWISE | GS_OPF_INPLACE)                                         \
+    /* params.softcap * tanh(x / params.softcap): Gemma 2's final logit soft-cap               */  \
+    X(SOFTCAP, "softcap", 1, GS_OPF_ELEMWISE | GS_OPF_INPLACE)                                     \
     /* silu(a) * b */                                                                              \
     X(SWIGLU, "swiglu", 2, GS_OPF_ELEMWISE)                                                        \
     /* rms_norm(x) * w: fused by the rms_norm_mul pass */                                          \
@@ -167,7 +171,9 @@ struct gs_norm_heads_params {
 
 /* Op parameters. Zero-filled before use so that nodes compare with memcmp. */
 union gs_node_params {
-    float eps; /* RMS_NORM, RMS_NORM_MUL, RMS_NORM_QUANT */
+    float eps;     /* RMS_NORM, RMS_NORM_MUL, RMS_NORM_QUANT */
+    float scale;   /* SCALE */
+    float softcap; /* SOFTCAP: > 0 */
     struct gs_rope_params rope;
     struct gs_attn_params attn; /* KV_STORE (layer, n_head_kv, head_dim), ATTN */
     struct gs_softmax_params softmax;
@@ -232,6 +238,10 @@ uint32_t gs_graph_attn(struct gs_graph *g, uint32_t q, uint32_t kv_store,
 uint32_t gs_graph_softmax(struct gs_graph *g, uint32_t x, const struct gs_softmax_params *p);
 uint32_t gs_graph_silu(struct gs_graph *g, uint32_t x);
 uint32_t gs_graph_gelu(struct gs_graph *g, uint32_t x);
+/* x * scale; scale must be finite. */
+uint32_t gs_graph_scale(struct gs_graph *g, uint32_t x, float scale);
+/* softcap * tanh(x / softcap); softcap must be positive and finite. */
+uint32_t gs_graph_softcap(struct gs_graph *g, uint32_t x, float softcap);
 uint32_t gs_graph_swiglu(struct gs_graph *g, uint32_t a, uint32_t b);
 uint32_t gs_graph_rms_norm_mul(struct gs_graph *g, uint32_t x, uint32_t w, float eps);
 /* w: an F32 weight of head_dim values; x's row length a multiple of head_dim. */

@@ -8,8 +8,8 @@
  * it fills a struct gs_block_desc (below) saying where its decoder block
  * differs from Llama's, and engine/models/decoder.c builds the graph from it.
  * Supported: `llama` (Llama 2/3, TinyLlama, SmolLM/SmolLM2, Mistral without
- * sliding window), `qwen2` (Qwen2, Qwen2.5), `qwen3` (Qwen3 dense) and `phi3` (Phi-3,
- * Phi-3.5 mini).
+ * sliding window), `qwen2` (Qwen2, Qwen2.5), `qwen3` (Qwen3 dense), `phi3` (Phi-3,
+ * Phi-3.5 mini), `gemma2` (Gemma 2) and `gemma3` (Gemma 3 text).
  *
  * Every hyperparameter and every tensor shape is checked before a graph is
  * built: missing or inconsistent metadata (heads not dividing n_embd, kv heads
@@ -41,6 +41,17 @@ struct gs_model_hparams {
     float rope_freq_base;  /* default 10000 */
     float rope_freq_scale; /* 1 / rope.scaling.factor for linear scaling, else 1 */
     enum gs_rope_mode rope_mode;
+    float embd_scale;    /* the embeddings are multiplied by it: sqrt(n_embd) for Gemma, else 1 */
+    float query_scale;   /* q.k is multiplied by it: 1/sqrt(head_dim) unless the family differs */
+    float attn_softcap;  /* <arch>.attn_logit_softcapping: 0 none, else scores c * tanh(s / c) */
+    float final_softcap; /* <arch>.final_logit_softcapping: 0 none, else logits c * tanh(l / c) */
+    /* Sliding-window attention: 0 when every layer is global. Else layer l slides when
+     * l % swa_period < swa_period - 1 (gs_model_layer_slides) and sees the swa_window
+     * positions up to its own, with rope base and scale of its own. */
+    uint32_t swa_window; /* <arch>.attention.sliding_window */
+    uint32_t swa_period;
+    float rope_freq_base_swa;
+    float rope_freq_scale_swa;
     bool tied_output; /* output.weight absent: logits use token_embd.weight */
     int32_t bos_id;   /* -1 when absent */
     int32_t eos_id;   /* -1 when absent */
@@ -61,6 +72,12 @@ struct gs_model {
 enum gs_status gs_model_load(const struct gs_gguf *file, struct gs_model **out, struct gs_err *err);
 void gs_model_free(struct gs_model *m); /* NULL is a no-op */
 
+/* Whether layer l attends over a sliding window (hp->swa_window positions). */
+static inline bool gs_model_layer_slides(const struct gs_model_hparams *hp, uint32_t l)
+{
+    return hp->swa_window > 0 && l % hp->swa_period < hp->swa_period - 1;
+}
+
 /* KV elements per token per layer for K (and for V): n_head_kv * head_dim. */
 static inline uint32_t gs_model_kv_dim(const struct gs_model *m)
 {
@@ -76,6 +93,11 @@ enum gs_status gs_model_build_llama(struct gs_model *m, struct gs_err *err);
 enum gs_status gs_model_build_qwen2(struct gs_model *m, struct gs_err *err);
 enum gs_status gs_model_build_phi3(struct gs_model *m, struct gs_err *err);
 enum gs_status gs_model_build_qwen3(struct gs_model *m, struct gs_err *err);
+enum gs_status gs_model_build_gemma2(struct gs_model *m, struct gs_err *err);
+enum gs_status gs_model_build_gemma3(struct gs_model *m, struct gs_err *err);
+
+/* The gate's activation in the feed-forward: silu (SwiGLU) or gelu, tanh form (GeGLU). */
+enum gs_ffn_act { GS_FFN_SILU = 0, GS_FFN_GELU };
 
 /*
  * Where a family's decoder block differs from Llama's. The block every family
@@ -84,10 +106,8 @@ enum gs_status gs_model_build_qwen3(struct gs_model *m, struct gs_err *err);
  * then RMSNorm * ffn_norm -> silu(gate) * up -> ffn_down -> + residual. A
  * zero-filled description is Llama's block with normal rope.
  *
- * Later variants (Gemma's post-norms, soft-caps, GELU gate, sliding windows,
- * per-layer rope bases; Gemma 3n's AltUp and LAuReL) extend this struct with
- * fields whose zero value keeps today's block, so existing families stay as
- * they are.
+ * A variant extends this struct with fields whose zero value keeps today's
+ * block, so existing families stay as they are.
  */
 struct gs_block_desc {
     enum gs_rope_mode rope_mode; /* pairs rotated by rope (GS_ROPE_NEOX: halves) */
@@ -100,6 +120,31 @@ struct gs_block_desc {
     bool rope_freq_factors; /* may carry rope_freqs.weight (Llama 3); refused otherwise */
     /* blk.N.attn_{q,k}_norm.weight [head_dim]: each head of q and k RMS-normed before rope */
     bool qk_norm;
+    enum gs_ffn_act ffn_act;
+    bool embd_scale; /* embeddings times sqrt(n_embd) */
+    /* blk.N.post_attention_norm.weight and blk.N.post_ffw_norm.weight: the attention's and
+     * the feed-forward's outputs are RMS-normed before their residual adds */
+    bool post_norms;
+    /* Soft-caps of attention scores and of the final logits: a family that has them
+     * reads <arch>.attn_logit_softcapping and <arch>.final_logit_softcapping, taking the
+     * default when a key is absent (0: no cap unless the file has the key). Families
+     * without them never read the keys. */
+    bool attn_softcap;
+    float attn_softcap_default;
+    bool final_softcap;
+    float final_softcap_default;
+    /* Sliding windows: layer l slides when l % swa_period < swa_period - 1 (0: no sliding
+     * layers). The window is <arch>.attention.sliding_window, swa_window_default when
+     * absent (0: absent means every layer is global). */
+    uint32_t swa_period;
+    uint32_t swa_window_default;
+    /* Sliding layers' rope base: <arch>.rope.freq_base_swa, this when absent (0: the
+     * global base); with swa_rope_unscaled their rope ignores rope scaling. */
+    float swa_rope_base_default;
+    bool swa_rope_unscaled;
+    /* At this block count the query scale is 1/sqrt(n_embd / n_head) instead of
+     * 1/sqrt(head_dim): the 27B Gemmas, as their reference code has it. 0: never. */
+    uint32_t query_scale_wide_n_layer;
 };
 
 /* Builds the shared decoder with a family's description (engine/models/decoder.c). */

@@ -230,6 +230,17 @@ static void elementwise_span(const struct run *r, int64_t i, int64_t j0, int64_t
         for (int64_t j = j0; j < j1; j++)
             o[j] = gelu(a[j]);
         break;
+    case GS_OP_SCALE:
+        for (int64_t j = j0; j < j1; j++)
+            o[j] = a[j] * n->p.scale;
+        break;
+    case GS_OP_SOFTCAP: {
+        /* As llama.cpp computes it: scale by 1/c, tanh, scale by c. */
+        const float c = n->p.softcap, inv = 1.0f / c;
+        for (int64_t j = j0; j < j1; j++)
+            o[j] = c * tanhf(a[j] * inv);
+        break;
+    }
     /* Every other op is named so that a new one fails -Wswitch here: none of these
      * is routed to this kernel (SWIGLU_QUANT has its own), and NaN rather than some
      * other op's result is what a routing mistake must produce. */
@@ -770,6 +781,8 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_SWIGLU] = k_elementwise,
     [GS_OP_SILU] = k_elementwise,
     [GS_OP_GELU] = k_elementwise,
+    [GS_OP_SCALE] = k_elementwise,
+    [GS_OP_SOFTCAP] = k_elementwise,
     [GS_OP_MATMUL] = k_matmul,
     [GS_OP_MATMUL_ADD] = k_matmul,
     [GS_OP_ROPE] = k_rope,

@@ -217,7 +217,7 @@ static float gelu(float x)
     return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
 }
 
-/* MUL, ADD, SWIGLU, SILU, GELU: row-local elementwise ops; SWIGLU_QUANT's
+/* MUL, ADD, SWIGLU, SILU, GELU, SCALE, SOFTCAP: row-local elementwise ops; SWIGLU_QUANT's
  * row goes through row_b into its block type with the reference quantizer. */
 static void k_elementwise(const struct run *r, const struct gs_node *n, float *out)
 {
@@ -249,6 +249,12 @@ static void k_elementwise(const struct run *r, const struct gs_node *n, float *o
                 break;
             case GS_OP_GELU:
                 y = gelu(x);
+                break;
+            case GS_OP_SCALE:
+                y = x * n->p.scale;
+                break;
+            case GS_OP_SOFTCAP:
+                y = n->p.softcap * tanhf(x / n->p.softcap);
                 break;
             /* Every other op is named so that a new one fails -Wswitch here: none of
              * these is routed to this kernel, and NaN rather than some other op's
@@ -545,7 +551,8 @@ static void k_logits(const struct run *r, const struct gs_node *n, float *out)
 static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_EMBED] = k_embed,       [GS_OP_RMS_NORM] = k_rms_norm, [GS_OP_RMS_NORM_MUL] = k_rms_norm,
     [GS_OP_MUL] = k_elementwise,   [GS_OP_ADD] = k_elementwise,   [GS_OP_SWIGLU] = k_elementwise,
-    [GS_OP_SILU] = k_elementwise,  [GS_OP_GELU] = k_elementwise,  [GS_OP_MATMUL] = k_matmul,
+    [GS_OP_SILU] = k_elementwise,  [GS_OP_GELU] = k_elementwise,
+    [GS_OP_SCALE] = k_elementwise, [GS_OP_SOFTCAP] = k_elementwise,  [GS_OP_MATMUL] = k_matmul,
     [GS_OP_MATMUL_ADD] = k_matmul, [GS_OP_ROPE] = k_rope,         [GS_OP_KV_STORE] = k_kv_store,
     [GS_OP_ATTN] = k_attn,         [GS_OP_SOFTMAX] = k_softmax,   [GS_OP_OUTPUTS] = k_outputs,
     [GS_OP_LOGITS] = k_logits,     [GS_OP_RMS_NORM_QUANT] = k_rms_norm,

@@ -2,6 +2,7 @@
 #include "engine/graph/internal.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 static const struct gs_op_info op_table[GS_OP_COUNT] = {
@@ -237,6 +238,26 @@ uint32_t gs_graph_silu(struct gs_graph *g, uint32_t x)
 uint32_t gs_graph_gelu(struct gs_graph *g, uint32_t x)
 {
     return unary(g, GS_OP_GELU, x, NULL);
+}
+
+uint32_t gs_graph_scale(struct gs_graph *g, uint32_t x, float scale)
+{
+    if (g->err.code == GS_OK && !isfinite(scale))
+        return fail(g, GS_INVAL, "scale: %g is not finite", (double)scale);
+    union gs_node_params p;
+    memset(&p, 0, sizeof(p));
+    p.scale = scale;
+    return unary(g, GS_OP_SCALE, x, &p);
+}
+
+uint32_t gs_graph_softcap(struct gs_graph *g, uint32_t x, float softcap)
+{
+    if (g->err.code == GS_OK && !(softcap > 0 && isfinite(softcap)))
+        return fail(g, GS_INVAL, "softcap: %g is not positive", (double)softcap);
+    union gs_node_params p;
+    memset(&p, 0, sizeof(p));
+    p.softcap = softcap;
+    return unary(g, GS_OP_SOFTCAP, x, &p);
 }
 
 uint32_t gs_graph_softmax(struct gs_graph *g, uint32_t x, const struct gs_softmax_params *sp)

@@ -36,6 +36,12 @@ static void params_str(const struct gs_node *n, char *buf, size_t len)
             snprintf(buf + used, len - used, " window=%d", n->p.attn.window);
         }
         break;
+    case GS_OP_SCALE:
+        snprintf(buf, len, "scale=%g", (double)n->p.scale);
+        break;
+    case GS_OP_SOFTCAP:
+        snprintf(buf, len, "softcap=%g", (double)n->p.softcap);
+        break;
     case GS_OP_SOFTMAX:
         snprintf(buf, len, "scale=%g softcap=%g", (double)n->p.softmax.scale,
                  (double)n->p.softmax.softcap);

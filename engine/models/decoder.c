@@ -1,10 +1,11 @@
 /*
  * engine/models/decoder.c - the decoder every family shares: pre-norm blocks
- * with RMSNorm, rotary embeddings, grouped-query attention and a SwiGLU
+ * with RMSNorm, rotary embeddings, grouped-query attention and a gated
  * feed-forward, an output projection that may be tied to the embedding. A
  * family's struct gs_block_desc (engine/model.h) says where its blocks differ:
- * rope style, q/k/v biases, fused projections. The hyperparameters are the
- * keys every family shares, read here once and checked here once.
+ * rope style, q/k/v biases, fused projections, per-head q/k norms, post-norms,
+ * the gate's activation, soft-caps, sliding windows. The hyperparameters are
+ * read here once and checked here once.
  */
 #include "engine/model.h"
 
@@ -81,6 +82,64 @@ static enum gs_status read_rope_scaling(struct gs_model *m, struct gs_err *err)
     return GS_OK;
 }
 
+/* A soft-cap key: absent takes def; present must be positive and finite. */
+static enum gs_status read_softcap(struct gs_model *m, const char *suffix, float def, float *out,
+                                   struct gs_err *err)
+{
+    enum gs_status st = get_f32(m, suffix, true, def, out, err);
+    if (st)
+        return st;
+    if (*out == def && def == 0)
+        return GS_OK;
+    if (!(*out > 0 && isfinite(*out)))
+        return gs_err_set(err, GS_FORMAT, "metadata '%s.%s': %g is not positive", m->hp.arch,
+                          suffix, (double)*out);
+    return GS_OK;
+}
+
+/* What Gemma-like families add: embedding scale, query scale, soft-caps, sliding windows. */
+static enum gs_status read_variant_hparams(struct gs_model *m, const struct gs_block_desc *d,
+                                           struct gs_err *err)
+{
+    struct gs_model_hparams *hp = &m->hp;
+    const char *a = hp->arch;
+    enum gs_status st;
+    hp->embd_scale = d->embd_scale ? sqrtf((float)hp->n_embd) : 1.0f;
+    hp->query_scale = 1.0f / sqrtf((float)hp->head_dim);
+    if (d->query_scale_wide_n_layer && hp->n_layer == d->query_scale_wide_n_layer)
+        hp->query_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    if ((d->attn_softcap && (st = read_softcap(m, "attn_logit_softcapping",
+                                               d->attn_softcap_default, &hp->attn_softcap, err))) ||
+        (d->final_softcap && (st = read_softcap(m, "final_logit_softcapping",
+                                                d->final_softcap_default, &hp->final_softcap, err))))
+        return st;
+    hp->rope_freq_base_swa = hp->rope_freq_base;
+    hp->rope_freq_scale_swa = hp->rope_freq_scale;
+    if (!d->swa_period)
+        return GS_OK;
+    char key[128];
+    snprintf(key, sizeof(key), "%s.attention.sliding_window", a);
+    bool has_window = gs_gguf_find_kv(m->file, key) != NULL;
+    if (!has_window && !d->swa_window_default)
+        return GS_OK;
+    if ((st = get_u32(m, "attention.sliding_window", true, d->swa_window_default, &hp->swa_window,
+                      err)))
+        return st;
+    if (hp->swa_window == 0 || hp->swa_window > INT32_MAX)
+        return gs_err_set(err, GS_FORMAT, "metadata '%s': %u is not a window", key,
+                          hp->swa_window);
+    hp->swa_period = d->swa_period;
+    float base_def = d->swa_rope_base_default > 0 ? d->swa_rope_base_default : hp->rope_freq_base;
+    if ((st = get_f32(m, "rope.freq_base_swa", true, base_def, &hp->rope_freq_base_swa, err)))
+        return st;
+    if (!(hp->rope_freq_base_swa > 0 && isfinite(hp->rope_freq_base_swa)))
+        return gs_err_set(err, GS_FORMAT, "metadata '%s.rope.freq_base_swa': %g is not positive",
+                          a, (double)hp->rope_freq_base_swa);
+    if (d->swa_rope_unscaled)
+        hp->rope_freq_scale_swa = 1.0f;
+    return GS_OK;
+}
+
 static enum gs_status read_hparams(struct gs_model *m, const struct gs_block_desc *d,
                                    struct gs_err *err)
 {
@@ -147,7 +206,9 @@ static enum gs_status read_hparams(struct gs_model *m, const struct gs_block_des
     if (gs_gguf_find_kv(m->file, "tokenizer.ggml.add_bos_token") &&
         (st = gs_gguf_get_bool(m->file, "tokenizer.ggml.add_bos_token", &hp->add_bos, err)))
         return st;
-    return read_rope_scaling(m, err);
+    if ((st = read_rope_scaling(m, err)))
+        return st;
+    return read_variant_hparams(m, d, err);
 }
 
 /* The weight blk.<l>.<suffix> of shape [ne0 x ne1], or GS_NODE_NONE when optional and absent. */
@@ -219,20 +280,23 @@ static enum gs_status build_block(struct gs_model *m, const struct gs_block_desc
     if ((st = block_weight(m, l, "attn_norm.weight", hp->n_embd, 1, false, &attn_norm, err)) ||
         (st = qkv_weights(m, d, l, w_qkv, b_qkv, err)))
         return st;
+    const bool slides = gs_model_layer_slides(hp, l);
     struct gs_rope_params rp = {
         .n_head = (int32_t)hp->n_head,
         .head_dim = (int32_t)hp->head_dim,
         .n_rot = (int32_t)hp->n_rot,
         .mode = hp->rope_mode,
-        .freq_base = hp->rope_freq_base,
-        .freq_scale = hp->rope_freq_scale,
+        .freq_base = slides ? hp->rope_freq_base_swa : hp->rope_freq_base,
+        .freq_scale = slides ? hp->rope_freq_scale_swa : hp->rope_freq_scale,
     };
     struct gs_attn_params ap = {
         .layer = (int32_t)l,
         .n_head = (int32_t)hp->n_head,
         .n_head_kv = (int32_t)hp->n_head_kv,
         .head_dim = (int32_t)hp->head_dim,
-        .scale = 1.0f / sqrtf((float)hp->head_dim),
+        .scale = hp->query_scale,
+        .softcap = hp->attn_softcap,
+        .window = slides ? (int32_t)hp->swa_window : 0,
     };
 
     if ((st = block_weight(m, l, "attn_output.weight", n_q, hp->n_embd, false, &attn_out, err)) ||
@@ -252,6 +316,13 @@ static enum gs_status build_block(struct gs_model *m, const struct gs_block_desc
         ((st =
               block_weight(m, l, "attn_q_norm.weight", hp->head_dim, 1, false, &qk_norm[0], err)) ||
          (st = block_weight(m, l, "attn_k_norm.weight", hp->head_dim, 1, false, &qk_norm[1], err))))
+        return st;
+    uint32_t post_norm[2] = {GS_NODE_NONE, GS_NODE_NONE};
+    if (d->post_norms &&
+        ((st = block_weight(m, l, "post_attention_norm.weight", hp->n_embd, 1, false, &post_norm[0],
+                            err)) ||
+         (st = block_weight(m, l, "post_ffw_norm.weight", hp->n_embd, 1, false, &post_norm[1],
+                            err))))
         return st;
 
     uint32_t h = gs_graph_name(g, gs_graph_rms_norm(g, *x, hp->rms_eps), "norm-%u", l);
@@ -274,15 +345,26 @@ static enum gs_status build_block(struct gs_model *m, const struct gs_block_desc
     uint32_t kv = gs_graph_name(g, gs_graph_kv_store(g, k, qkv[2], &ap), "kv_store-%u", l);
     uint32_t a = gs_graph_name(g, gs_graph_attn(g, q, kv, &ap), "kqv-%u", l);
     a = gs_graph_name(g, gs_graph_matmul(g, a, attn_out), "kqv_out-%u", l);
+    if (post_norm[0] != GS_NODE_NONE) {
+        a = gs_graph_name(g, gs_graph_rms_norm(g, a, hp->rms_eps), "norm-%u", l);
+        a = gs_graph_name(g, gs_graph_mul(g, a, post_norm[0]), "attn_post_norm-%u", l);
+    }
     uint32_t ffn_inp = gs_graph_name(g, gs_graph_add(g, a, *x), "ffn_inp-%u", l);
 
     h = gs_graph_name(g, gs_graph_rms_norm(g, ffn_inp, hp->rms_eps), "norm-%u", l);
     h = gs_graph_name(g, gs_graph_mul(g, h, ffn_norm), "ffn_norm-%u", l);
     uint32_t gate = gs_graph_name(g, gs_graph_matmul(g, h, gate_up[0]), "ffn_gate-%u", l);
     uint32_t up = gs_graph_name(g, gs_graph_matmul(g, h, gate_up[1]), "ffn_up-%u", l);
-    gate = gs_graph_name(g, gs_graph_silu(g, gate), "ffn_silu-%u", l);
+    if (d->ffn_act == GS_FFN_GELU)
+        gate = gs_graph_name(g, gs_graph_gelu(g, gate), "ffn_gelu-%u", l);
+    else
+        gate = gs_graph_name(g, gs_graph_silu(g, gate), "ffn_silu-%u", l);
     uint32_t par = gs_graph_name(g, gs_graph_mul(g, gate, up), "ffn_gate_par-%u", l);
     uint32_t out = gs_graph_name(g, gs_graph_matmul(g, par, down), "ffn_out-%u", l);
+    if (post_norm[1] != GS_NODE_NONE) {
+        out = gs_graph_name(g, gs_graph_rms_norm(g, out, hp->rms_eps), "norm-%u", l);
+        out = gs_graph_name(g, gs_graph_mul(g, out, post_norm[1]), "ffn_post_norm-%u", l);
+    }
     *x = gs_graph_name(g, gs_graph_add(g, out, ffn_inp), "l_out-%u", l);
     return gs_graph_status(g, err);
 }
@@ -322,6 +404,8 @@ enum gs_status gs_model_build_decoder(struct gs_model *m, const struct gs_block_
         hp->eos_id = -1;
 
     uint32_t x = gs_graph_name(g, gs_graph_embed(g, tok_embd), "inp_embd");
+    if (d->embd_scale)
+        x = gs_graph_name(g, gs_graph_scale(g, x, hp->embd_scale), "inp_scaled");
     for (uint32_t l = 0; l < hp->n_layer; l++)
         if ((st = build_block(m, d, l, rope_ff, &x, err)))
             return st;
@@ -330,6 +414,8 @@ enum gs_status gs_model_build_decoder(struct gs_model *m, const struct gs_block_
     x = gs_graph_name(g, gs_graph_rms_norm(g, x, hp->rms_eps), "norm");
     x = gs_graph_name(g, gs_graph_mul(g, x, out_norm), "result_norm");
     x = gs_graph_name(g, gs_graph_matmul(g, x, output), "result_output");
+    if (hp->final_softcap > 0)
+        x = gs_graph_name(g, gs_graph_softcap(g, x, hp->final_softcap), "result_softcap");
     gs_graph_name(g, gs_graph_logits(g, x), "logits");
     return gs_graph_status(g, err);
 }

@@ -13,6 +13,8 @@ static const struct family families[] = {
     {"qwen2", gs_model_build_qwen2},
     {"qwen3", gs_model_build_qwen3},
     {"phi3", gs_model_build_phi3},
+    {"gemma2", gs_model_build_gemma2},
+    {"gemma3", gs_model_build_gemma3},
 };
 
 bool gs_model_arch_supported(const char *arch, size_t len)

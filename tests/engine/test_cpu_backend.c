@@ -82,6 +82,12 @@ static uint32_t build_op(struct gs_graph *g, const struct op_case *c, struct op_
         struct gs_softmax_params sp = {.scale = 3.0f, .softcap = 0};
         return gs_graph_softmax(g, x, &sp);
     }
+    if (!strcmp(c->name, "gelu"))
+        return gs_graph_gelu(g, x);
+    if (!strcmp(c->name, "scale"))
+        return gs_graph_scale(g, x, 16.0f);
+    if (!strcmp(c->name, "softcap")) /* inputs up to 2: a cap of 1.5 bends them */
+        return gs_graph_softcap(g, x, 1.5f);
     if (!strcmp(c->name, "rms_norm_heads")) /* heads of 16; the weight is the row's start */
         return gs_graph_rms_norm_heads(g, x, gs_graph_weight(g, "hw", GS_TYPE_F32, 16, 1, d->bias),
                                        16, 1e-6f);
@@ -216,10 +222,57 @@ Test(cpu_consistency, row_ops_match_ref)
 {
     static const char *const ops[] = {"rms_norm", "rms_norm_mul", "mul",     "add",
                                       "swiglu",   "softmax",      "rope",
-                                      "rms_norm_heads"};
+                                      "rms_norm_heads", "gelu", "scale", "softcap"};
     for (size_t i = 0; i < GS_ARRAY_LEN(ops); i++) {
         struct op_case c = {ops[i], 16 * 13, GS_TYPE_F32, 0, 1e-12};
         check_op(&c);
+    }
+}
+
+/* scale, softcap and gelu on both backends against their formulas, computed here in
+ * double precision from the input rows. */
+Test(cpu_consistency, scale_softcap_gelu_match_their_formulas)
+{
+    static const char *const ops[] = {"scale", "softcap", "gelu"};
+    const int64_t K = 16 * 13;
+    const uint32_t n_tok = 13;
+    for (size_t o = 0; o < GS_ARRAY_LEN(ops); o++) {
+        struct op_case c = {ops[o], K, GS_TYPE_F32, 0, 0};
+        struct op_data d = {0};
+        d.table = malloc(sizeof(float) * N_EMBD_ROWS * K);
+        d.bias = malloc(sizeof(float) * K);
+        for (int64_t i = 0; i < N_EMBD_ROWS * K; i++)
+            d.table[i] = frand() * 2;
+        struct gs_err err = {0};
+        struct gs_graph *g;
+        cr_assert_eq(gs_graph_new(&g, &err), GS_OK);
+        gs_graph_logits(g, gs_graph_outputs(g, build_op(g, &c, &d)));
+        cr_assert_eq(gs_graph_status(g, &err), GS_OK, "%s", err.msg);
+        float *out = malloc(sizeof(float) * n_tok * K);
+        static const char *const backends[] = {"ref", "cpu"};
+        for (size_t b = 0; b < 2; b++) {
+            run_op(backends[b], g, n_tok, out);
+            double worst = 0;
+            for (uint32_t t = 0; t < n_tok; t++) {
+                const float *x = d.table + (size_t)((t * 37 + 11) % N_EMBD_ROWS) * K;
+                for (int64_t j = 0; j < K; j++) {
+                    double v = x[j], want;
+                    if (o == 0)
+                        want = v * 16.0;
+                    else if (o == 1)
+                        want = 1.5 * tanh(v / 1.5);
+                    else
+                        want = 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+                    double e = fabs(out[t * K + j] - want) / (fabs(want) + 1e-3);
+                    worst = e > worst ? e : worst;
+                }
+            }
+            cr_expect(worst < 1e-5, "%s on %s: relative error %.3g", ops[o], backends[b], worst);
+        }
+        free(out);
+        gs_graph_free(g);
+        free(d.table);
+        free(d.bias);
     }
 }
 

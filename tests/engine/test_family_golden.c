@@ -123,3 +123,23 @@ Test(family_golden, qwen3_q4_k_m_matches_its_golden)
 {
     check_model("qwen3-tiny-Q4_K_M", true);
 }
+
+Test(family_golden, gemma2_f32_matches_llama_cpp)
+{
+    check_model("gemma2-tiny-F32", false);
+}
+
+Test(family_golden, gemma2_q8_0_matches_its_golden)
+{
+    check_model("gemma2-tiny-Q8_0", true);
+}
+
+Test(family_golden, gemma3_f32_matches_llama_cpp)
+{
+    check_model("gemma3-tiny-F32", false);
+}
+
+Test(family_golden, gemma3_q8_0_matches_its_golden)
+{
+    check_model("gemma3-tiny-Q8_0", true);
+}

@@ -1,8 +1,10 @@
 /*
- * tests/engine/test_family_meta.c - the qwen2 and phi3 builders on small
- * files crafted with the GGUF writer: a good file builds with its fused
- * tensors split into views of the file's bytes; a fused tensor of the wrong
- * width, or a missing bias, is refused with a message naming the tensor.
+ * tests/engine/test_family_meta.c - the qwen2, phi3 and gemma builders on
+ * small files crafted with the GGUF writer: a good file builds with its fused
+ * tensors split into views of the file's bytes and its Gemma features in the
+ * graph; a fused tensor of the wrong width, a missing bias or post-norm, or a
+ * hostile value of a Gemma key (soft-cap negative or NaN, a window of 0 or
+ * below) is refused with a message naming the tensor or key.
  */
 #include "craft.h"
 #include "engine/gguf.h"
@@ -10,6 +12,7 @@
 #include "tests/common/testutil.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,9 +21,14 @@ enum { N_EMBD = 8, N_HEAD = 2, N_HEAD_KV = 1, HEAD_DIM = 4, N_FF = 16, N_VOCAB =
 
 /* What a crafted file holds; each test breaks one thing. */
 struct craft {
-    const char *arch;       /* "qwen2" or "phi3" */
+    const char *arch;       /* "qwen2", "phi3", "gemma2" or "gemma3" */
     const char *short_name; /* tensor written one row short */
     const char *omit;       /* tensor left out */
+    /* one more metadata value, <arch>.<meta_key>: an f32, or an i32 when meta_i32 */
+    const char *meta_key;
+    float meta_f32;
+    bool meta_i32;
+    int32_t meta_i32_value;
 };
 
 static void add_tensor(struct gs_gguf_writer *w, const struct craft *c, const char *name,
@@ -49,12 +57,24 @@ static const char *write_model(const struct craft *c)
                 {"feed_forward_length", N_FF},    {"context_length", 64}};
     char key[128];
     for (size_t i = 0; i < GS_ARRAY_LEN(u32s); i++) {
+        if (c->meta_key && !strcmp(c->meta_key, u32s[i].suffix))
+            continue; /* the test's value instead */
         snprintf(key, sizeof(key), "%s.%s", c->arch, u32s[i].suffix);
         cr_assert_eq(gs_gguf_w_u32(w, key, u32s[i].v), GS_OK);
     }
     snprintf(key, sizeof(key), "%s.attention.layer_norm_rms_epsilon", c->arch);
     cr_assert_eq(gs_gguf_w_f32(w, key, 1e-6f), GS_OK);
-    const bool phi3 = !strcmp(c->arch, "phi3");
+    if (c->meta_key) {
+        snprintf(key, sizeof(key), "%s.%s", c->arch, c->meta_key);
+        cr_assert_eq(c->meta_i32 ? gs_gguf_w_i32(w, key, c->meta_i32_value)
+                                 : gs_gguf_w_f32(w, key, c->meta_f32),
+                     GS_OK);
+    }
+    const bool phi3 = !strcmp(c->arch, "phi3"), qwen2 = !strcmp(c->arch, "qwen2");
+    const bool gemma = !strncmp(c->arch, "gemma", 5), gemma3 = !strcmp(c->arch, "gemma3");
+    /* Gemma 3 files have a window; without one every layer would be global. */
+    if (gemma3 && !(c->meta_key && !strcmp(c->meta_key, "attention.sliding_window")))
+        cr_assert_eq(gs_gguf_w_u32(w, "gemma3.attention.sliding_window", 4), GS_OK);
     const int64_t n_q = N_HEAD * HEAD_DIM, n_kv = N_HEAD_KV * HEAD_DIM;
     add_tensor(w, c, "token_embd.weight", N_EMBD, N_VOCAB);
     add_tensor(w, c, "output_norm.weight", N_EMBD, 1);
@@ -65,10 +85,20 @@ static const char *write_model(const struct craft *c)
         add_tensor(w, c, "blk.0.attn_q.weight", N_EMBD, n_q);
         add_tensor(w, c, "blk.0.attn_k.weight", N_EMBD, n_kv);
         add_tensor(w, c, "blk.0.attn_v.weight", N_EMBD, n_kv);
-        add_tensor(w, c, "blk.0.attn_q.bias", n_q, 1);
-        add_tensor(w, c, "blk.0.attn_k.bias", n_kv, 1);
-        add_tensor(w, c, "blk.0.attn_v.bias", n_kv, 1);
+        if (qwen2) {
+            add_tensor(w, c, "blk.0.attn_q.bias", n_q, 1);
+            add_tensor(w, c, "blk.0.attn_k.bias", n_kv, 1);
+            add_tensor(w, c, "blk.0.attn_v.bias", n_kv, 1);
+        }
         add_tensor(w, c, "blk.0.ffn_gate.weight", N_EMBD, N_FF);
+    }
+    if (gemma3) {
+        add_tensor(w, c, "blk.0.attn_q_norm.weight", HEAD_DIM, 1);
+        add_tensor(w, c, "blk.0.attn_k_norm.weight", HEAD_DIM, 1);
+    }
+    if (gemma) {
+        add_tensor(w, c, "blk.0.post_attention_norm.weight", N_EMBD, 1);
+        add_tensor(w, c, "blk.0.post_ffw_norm.weight", N_EMBD, 1);
     }
     add_tensor(w, c, "blk.0.attn_output.weight", n_q, N_EMBD);
     add_tensor(w, c, "blk.0.ffn_norm.weight", N_EMBD, 1);
@@ -110,7 +140,7 @@ static const struct gs_node *weight_named(const struct gs_graph *g, const char *
 
 Test(family_meta, phi3_fused_tensors_are_views_of_the_file)
 {
-    const struct craft c = {"phi3", NULL, NULL};
+    const struct craft c = {.arch = "phi3", .short_name = NULL, .omit = NULL};
     struct gs_model *m = NULL;
     struct gs_gguf *f = NULL;
     struct gs_err err = {0};
@@ -141,7 +171,7 @@ Test(family_meta, phi3_fused_tensors_are_views_of_the_file)
 
 Test(family_meta, phi3_fused_tensor_of_wrong_width_refused)
 {
-    struct craft c = {"phi3", "blk.0.attn_qkv.weight", NULL};
+    struct craft c = {.arch = "phi3", .short_name = "blk.0.attn_qkv.weight", .omit = NULL};
     expect_refused(&c, "blk.0.attn_qkv.weight");
     c.short_name = "blk.0.ffn_up.weight";
     expect_refused(&c, "blk.0.ffn_up.weight");
@@ -149,7 +179,7 @@ Test(family_meta, phi3_fused_tensor_of_wrong_width_refused)
 
 Test(family_meta, qwen2_builds_with_biases)
 {
-    const struct craft c = {"qwen2", NULL, NULL};
+    const struct craft c = {.arch = "qwen2", .short_name = NULL, .omit = NULL};
     struct gs_model *m = NULL;
     struct gs_gguf *f = NULL;
     struct gs_err err = {0};
@@ -162,8 +192,105 @@ Test(family_meta, qwen2_builds_with_biases)
 
 Test(family_meta, qwen2_missing_or_short_bias_refused)
 {
-    struct craft c = {"qwen2", NULL, "blk.0.attn_v.bias"};
+    struct craft c = {.arch = "qwen2", .short_name = NULL, .omit = "blk.0.attn_v.bias"};
     expect_refused(&c, "blk.0.attn_v.bias");
-    c = (struct craft){"qwen2", "blk.0.attn_q.weight", NULL};
+    c = (struct craft){.arch = "qwen2", .short_name = "blk.0.attn_q.weight", .omit = NULL};
     expect_refused(&c, "blk.0.attn_q.weight");
+}
+
+/* The first node of op `op`, or NULL. */
+static const struct gs_node *first_op(const struct gs_graph *g, enum gs_op op)
+{
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == op)
+            return &g->nodes[i];
+    return NULL;
+}
+
+/* Without the keys a Gemma 2 file takes llama.cpp's defaults: attention capped at 50,
+ * logits at 30, a window of 4096 on the even layers; embeddings scaled by sqrt(n_embd). */
+Test(family_meta, gemma2_builds_with_its_defaults)
+{
+    const struct craft c = {.arch = "gemma2"};
+    struct gs_model *m = NULL;
+    struct gs_gguf *f = NULL;
+    struct gs_err err = {0};
+    cr_assert_eq(load(&c, &m, &f, &err), GS_OK, "%s", err.msg);
+    const struct gs_node *attn = first_op(m->graph, GS_OP_ATTN);
+    cr_assert(attn);
+    cr_expect_float_eq(attn->p.attn.softcap, 50.0f, 0);
+    cr_expect_eq(attn->p.attn.window, 4096, "layer 0 slides");
+    cr_expect_float_eq(attn->p.attn.scale, 1.0f / 2.0f, 1e-7, "1/sqrt(head_dim 4)");
+    const struct gs_node *cap = first_op(m->graph, GS_OP_SOFTCAP), *sc = first_op(m->graph, GS_OP_SCALE);
+    cr_assert(cap && sc);
+    cr_expect_float_eq(cap->p.softcap, 30.0f, 0);
+    cr_expect_float_eq(sc->p.scale, sqrtf((float)N_EMBD), 1e-6);
+    cr_expect(first_op(m->graph, GS_OP_GELU), "the gate is GELU");
+    cr_expect(weight_named(m->graph, "blk.0.post_ffw_norm.weight"));
+    gs_model_free(m);
+    gs_gguf_close(f);
+}
+
+/* Gemma 3 caps nothing unless the file says so, and its one layer (0 % 6 < 5) slides
+ * with a window taken from the file. */
+Test(family_meta, gemma3_builds_without_caps)
+{
+    const struct craft c = {.arch = "gemma3", .meta_key = "attention.sliding_window",
+                            .meta_i32 = true, .meta_i32_value = 5};
+    struct gs_model *m = NULL;
+    struct gs_gguf *f = NULL;
+    struct gs_err err = {0};
+    cr_assert_eq(load(&c, &m, &f, &err), GS_OK, "%s", err.msg);
+    const struct gs_node *attn = first_op(m->graph, GS_OP_ATTN);
+    cr_assert(attn);
+    cr_expect_float_eq(attn->p.attn.softcap, 0.0f, 0);
+    cr_expect_eq(attn->p.attn.window, 5);
+    cr_expect_null(first_op(m->graph, GS_OP_SOFTCAP));
+    cr_expect_float_eq(first_op(m->graph, GS_OP_ROPE)->p.rope.freq_base, 10000.0f, 0,
+                       "sliding layers' rope base");
+    cr_expect(first_op(m->graph, GS_OP_RMS_NORM_HEADS), "q/k norms");
+    gs_model_free(m);
+    gs_gguf_close(f);
+}
+
+Test(family_meta, gemma_hostile_keys_refused)
+{
+    const struct {
+        const char *arch, *key;
+        float f;
+        bool i32;
+        int32_t i;
+    } bad[] = {
+        {"gemma2", "attn_logit_softcapping", -50.0f, false, 0},
+        {"gemma2", "attn_logit_softcapping", NAN, false, 0},
+        {"gemma2", "final_logit_softcapping", NAN, false, 0},
+        {"gemma2", "final_logit_softcapping", 0.0f, false, 0},
+        {"gemma3", "final_logit_softcapping", -30.0f, false, 0},
+        {"gemma2", "attention.sliding_window", 0, true, 0},
+        {"gemma2", "attention.sliding_window", 0, true, -8},
+        {"gemma3", "attention.sliding_window", 0, true, 0},
+        {"gemma3", "rope.freq_base_swa", NAN, false, 0},
+        {"gemma3", "rope.freq_base_swa", -1.0f, false, 0},
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(bad); i++) {
+        const struct craft c = {.arch = bad[i].arch, .meta_key = bad[i].key, .meta_f32 = bad[i].f,
+                                .meta_i32 = bad[i].i32, .meta_i32_value = bad[i].i};
+        char key[128];
+        snprintf(key, sizeof(key), "%s.%s", bad[i].arch, bad[i].key);
+        expect_refused(&c, key);
+    }
+    /* Heads that do not divide the width (and no key_length to say the head size). */
+    const struct craft heads = {.arch = "gemma2", .meta_key = "attention.head_count",
+                                .meta_i32 = true, .meta_i32_value = 3};
+    expect_refused(&heads, "gemma2.attention.head_count");
+}
+
+Test(family_meta, gemma_missing_post_norm_refused)
+{
+    struct craft c = {.arch = "gemma2", .omit = "blk.0.post_ffw_norm.weight"};
+    expect_refused(&c, "blk.0.post_ffw_norm.weight");
+    c = (struct craft){.arch = "gemma3", .omit = "blk.0.attn_k_norm.weight"};
+    expect_refused(&c, "blk.0.attn_k_norm.weight");
+    c = (struct craft){.arch = "gemma3", .omit = "blk.0.post_attention_norm.weight"};
+    expect_refused(&c, "blk.0.post_attention_norm.weight");
 }

@@ -62,3 +62,13 @@ Test(srv_families, phi3_is_served, .timeout = 120)
 {
     serve_family("models/arch/phi3-tiny-F32.gguf");
 }
+
+Test(srv_families, gemma2_is_served, .timeout = 120)
+{
+    serve_family("models/arch/gemma2-tiny-F32.gguf");
+}
+
+Test(srv_families, gemma3_is_served, .timeout = 120)
+{
+    serve_family("models/arch/gemma3-tiny-F32.gguf");
+}
