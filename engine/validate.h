@@ -21,7 +21,9 @@
  *   - any row holds NaN or Inf, in either source (such a row's figures are
  *     not computed and never enter an aggregate; the JSON shows them as null);
  *   - a row whose reference margin >= thr.top1_margin disagrees at top-1;
- *   - the top-1 agreement rate < thr.min_top1_rate;
+ *   - the top-1 agreement rate < thr.min_top1_rate and more than one row
+ *     disagrees (over few rows the rate alone would forbid the one near-tie
+ *     flip the margin rule allows);
  *   - the smallest Pearson over full rows < thr.min_pearson;
  *   - the mean KL over full rows > thr.max_mean_kl (when that check is on);
  *   - the max abs error > thr.max_abs_err (when that check is on);

@@ -326,7 +326,10 @@ void gs_val_finish(struct gs_val_report *r)
                    "margin %.4g >= %.4g",
                    (int)first_required->pos, (int)first_required->top1_served,
                    (int)first_required->top1_ref, first_required->ref_margin, r->thr.top1_margin);
-    if (n_finite && r->top1_rate < r->thr.min_top1_rate)
+    /* One disagreement is never enough on its own: over fewer than 1 / (1 - rate) rows
+     * (20 at 0.95) the rate would demand that every row agree, forbidding the single
+     * near-tie flip the margin rule allows; a clear winner that changes fails above. */
+    if (n_finite && r->top1_rate < r->thr.min_top1_rate && n_finite - r->n_top1_match > 1)
         reason_add(r, "top-1 agreement %.4f < %.4f", r->top1_rate, r->thr.min_top1_rate);
     if (n_full_finite && r->min_pearson < r->thr.min_pearson)
         reason_add(r, "min Pearson %.6f < %.6f", r->min_pearson, r->thr.min_pearson);

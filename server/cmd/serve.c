@@ -342,7 +342,7 @@ static int serve(struct serve *sv)
     bool ka_ok = gs_serve_known_answer(sv->sched, sv->tok, ka, sizeof(ka));
     sv->known_answer_ok = ka_ok;
     gs_srv_set_known_answer(sv->srv, ka_ok, ka);
-    gs_srv_set_ready(sv->srv, ka_ok, ka_ok ? NULL : "known-answer check failed");
+    gs_srv_set_ready(sv->srv, ka_ok, ka_ok ? NULL : "not serving: its known-answer check failed");
     gs_log(ka_ok ? GS_LOG_INFO : GS_LOG_ERROR, "known_answer", "passed=%s detail=%s",
            ka_ok ? "true" : "false", ka);
     gs_log(GS_LOG_INFO, "receipt", "model_sha256=%s backend=%s kernel_variant=%s graph_hash=%s",
