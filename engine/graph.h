@@ -71,7 +71,8 @@
     X(SCALE, "scale", 1, GS_OPF_ELEMWISE | GS_OPF_INPLACE)                                         \
     /* params.softcap * tanh(x / params.softcap): Gemma 2's final logit soft-cap               */  \
     X(SOFTCAP, "softcap", 1, GS_OPF_ELEMWISE | GS_OPF_INPLACE)                                     \
-    /* silu(a) * b */                                                                              \
+    /* act(a) * b, act silu (SwiGLU) or, with params.glu_act GS_GLU_GELU, gelu (GeGLU): the    */  \
+    /* three swiglu ops below carry their gate's activation the same way                       */  \
     X(SWIGLU, "swiglu", 2, GS_OPF_ELEMWISE)                                                        \
     /* rms_norm(x) * w: fused by the rms_norm_mul pass */                                          \
     X(RMS_NORM_MUL, "rms_norm_mul", 2, 0)                                                          \
@@ -133,6 +134,12 @@ enum gs_rows {
     GS_ROWS_NONE,      /* the node has no value (KV_STORE, LOGITS) */
 };
 
+/* The gate activation of the swiglu ops (zero: silu, as they were first made). */
+enum gs_glu_act {
+    GS_GLU_SILU = 0,
+    GS_GLU_GELU, /* tanh form, as the GELU op */
+};
+
 enum gs_rope_mode {
     GS_ROPE_NORMAL = 0, /* rotate adjacent pairs (x[2i], x[2i+1]) */
     GS_ROPE_NEOX = 2,   /* rotate pairs (x[i], x[i + n_rot/2]) */
@@ -174,6 +181,7 @@ union gs_node_params {
     float eps;     /* RMS_NORM, RMS_NORM_MUL, RMS_NORM_QUANT */
     float scale;   /* SCALE */
     float softcap; /* SOFTCAP: > 0 */
+    enum gs_glu_act glu_act; /* SWIGLU, SWIGLU_QUANT, MATMUL_SWIGLU */
     struct gs_rope_params rope;
     struct gs_attn_params attn; /* KV_STORE (layer, n_head_kv, head_dim), ATTN */
     struct gs_softmax_params softmax;
@@ -243,6 +251,8 @@ uint32_t gs_graph_scale(struct gs_graph *g, uint32_t x, float scale);
 /* softcap * tanh(x / softcap); softcap must be positive and finite. */
 uint32_t gs_graph_softcap(struct gs_graph *g, uint32_t x, float softcap);
 uint32_t gs_graph_swiglu(struct gs_graph *g, uint32_t a, uint32_t b);
+/* act(a) * b: swiglu with its gate activation named. */
+uint32_t gs_graph_glu(struct gs_graph *g, uint32_t a, uint32_t b, enum gs_glu_act act);
 uint32_t gs_graph_rms_norm_mul(struct gs_graph *g, uint32_t x, uint32_t w, float eps);
 /* w: an F32 weight of head_dim values; x's row length a multiple of head_dim. */
 uint32_t gs_graph_rms_norm_heads(struct gs_graph *g, uint32_t x, uint32_t w, int32_t head_dim,
@@ -250,6 +260,9 @@ uint32_t gs_graph_rms_norm_heads(struct gs_graph *g, uint32_t x, uint32_t w, int
 uint32_t gs_graph_matmul_add(struct gs_graph *g, uint32_t x, uint32_t w, uint32_t r);
 /* silu(x @ w_gate) * (x @ w_up); the weights must have the same type and shape. */
 uint32_t gs_graph_matmul_swiglu(struct gs_graph *g, uint32_t x, uint32_t w_gate, uint32_t w_up);
+/* act(x @ w_gate) * (x @ w_up). */
+uint32_t gs_graph_matmul_glu(struct gs_graph *g, uint32_t x, uint32_t w_gate, uint32_t w_up,
+                             enum gs_glu_act act);
 uint32_t gs_graph_outputs(struct gs_graph *g, uint32_t x);
 uint32_t gs_graph_logits(struct gs_graph *g, uint32_t x);
 

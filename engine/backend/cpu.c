@@ -199,12 +199,6 @@ static void k_rms_norm_heads(struct run *r, int chunk, int n_chunks, int thread)
         }
 }
 
-static float gelu(float x)
-{
-    const float c = 0.7978845608028654f; /* sqrt(2 / pi), tanh approximation */
-    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-}
-
 /* Elements [j0, j1) of row i of a row-local op. */
 static void elementwise_span(const struct run *r, int64_t i, int64_t j0, int64_t j1)
 {
@@ -223,12 +217,13 @@ static void elementwise_span(const struct run *r, int64_t i, int64_t j0, int64_t
             o[j] = a[j] + b[j];
         break;
     case GS_OP_SWIGLU:
+        gs_cpu_glu(n->p.glu_act == GS_GLU_GELU, o + j0, a + j0, b + j0, j1 - j0);
+        break;
     case GS_OP_SILU:
-        gs_cpu_swiglu(o + j0, a + j0, b ? b + j0 : NULL, j1 - j0);
+        gs_cpu_swiglu(o + j0, a + j0, NULL, j1 - j0);
         break;
     case GS_OP_GELU:
-        for (int64_t j = j0; j < j1; j++)
-            o[j] = gelu(a[j]);
+        gs_cpu_geglu(o + j0, a + j0, NULL, j1 - j0);
         break;
     case GS_OP_SCALE:
         for (int64_t j = j0; j < j1; j++)
@@ -303,7 +298,7 @@ static void k_swiglu_quant(struct run *r, int chunk, int n_chunks, int thread)
         gs_cpu_split(ne0, tt->block_size, chunk, n_chunks, &j0, &j1);
     for (int64_t i = i0; i < i1 && j0 < j1; i++) {
         const float *b = row_of(r, n->src[1], is_weight(r, n->src[1]) ? 0 : i);
-        gs_cpu_swiglu(tmp, a + i * ne0 + j0, b + j0, j1 - j0);
+        gs_cpu_glu(n->p.glu_act == GS_GLU_GELU, tmp, a + i * ne0 + j0, b + j0, j1 - j0);
         quantize(tmp, (char *)r->out + i * row_bytes + j0 / tt->block_size * tt->block_bytes,
                  j1 - j0);
     }
@@ -390,14 +385,14 @@ static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
 #define FFN_SLICE_FLOATS 16384
 #define FFN_SLICE_TOKENS 64
 
-/* silu(x @ Wg) * (x @ Wu) -> out [N x T], F32 or the node's block type:
+/* act(x @ Wg) * (x @ Wu) -> out [N x T], F32 or the node's block type:
  * each thread takes a range of output rows, slice by slice. */
 static void k_matmul_swiglu(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_node *n = r->n, *wg = &r->g->nodes[n->src[1]], *wu = &r->g->nodes[n->src[2]];
     const struct gs_cpu_kernels *kr = gs_cpu_kernels(wg->type);
     const struct gs_type_traits *ot = gs_type_traits(n->type);
-    const bool quant = n->type != GS_TYPE_F32;
+    const bool quant = n->type != GS_TYPE_F32, gelu_gate = n->p.glu_act == GS_GLU_GELU;
     const gs_from_f32_fn quantize = quant ? gs_cpu_quantizer(n->type) : NULL;
     const int64_t K = wg->ne[0], N = wg->ne[1], T = gs_step_rows(n, r->io);
     uint64_t w_stride = 0, out_row = 0;
@@ -425,10 +420,10 @@ static void k_matmul_swiglu(struct run *r, int chunk, int n_chunks, int thread)
             for (int t = 0; t < toks; t++) {
                 float *g = gate + t * slice_rows, *u = up + t * slice_rows;
                 if (!quant) {
-                    gs_cpu_swiglu(r->out + (t0 + t) * N + s0, g, u, rows);
+                    gs_cpu_glu(gelu_gate, r->out + (t0 + t) * N + s0, g, u, rows);
                     continue;
                 }
-                gs_cpu_swiglu(g, g, u, rows);
+                gs_cpu_glu(gelu_gate, g, g, u, rows);
                 quantize(g, (char *)r->out + (t0 + t) * out_row +
                                 s0 / ot->block_size * ot->block_bytes, rows);
             }

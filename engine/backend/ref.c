@@ -242,7 +242,7 @@ static void k_elementwise(const struct run *r, const struct gs_node *n, float *o
                 break;
             case GS_OP_SWIGLU:
             case GS_OP_SWIGLU_QUANT:
-                y = silu(x) * b[j];
+                y = (n->p.glu_act == GS_GLU_GELU ? gelu(x) : silu(x)) * b[j];
                 break;
             case GS_OP_SILU:
                 y = silu(x);
@@ -357,7 +357,7 @@ static void k_matmul(const struct run *r, const struct gs_node *n, float *out)
             n->op == GS_OP_MATMUL_ADD ? value(r, n->src[2]) : NULL, out);
 }
 
-/* silu(x @ Wg) * (x @ Wu): both products in full, then the join, row by row
+/* act(x @ Wg) * (x @ Wu): both products in full, then the join, row by row
  * into F32 or (through row_b) the node's block type. */
 static void k_matmul_swiglu(const struct run *r, const struct gs_node *n, float *out)
 {
@@ -367,13 +367,15 @@ static void k_matmul_swiglu(const struct run *r, const struct gs_node *n, float 
     float *gate = r->rp->ffn, *up = r->rp->ffn + N * rows;
     product(r, wg, x, rows, NULL, gate);
     product(r, wu, x, rows, NULL, up);
-    const bool quant = n->type != GS_TYPE_F32;
+    const bool quant = n->type != GS_TYPE_F32, gelu_gate = n->p.glu_act == GS_GLU_GELU;
     uint64_t row_bytes = 0;
     gs_type_row_bytes(n->type, N, &row_bytes);
     for (int64_t t = 0; t < rows; t++) {
         float *y = quant ? r->rp->row_b : out + t * N;
-        for (int64_t o = 0; o < N; o++)
-            y[o] = silu(gate[t * N + o]) * up[t * N + o];
+        for (int64_t o = 0; o < N; o++) {
+            const float a = gate[t * N + o];
+            y[o] = (gelu_gate ? gelu(a) : silu(a)) * up[t * N + o];
+        }
         if (quant)
             gs_type_traits(n->type)->from_f32(y, (char *)out + t * row_bytes, N);
     }

@@ -121,6 +121,7 @@ struct gs_cpu_helpers {
     void (*swiglu)(float *o, const float *g, const float *u, int64_t n);
     float (*scale_max)(float *x, float scale, int64_t n);
     float (*exp_sum)(float *x, float m, int64_t n);
+    void (*geglu)(float *o, const float *g, const float *u, int64_t n);
 };
 void gs_cpu__helpers_avx2_fill(struct gs_cpu_helpers *h); /* x86-64 builds */
 void gs_cpu__helpers_neon_fill(struct gs_cpu_helpers *h); /* aarch64 builds */
@@ -179,6 +180,18 @@ void gs_cpu_round_f16(float *x, int64_t n);
  */
 /* o[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i]; u NULL: silu alone. */
 void gs_cpu_swiglu(float *o, const float *g, const float *u, int64_t n);
+/* o[i] = gelu(g[i]) * u[i], gelu in its tanh form; u NULL: gelu alone. The SIMD
+ * versions use 0.5 (1 + tanh y) = 1 / (1 + e^-2y): gelu is silu's formula with
+ * e^-2y for e^-x. */
+void gs_cpu_geglu(float *o, const float *g, const float *u, int64_t n);
+/* The swiglu op family's join: silu or gelu by act. */
+static inline void gs_cpu_glu(int act_gelu, float *o, const float *g, const float *u, int64_t n)
+{
+    if (act_gelu)
+        gs_cpu_geglu(o, g, u, n);
+    else
+        gs_cpu_swiglu(o, g, u, n);
+}
 /* x[i] *= scale; returns max x[i] (-inf for n 0). */
 float gs_cpu_scale_max(float *x, float scale, int64_t n);
 /* x[i] = e^(x[i] - m); returns the sum of the new x[i]. */

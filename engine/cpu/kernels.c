@@ -238,6 +238,15 @@ static void swiglu(float *o, const float *g, const float *u, int64_t n)
         o[i] = g[i] / (1.0f + expf(-g[i])) * (u ? u[i] : 1.0f);
 }
 
+static void geglu(float *o, const float *g, const float *u, int64_t n)
+{
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i];
+        o[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * (u ? u[i] : 1.0f);
+    }
+}
+
 static float scale_max(float *x, float scale, int64_t n)
 {
     float m = -INFINITY;
@@ -261,6 +270,7 @@ static float exp_sum(float *x, float m, int64_t n)
 static const struct gs_cpu_helpers helpers_scalar = {
     f32_to_f16, f16_to_f32, dot_f32, dot_f32_f16, dots_f16,  dots_f32, axpys_f16,
     axpys_f32,  dots4,      axpys4,  round_f16,   swiglu,    scale_max, exp_sum,
+    geglu,
 };
 
 static inline const struct gs_cpu_helpers *best(void)
@@ -321,6 +331,11 @@ void gs_cpu_round_f16(float *x, int64_t n)
 void gs_cpu_swiglu(float *o, const float *g, const float *u, int64_t n)
 {
     best()->swiglu(o, g, u, n);
+}
+
+void gs_cpu_geglu(float *o, const float *g, const float *u, int64_t n)
+{
+    best()->geglu(o, g, u, n);
 }
 
 float gs_cpu_scale_max(float *x, float scale, int64_t n)

@@ -329,6 +329,14 @@ uint32_t gs_graph_swiglu(struct gs_graph *g, uint32_t a, uint32_t b)
     return binary(g, GS_OP_SWIGLU, a, b);
 }
 
+uint32_t gs_graph_glu(struct gs_graph *g, uint32_t a, uint32_t b, enum gs_glu_act act)
+{
+    uint32_t id = binary(g, GS_OP_SWIGLU, a, b);
+    if (id != GS_NODE_NONE)
+        g->nodes[id].p.glu_act = act;
+    return id;
+}
+
 uint32_t gs_graph_rms_norm_mul(struct gs_graph *g, uint32_t x, uint32_t w, float eps)
 {
     uint32_t id = binary(g, GS_OP_RMS_NORM_MUL, x, w);
@@ -400,6 +408,12 @@ uint32_t gs_graph_matmul_add(struct gs_graph *g, uint32_t x, uint32_t w, uint32_
 
 uint32_t gs_graph_matmul_swiglu(struct gs_graph *g, uint32_t x, uint32_t w_gate, uint32_t w_up)
 {
+    return gs_graph_matmul_glu(g, x, w_gate, w_up, GS_GLU_SILU);
+}
+
+uint32_t gs_graph_matmul_glu(struct gs_graph *g, uint32_t x, uint32_t w_gate, uint32_t w_up,
+                             enum gs_glu_act act)
+{
     uint32_t ids[3] = {x, w_gate, w_up};
     const struct gs_node *s[3];
     if (!get_srcs(g, "matmul_swiglu", ids, 3, s) ||
@@ -409,7 +423,10 @@ uint32_t gs_graph_matmul_swiglu(struct gs_graph *g, uint32_t x, uint32_t w_gate,
     if (s[1]->type != s[2]->type || s[1]->ne[1] != s[2]->ne[1])
         return fail(g, GS_INVAL, "matmul_swiglu: weights '%s' and '%s' differ in type or shape",
                     s[1]->name, s[2]->name);
-    return push(g, GS_OP_MATMUL_SWIGLU, s[0]->rows, s[1]->ne[1], ids, 3, NULL);
+    union gs_node_params p;
+    memset(&p, 0, sizeof(p));
+    p.glu_act = act;
+    return push(g, GS_OP_MATMUL_SWIGLU, s[0]->rows, s[1]->ne[1], ids, 3, &p);
 }
 
 uint32_t gs_graph_rope(struct gs_graph *g, uint32_t x, const struct gs_rope_params *rp,

@@ -36,6 +36,12 @@ static void params_str(const struct gs_node *n, char *buf, size_t len)
             snprintf(buf + used, len - used, " window=%d", n->p.attn.window);
         }
         break;
+    case GS_OP_SWIGLU:
+    case GS_OP_SWIGLU_QUANT:
+    case GS_OP_MATMUL_SWIGLU:
+        if (n->p.glu_act == GS_GLU_GELU)
+            snprintf(buf, len, "act=gelu");
+        break;
     case GS_OP_SCALE:
         snprintf(buf, len, "scale=%g", (double)n->p.scale);
         break;

@@ -56,13 +56,17 @@ static uint32_t build_op(struct gs_graph *g, const struct op_case *c, struct op_
     uint32_t x = gs_graph_embed(g, tab);
     uint32_t row = gs_graph_weight(g, "row", GS_TYPE_F32, c->K, 1, d->bias);
     if (!strcmp(c->name, "matmul") || !strcmp(c->name, "matmul_add") ||
-        !strcmp(c->name, "matmul_swiglu")) {
+        !strcmp(c->name, "matmul_swiglu") || !strcmp(c->name, "matmul_geglu")) {
         uint32_t w = gs_graph_weight(g, "w", c->wt, c->K, c->N, d->w);
         if (!strcmp(c->name, "matmul"))
             return gs_graph_matmul(g, x, w);
         if (!strcmp(c->name, "matmul_swiglu")) /* the same rows as gate and up: still a product */
             return gs_graph_matmul_swiglu(g, x, w, gs_graph_weight(g, "w2", c->wt, c->K, c->N,
                                                                    (char *)d->w + d->w_half));
+        if (!strcmp(c->name, "matmul_geglu"))
+            return gs_graph_matmul_glu(
+                g, x, w, gs_graph_weight(g, "w2", c->wt, c->K, c->N, (char *)d->w + d->w_half),
+                GS_GLU_GELU);
         /* The residual must have N columns: a second matmul's output. */
         uint32_t w2 = gs_graph_weight(g, "w", c->wt, c->K, c->N, d->w);
         uint32_t r = gs_graph_silu(g, gs_graph_matmul(g, x, w2));
@@ -82,6 +86,8 @@ static uint32_t build_op(struct gs_graph *g, const struct op_case *c, struct op_
         struct gs_softmax_params sp = {.scale = 3.0f, .softcap = 0};
         return gs_graph_softmax(g, x, &sp);
     }
+    if (!strcmp(c->name, "geglu"))
+        return gs_graph_glu(g, x, gs_graph_silu(g, x), GS_GLU_GELU);
     if (!strcmp(c->name, "gelu"))
         return gs_graph_gelu(g, x);
     if (!strcmp(c->name, "scale"))
@@ -204,6 +210,8 @@ Test(cpu_consistency, matmul_every_weight_type_matches_ref)
         check_op(&ca);
         struct op_case cs = {"matmul_swiglu", K, types[i], 37, limit};
         check_op(&cs);
+        struct op_case cg = {"matmul_geglu", K, types[i], 37, limit};
+        check_op(&cg);
     }
 }
 
@@ -222,7 +230,7 @@ Test(cpu_consistency, row_ops_match_ref)
 {
     static const char *const ops[] = {"rms_norm", "rms_norm_mul", "mul",     "add",
                                       "swiglu",   "softmax",      "rope",
-                                      "rms_norm_heads", "gelu", "scale", "softcap"};
+                                      "rms_norm_heads", "gelu", "geglu", "scale", "softcap"};
     for (size_t i = 0; i < GS_ARRAY_LEN(ops); i++) {
         struct op_case c = {ops[i], 16 * 13, GS_TYPE_F32, 0, 1e-12};
         check_op(&c);

@@ -46,6 +46,8 @@ static void init_weights(void)
  * feed-forward with a residual add, a duplicated norm (for CSE), an unused
  * branch (for DCE), then logits.
  */
+static bool mlp_gelu; /* the MLPs' gate is gelu, not silu */
+
 static struct gs_graph *build_mlp(void)
 {
     init_weights();
@@ -60,7 +62,8 @@ static struct gs_graph *build_mlp(void)
     uint32_t out_w = gs_graph_weight(g, "output.weight", GS_TYPE_F32, D, V, w_out);
     uint32_t x = gs_graph_embed(g, embd);
     uint32_t h = gs_graph_mul(g, gs_graph_rms_norm(g, x, 1e-5f), norm_w);
-    uint32_t gate = gs_graph_silu(g, gs_graph_matmul(g, h, gate_w));
+    uint32_t gate_mm = gs_graph_matmul(g, h, gate_w);
+    uint32_t gate = mlp_gelu ? gs_graph_gelu(g, gate_mm) : gs_graph_silu(g, gate_mm);
     uint32_t up = gs_graph_matmul(g, h, up_w);
     uint32_t ff = gs_graph_matmul(g, gs_graph_mul(g, gate, up), down_w);
     x = gs_graph_add(g, ff, x);
@@ -281,7 +284,8 @@ static struct gs_graph *build_quant_mlp(void)
     uint32_t out_w = gs_graph_weight(g, "out", GS_TYPE_F32, QD, V, qw_out);
     uint32_t x = gs_graph_embed(g, embd);
     uint32_t h = gs_graph_mul(g, gs_graph_rms_norm(g, x, 1e-5f), nw);
-    uint32_t ff = gs_graph_swiglu(g, gs_graph_matmul(g, h, gate_w), gs_graph_matmul(g, h, up_w));
+    uint32_t ff = gs_graph_glu(g, gs_graph_matmul(g, h, gate_w), gs_graph_matmul(g, h, up_w),
+                               mlp_gelu ? GS_GLU_GELU : GS_GLU_SILU);
     x = gs_graph_add(g, gs_graph_matmul(g, ff, down_w), x);
     uint32_t h2 = gs_graph_mul(g, gs_graph_rms_norm(g, x, 1e-5f), nw);
     x = gs_graph_add(g, gs_graph_matmul(g, h2, a_w), gs_graph_matmul(g, h2, b_w));
@@ -373,6 +377,50 @@ Test(graph_pass, matmul_swiglu_joins_gate_and_up_in_float_and_quantized_rows)
     free(text);
     check_same_logits(before, quant);
     gs_graph_free(f32);
+    gs_graph_free(quant);
+    gs_graph_free(before);
+}
+
+/* A GELU gate (Gemma's) takes the same fused path: mul(gelu(gate), up) becomes a
+ * swiglu with act gelu, then one matmul_swiglu, in float and in quantized rows, with
+ * the logits of the unfused graph on both backends. */
+Test(graph_pass, gelu_gate_fuses_like_silu)
+{
+    mlp_gelu = true;
+    struct gs_graph *g = build_mlp(), *opt;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_graph_clone(g, &opt, &err), GS_OK);
+    cr_assert_eq(gs_graph_run_passes(opt, gs_passes_all, gs_passes_all_len, &err), GS_OK, "%s",
+                 err.msg);
+    cr_assert_eq(count_op(opt, GS_OP_MATMUL_SWIGLU), 1);
+    cr_assert_eq(count_op(opt, GS_OP_GELU), 0);
+    for (uint32_t i = 0; i < opt->n_nodes; i++)
+        if (opt->nodes[i].op == GS_OP_MATMUL_SWIGLU)
+            cr_assert_eq(opt->nodes[i].p.glu_act, GS_GLU_GELU);
+    char *text = print_to_string(opt, GS_GRAPH_TEXT);
+    cr_assert(strstr(text, "{act=gelu}"), "%s", text);
+    free(text);
+    check_same_logits(g, opt);
+    gs_graph_free(g);
+    gs_graph_free(opt);
+
+    struct gs_graph *before = build_quant_mlp();
+    const struct gs_pass *all[] = {&gs_pass_rms_norm_mul, &gs_pass_rms_norm_quant,
+                                   &gs_pass_swiglu_quant, &gs_pass_matmul_swiglu};
+    struct gs_graph *quant = with_passes(before, all, GS_ARRAY_LEN(all));
+    cr_assert_eq(count_op(quant, GS_OP_MATMUL_SWIGLU), 1);
+    check_same_logits(before, quant);
+    /* and the silu graph differs from it: the activation is not ignored */
+    mlp_gelu = false;
+    struct gs_graph *silu = build_quant_mlp();
+    float a[T * V], b[T * V];
+    run_graph(before, a);
+    run_graph(silu, b);
+    double diff = 0;
+    for (int i = 0; i < T * V; i++)
+        diff += fabs((double)a[i] - b[i]);
+    cr_assert_gt(diff, 1e-3, "gelu and silu gates gave the same logits");
+    gs_graph_free(silu);
     gs_graph_free(quant);
     gs_graph_free(before);
 }
