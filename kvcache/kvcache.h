@@ -23,6 +23,7 @@
 #ifndef GS_KVCACHE_H
 #define GS_KVCACHE_H
 
+#include "engine/backend.h"
 #include "engine/base.h"
 
 #define GS_KV_DEFAULT_PAGE_TOKENS 16
@@ -58,6 +59,8 @@ enum gs_status gs_kv_pool_new(const struct gs_kv_pool_cfg *cfg, struct gs_kv_poo
 void gs_kv_pool_free(struct gs_kv_pool *pool); /* NULL is a no-op */
 
 struct gs_kv_layout gs_kv_pool_layout(const struct gs_kv_pool *pool);
+/* The pool as a step sees it (gs_step_io.kv): F16 elements for 2 bytes, else F32. */
+struct gs_kv_view gs_kv_pool_view(const struct gs_kv_pool *pool);
 /* Pages an allocation can take: free ones plus cached ones it may evict. */
 uint32_t gs_kv_pool_n_free(const struct gs_kv_pool *pool);
 uint32_t gs_kv_pool_page_tokens(const struct gs_kv_pool *pool);

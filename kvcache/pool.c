@@ -109,6 +109,20 @@ struct gs_kv_layout gs_kv_pool_layout(const struct gs_kv_pool *pool)
     return l;
 }
 
+struct gs_kv_view gs_kv_pool_view(const struct gs_kv_pool *pool)
+{
+    const struct gs_kv_layout l = gs_kv_pool_layout(pool);
+    return (struct gs_kv_view){
+        .base = l.base,
+        .type = l.elem_bytes == 2 ? GS_TYPE_F16 : GS_TYPE_F32,
+        .n_pages = l.n_pages,
+        .page_tokens = l.page_tokens,
+        .n_layer = l.n_layer,
+        .kv_dim = l.kv_dim,
+        .page_bytes = l.page_bytes,
+    };
+}
+
 uint32_t gs_kv_pool_n_free(const struct gs_kv_pool *pool)
 {
     return pool->n_free + pool->n_cached;

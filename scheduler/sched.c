@@ -21,7 +21,7 @@
 #include "scheduler/scheduler.h"
 
 #include "engine/backend.h"
-#include "engine/compile.h"
+#include "engine/runner.h"
 #include "kvcache/kvcache.h"
 
 #include <math.h>
@@ -99,8 +99,7 @@ struct gs_sched {
     uint32_t n_eog;
 
     /* Engine side: touched only by the engine thread (or the sync caller). */
-    struct gs_be be;
-    struct gs_plan_cache plans;
+    struct gs_runner *run;
     struct gs_kv_pool *pool;
     struct gs_kv_view kv;
     struct seq *wait_head, *wait_tail;
@@ -114,10 +113,8 @@ struct gs_sched {
     struct gs_seq_pages *step_pages;
     struct seq **step_seqs;
     float *logits;             /* [max_seqs][n_vocab] */
-    /* validation: a ref backend opened on first use, and its jobs */
-    struct gs_be ref_be;
-    bool ref_open;
-    struct gs_plan_cache ref_plans;
+    /* validation: a ref runner opened on first use, and its jobs */
+    struct gs_runner *ref;
     struct vjob *vjobs_head, *vjobs_tail;
     uint32_t n_vjobs;
     float *ref_logits;         /* [validate_chunk_tokens][n_vocab] */
@@ -303,10 +300,7 @@ static enum gs_status make_pool(struct gs_sched *s, struct gs_err *err)
     enum gs_status rc = gs_kv_pool_new(&pc, &s->pool, err);
     if (rc)
         return rc;
-    struct gs_kv_layout l = gs_kv_pool_layout(s->pool);
-    s->kv = (struct gs_kv_view){.base = l.base, .type = s->cfg.kv_type, .n_pages = l.n_pages,
-                                .page_tokens = l.page_tokens, .n_layer = l.n_layer,
-                                .kv_dim = l.kv_dim, .page_bytes = l.page_bytes};
+    s->kv = gs_kv_pool_view(s->pool);
     return GS_OK;
 }
 
@@ -389,16 +383,9 @@ enum gs_status gs_sched_new(const struct gs_sched_cfg *cfg, struct gs_model *mod
         memcpy(s->eog, cfg->eog, s->n_eog * sizeof(*s->eog));
     else if (s->n_eog)
         s->eog[0] = model->hp.eos_id;
-    struct gs_be_cfg bc = {.n_threads = s->cfg.n_threads};
-    if ((rc = gs_be_init(&s->be, s->cfg.backend, &bc, err)))
+    const struct gs_runner_cfg rc_cfg = {.backend = s->cfg.backend, .n_threads = s->cfg.n_threads};
+    if ((rc = gs_runner_new(model->graph, &rc_cfg, &s->run, err)))
         goto fail;
-    const struct gs_pass *passes[32];
-    size_t n_passes = gs_be_select_passes(&s->be, gs_passes_all, gs_passes_all_len, passes,
-                                          GS_ARRAY_LEN(passes));
-    if ((rc = gs_graph_run_passes(model->graph, passes, n_passes, err)) ||
-        (rc = gs_be_check_graph(&s->be, model->graph, err)))
-        goto fail;
-    gs_plan_cache_init(&s->plans, &s->be, model->graph);
     if ((rc = make_pool(s, err)))
         goto fail;
     if ((rc = alloc_step_buffers(s))) {
@@ -421,12 +408,8 @@ void gs_sched_free(struct gs_sched *s)
         return;
     gs_sched_stop(s, 0);
     abort_all(s, GS_FINISH_ABORT);
-    gs_plan_cache_deinit(&s->plans);
-    gs_be_deinit(&s->be);
-    if (s->ref_open) {
-        gs_plan_cache_deinit(&s->ref_plans);
-        gs_be_deinit(&s->ref_be);
-    }
+    gs_runner_free(s->run);
+    gs_runner_free(s->ref);
     gs_free(s->ref_logits);
     gs_free(s->ref_pos);
     gs_free(s->ref_seq);
@@ -777,10 +760,11 @@ static void vjob_done(struct gs_sched *s, struct gs_val_report *report, const ch
     vjob_free(s, j);
 }
 
-/* Opens the reference backend on first use. */
+/* Opens the reference runner on first use, on the graph as the serving
+ * backend's passes rewrote it. */
 static enum gs_status open_ref(struct gs_sched *s, struct gs_err *err)
 {
-    if (s->ref_open)
+    if (s->ref)
         return GS_OK;
     uint32_t c = s->cfg.validate_chunk_tokens;
     s->ref_logits = gs_alloc_array((size_t)c * s->n_vocab, sizeof(float));
@@ -789,16 +773,8 @@ static enum gs_status open_ref(struct gs_sched *s, struct gs_err *err)
     s->ref_rows = gs_alloc_array(c, sizeof(*s->ref_rows));
     if (!s->ref_logits || !s->ref_pos || !s->ref_seq || !s->ref_rows)
         return gs_err_set(err, GS_NOMEM, "no memory for the reference evaluation");
-    enum gs_status rc = gs_be_init(&s->ref_be, "ref", NULL, err);
-    if (rc)
-        return rc;
-    if ((rc = gs_be_check_graph(&s->ref_be, s->model->graph, err))) {
-        gs_be_deinit(&s->ref_be);
-        return rc;
-    }
-    gs_plan_cache_init(&s->ref_plans, &s->ref_be, s->model->graph);
-    s->ref_open = true;
-    return GS_OK;
+    const struct gs_runner_cfg cfg = {.backend = "ref", .no_passes = true};
+    return gs_runner_new(s->model->graph, &cfg, &s->ref, err);
 }
 
 /*
@@ -842,17 +818,13 @@ static void validate_step(struct gs_sched *s)
         if (p + 1 >= j->n_prompt) /* its logits were served */
             s->ref_rows[n_out++] = i;
     }
-    struct gs_kv_layout l = gs_kv_pool_layout(j->pool);
-    struct gs_kv_view kv = {.base = l.base, .type = GS_TYPE_F32, .n_pages = l.n_pages,
-                            .page_tokens = l.page_tokens, .n_layer = l.n_layer,
-                            .kv_dim = l.kv_dim, .page_bytes = l.page_bytes};
+    struct gs_kv_view kv = gs_kv_pool_view(j->pool);
     struct gs_seq_pages sp = {j->kv.pages, j->kv.n_pages};
     struct gs_step_io io = {.n_tokens = c, .tokens = j->tokens + j->n_done, .pos = s->ref_pos,
                             .seq = s->ref_seq, .n_seqs = 1, .seqs = &sp, .kv = &kv,
                             .n_outputs = n_out, .out_rows = s->ref_rows,
                             .logits = s->ref_logits};
-    struct gs_plan *plan;
-    if (gs_plan_cache_get(&s->ref_plans, c, &plan, &err) || gs_be_run(&s->ref_be, plan, &io, &err))
+    if (gs_runner_step(s->ref, &io, &err))
         goto fail;
     for (uint32_t r = 0; r < n_out; r++) {
         uint32_t p = j->n_done + s->ref_rows[r];
@@ -1120,7 +1092,7 @@ static void update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t pro
     s->stats.n_evictions = ks.n_evictions;
     s->stats.n_prefix_hit_tokens = ks.n_hits * page_tokens(s);
     s->stats.kv_bytes = (uint64_t)ks.pages_total * ks.page_bytes;
-    s->stats.scratch_bytes = gs_plan_cache_scratch_bytes(&s->plans);
+    s->stats.scratch_bytes = gs_plan_cache_scratch_bytes(&s->run->plans);
     s->stats.n_validating = s->n_vjobs;
     pthread_mutex_unlock(&s->mu);
 }
@@ -1167,10 +1139,7 @@ enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err)
                                 .pos = s->step_pos, .seq = s->step_seq, .n_seqs = n_seqs,
                                 .seqs = s->step_pages, .kv = &s->kv, .n_outputs = n_out,
                                 .out_rows = s->step_rows, .logits = s->logits};
-        struct gs_plan *plan;
-        rc = gs_plan_cache_get(&s->plans, n_tokens, &plan, err);
-        if (!rc)
-            rc = gs_be_run(&s->be, plan, &io, err);
+        rc = gs_runner_step(s->run, &io, err);
     }
     for (uint32_t i = 0; i < n_seqs; i++) {
         struct seq *q = s->step_seqs[i];

@@ -12,7 +12,7 @@
  * that run it and bench/RESULTS.md for what they measured.
  */
 #include "engine/backend.h"
-#include "engine/compile.h"
+#include "engine/runner.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "kvcache/kvcache.h"
@@ -52,8 +52,7 @@ struct opts {
 
 struct bench {
     struct gs_model *model;
-    struct gs_be be;
-    struct gs_plan_cache cache;
+    struct gs_runner *run;
     struct gs_kv_pool *pool;
     struct gs_kv_view kv;
     float *logits;        /* [MAX_STREAMS][n_vocab] */
@@ -99,11 +98,7 @@ static enum gs_status step(struct bench *b, uint32_t n_tokens, uint32_t n_seq, b
         .n_seqs = n_seq, .seqs = b->sp, .kv = &b->kv, .n_outputs = n_out,
         .out_rows = b->rows, .logits = b->logits,
     };
-    struct gs_plan *plan;
-    enum gs_status st = gs_plan_cache_get(&b->cache, n_tokens, &plan, err);
-    if (!st)
-        st = gs_be_run(&b->be, plan, &io, err);
-    return st;
+    return gs_runner_step(b->run, &io, err);
 }
 
 static void release_all(struct bench *b)
@@ -221,16 +216,10 @@ static enum gs_status bench_open(struct bench *b, const struct opts *o, struct g
     enum gs_status st = gs_model_load(file, &b->model, err);
     if (st)
         return st;
-    struct gs_be_cfg cfg = {.n_threads = (int)o->threads};
-    if ((st = gs_be_init(&b->be, o->backend, &cfg, err)))
+    const struct gs_runner_cfg rc = {.backend = o->backend, .n_threads = (int)o->threads,
+                                     .no_passes = !o->passes};
+    if ((st = gs_runner_new(b->model->graph, &rc, &b->run, err)))
         return st;
-    if (o->passes) {
-        const struct gs_pass *sel[16];
-        size_t n = gs_be_select_passes(&b->be, gs_passes_all, gs_passes_all_len, sel, 16);
-        if ((st = gs_graph_run_passes(b->model->graph, sel, n, err)))
-            return st;
-    }
-    gs_plan_cache_init(&b->cache, &b->be, b->model->graph);
     int64_t max_streams = 1;
     for (int i = 0; i < o->n_streams; i++)
         max_streams = GS_MAX(max_streams, o->streams[i]);
@@ -244,10 +233,7 @@ static enum gs_status bench_open(struct bench *b, const struct opts *o, struct g
     };
     if ((st = gs_kv_pool_new(&pc, &b->pool, err)))
         return st;
-    struct gs_kv_layout l = gs_kv_pool_layout(b->pool);
-    b->kv = (struct gs_kv_view){.base = l.base, .type = o->kv_type, .n_pages = l.n_pages,
-                                .page_tokens = l.page_tokens, .n_layer = l.n_layer,
-                                .kv_dim = l.kv_dim, .page_bytes = l.page_bytes};
+    b->kv = gs_kv_pool_view(b->pool);
     for (int s = 0; s < MAX_STREAMS; s++)
         gs_kv_seq_init(&b->seqs[s]);
     size_t max_step = (size_t)GS_MAX(GS_MAX(o->n_prompt, max_streams), 1);
@@ -268,8 +254,7 @@ static void bench_close(struct bench *b)
         release_all(b);
         gs_kv_pool_free(b->pool);
     }
-    gs_plan_cache_deinit(&b->cache);
-    gs_be_deinit(&b->be);
+    gs_runner_free(b->run);
     gs_model_free(b->model);
     gs_free(b->logits);
     gs_free(b->tokens);

@@ -18,7 +18,7 @@
  */
 #include "engine/validate.h"
 #include "engine/backend.h"
-#include "engine/compile.h"
+#include "engine/runner.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "kvcache/kvcache.h"
@@ -71,10 +71,7 @@ struct opts {
 struct eval {
     struct gs_gguf *file;
     struct gs_model *model;
-    struct gs_be be;
-    bool be_open;
-    struct gs_plan_cache cache;
-    bool cache_init;
+    struct gs_runner *run;
     struct gs_kv_pool *pool;
     struct gs_kv_seq seq;
     int32_t *pos;
@@ -84,14 +81,11 @@ struct eval {
 
 static void eval_close(struct eval *e)
 {
-    if (e->cache_init)
-        gs_plan_cache_deinit(&e->cache);
+    gs_runner_free(e->run);
     if (e->pool) {
         gs_kv_seq_release(e->pool, &e->seq);
         gs_kv_pool_free(e->pool);
     }
-    if (e->be_open)
-        gs_be_deinit(&e->be);
     gs_model_free(e->model);
     gs_gguf_close(e->file);
     gs_free(e->pos);
@@ -109,20 +103,9 @@ static enum gs_status eval_open(struct eval *e, const struct opts *o, const char
         gs_err_prefix(err, "%s", model_path);
         return rc;
     }
-    if ((rc = gs_be_init(&e->be, backend, NULL, err)) != GS_OK)
+    const struct gs_runner_cfg rc_cfg = {.backend = backend, .no_passes = !o->passes};
+    if ((rc = gs_runner_new(e->model->graph, &rc_cfg, &e->run, err)) != GS_OK)
         return rc;
-    e->be_open = true;
-    if (o->passes) {
-        const struct gs_pass *sel[64];
-        size_t n =
-            gs_be_select_passes(&e->be, gs_passes_all, gs_passes_all_len, sel, GS_ARRAY_LEN(sel));
-        if ((rc = gs_graph_run_passes(e->model->graph, sel, n, err)) != GS_OK)
-            return rc;
-    }
-    if ((rc = gs_be_check_graph(&e->be, e->model->graph, err)) != GS_OK)
-        return rc;
-    gs_plan_cache_init(&e->cache, &e->be, e->model->graph);
-    e->cache_init = true;
     struct gs_kv_pool_cfg pc = {
         .n_layer = e->model->hp.n_layer,
         .kv_dim = gs_model_kv_dim(e->model),
@@ -152,16 +135,7 @@ static enum gs_status eval_step(struct eval *e, const int32_t *tokens, uint32_t 
         e->pos[i] = (int32_t)(first + i);
         e->rows[i] = i;
     }
-    struct gs_kv_layout l = gs_kv_pool_layout(e->pool);
-    struct gs_kv_view kv = {
-        .base = l.base,
-        .type = l.elem_bytes == 2 ? GS_TYPE_F16 : GS_TYPE_F32,
-        .n_pages = l.n_pages,
-        .page_tokens = l.page_tokens,
-        .n_layer = l.n_layer,
-        .kv_dim = l.kv_dim,
-        .page_bytes = l.page_bytes,
-    };
+    struct gs_kv_view kv = gs_kv_pool_view(e->pool);
     struct gs_seq_pages sp = {e->seq.pages, e->seq.n_pages};
     struct gs_step_io io = {
         .n_tokens = n,
@@ -175,11 +149,7 @@ static enum gs_status eval_step(struct eval *e, const int32_t *tokens, uint32_t 
         .out_rows = all_rows ? e->rows : &e->rows[n - 1],
         .logits = out,
     };
-    struct gs_plan *plan;
-    enum gs_status rc = gs_plan_cache_get(&e->cache, n, &plan, err);
-    if (rc == GS_OK)
-        rc = gs_be_run(&e->be, plan, &io, err);
-    return rc;
+    return gs_runner_step(e->run, &io, err);
 }
 
 /*

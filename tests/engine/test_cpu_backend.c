@@ -288,12 +288,7 @@ Test(cpu_consistency, scale_softcap_gelu_match_their_formulas)
 
 static void rig_use(struct llama_rig *r, const char *backend)
 {
-    struct gs_err err = {0};
-    gs_plan_cache_deinit(&r->cache);
-    gs_be_deinit(&r->be);
-    struct gs_be_cfg cfg = {.n_threads = getenv("GS_THREADS") ? atoi(getenv("GS_THREADS")) : 0};
-    cr_assert_eq(gs_be_init(&r->be, backend, &cfg, &err), GS_OK, "%s", err.msg);
-    gs_plan_cache_init(&r->cache, &r->be, r->model->graph);
+    llama_rig_use(r, backend, getenv("GS_THREADS") ? atoi(getenv("GS_THREADS")) : 0);
 }
 
 static const char *const prompts[] = {"once-upon-a-time", "the-little-dog", "lily-and-tom",
@@ -498,7 +493,7 @@ Test(cpu_models, failed_compile_leaves_earlier_plans_running)
         struct gs_plan *big;
         cr_assert(n < 1000, "the 512-token compile never succeeded");
         gs_alloc_fail_after(n);
-        st = gs_plan_cache_get(&r.cache, 512, &big, &err);
+        st = gs_plan_cache_get(&r.run->plans, 512, &big, &err);
         gs_alloc_fail_after(-1);
         cr_assert(st == GS_OK || st == GS_NOMEM, "%s", gs_status_str(st));
         r.n_past = 0;

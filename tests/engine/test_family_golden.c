@@ -18,16 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Moves an opened rig onto another backend: the plan cache is rebuilt for it. */
-static void rig_use_backend(struct llama_rig *r, const char *backend)
-{
-    struct gs_err err = {0};
-    gs_plan_cache_deinit(&r->cache);
-    gs_be_deinit(&r->be);
-    cr_assert_eq(gs_be_init(&r->be, backend, NULL, &err), GS_OK, "%s", err.msg);
-    gs_plan_cache_init(&r->cache, &r->be, r->model->graph);
-}
-
 static void check_golden(const char *model, const char *prompt, const char *backend, bool quant)
 {
     char rel[256];
@@ -42,7 +32,7 @@ static void check_golden(const char *model, const char *prompt, const char *back
     struct llama_rig r;
     snprintf(rel, sizeof(rel), "models/arch/%s.gguf", model);
     llama_rig_open(&r, rel, GS_TYPE_F32, true, n_prompt + n_gen + 1);
-    rig_use_backend(&r, backend);
+    llama_rig_use(&r, backend, 0);
     const uint32_t n_vocab = r.model->hp.n_vocab;
     cr_assert_eq(n_vocab, (uint32_t)json_integer_value(json_object_get(j, "n_vocab")));
 

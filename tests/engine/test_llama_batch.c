@@ -110,9 +110,7 @@ static void check_batched(const char *model)
                             .n_outputs = N_SEQ,
                             .out_rows = out_rows,
                             .logits = logits};
-    struct gs_plan *plan;
-    cr_assert_eq(gs_plan_cache_get(&r.cache, n, &plan, &err), GS_OK, "%s", err.msg);
-    cr_assert_eq(gs_be_run(&r.be, plan, &io, &err), GS_OK, "%s", err.msg);
+    cr_assert_eq(gs_runner_step(r.run, &io, &err), GS_OK, "%s", err.msg);
     for (int s = 0; s < N_SEQ; s++)
         n_past[s] = seq_len[s];
 
@@ -139,8 +137,7 @@ static void check_batched(const char *model)
             order[k] = s;
         }
         io.n_tokens = N_SEQ;
-        cr_assert_eq(gs_plan_cache_get(&r.cache, N_SEQ, &plan, &err), GS_OK, "%s", err.msg);
-        cr_assert_eq(gs_be_run(&r.be, plan, &io, &err), GS_OK, "%s", err.msg);
+        cr_assert_eq(gs_runner_step(r.run, &io, &err), GS_OK, "%s", err.msg);
     }
     for (int s = 0; s < N_SEQ; s++)
         gs_kv_seq_release(pool, &seqs[s]);

@@ -14,13 +14,8 @@ void llama_rig_open(struct llama_rig *r, const char *rel_path, enum gs_type kv_t
     memset(r, 0, sizeof(*r));
     cr_assert_eq(gs_gguf_open(gs_test_shared_path(rel_path), &r->file, &err), GS_OK, "%s", err.msg);
     cr_assert_eq(gs_model_load(r->file, &r->model, &err), GS_OK, "%s", err.msg);
-    cr_assert_eq(gs_be_init(&r->be, "ref", NULL, &err), GS_OK, "%s", err.msg);
-    if (passes) {
-        const struct gs_pass *sel[16];
-        size_t n = gs_be_select_passes(&r->be, gs_passes_all, gs_passes_all_len, sel, 16);
-        cr_assert_eq(gs_graph_run_passes(r->model->graph, sel, n, &err), GS_OK, "%s", err.msg);
-    }
-    gs_plan_cache_init(&r->cache, &r->be, r->model->graph);
+    const struct gs_runner_cfg rc = {.backend = "ref", .no_passes = !passes};
+    cr_assert_eq(gs_runner_new(r->model->graph, &rc, &r->run, &err), GS_OK, "%s", err.msg);
     struct gs_kv_pool_cfg pc = {
         .n_layer = r->model->hp.n_layer,
         .kv_dim = gs_model_kv_dim(r->model),
@@ -30,27 +25,25 @@ void llama_rig_open(struct llama_rig *r, const char *rel_path, enum gs_type kv_t
     };
     cr_assert_eq(gs_kv_pool_new(&pc, &r->pool, &err), GS_OK, "%s", err.msg);
     gs_kv_seq_init(&r->seq);
-    struct gs_kv_layout l = gs_kv_pool_layout(r->pool);
-    r->kv = (struct gs_kv_view){
-        .base = l.base,
-        .type = kv_type,
-        .n_pages = l.n_pages,
-        .page_tokens = l.page_tokens,
-        .n_layer = l.n_layer,
-        .kv_dim = l.kv_dim,
-        .page_bytes = l.page_bytes,
-    };
+    r->kv = gs_kv_pool_view(r->pool);
     r->max_tokens = max_tokens;
     r->logits = calloc((size_t)max_tokens * r->model->hp.n_vocab, sizeof(float));
     cr_assert(r->logits);
 }
 
+void llama_rig_use(struct llama_rig *r, const char *name, int n_threads)
+{
+    struct gs_err err = {0};
+    gs_runner_free(r->run);
+    const struct gs_runner_cfg rc = {.backend = name, .n_threads = n_threads, .no_passes = true};
+    cr_assert_eq(gs_runner_new(r->model->graph, &rc, &r->run, &err), GS_OK, "%s", err.msg);
+}
+
 void llama_rig_close(struct llama_rig *r)
 {
-    gs_plan_cache_deinit(&r->cache);
+    gs_runner_free(r->run);
     gs_kv_seq_release(r->pool, &r->seq);
     gs_kv_pool_free(r->pool);
-    gs_be_deinit(&r->be);
     gs_model_free(r->model);
     gs_gguf_close(r->file);
     free(r->logits);
@@ -82,9 +75,7 @@ const float *llama_rig_step(struct llama_rig *r, const int32_t *tokens, uint32_t
         .out_rows = all_logits ? rows : &rows[n - 1],
         .logits = r->logits,
     };
-    struct gs_plan *plan;
-    cr_assert_eq(gs_plan_cache_get(&r->cache, n, &plan, &err), GS_OK, "%s", err.msg);
-    cr_assert_eq(gs_be_run(&r->be, plan, &io, &err), GS_OK, "%s", err.msg);
+    cr_assert_eq(gs_runner_step(r->run, &io, &err), GS_OK, "%s", err.msg);
     r->n_past += n;
     free(pos);
     free(seq);

@@ -1,14 +1,14 @@
 /*
  * tests/engine/test_llama_util.h - a single-sequence rig for the llama suites:
  * opens a model file, builds the graph (optionally rewritten by passes), and
- * runs steps on the ref backend over a paged KV cache. Failures are Criterion
- * assertions.
+ * runs steps through a runner (ref, or another backend with llama_rig_use)
+ * over a paged KV cache. Failures are Criterion assertions.
  */
 #ifndef GS_TEST_LLAMA_UTIL_H
 #define GS_TEST_LLAMA_UTIL_H
 
 #include "engine/backend.h"
-#include "engine/compile.h"
+#include "engine/runner.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "kvcache/kvcache.h"
@@ -18,8 +18,7 @@
 struct llama_rig {
     struct gs_gguf *file;
     struct gs_model *model;
-    struct gs_be be;
-    struct gs_plan_cache cache;
+    struct gs_runner *run;
     struct gs_kv_pool *pool;
     struct gs_kv_seq seq;
     struct gs_kv_view kv;
@@ -32,6 +31,10 @@ struct llama_rig {
 void llama_rig_open(struct llama_rig *r, const char *rel_path, enum gs_type kv_type, bool passes,
                     uint32_t max_tokens);
 void llama_rig_close(struct llama_rig *r);
+
+/* Moves the rig onto backend `name` (n_threads 0: its default), keeping the graph as
+ * the first runner's passes rewrote it. */
+void llama_rig_use(struct llama_rig *r, const char *name, int n_threads);
 
 /* Appends n tokens as one step; all_logits: every row gets logits, else the last.
  * Returns r->logits (row i for token i, or row 0 for the last token). */
