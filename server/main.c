@@ -20,6 +20,7 @@ static const struct command commands[] = {
     {"validate", gs_cmd_validate, "compare a backend's logits with golden logits"},
     {"config", gs_cmd_config, "validate a config file; print the effective config or reference"},
     {"bench", gs_cmd_bench, "measure prompt and generation tokens/s and peak memory"},
+    {"quantize", gs_cmd_quantize, "rewrite a GGUF file with its weight matrices in another type"},
 };
 
 static void print_usage(FILE *f)
