@@ -501,6 +501,30 @@ Test(srv_template, real_gguf_templates_are_recognised)
     }
 }
 
+/* The model families served (Qwen 2.5 and 3, Gemma 2, Phi-3.5): their real templates
+ * (../shared/golden/templates) pick their built-in format. */
+Test(srv_template, family_templates_pick_their_format)
+{
+    static const struct {
+        const char *file;
+        enum gs_srv_tmpl want;
+    } cases[] = {
+        {"golden/templates/Qwen-Qwen2.5-7B-Instruct.json", GS_SRV_TMPL_CHATML},
+        {"golden/templates/Qwen-Qwen3-0.6B.json", GS_SRV_TMPL_CHATML},
+        {"golden/templates/google-gemma-2-2b-it.json", GS_SRV_TMPL_GEMMA},
+        {"golden/templates/microsoft-Phi-3.5-mini-instruct.json", GS_SRV_TMPL_PHI3},
+        {"golden/templates/meta-llama-Llama-3.1-8B-Instruct.json", GS_SRV_TMPL_LLAMA3},
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(cases); i++) {
+        json_t *j = gs_test_load_json(gs_test_shared_path(cases[i].file));
+        const char *jinja = json_string_value(json_object_get(j, "template"));
+        cr_assert(jinja, "%s has no template", cases[i].file);
+        cr_expect_eq(gs_srv_tmpl_detect(jinja), cases[i].want, "%s: %s", cases[i].file,
+                     gs_srv_tmpl_name(gs_srv_tmpl_detect(jinja)));
+        json_decref(j);
+    }
+}
+
 /* ---- stop strings ------------------------------------------------------------------------- */
 
 /* Feeds pieces one at a time and returns everything released. */
