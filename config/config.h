@@ -116,11 +116,14 @@ struct gs_cfg {
     int64_t n_ctx;            /* -c: longest sequence; 0: the model's context length */
     bool prefix_cache;        /* reuse KV pages of identical prompt prefixes */
     enum gs_cfg_chat_template chat_template;
+    struct gs_cfg_strlist served_model_name; /* names requests may use; the first is the id */
+    bool accept_any_model_name;              /* any "model" is this one, never a 404 */
 
     /* HTTP */
     char *host;   /* listen address */
     int64_t port; /* listen port; 0: any free port */
     struct gs_cfg_strlist allowed_hosts; /* (R) Host/Origin names accepted besides localhost */
+    struct gs_cfg_strlist cors_origins;  /* web origins answered with CORS headers */
 
     /* limits */
     uint64_t max_body_bytes;   /* (R) request body cap, 413 above */

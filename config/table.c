@@ -69,6 +69,14 @@ static const struct gs_cfg_opt opts[] = {
      "Reuse the KV pages of identical prompt prefixes across requests."},
     {"chat-template", 0, GS_CFG_ENUM, F(chat_template), g_model, "auto", 0, 0, template_choices,
      0, NULL, "Chat template; auto picks it from the model's tokenizer.chat_template."},
+    {"served-model-name", 0, GS_CFG_LIST, F(served_model_name), g_model, NULL, 0, 0, NULL, 0,
+     NULL,
+     "Name the model is served under; repeat for aliases. Responses carry the first; the "
+     "default is the file name without .gguf."},
+    {"accept-any-model-name", 0, GS_CFG_BOOL, F(accept_any_model_name), g_model, "false", 0, 0,
+     NULL, 0, NULL,
+     "Answer a request whatever model it names, for clients that hard-code one, instead of "
+     "404 model_not_found for a name this server does not serve."},
 
     {"host", 0, GS_CFG_STR, F(host), g_http, "127.0.0.1", 0, 0, NULL, 0, NULL,
      "Address to listen on; 0.0.0.0 or :: listens on every interface."},
@@ -78,6 +86,10 @@ static const struct gs_cfg_opt opts[] = {
      "Host name accepted in Host and Origin headers besides IP literals and localhost "
      "(.example.com: every name under it; *: any); repeat for several. Names are checked when "
      "any is given, or when listening on loopback without API keys (DNS rebinding)."},
+    {"cors-origins", 0, GS_CFG_LIST, F(cors_origins), g_http, NULL, 0, 0, NULL, 0, NULL,
+     "Web origin (scheme://host[:port]) whose pages may call the API from a browser; * for "
+     "any; repeat for several. Their preflight OPTIONS requests are answered, responses to "
+     "them carry Access-Control-Allow-Origin, and their Origin passes the host check."},
 
     {"max-body-bytes", 0, GS_CFG_BYTES, F(max_body_bytes), g_limits, "2MiB", KiB, GiB, NULL, R,
      "bytes", "Largest request body; larger ones get 413."},

@@ -83,6 +83,8 @@ struct gs_srv_req {
     struct MHD_Connection *conn;
     struct gs_srv_conn *hconn; /* NULL if MHD gave none */
     bool close_after;          /* the answer says Connection: close (a refused head) */
+    const char *cors_origin;   /* Access-Control-Allow-Origin for the answer; NULL: none */
+    char origin[256];          /* the request's Origin, when cors_origin echoes it */
     struct gs_srv_req *prev, *next; /* srv->active while the engine works for it */
     bool in_active;
     char id[64];
@@ -150,6 +152,8 @@ struct gs_srv {
     bool listens_on_loopback;     /* the bound address is 127.0.0.0/8 or ::1 */
     struct gs_srv_head_policy head_policy;
     char **allowed_hosts;         /* owned copies behind head_policy */
+    char **cors_origins;          /* owned copies behind head_policy.origins */
+    char **model_aliases;         /* owned copies behind cfg.model.aliases */
 
     struct gs_srv_req *active; /* generation requests with engine work */
     uint32_t n_reqs;           /* HTTP requests alive (any route) */
@@ -187,6 +191,11 @@ void gs_srv__route_allow(const char *path, char *out, size_t cap);
 
 /* http.c: responses and connection control */
 enum MHD_Result gs_srv__respond_json(struct gs_srv_req *r, unsigned status, json_t *body);
+/* The CORS headers of r's answer (none unless its Origin is configured). */
+void gs_srv__cors_headers(const struct gs_srv_req *r, struct MHD_Response *resp);
+/* Whether a request naming model `name` (NULL: none named) is for this server. */
+bool gs_srv__model_name_ok(const struct gs_srv *s, const char *name);
+
 enum MHD_Result gs_srv__respond_text(struct gs_srv_req *r, unsigned status, const char *type,
                                      const char *text, size_t len);
 enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind kind,

@@ -673,6 +673,7 @@ static enum MHD_Result start_stream(struct gs_srv_req *r)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Request-Id", r->id);
+    gs_srv__cors_headers(r, resp);
     if (r->gen.ignored[0])
         MHD_add_response_header(resp, "X-Ignored-Fields", r->gen.ignored);
     r->status = 200;
@@ -708,7 +709,7 @@ enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r)
     snprintf(r->id, sizeof(r->id), "%s-%s", chat ? "chatcmpl" : "cmpl", serial);
     if (st != GS_OK)
         return gs_srv__respond_error(r, gs_srv_err_from_status(st), param, "%s", err.msg);
-    if (r->gen.model && strcmp(r->gen.model, s->cfg.model.id))
+    if (!gs_srv__model_name_ok(s, r->gen.model))
         return gs_srv__respond_error(r, GS_SRV_E_MODEL_NOT_FOUND, "model",
                                      "the model '%s' does not exist; this server serves '%s'",
                                      r->gen.model, s->cfg.model.id);

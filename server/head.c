@@ -78,6 +78,14 @@ static bool ends_with(const char *s, const char *suffix)
     return n >= m && !strcasecmp(s + n - m, suffix);
 }
 
+const char *gs_srv_origin_listed(const char *origin, const struct gs_srv_head_policy *p)
+{
+    for (size_t i = 0; origin && i < p->n_origins; i++)
+        if (!strcmp(p->origins[i], "*") || !strcasecmp(p->origins[i], origin))
+            return p->origins[i];
+    return NULL;
+}
+
 bool gs_srv_host_name_allowed(const char *name, const struct gs_srv_head_policy *p)
 {
     if (is_ip_literal(name))
@@ -216,10 +224,11 @@ bool gs_srv_head_check(const char *method, const char *version, const struct gs_
         if (n_origin > 1)
             return refuse(v, GS_SRV_E_BAD_REQUEST, NULL, "the request has %zu Origin headers",
                           n_origin);
-        if (origin && (!origin_host(origin, buf, sizeof(buf)) || !gs_srv_host_name_allowed(buf, p)))
+        if (origin && !gs_srv_origin_listed(origin, p) &&
+            (!origin_host(origin, buf, sizeof(buf)) || !gs_srv_host_name_allowed(buf, p)))
             return refuse(v, GS_SRV_E_FORBIDDEN, NULL,
-                          "requests from the web origin '%.64s' are not accepted; add its host "
-                          "to --allowed-hosts to accept them",
+                          "requests from the web origin '%.64s' are not accepted; add it to "
+                          "--cors-origins (or its host to --allowed-hosts) to accept them",
                           origin);
     }
 

@@ -43,9 +43,20 @@ static void on_sweep(uv_timer_t *h);
 
 /* ---- responses ---------------------------------------------------------------------------- */
 
+void gs_srv__cors_headers(const struct gs_srv_req *r, struct MHD_Response *resp)
+{
+    if (!r->cors_origin)
+        return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors_origin);
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers",
+                            "X-Request-Id, X-Ignored-Fields, Retry-After");
+    MHD_add_response_header(resp, "Vary", "Origin");
+}
+
 static void add_common_headers(struct gs_srv_req *r, struct MHD_Response *resp, unsigned status)
 {
     MHD_add_response_header(resp, "X-Request-Id", r->id);
+    gs_srv__cors_headers(r, resp);
     if (r->gen.ignored[0])
         MHD_add_response_header(resp, "X-Ignored-Fields", r->gen.ignored);
     if (status == 429 || status == 503)
@@ -283,6 +294,40 @@ static bool head_ok(struct gs_srv_req *r, const char *version, enum MHD_Result *
     return false;
 }
 
+/* OPTIONS: a browser asking whether its page's origin may send a request. Answered
+ * without the API key (browsers send none with a preflight) for a configured origin
+ * on a known path; refused otherwise. */
+static enum MHD_Result preflight(struct gs_srv_req *r, const char *origin)
+{
+    bool known;
+    gs_srv__route_find("GET", r->url, &known);
+    if (!known)
+        return gs_srv__respond_error(r, GS_SRV_E_NOT_FOUND, NULL, "no route for %s", r->url);
+    if (!r->cors_origin)
+        return gs_srv__respond_error(r, GS_SRV_E_FORBIDDEN, NULL,
+                                     origin ? "the web origin '%.64s' is not in --cors-origins"
+                                            : "OPTIONS is answered only for a browser's "
+                                              "preflight from an origin in --cors-origins%.0s",
+                                     origin ? origin : "");
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    char allow[64];
+    gs_srv__route_allow(r->url, allow, sizeof(allow));
+    gs_srv__cors_headers(r, resp);
+    MHD_add_response_header(resp, "X-Request-Id", r->id);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", allow);
+    const char *want = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                   "Access-Control-Request-Headers");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                            want && *want ? want : "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    r->status = 204;
+    enum MHD_Result ret = MHD_queue_response(r->conn, 204, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 /* The first call for a request: head checks, route, auth and the declared body size. */
 static enum MHD_Result on_headers(struct gs_srv_req *r, const char *version)
 {
@@ -291,6 +336,15 @@ static enum MHD_Result on_headers(struct gs_srv_req *r, const char *version)
     enum MHD_Result ret;
     if (!head_ok(r, version, &ret))
         return ret;
+    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    const char *listed = gs_srv_origin_listed(origin, &s->head_policy);
+    if (listed) {
+        /* "*" answers with the request's own origin, so that credentials work too. */
+        snprintf(r->origin, sizeof(r->origin), "%s", origin);
+        r->cors_origin = r->origin;
+    }
+    if (!strcmp(r->method, "OPTIONS"))
+        return preflight(r, origin);
     if (!r->route) {
         gs_srv__route_find(r->method, r->url, &known);
         if (known)
@@ -767,6 +821,37 @@ static enum gs_status set_allowed_hosts(struct gs_srv *s, const struct gs_srv_cf
     return GS_OK;
 }
 
+/* Owned copies of n strings; NULL (and *ok false on no memory) for none. */
+static char **copy_strs(const char *const *v, size_t n, bool *ok)
+{
+    *ok = true;
+    if (!n)
+        return NULL;
+    char **out = gs_calloc(n, sizeof(char *));
+    for (size_t i = 0; out && i < n; i++)
+        if (!(out[i] = gs_strdup(v[i])))
+            *ok = false;
+    *ok = *ok && out;
+    return out;
+}
+
+static void free_strs(char **v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        gs_free(v[i]);
+    gs_free(v);
+}
+
+bool gs_srv__model_name_ok(const struct gs_srv *s, const char *name)
+{
+    if (!name || s->cfg.model.accept_any_name || !strcmp(name, s->cfg.model.id))
+        return true;
+    for (size_t i = 0; i < s->cfg.model.n_aliases; i++)
+        if (!strcmp(name, s->cfg.model.aliases[i]))
+            return true;
+    return false;
+}
+
 static enum gs_status copy_cfg(struct gs_srv *s, const struct gs_srv_cfg *cfg, struct gs_err *err)
 {
     s->cfg = *cfg;
@@ -783,6 +868,15 @@ static enum gs_status copy_cfg(struct gs_srv *s, const struct gs_srv_cfg *cfg, s
     if (set_allowed_hosts(s, cfg, err) != GS_OK)
         return err->code;
     s->cfg.allowed_hosts = NULL; /* s->head_policy has the copies */
+    bool ok_origins, ok_aliases;
+    s->cors_origins = copy_strs(cfg->cors_origins, cfg->n_cors_origins, &ok_origins);
+    s->head_policy.origins = (const char *const *)s->cors_origins;
+    s->head_policy.n_origins = cfg->n_cors_origins;
+    s->cfg.cors_origins = NULL;
+    s->model_aliases = copy_strs(cfg->model.aliases, cfg->model.n_aliases, &ok_aliases);
+    s->cfg.model.aliases = (const char *const *)s->model_aliases;
+    if (!ok_origins || !ok_aliases)
+        return gs_err_set(err, GS_NOMEM, "out of memory");
     s->cfg.chat_template = NULL;
     if (cfg->chat_template) {
         if (gs_srv_tmpl_from_name(cfg->chat_template, &s->tmpl) != GS_OK)
@@ -1034,5 +1128,7 @@ void gs_srv_free(struct gs_srv *s)
     gs_free(s->model_id);
     gs_free(s->key_digests);
     free_allowed_hosts(s);
+    free_strs(s->cors_origins, s->head_policy.n_origins);
+    free_strs(s->model_aliases, s->cfg.model.n_aliases);
     gs_free(s);
 }

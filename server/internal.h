@@ -86,7 +86,14 @@ struct gs_srv_head_policy {
      * under it, "*" for any. Borrowed. */
     const char *const *allowed_hosts;
     size_t n_allowed_hosts;
+    /* Web origins accepted as a whole ("https://app.example"; "*": any) besides those
+     * whose host is allowed: the CORS origins. Borrowed. */
+    const char *const *origins;
+    size_t n_origins;
 };
+
+/* The configured origin (exact, case-insensitive, or "*") that origin matches, or NULL. */
+const char *gs_srv_origin_listed(const char *origin, const struct gs_srv_head_policy *p);
 
 struct gs_srv_head_verdict {
     enum gs_srv_ekind kind; /* BAD_REQUEST (framing, Host syntax), FORBIDDEN, MEDIA_TYPE */

@@ -62,21 +62,32 @@ static json_t *model_json(const struct gs_srv *s)
                      (json_int_t)time(NULL), "owned_by", "graphserve", "meta", meta);
 }
 
+/* One entry per name the model is served under, the id first. */
 static enum MHD_Result models(struct gs_srv_req *r)
 {
-    return gs_srv__respond_json(
-        r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(r->srv)));
+    const struct gs_srv *s = r->srv;
+    json_t *data = json_array();
+    for (size_t i = 0; data && i <= s->cfg.model.n_aliases; i++) {
+        json_t *m = model_json(s);
+        if (m && i > 0)
+            json_object_set_new(m, "id", json_string(s->cfg.model.aliases[i - 1]));
+        json_array_append_new(data, m);
+    }
+    return gs_srv__respond_json(r, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
 }
 
 /* GET /v1/models/{id} */
 static enum MHD_Result model_one(struct gs_srv_req *r)
 {
     const char *id = r->url + strlen("/v1/models/");
-    if (strcmp(id, r->srv->cfg.model.id))
+    if (!gs_srv__model_name_ok(r->srv, id))
         return gs_srv__respond_error(r, GS_SRV_E_MODEL_NOT_FOUND, "model",
                                      "the model '%s' does not exist; this server serves '%s'", id,
                                      r->srv->cfg.model.id);
-    return gs_srv__respond_json(r, 200, model_json(r->srv));
+    json_t *m = model_json(r->srv);
+    if (m)
+        json_object_set_new(m, "id", json_string(id));
+    return gs_srv__respond_json(r, 200, m);
 }
 
 /* The /tokenize answer, once the pool has the ids. */

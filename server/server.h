@@ -66,7 +66,10 @@ struct gs_srv_limits {
 
 /* What the routes need to know about the served model. */
 struct gs_srv_model_info {
-    const char *id;            /* the name clients send as "model" */
+    const char *id;            /* the name clients send as "model"; responses carry it */
+    const char *const *aliases; /* n_aliases more names a request may use */
+    size_t n_aliases;
+    bool accept_any_name;      /* a request naming any model gets this one */
     const struct gs_tok *tok;  /* borrowed; NULL: /tokenize and generation answer 503 */
     const char *chat_template; /* tokenizer.chat_template text, NULL if none */
     uint32_t n_ctx;            /* longest sequence (prompt + output) */
@@ -119,6 +122,10 @@ struct gs_srv_cfg {
      * is not empty, or when the daemon listens on loopback without keys. */
     const char *const *allowed_hosts;
     size_t n_allowed_hosts;
+    /* Web origins ("https://app.example:8443", or "*") whose pages may call the API:
+     * preflights are answered and responses to them carry CORS headers. */
+    const char *const *cors_origins;
+    size_t n_cors_origins;
     size_t n_api_keys;
     uint32_t drain_timeout_ms; /* SIGTERM: time in-flight requests get before "abort" */
     const char *chat_template; /* forced template family name; NULL: from the model */

@@ -205,7 +205,10 @@ static void print_start(const struct serve *sv, const struct gs_srv_cfg *c)
 static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, size_t id_cap)
 {
     const struct gs_cfg *cfg = &sv->cfg;
-    model_id(cfg->model, id, id_cap);
+    if (cfg->served_model_name.n)
+        snprintf(id, id_cap, "%s", cfg->served_model_name.v[0]);
+    else
+        model_id(cfg->model, id, id_cap);
     *c = (struct gs_srv_cfg){
         .host = cfg->host,
         .port = (uint16_t)cfg->port,
@@ -214,6 +217,8 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
         .n_api_keys = cfg->api_key.n,
         .allowed_hosts = (const char *const *)cfg->allowed_hosts.v,
         .n_allowed_hosts = cfg->allowed_hosts.n,
+        .cors_origins = (const char *const *)cfg->cors_origins.v,
+        .n_cors_origins = cfg->cors_origins.n,
         .drain_timeout_ms = (uint32_t)(cfg->drain_timeout_s * 1000),
         .chat_template = cfg->chat_template == GS_CFG_TEMPLATE_AUTO
                              ? NULL
@@ -232,6 +237,11 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
     c->limits.max_tokens = (uint32_t)GS_MIN((uint64_t)cfg->max_tokens, gs_sched_n_ctx(sv->sched));
     c->model = (struct gs_srv_model_info){
         .id = id,
+        .aliases = cfg->served_model_name.n > 1
+                       ? (const char *const *)cfg->served_model_name.v + 1
+                       : NULL,
+        .n_aliases = cfg->served_model_name.n > 1 ? cfg->served_model_name.n - 1 : 0,
+        .accept_any_name = cfg->accept_any_model_name,
         .tok = sv->tok,
         .chat_template = sv->tmpl,
         .n_ctx = gs_sched_n_ctx(sv->sched),

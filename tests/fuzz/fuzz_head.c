@@ -50,7 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         line = next;
     }
     static const char *const allowed[] = {"my.box", ".example.org"};
-    struct gs_srv_head_policy open = {0}, checked = {true, allowed, 2};
+    static const char *const origins[] = {"https://app.example.net"};
+    struct gs_srv_head_policy open = {0}, checked = {true, allowed, 2, origins, 1};
     struct gs_srv_head_verdict v_open, v_checked;
     bool ok_open = gs_srv_head_check(method, version, h, n, &open, &v_open);
     bool ok_checked = gs_srv_head_check(method, version, h, n, &checked, &v_checked);

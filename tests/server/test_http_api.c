@@ -844,3 +844,103 @@ Test(http_api, long_prompt_tokenizes_off_the_loop)
     cr_log_info("%s", out);
     free(out);
 }
+
+/* --cors-origins: a browser's preflight is answered without the key, answers to the
+ * origin carry Access-Control-Allow-Origin (streams too), other origins are refused by
+ * the host check (loopback, no keys) and their preflight too. */
+Test(http_opts, cors_origins_answer_preflights_and_mark_responses, .timeout = 120)
+{
+    struct e2e_daemon c;
+    e2e_start(&c, "--cors-origins http://app.example:3000");
+    struct e2e_resp r;
+    e2e_http(&c, "OPTIONS", "/v1/chat/completions", NULL,
+             "-H 'Origin: http://app.example:3000' -H 'Access-Control-Request-Method: POST' "
+             "-H 'Access-Control-Request-Headers: authorization, content-type'",
+             &r);
+    cr_expect_eq(r.status, 204, "%s", r.body);
+    cr_expect(strstr(r.headers, "access-control-allow-origin: http://app.example:3000"), "%s",
+              r.headers);
+    cr_expect(strstr(r.headers, "access-control-allow-methods: post"), "%s", r.headers);
+    cr_expect(strstr(r.headers, "access-control-allow-headers: authorization, content-type"),
+              "%s", r.headers);
+    e2e_resp_free(&r);
+    e2e_http(&c, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":2}",
+             "-H 'Origin: http://app.example:3000'", &r);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    cr_expect(strstr(r.headers, "access-control-allow-origin: http://app.example:3000"), "%s",
+              r.headers);
+    cr_expect(strstr(r.headers, "vary: origin"), "%s", r.headers);
+    e2e_resp_free(&r);
+    e2e_http(&c, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":2,\"stream\":true}",
+             "-H 'Origin: http://app.example:3000'", &r);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    cr_expect(strstr(r.headers, "access-control-allow-origin: http://app.example:3000"), "%s",
+              r.headers);
+    e2e_resp_free(&r);
+    /* No Origin: no CORS headers. */
+    e2e_http(&c, "GET", "/v1/models", NULL, NULL, &r);
+    cr_expect_eq(r.status, 200);
+    cr_expect_null(strstr(r.headers, "access-control-allow-origin"), "%s", r.headers);
+    e2e_resp_free(&r);
+    /* Another origin: refused, and told what would accept it. */
+    e2e_http(&c, "GET", "/v1/models", NULL, "-H 'Origin: http://evil.example'", &r);
+    cr_expect_eq(r.status, 403, "%s", r.body);
+    cr_expect(strstr(r.body, "--cors-origins"), "%s", r.body);
+    cr_expect_null(strstr(r.headers, "access-control-allow-origin"), "%s", r.headers);
+    e2e_resp_free(&r);
+    e2e_http(&c, "OPTIONS", "/v1/models", NULL, "-H 'Origin: http://evil.example'", &r);
+    cr_expect_eq(r.status, 403, "%s", r.body);
+    e2e_resp_free(&r);
+    cr_expect_eq(e2e_stop(&c), 0);
+}
+
+/* Without --cors-origins an OPTIONS request is refused with an error object. */
+Test(http_api, options_without_cors_is_refused)
+{
+    struct e2e_resp r;
+    e2e_http(&d, "OPTIONS", "/v1/models", NULL, NULL, &r);
+    cr_expect_eq(r.status, 403, "%s", r.body);
+    cr_expect(json_object_get(r.json, "error"), "%s", r.body);
+    e2e_resp_free(&r);
+}
+
+/* --served-model-name: the first name is the id responses carry, every name is
+ * accepted and listed, an unknown one is a 404; --accept-any-model-name takes any. */
+Test(http_opts, served_model_names_and_any_name, .timeout = 120)
+{
+    struct e2e_daemon m;
+    e2e_start(&m, "--served-model-name tiny-story --served-model-name gpt-4o-mini");
+    struct e2e_resp r;
+    e2e_http(&m, "GET", "/v1/models", NULL, NULL, &r);
+    cr_expect_eq(r.status, 200);
+    json_t *data = json_object_get(r.json, "data");
+    cr_assert_eq(json_array_size(data), 2, "%s", r.body);
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(data, 0), "id")),
+                     "tiny-story");
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(data, 1), "id")),
+                     "gpt-4o-mini");
+    e2e_resp_free(&r);
+    e2e_http(&m, "POST", "/v1/completions",
+             "{\"model\":\"gpt-4o-mini\",\"prompt\":\"Once\",\"max_tokens\":2}", NULL, &r);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "model")), "tiny-story");
+    e2e_resp_free(&r);
+    e2e_http(&m, "GET", "/v1/models/gpt-4o-mini", NULL, NULL, &r);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    e2e_resp_free(&r);
+    e2e_http(&m, "POST", "/v1/completions",
+             "{\"model\":\"stories260K\",\"prompt\":\"Once\",\"max_tokens\":2}", NULL, &r);
+    cr_expect_eq(r.status, 404, "the file name is not a name once names are given: %s", r.body);
+    e2e_resp_free(&r);
+    cr_expect_eq(e2e_stop(&m), 0);
+
+    e2e_start(&m, "--accept-any-model-name");
+    e2e_http(&m, "POST", "/v1/chat/completions",
+             "{\"model\":\"claude-whatever\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+             "\"max_tokens\":2}",
+             NULL, &r);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "model")), "stories260K");
+    e2e_resp_free(&r);
+    cr_expect_eq(e2e_stop(&m), 0);
+}
