@@ -90,7 +90,7 @@ static int run_one(const struct opts *o, struct gs_model *m, uint32_t c, struct 
     struct gs_err err;
     uint32_t n_ctx = m->hp.n_ctx_train ? m->hp.n_ctx_train : 2048;
     uint32_t elem = o->kv_type == GS_TYPE_F32 ? 4 : 2;
-    uint64_t per_token = (uint64_t)m->hp.n_layer * 2 * gs_model_kv_dim(m) * elem;
+    uint64_t per_token = (uint64_t)gs_model_kv_layers(m) * 2 * gs_model_kv_dim(m) * elem;
     /* A pool with room for every sequence's prompt and output, rounded up to pages. */
     uint64_t pages = (uint64_t)c * ((o->n_prompt + o->n_gen + 15) / 16 + 1);
     struct gs_sched_cfg cfg = {.backend = o->backend, .kv_type = o->kv_type, .max_seqs = c,

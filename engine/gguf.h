@@ -188,6 +188,9 @@ enum gs_status gs_gguf_w_arr(struct gs_gguf_writer *w, const char *key, enum gs_
                              const void *data, uint64_t n);
 enum gs_status gs_gguf_w_arr_str(struct gs_gguf_writer *w, const char *key,
                                  const char *const *strs, uint64_t n);
+/* Copies a value read from another file (any type, arrays included) under its key,
+ * byte for byte. GS_UNSUPPORTED for a value type the reader does not give, GS_NOMEM. */
+enum gs_status gs_gguf_w_copy_kv(struct gs_gguf_writer *w, const struct gs_gguf_kv *kv);
 /* Strings with explicit lengths (may contain NUL bytes). */
 enum gs_status gs_gguf_w_arr_strn(struct gs_gguf_writer *w, const char *key,
                                   const char *const *strs, const uint64_t *lens, uint64_t n);

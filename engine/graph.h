@@ -92,7 +92,21 @@
     X(MATMUL_SWIGLU, "matmul_swiglu", 3, 0)                                                        \
     /* each head_dim slice of x [n_head * head_dim x R] over its own rms, times w [head_dim]:  */  \
     /* the per-head q and k norms of Qwen3 and Gemma 3                                         */  \
-    X(RMS_NORM_HEADS, "rms_norm_heads", 2, GS_OPF_ELEMWISE)
+    X(RMS_NORM_HEADS, "rms_norm_heads", 2, GS_OPF_ELEMWISE)                                        \
+    /* Gemma 3n. cols: elements [off, off + n) of every row -> [n x R]                         */  \
+    X(COLS, "cols", 1, 0)                                                                          \
+    /* rows of the 2 to 4 sources side by side -> [sum of widths x R]                          */  \
+    X(CONCAT, "concat", 2, 0)                                                                      \
+    /* AltUp predict: src0 m streams [m*n x R], src1 coefficients [m*m x R]; stream j becomes  */  \
+    /* s_j + sum_k c[j*m + k] s_k                                                              */  \
+    X(ALTUP_PREDICT, "altup_predict", 2, 0)                                                        \
+    /* AltUp correct: src0 predictions [m*n x R], src1 the active stream after the block [n],  */  \
+    /* src2 coefficients [m]: stream j becomes p_j + (c_j + 1) (a - p_active)                  */  \
+    X(ALTUP_CORRECT, "altup_correct", 3, 0)                                                        \
+    /* x * |ref| / |x| per row (|v| the L2 norm): x given ref's magnitude                      */  \
+    X(MAG_MATCH, "mag_match", 2, 0)                                                                \
+    /* relu(x - (mean + k * std)) per row, std with n - 1: Gemma 3n's Gaussian top-k           */  \
+    X(GAUSS_TOPK, "gauss_topk", 1, 0)
 
 enum gs_op_flags {
     GS_OPF_LEAF = 1 << 0,     /* no sources, no computation */
@@ -171,6 +185,15 @@ struct gs_softmax_params {
     float softcap; /* 0: none */
 };
 
+struct gs_cols_params {
+    int32_t off; /* COLS: first element taken */
+};
+
+struct gs_altup_params {
+    int32_t n_streams; /* m */
+    int32_t active;    /* ALTUP_CORRECT: the stream the block ran on */
+};
+
 struct gs_norm_heads_params {
     float eps; /* first, so that p.eps reads it as for the other norms */
     int32_t head_dim;
@@ -182,6 +205,9 @@ union gs_node_params {
     float scale;   /* SCALE */
     float softcap; /* SOFTCAP: > 0 */
     enum gs_glu_act glu_act; /* SWIGLU, SWIGLU_QUANT, MATMUL_SWIGLU */
+    struct gs_cols_params cols;
+    struct gs_altup_params altup; /* ALTUP_PREDICT, ALTUP_CORRECT */
+    float topk_k;                 /* GAUSS_TOPK: std multiplier */
     struct gs_rope_params rope;
     struct gs_attn_params attn; /* KV_STORE (layer, n_head_kv, head_dim), ATTN */
     struct gs_softmax_params softmax;
@@ -263,6 +289,15 @@ uint32_t gs_graph_matmul_swiglu(struct gs_graph *g, uint32_t x, uint32_t w_gate,
 /* act(x @ w_gate) * (x @ w_up). */
 uint32_t gs_graph_matmul_glu(struct gs_graph *g, uint32_t x, uint32_t w_gate, uint32_t w_up,
                              enum gs_glu_act act);
+/* Gemma 3n's ops (see the table above). */
+uint32_t gs_graph_cols(struct gs_graph *g, uint32_t x, int64_t off, int64_t n);
+uint32_t gs_graph_concat(struct gs_graph *g, const uint32_t *xs, int n);
+uint32_t gs_graph_altup_predict(struct gs_graph *g, uint32_t streams, uint32_t coefs,
+                                int32_t n_streams);
+uint32_t gs_graph_altup_correct(struct gs_graph *g, uint32_t predictions, uint32_t activated,
+                                uint32_t coefs, int32_t n_streams, int32_t active);
+uint32_t gs_graph_mag_match(struct gs_graph *g, uint32_t x, uint32_t ref);
+uint32_t gs_graph_gauss_topk(struct gs_graph *g, uint32_t x, float k);
 uint32_t gs_graph_outputs(struct gs_graph *g, uint32_t x);
 uint32_t gs_graph_logits(struct gs_graph *g, uint32_t x);
 

@@ -9,7 +9,8 @@
  * differs from Llama's, and engine/models/decoder.c builds the graph from it.
  * Supported: `llama` (Llama 2/3, TinyLlama, SmolLM/SmolLM2, Mistral without
  * sliding window), `qwen2` (Qwen2, Qwen2.5), `qwen3` (Qwen3 dense), `phi3` (Phi-3,
- * Phi-3.5 mini), `gemma2` (Gemma 2) and `gemma3` (Gemma 3 text).
+ * Phi-3.5 mini), `gemma2` (Gemma 2), `gemma3` (Gemma 3 text) and `gemma3n` (Gemma 3n
+ * text, its own builder: engine/models/gemma3n.c).
  *
  * Every hyperparameter and every tensor shape is checked before a graph is
  * built: missing or inconsistent metadata (heads not dividing n_embd, kv heads
@@ -32,10 +33,11 @@ struct gs_model_hparams {
     uint32_t n_ctx_train; /* <arch>.context_length (0 when absent) */
     uint32_t n_embd;
     uint32_t n_layer;
+    uint32_t n_layer_kv; /* the first n_layer_kv layers own a KV cache; the rest share one */
     uint32_t n_head;
     uint32_t n_head_kv;
     uint32_t head_dim; /* <arch>.attention.key_length, default n_embd / n_head */
-    uint32_t n_ff;
+    uint32_t n_ff; /* the widest layer's when feed_forward_length is per layer (n_ff_layer) */
     uint32_t n_rot; /* <arch>.rope.dimension_count, default head_dim */
     float rms_eps;
     float rope_freq_base;  /* default 10000 */
@@ -62,6 +64,9 @@ struct gs_model {
     struct gs_model_hparams hp;
     struct gs_graph *graph;     /* owned; before any pass */
     const struct gs_gguf *file; /* borrowed */
+    uint32_t *n_ff_layer;       /* [n_layer] when the file gives a width per layer; owned */
+    float *ones;                /* owned constants behind weightless norms (Gemma 3n's V norm) */
+    int64_t n_ones;
 };
 
 /*
@@ -76,6 +81,12 @@ void gs_model_free(struct gs_model *m); /* NULL is a no-op */
 static inline bool gs_model_layer_slides(const struct gs_model_hparams *hp, uint32_t l)
 {
     return hp->swa_window > 0 && l % hp->swa_period < hp->swa_period - 1;
+}
+
+/* Layers that own KV pages: what a KV pool must hold (n_layer but for Gemma 3n). */
+static inline uint32_t gs_model_kv_layers(const struct gs_model *m)
+{
+    return m->hp.n_layer_kv;
 }
 
 /* KV elements per token per layer for K (and for V): n_head_kv * head_dim. */
@@ -95,6 +106,7 @@ enum gs_status gs_model_build_phi3(struct gs_model *m, struct gs_err *err);
 enum gs_status gs_model_build_qwen3(struct gs_model *m, struct gs_err *err);
 enum gs_status gs_model_build_gemma2(struct gs_model *m, struct gs_err *err);
 enum gs_status gs_model_build_gemma3(struct gs_model *m, struct gs_err *err);
+enum gs_status gs_model_build_gemma3n(struct gs_model *m, struct gs_err *err);
 
 /* The gate's activation in the feed-forward: silu (SwiGLU) or gelu, tanh form (GeGLU). */
 enum gs_ffn_act { GS_FFN_SILU = 0, GS_FFN_GELU };
@@ -145,7 +157,14 @@ struct gs_block_desc {
     /* At this block count the query scale is 1/sqrt(n_embd / n_head) instead of
      * 1/sqrt(head_dim): the 27B Gemmas, as their reference code has it. 0: never. */
     uint32_t query_scale_wide_n_layer;
+    float query_scale; /* the query scale itself (Gemma 3n: 1); 0: the rule above */
 };
+
+/* Reads and checks the hyperparameters every family shares and the description's
+ * variants into m->hp (a builder that is not the shared decoder starts with it).
+ * feed_forward_length may be one width per layer (m->n_ff_layer). */
+enum gs_status gs_model_read_hparams(struct gs_model *m, const struct gs_block_desc *d,
+                                     struct gs_err *err);
 
 /* Builds the shared decoder with a family's description (engine/models/decoder.c). */
 enum gs_status gs_model_build_decoder(struct gs_model *m, const struct gs_block_desc *d,
@@ -167,6 +186,16 @@ enum gs_status gs_model_weight(struct gs_model *m, const char *name, int64_t ne0
  */
 enum gs_status gs_model_weight_rows(struct gs_model *m, const char *name, int64_t ne0, int64_t ne1,
                                     int64_t row0, int64_t n_rows, uint32_t *id, struct gs_err *err);
+
+/* Matrix i of the stacked weight `name` [ne0 x ne1 x n_mat] as a weight node of its
+ * own [ne0 x ne1] (a view of the file's bytes). */
+enum gs_status gs_model_weight_stacked(struct gs_model *m, const char *name, int64_t ne0,
+                                       int64_t ne1, int64_t n_mat, int64_t i, uint32_t *id,
+                                       struct gs_err *err);
+
+/* A weight node of n ones (F32), owned by the model: a norm without a weight. Every
+ * call must ask for the same n (one buffer serves them all). */
+uint32_t gs_model_ones(struct gs_model *m, int64_t n);
 
 /* Whether general.architecture value arch has a builder. */
 bool gs_model_arch_supported(const char *arch, size_t len);

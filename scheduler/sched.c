@@ -265,7 +265,7 @@ static enum gs_status make_pool(struct gs_sched *s, struct gs_err *err)
     const struct gs_model *m = s->model;
     uint32_t elem = s->cfg.kv_type == GS_TYPE_F32 ? 4 : 2;
     uint32_t pt = s->cfg.page_tokens;
-    uint64_t page_bytes = (uint64_t)m->hp.n_layer * 2 * pt * gs_model_kv_dim(m) * elem;
+    uint64_t page_bytes = (uint64_t)gs_model_kv_layers(m) * 2 * pt * gs_model_kv_dim(m) * elem;
     s->kv.page_tokens = pt; /* pages_for() needs it before the pool exists */
     /* A file's context_length is whatever its writer put there (2^32-1 has
      * been seen). One sequence of it must fit in the memory there is: a
@@ -294,7 +294,7 @@ static enum gs_status make_pool(struct gs_sched *s, struct gs_err *err)
         n_pages = min_pages;
     if (n_pages >= GS_KV_PAGE_NONE)
         n_pages = GS_KV_PAGE_NONE - 1;
-    struct gs_kv_pool_cfg pc = {.n_layer = m->hp.n_layer, .kv_dim = gs_model_kv_dim(m),
+    struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(m), .kv_dim = gs_model_kv_dim(m),
                                 .elem_bytes = elem, .page_tokens = pt,
                                 .n_pages = (uint32_t)n_pages};
     enum gs_status rc = gs_kv_pool_new(&pc, &s->pool, err);
@@ -801,7 +801,7 @@ static void validate_step(struct gs_sched *s)
     uint32_t end = j->n_prompt - 1 + j->n_served; /* positions [0, end) are evaluated */
     if (!j->pool) {
         /* F32 K/V: the reference numerics, whatever the serving cache uses */
-        struct gs_kv_pool_cfg pc = {.n_layer = s->model->hp.n_layer,
+        struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(s->model),
                                     .kv_dim = gs_model_kv_dim(s->model), .elem_bytes = 4,
                                     .page_tokens = page_tokens(s),
                                     .n_pages = pages_for(s, end) + 1};

@@ -177,6 +177,130 @@ static void k_rms_norm(struct run *r, int chunk, int n_chunks, int thread)
     }
 }
 
+/* ---- Gemma 3n's row ops: rows shared out, each row from the same rows of its sources ---- */
+
+static void rows_of_chunk(const struct run *r, int chunk, int n_chunks, int64_t *i0, int64_t *i1)
+{
+    gs_cpu_split(gs_step_rows(r->n, r->io), 1, chunk, n_chunks, i0, i1);
+}
+
+static void k_cols(struct run *r, int chunk, int n_chunks, int thread)
+{
+    (void)thread;
+    const struct gs_node *n = r->n;
+    const int64_t w = r->g->nodes[n->src[0]].ne[0], ne0 = n->ne[0];
+    const float *x = value(r, n->src[0]) + n->p.cols.off;
+    int64_t i0, i1;
+    rows_of_chunk(r, chunk, n_chunks, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++)
+        memcpy(r->out + i * ne0, x + i * w, (size_t)ne0 * sizeof(float));
+}
+
+static void k_concat(struct run *r, int chunk, int n_chunks, int thread)
+{
+    (void)thread;
+    const struct gs_node *n = r->n;
+    const int64_t ne0 = n->ne[0];
+    int64_t i0, i1;
+    rows_of_chunk(r, chunk, n_chunks, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t at = 0;
+        for (uint32_t k = 0; k < n->n_src; k++) {
+            const int64_t w = r->g->nodes[n->src[k]].ne[0];
+            memcpy(r->out + i * ne0 + at, value(r, n->src[k]) + i * w, (size_t)w * sizeof(float));
+            at += w;
+        }
+    }
+}
+
+/* out_j = s_j + sum_k c[j m + k] s_k, stream by stream: each pass is an axpy the
+ * compiler vectorises. */
+static void k_altup_predict(struct run *r, int chunk, int n_chunks, int thread)
+{
+    (void)thread;
+    const struct gs_node *n = r->n;
+    const int64_t ne0 = n->ne[0], m = n->p.altup.n_streams, w = ne0 / m;
+    const float *s = value(r, n->src[0]), *c = value(r, n->src[1]);
+    int64_t i0, i1;
+    rows_of_chunk(r, chunk, n_chunks, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = 0; j < m; j++) {
+            float *o = r->out + i * ne0 + j * w;
+            memcpy(o, s + i * ne0 + j * w, (size_t)w * sizeof(float));
+            for (int64_t k = 0; k < m; k++) {
+                const float ck = c[i * m * m + j * m + k];
+                const float *sk = s + i * ne0 + k * w;
+                for (int64_t e = 0; e < w; e++)
+                    o[e] += ck * sk[e];
+            }
+        }
+}
+
+static void k_altup_correct(struct run *r, int chunk, int n_chunks, int thread)
+{
+    (void)thread;
+    const struct gs_node *n = r->n;
+    const int64_t ne0 = n->ne[0], m = n->p.altup.n_streams, w = ne0 / m;
+    const int64_t act = n->p.altup.active;
+    const float *p = value(r, n->src[0]), *a = value(r, n->src[1]), *c = value(r, n->src[2]);
+    int64_t i0, i1;
+    rows_of_chunk(r, chunk, n_chunks, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++) {
+        const float *pa = p + i * ne0 + act * w, *ai = a + i * w;
+        for (int64_t j = 0; j < m; j++) {
+            const float f = c[i * m + j] + 1.0f;
+            const float *pj = p + i * ne0 + j * w;
+            float *o = r->out + i * ne0 + j * w;
+            for (int64_t e = 0; e < w; e++)
+                o[e] = pj[e] + f * (ai[e] - pa[e]);
+        }
+    }
+}
+
+static void k_mag_match(struct run *r, int chunk, int n_chunks, int thread)
+{
+    (void)thread;
+    const struct gs_node *n = r->n;
+    const int64_t ne0 = n->ne[0], wr = r->g->nodes[n->src[1]].ne[0];
+    const float *x = value(r, n->src[0]), *ref = value(r, n->src[1]);
+    int64_t i0, i1;
+    rows_of_chunk(r, chunk, n_chunks, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++) {
+        const float *xr = x + i * ne0, *rr = ref + i * wr;
+        float sx = 0, sr = 0;
+        for (int64_t j = 0; j < ne0; j++)
+            sx += xr[j] * xr[j];
+        for (int64_t j = 0; j < wr; j++)
+            sr += rr[j] * rr[j];
+        const float f = sqrtf(sr) / sqrtf(sx);
+        for (int64_t j = 0; j < ne0; j++)
+            r->out[i * ne0 + j] = xr[j] * f;
+    }
+}
+
+static void k_gauss_topk(struct run *r, int chunk, int n_chunks, int thread)
+{
+    (void)thread;
+    const struct gs_node *n = r->n;
+    const int64_t ne0 = n->ne[0];
+    const float *x = value(r, n->src[0]);
+    int64_t i0, i1;
+    rows_of_chunk(r, chunk, n_chunks, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++) {
+        const float *xr = x + i * ne0;
+        float *o = r->out + i * ne0;
+        float sum = 0, sq = 0;
+        for (int64_t j = 0; j < ne0; j++)
+            sum += xr[j];
+        const float mean = sum / (float)ne0;
+        for (int64_t j = 0; j < ne0; j++)
+            sq += (xr[j] - mean) * (xr[j] - mean);
+        const float cutoff = mean + n->p.topk_k * sqrtf(sq / (float)(ne0 - 1));
+        for (int64_t j = 0; j < ne0; j++)
+            o[j] = xr[j] > cutoff ? xr[j] - cutoff : 0.0f;
+    }
+}
+
 /* RMS_NORM_HEADS: rows shared out; each head's slice over its own rms, times w. */
 static void k_rms_norm_heads(struct run *r, int chunk, int n_chunks, int thread)
 {
@@ -255,6 +379,12 @@ static void elementwise_span(const struct run *r, int64_t i, int64_t j0, int64_t
     case GS_OP_RMS_NORM_QUANT:
     case GS_OP_SWIGLU_QUANT:
     case GS_OP_MATMUL_SWIGLU:
+    case GS_OP_COLS:
+    case GS_OP_CONCAT:
+    case GS_OP_ALTUP_PREDICT:
+    case GS_OP_ALTUP_CORRECT:
+    case GS_OP_MAG_MATCH:
+    case GS_OP_GAUSS_TOPK:
     case GS_OP_COUNT:
         (void)GS_NEVER(true);
         for (int64_t j = j0; j < j1; j++)
@@ -787,6 +917,12 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_OUTPUTS] = k_outputs,
     [GS_OP_LOGITS] = k_logits,
     [GS_OP_RMS_NORM_HEADS] = k_rms_norm_heads,
+    [GS_OP_COLS] = k_cols,
+    [GS_OP_CONCAT] = k_concat,
+    [GS_OP_ALTUP_PREDICT] = k_altup_predict,
+    [GS_OP_ALTUP_CORRECT] = k_altup_correct,
+    [GS_OP_MAG_MATCH] = k_mag_match,
+    [GS_OP_GAUSS_TOPK] = k_gauss_topk,
 };
 
 /* ---- backend table ------------------------------------------------------------------ */

@@ -206,15 +206,112 @@ static void k_rms_norm_heads(const struct run *r, const struct gs_node *n, float
         }
 }
 
+/* ---- Gemma 3n's row ops: each output row from the same rows of its sources ---- */
+
+static void k_cols(const struct run *r, const struct gs_node *n, float *out)
+{
+    const int64_t w = r->g->nodes[n->src[0]].ne[0], ne0 = n->ne[0], rows = gs_step_rows(n, r->io);
+    const float *x = value(r, n->src[0]) + n->p.cols.off;
+    for (int64_t i = 0; i < rows; i++)
+        memcpy(out + i * ne0, x + i * w, (size_t)ne0 * sizeof(float));
+}
+
+static void k_concat(const struct run *r, const struct gs_node *n, float *out)
+{
+    const int64_t ne0 = n->ne[0], rows = gs_step_rows(n, r->io);
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t at = 0;
+        for (uint32_t k = 0; k < n->n_src; k++) {
+            const int64_t w = r->g->nodes[n->src[k]].ne[0];
+            memcpy(out + i * ne0 + at, value(r, n->src[k]) + i * w, (size_t)w * sizeof(float));
+            at += w;
+        }
+    }
+}
+
+static void k_altup_predict(const struct run *r, const struct gs_node *n, float *out)
+{
+    const int64_t ne0 = n->ne[0], rows = gs_step_rows(n, r->io), m = n->p.altup.n_streams;
+    const int64_t w = ne0 / m;
+    const float *s = value(r, n->src[0]), *c = value(r, n->src[1]);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < m; j++)
+            for (int64_t e = 0; e < w; e++) {
+                double acc = s[i * ne0 + j * w + e];
+                for (int64_t k = 0; k < m; k++)
+                    acc += (double)c[i * m * m + j * m + k] * s[i * ne0 + k * w + e];
+                out[i * ne0 + j * w + e] = (float)acc;
+            }
+}
+
+static void k_altup_correct(const struct run *r, const struct gs_node *n, float *out)
+{
+    const int64_t ne0 = n->ne[0], rows = gs_step_rows(n, r->io), m = n->p.altup.n_streams;
+    const int64_t w = ne0 / m, act = n->p.altup.active;
+    const float *p = value(r, n->src[0]), *a = value(r, n->src[1]), *c = value(r, n->src[2]);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < m; j++)
+            for (int64_t e = 0; e < w; e++) {
+                const float innovation = a[i * w + e] - p[i * ne0 + act * w + e];
+                out[i * ne0 + j * w + e] =
+                    p[i * ne0 + j * w + e] + (c[i * m + j] + 1.0f) * innovation;
+            }
+}
+
+static void k_mag_match(const struct run *r, const struct gs_node *n, float *out)
+{
+    const int64_t ne0 = n->ne[0], rows = gs_step_rows(n, r->io);
+    const int64_t wr = r->g->nodes[n->src[1]].ne[0];
+    const float *x = value(r, n->src[0]), *ref = value(r, n->src[1]);
+    for (int64_t i = 0; i < rows; i++) {
+        double sx = 0, sr = 0;
+        for (int64_t j = 0; j < ne0; j++)
+            sx += (double)x[i * ne0 + j] * x[i * ne0 + j];
+        for (int64_t j = 0; j < wr; j++)
+            sr += (double)ref[i * wr + j] * ref[i * wr + j];
+        const float f = (float)(sqrt(sr) / sqrt(sx));
+        for (int64_t j = 0; j < ne0; j++)
+            out[i * ne0 + j] = x[i * ne0 + j] * f;
+    }
+}
+
+static void k_gauss_topk(const struct run *r, const struct gs_node *n, float *out)
+{
+    const int64_t ne0 = n->ne[0], rows = gs_step_rows(n, r->io);
+    const float *x = value(r, n->src[0]);
+    for (int64_t i = 0; i < rows; i++) {
+        const float *xr = x + i * ne0;
+        double sum = 0, sq = 0;
+        for (int64_t j = 0; j < ne0; j++)
+            sum += xr[j];
+        const double mean = sum / (double)ne0;
+        for (int64_t j = 0; j < ne0; j++)
+            sq += (xr[j] - mean) * (xr[j] - mean);
+        const float cutoff = (float)(mean + n->p.topk_k * sqrt(sq / (double)(ne0 - 1)));
+        for (int64_t j = 0; j < ne0; j++)
+            out[i * ne0 + j] = xr[j] > cutoff ? xr[j] - cutoff : 0.0f;
+    }
+}
+
 static float silu(float x)
 {
     return x / (1.0f + expf(-x));
 }
 
+/* GELU, tanh form, as ggml's CPU backend computes it and so as llama.cpp's outputs
+ * hold it: a table over f16 inputs, so the input and the result are rounded to f16,
+ * with 0 below -10 and x above 10. (The exact function moves Gemma 3n's logits to a
+ * Pearson of 0.9996 against llama.cpp's; this form matches them to 1e-6.) */
 static float gelu(float x)
 {
-    const float c = 0.7978845608028654f; /* sqrt(2 / pi), tanh approximation */
-    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    if (x <= -10.0f)
+        return 0.0f;
+    if (x >= 10.0f)
+        return x;
+    const float h = gs_fp16_to_f32(gs_f32_to_fp16(x));
+    const float y = 0.5f * h * (1.0f + tanhf(c * h * (1.0f + 0.044715f * h * h)));
+    return gs_fp16_to_f32(gs_f32_to_fp16(y));
 }
 
 /* MUL, ADD, SWIGLU, SILU, GELU, SCALE, SOFTCAP: row-local elementwise ops; SWIGLU_QUANT's
@@ -274,6 +371,12 @@ static void k_elementwise(const struct run *r, const struct gs_node *n, float *o
             case GS_OP_LOGITS:
             case GS_OP_RMS_NORM_QUANT:
             case GS_OP_MATMUL_SWIGLU:
+            case GS_OP_COLS:
+            case GS_OP_CONCAT:
+            case GS_OP_ALTUP_PREDICT:
+            case GS_OP_ALTUP_CORRECT:
+            case GS_OP_MAG_MATCH:
+            case GS_OP_GAUSS_TOPK:
             case GS_OP_COUNT:
                 (void)GS_NEVER(true);
                 break;
@@ -560,6 +663,9 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_LOGITS] = k_logits,     [GS_OP_RMS_NORM_QUANT] = k_rms_norm,
     [GS_OP_SWIGLU_QUANT] = k_elementwise, [GS_OP_MATMUL_SWIGLU] = k_matmul_swiglu,
     [GS_OP_RMS_NORM_HEADS] = k_rms_norm_heads,
+    [GS_OP_COLS] = k_cols,         [GS_OP_CONCAT] = k_concat,     [GS_OP_ALTUP_PREDICT] = k_altup_predict,
+    [GS_OP_ALTUP_CORRECT] = k_altup_correct, [GS_OP_MAG_MATCH] = k_mag_match,
+    [GS_OP_GAUSS_TOPK] = k_gauss_topk,
 };
 
 static enum gs_status ref_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,

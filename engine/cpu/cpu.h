@@ -180,9 +180,10 @@ void gs_cpu_round_f16(float *x, int64_t n);
  */
 /* o[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i]; u NULL: silu alone. */
 void gs_cpu_swiglu(float *o, const float *g, const float *u, int64_t n);
-/* o[i] = gelu(g[i]) * u[i], gelu in its tanh form; u NULL: gelu alone. The SIMD
- * versions use 0.5 (1 + tanh y) = 1 / (1 + e^-2y): gelu is silu's formula with
- * e^-2y for e^-x. */
+/* o[i] = gelu(g[i]) * u[i], gelu in its tanh form as ggml's CPU backend computes it
+ * (a table over f16 inputs: input and result rounded to f16, 0 below -10, g above 10),
+ * which llama.cpp's outputs hold; u NULL: gelu alone. The SIMD versions use
+ * 0.5 (1 + tanh y) = 1 / (1 + e^-2y): gelu is silu's formula with e^-2y for e^-x. */
 void gs_cpu_geglu(float *o, const float *g, const float *u, int64_t n);
 /* The swiglu op family's join: silu or gelu by act. */
 static inline void gs_cpu_glu(int act_gelu, float *o, const float *g, const float *u, int64_t n)

@@ -238,12 +238,21 @@ static void swiglu(float *o, const float *g, const float *u, int64_t n)
         o[i] = g[i] / (1.0f + expf(-g[i])) * (u ? u[i] : 1.0f);
 }
 
+/* gelu as ggml's CPU backend has it (see cpu.h): f16 input and result. */
 static void geglu(float *o, const float *g, const float *u, int64_t n)
 {
     const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
     for (int64_t i = 0; i < n; i++) {
         const float x = g[i];
-        o[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * (u ? u[i] : 1.0f);
+        float y = x;
+        if (x <= -10.0f) {
+            y = 0.0f;
+        } else if (x < 10.0f) {
+            const float h = gs_fp16_to_f32(gs_f32_to_fp16(x));
+            y = gs_fp16_to_f32(
+                gs_f32_to_fp16(0.5f * h * (1.0f + tanhf(c * h * (1.0f + 0.044715f * h * h)))));
+        }
+        o[i] = y * (u ? u[i] : 1.0f);
     }
 }
 

@@ -1801,26 +1801,42 @@ static void vh_swiglu(float *o, const float *g, const float *u, int64_t n)
         o[i] = g[i] / (1.0f + expf(-g[i])) * (u ? u[i] : 1.0f);
 }
 
-/* gelu(x) = x / (1 + e^-2y), y = sqrt(2/pi) (x + 0.044715 x^3): the silu loop with
- * e^-2y. Far below zero e^-2y saturates at e^88 and x / 1.7e38 is 0 to a float. */
+/* gelu(h) = h / (1 + e^-2y), y = sqrt(2/pi) (h + 0.044715 h^3): the silu loop with
+ * e^-2y, on h = x rounded to f16 and with the result rounded to f16 (cpu.h says why);
+ * x <= -10 gives 0 and x >= 10 gives x. */
+static inline __m256 round_f16_ps(__m256 x)
+{
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
 static void vh_geglu(float *o, const float *g, const float *u, int64_t n)
 {
-    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 one = _mm256_set1_ps(1.0f), lo = _mm256_set1_ps(-10.0f);
+    const __m256 hi = _mm256_set1_ps(10.0f);
     const __m256 k1 = _mm256_set1_ps(-1.5957691216057308f); /* -2 sqrt(2/pi) */
     const __m256 k3 = _mm256_set1_ps(-0.0713548162726009f); /* that times 0.044715 */
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        const __m256 x = _mm256_loadu_ps(g + i);
-        const __m256 z = _mm256_mul_ps(x, _mm256_fmadd_ps(k3, _mm256_mul_ps(x, x), k1));
-        __m256 y = _mm256_div_ps(x, _mm256_add_ps(one, exp_ps(z)));
+        const __m256 x = _mm256_loadu_ps(g + i), h = round_f16_ps(x);
+        const __m256 z = _mm256_mul_ps(h, _mm256_fmadd_ps(k3, _mm256_mul_ps(h, h), k1));
+        __m256 y = round_f16_ps(_mm256_div_ps(h, _mm256_add_ps(one, exp_ps(z))));
+        y = _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
+        y = _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LE_OQ), y);
         if (u)
             y = _mm256_mul_ps(y, _mm256_loadu_ps(u + i));
         _mm256_storeu_ps(o + i, y);
     }
     for (; i < n; i++) {
         const float x = g[i];
-        o[i] = x / (1.0f + expf(-1.5957691216057308f * (x + 0.044715f * x * x * x))) *
-               (u ? u[i] : 1.0f);
+        float y = x;
+        if (x <= -10.0f) {
+            y = 0.0f;
+        } else if (x < 10.0f) {
+            const float h = gs_fp16_to_f32(gs_f32_to_fp16(x));
+            y = gs_fp16_to_f32(gs_f32_to_fp16(
+                h / (1.0f + expf(-1.5957691216057308f * (h + 0.044715f * h * h * h)))));
+        }
+        o[i] = y * (u ? u[i] : 1.0f);
     }
 }
 

@@ -189,6 +189,44 @@ enum gs_status gs_gguf_w_arr_strn(struct gs_gguf_writer *w, const char *key,
     return kv_done(w);
 }
 
+enum gs_status gs_gguf_w_copy_kv(struct gs_gguf_writer *w, const struct gs_gguf_kv *kv)
+{
+    buf_strn(&w->kv, kv->key.data, kv->key.len);
+    buf_u32(&w->kv, (uint32_t)kv->type);
+    if (kv->type == GS_GGUF_STRING) {
+        buf_strn(&w->kv, kv->v.str.data, kv->v.str.len);
+    } else if (kv->type == GS_GGUF_ARRAY) {
+        buf_u32(&w->kv, (uint32_t)kv->v.arr.type);
+        buf_u64(&w->kv, kv->v.arr.n);
+        if (kv->v.arr.type == GS_GGUF_STRING) {
+            for (uint64_t i = 0; i < kv->v.arr.n; i++)
+                buf_strn(&w->kv, kv->v.arr.strs[i].data, kv->v.arr.strs[i].len);
+        } else {
+            /* the reader keeps scalar elements packed as the file had them */
+            const size_t size = gs_gguf_vtype_size(kv->v.arr.type);
+            if (!size || kv->v.arr.n > SIZE_MAX / size)
+                return GS_UNSUPPORTED;
+            buf_put(&w->kv, kv->v.arr.data, (size_t)kv->v.arr.n * size);
+        }
+    } else {
+        /* scalars: the reader widened them; write them back at their own width */
+        const size_t size = gs_gguf_vtype_size(kv->type);
+        uint8_t raw[8] = {0};
+        if (kv->type == GS_GGUF_F32) {
+            const float f = (float)kv->v.f64;
+            memcpy(raw, &f, 4);
+        } else if (kv->type == GS_GGUF_F64) {
+            memcpy(raw, &kv->v.f64, 8);
+        } else {
+            memcpy(raw, &kv->v.u64, 8); /* little-endian: the low bytes are the value */
+        }
+        if (!size || size > sizeof(raw))
+            return GS_UNSUPPORTED;
+        buf_put(&w->kv, raw, size);
+    }
+    return kv_done(w);
+}
+
 enum gs_status gs_gguf_w_arr_str(struct gs_gguf_writer *w, const char *key,
                                  const char *const *strs, uint64_t n)
 {

@@ -268,6 +268,117 @@ uint32_t gs_graph_softmax(struct gs_graph *g, uint32_t x, const struct gs_softma
     return unary(g, GS_OP_SOFTMAX, x, &p);
 }
 
+/* An activation source of width ne0 (0: any), or a sticky error naming op. */
+static bool act_src(struct gs_graph *g, const char *op, const struct gs_node *s, int64_t ne0,
+                    enum gs_rows rows)
+{
+    if (!is_act(s))
+        fail(g, GS_INVAL, "%s: sources must be activations", op);
+    else if (ne0 && s->ne[0] != ne0)
+        fail(g, GS_INVAL, "%s: a source has rows of %lld, not %lld", op, (long long)s->ne[0],
+             (long long)ne0);
+    else if (s->rows != rows)
+        fail(g, GS_INVAL, "%s: sources differ in row count", op);
+    return g->err.code == GS_OK;
+}
+
+uint32_t gs_graph_cols(struct gs_graph *g, uint32_t x, int64_t off, int64_t n)
+{
+    const struct gs_node *s[1];
+    if (!get_srcs(g, "cols", &x, 1, s) || !act_src(g, "cols", s[0], 0, s[0]->rows))
+        return GS_NODE_NONE;
+    if (off < 0 || n <= 0 || off + n > s[0]->ne[0] || off > INT32_MAX)
+        return fail(g, GS_INVAL, "cols: [%lld, %lld) is not within rows of %lld", (long long)off,
+                    (long long)(off + n), (long long)s[0]->ne[0]);
+    union gs_node_params p;
+    memset(&p, 0, sizeof(p));
+    p.cols.off = (int32_t)off;
+    return push(g, GS_OP_COLS, s[0]->rows, n, &x, 1, &p);
+}
+
+uint32_t gs_graph_concat(struct gs_graph *g, const uint32_t *xs, int n)
+{
+    const struct gs_node *s[GS_GRAPH_MAX_SRC];
+    if (n < 2 || n > GS_GRAPH_MAX_SRC)
+        return fail(g, GS_INVAL, "concat: %d sources (2 to %d)", n, GS_GRAPH_MAX_SRC);
+    if (!get_srcs(g, "concat", xs, n, s))
+        return GS_NODE_NONE;
+    int64_t width = 0;
+    for (int i = 0; i < n; i++) {
+        if (!act_src(g, "concat", s[i], 0, s[0]->rows))
+            return GS_NODE_NONE;
+        width += s[i]->ne[0];
+    }
+    return push(g, GS_OP_CONCAT, s[0]->rows, width, xs, (uint32_t)n, NULL);
+}
+
+uint32_t gs_graph_altup_predict(struct gs_graph *g, uint32_t streams, uint32_t coefs,
+                                int32_t n_streams)
+{
+    uint32_t ids[2] = {streams, coefs};
+    const struct gs_node *s[2];
+    if (!get_srcs(g, "altup_predict", ids, 2, s))
+        return GS_NODE_NONE;
+    if (n_streams < 1 || s[0]->ne[0] % n_streams)
+        return fail(g, GS_INVAL, "altup_predict: %d streams do not divide rows of %lld",
+                    n_streams, (long long)s[0]->ne[0]);
+    if (!act_src(g, "altup_predict", s[0], 0, s[0]->rows) ||
+        !act_src(g, "altup_predict", s[1], (int64_t)n_streams * n_streams, s[0]->rows))
+        return GS_NODE_NONE;
+    union gs_node_params p;
+    memset(&p, 0, sizeof(p));
+    p.altup.n_streams = n_streams;
+    return push(g, GS_OP_ALTUP_PREDICT, s[0]->rows, s[0]->ne[0], ids, 2, &p);
+}
+
+uint32_t gs_graph_altup_correct(struct gs_graph *g, uint32_t predictions, uint32_t activated,
+                                uint32_t coefs, int32_t n_streams, int32_t active)
+{
+    uint32_t ids[3] = {predictions, activated, coefs};
+    const struct gs_node *s[3];
+    if (!get_srcs(g, "altup_correct", ids, 3, s))
+        return GS_NODE_NONE;
+    if (n_streams < 1 || s[0]->ne[0] % n_streams || active < 0 || active >= n_streams)
+        return fail(g, GS_INVAL, "altup_correct: stream %d of %d over rows of %lld", active,
+                    n_streams, (long long)s[0]->ne[0]);
+    if (!act_src(g, "altup_correct", s[0], 0, s[0]->rows) ||
+        !act_src(g, "altup_correct", s[1], s[0]->ne[0] / n_streams, s[0]->rows) ||
+        !act_src(g, "altup_correct", s[2], n_streams, s[0]->rows))
+        return GS_NODE_NONE;
+    union gs_node_params p;
+    memset(&p, 0, sizeof(p));
+    p.altup.n_streams = n_streams;
+    p.altup.active = active;
+    return push(g, GS_OP_ALTUP_CORRECT, s[0]->rows, s[0]->ne[0], ids, 3, &p);
+}
+
+uint32_t gs_graph_mag_match(struct gs_graph *g, uint32_t x, uint32_t ref)
+{
+    uint32_t ids[2] = {x, ref};
+    const struct gs_node *s[2];
+    if (!get_srcs(g, "mag_match", ids, 2, s) ||
+        !act_src(g, "mag_match", s[0], 0, s[0]->rows) ||
+        !act_src(g, "mag_match", s[1], 0, s[0]->rows))
+        return GS_NODE_NONE;
+    return push(g, GS_OP_MAG_MATCH, s[0]->rows, s[0]->ne[0], ids, 2, NULL);
+}
+
+uint32_t gs_graph_gauss_topk(struct gs_graph *g, uint32_t x, float k)
+{
+    if (g->err.code == GS_OK && !isfinite(k))
+        return fail(g, GS_INVAL, "gauss_topk: %g is not finite", (double)k);
+    const struct gs_node *s[1];
+    if (!get_srcs(g, "gauss_topk", &x, 1, s) || !act_src(g, "gauss_topk", s[0], 0, s[0]->rows))
+        return GS_NODE_NONE;
+    if (s[0]->ne[0] < 2)
+        return fail(g, GS_INVAL, "gauss_topk: rows of %lld have no deviation",
+                    (long long)s[0]->ne[0]);
+    union gs_node_params p;
+    memset(&p, 0, sizeof(p));
+    p.topk_k = k;
+    return push(g, GS_OP_GAUSS_TOPK, s[0]->rows, s[0]->ne[0], &x, 1, &p);
+}
+
 uint32_t gs_graph_outputs(struct gs_graph *g, uint32_t x)
 {
     const struct gs_node *s[1];
@@ -588,7 +699,8 @@ enum gs_status gs_graph_verify(const struct gs_graph *g, struct gs_err *err)
         const struct gs_op_info *info = gs_op_info(n->op);
         if (!info)
             return gs_err_set(err, GS_FORMAT, "graph: node %u has unknown op %d", i, (int)n->op);
-        if (n->n_src > GS_GRAPH_MAX_SRC || (n->op != GS_OP_ROPE && (int)n->n_src != info->n_src))
+        if (n->n_src > GS_GRAPH_MAX_SRC || (n->op == GS_OP_CONCAT ? n->n_src < 2
+                                     : n->op != GS_OP_ROPE && (int)n->n_src != info->n_src))
             return gs_err_set(err, GS_FORMAT, "graph: node %u (%s) has %u sources", i, info->name,
                               n->n_src);
         for (uint32_t j = 0; j < n->n_src; j++) {

@@ -45,6 +45,18 @@ static void params_str(const struct gs_node *n, char *buf, size_t len)
     case GS_OP_SCALE:
         snprintf(buf, len, "scale=%g", (double)n->p.scale);
         break;
+    case GS_OP_COLS:
+        snprintf(buf, len, "off=%d", n->p.cols.off);
+        break;
+    case GS_OP_ALTUP_PREDICT:
+        snprintf(buf, len, "streams=%d", n->p.altup.n_streams);
+        break;
+    case GS_OP_ALTUP_CORRECT:
+        snprintf(buf, len, "streams=%d active=%d", n->p.altup.n_streams, n->p.altup.active);
+        break;
+    case GS_OP_GAUSS_TOPK:
+        snprintf(buf, len, "k=%g", (double)n->p.topk_k);
+        break;
     case GS_OP_SOFTCAP:
         snprintf(buf, len, "softcap=%g", (double)n->p.softcap);
         break;

@@ -108,12 +108,15 @@ static enum gs_status read_variant_hparams(struct gs_model *m, const struct gs_b
     hp->query_scale = 1.0f / sqrtf((float)hp->head_dim);
     if (d->query_scale_wide_n_layer && hp->n_layer == d->query_scale_wide_n_layer)
         hp->query_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    if (d->query_scale > 0)
+        hp->query_scale = d->query_scale;
     if ((d->attn_softcap && (st = read_softcap(m, "attn_logit_softcapping",
                                                d->attn_softcap_default, &hp->attn_softcap, err))) ||
         (d->final_softcap && (st = read_softcap(m, "final_logit_softcapping",
                                                 d->final_softcap_default, &hp->final_softcap, err))))
         return st;
     hp->rope_freq_base_swa = hp->rope_freq_base;
+    hp->swa_window = 0;
     hp->rope_freq_scale_swa = hp->rope_freq_scale;
     if (!d->swa_period)
         return GS_OK;
@@ -140,15 +143,47 @@ static enum gs_status read_variant_hparams(struct gs_model *m, const struct gs_b
     return GS_OK;
 }
 
-static enum gs_status read_hparams(struct gs_model *m, const struct gs_block_desc *d,
-                                   struct gs_err *err)
+/* feed_forward_length: one width, or (Gemma 3n) one per layer into m->n_ff_layer, with
+ * hp->n_ff the widest. */
+static enum gs_status read_n_ff(struct gs_model *m, struct gs_err *err)
+{
+    struct gs_model_hparams *hp = &m->hp;
+    char key[128];
+    snprintf(key, sizeof(key), "%s.feed_forward_length", hp->arch);
+    const struct gs_gguf_kv *kv = gs_gguf_find_kv(m->file, key);
+    if (!kv || kv->type != GS_GGUF_ARRAY)
+        return get_u32(m, "feed_forward_length", false, 0, &hp->n_ff, err);
+    if (kv->v.arr.n != hp->n_layer ||
+        (kv->v.arr.type != GS_GGUF_I32 && kv->v.arr.type != GS_GGUF_U32))
+        return gs_err_set(err, GS_FORMAT, "metadata '%s': %llu widths for %u layers", key,
+                          (unsigned long long)kv->v.arr.n, hp->n_layer);
+    m->n_ff_layer = gs_alloc_array(hp->n_layer, sizeof(*m->n_ff_layer));
+    if (!m->n_ff_layer)
+        return gs_err_set(err, GS_NOMEM, "model: out of memory");
+    hp->n_ff = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        int32_t w = gs_gguf_arr_i32(kv, l);
+        if (w <= 0)
+            return gs_err_set(err, GS_FORMAT, "metadata '%s': layer %u has width %d", key, l, w);
+        m->n_ff_layer[l] = (uint32_t)w;
+        hp->n_ff = GS_MAX(hp->n_ff, (uint32_t)w);
+    }
+    return GS_OK;
+}
+
+enum gs_status gs_model_read_hparams(struct gs_model *m, const struct gs_block_desc *d,
+                                     struct gs_err *err)
 {
     struct gs_model_hparams *hp = &m->hp;
     enum gs_status st;
     if ((st = get_u32(m, "embedding_length", false, 0, &hp->n_embd, err)) ||
         (st = get_u32(m, "block_count", false, 0, &hp->n_layer, err)) ||
-        (st = get_u32(m, "attention.head_count", false, 0, &hp->n_head, err)) ||
-        (st = get_u32(m, "feed_forward_length", false, 0, &hp->n_ff, err)) ||
+        (st = get_u32(m, "attention.head_count", false, 0, &hp->n_head, err)))
+        return st;
+    if (hp->n_layer == 0)
+        return gs_err_set(err, GS_FORMAT, "metadata '%s.block_count' is 0", hp->arch);
+    hp->n_layer_kv = hp->n_layer;
+    if ((st = read_n_ff(m, err)) ||
         (st = get_u32(m, "context_length", true, 0, &hp->n_ctx_train, err)) ||
         (st = get_f32(m, "attention.layer_norm_rms_epsilon", false, 0, &hp->rms_eps, err)) ||
         (st = get_f32(m, "rope.freq_base", true, 10000.0f, &hp->rope_freq_base, err)))
@@ -302,14 +337,15 @@ static enum gs_status build_block(struct gs_model *m, const struct gs_block_desc
     if ((st = block_weight(m, l, "attn_output.weight", n_q, hp->n_embd, false, &attn_out, err)) ||
         (st = block_weight(m, l, "ffn_norm.weight", hp->n_embd, 1, false, &ffn_norm, err)))
         return st;
+    const int64_t n_ff = m->n_ff_layer ? m->n_ff_layer[l] : hp->n_ff;
     if (d->ffn_gate_up_fused) {
-        const int64_t rows[2] = {hp->n_ff, hp->n_ff};
+        const int64_t rows[2] = {n_ff, n_ff};
         st = block_views(m, l, "ffn_up.weight", hp->n_embd, rows, 2, gate_up, err);
-    } else if (!(st = block_weight(m, l, "ffn_gate.weight", hp->n_embd, hp->n_ff, false,
+    } else if (!(st = block_weight(m, l, "ffn_gate.weight", hp->n_embd, n_ff, false,
                                    &gate_up[0], err))) {
-        st = block_weight(m, l, "ffn_up.weight", hp->n_embd, hp->n_ff, false, &gate_up[1], err);
+        st = block_weight(m, l, "ffn_up.weight", hp->n_embd, n_ff, false, &gate_up[1], err);
     }
-    if (st || (st = block_weight(m, l, "ffn_down.weight", hp->n_ff, hp->n_embd, false, &down, err)))
+    if (st || (st = block_weight(m, l, "ffn_down.weight", n_ff, hp->n_embd, false, &down, err)))
         return st;
     uint32_t qk_norm[2] = {GS_NODE_NONE, GS_NODE_NONE};
     if (d->qk_norm &&
@@ -372,7 +408,7 @@ static enum gs_status build_block(struct gs_model *m, const struct gs_block_desc
 enum gs_status gs_model_build_decoder(struct gs_model *m, const struct gs_block_desc *d,
                                       struct gs_err *err)
 {
-    enum gs_status st = read_hparams(m, d, err);
+    enum gs_status st = gs_model_read_hparams(m, d, err);
     if (st)
         return st;
     struct gs_model_hparams *hp = &m->hp;

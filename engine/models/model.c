@@ -15,6 +15,7 @@ static const struct family families[] = {
     {"phi3", gs_model_build_phi3},
     {"gemma2", gs_model_build_gemma2},
     {"gemma3", gs_model_build_gemma3},
+    {"gemma3n", gs_model_build_gemma3n},
 };
 
 bool gs_model_arch_supported(const char *arch, size_t len)
@@ -31,6 +32,8 @@ void gs_model_free(struct gs_model *m)
     if (!m)
         return;
     gs_graph_free(m->graph);
+    gs_free(m->n_ff_layer);
+    gs_free(m->ones);
     gs_free(m);
 }
 
@@ -124,4 +127,42 @@ enum gs_status gs_model_weight(struct gs_model *m, const char *name, int64_t ne0
         return st;
     *id = gs_graph_weight(m->graph, name, t->type, ne0, ne1, t->data);
     return gs_graph_status(m->graph, err);
+}
+
+enum gs_status gs_model_weight_stacked(struct gs_model *m, const char *name, int64_t ne0,
+                                       int64_t ne1, int64_t n_mat, int64_t i, uint32_t *id,
+                                       struct gs_err *err)
+{
+    *id = GS_NODE_NONE;
+    const struct gs_gguf_tensor *t = gs_gguf_find_tensor(m->file, name);
+    if (!t)
+        return gs_err_set(err, GS_FORMAT, "tensor '%s' is missing", name);
+    if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != n_mat)
+        return gs_err_set(err, GS_FORMAT,
+                          "tensor '%s' must be [%lld x %lld x %lld] (the metadata implies it)",
+                          name, (long long)ne0, (long long)ne1, (long long)n_mat);
+    const struct gs_type_traits *tt = gs_type_traits(t->type);
+    uint64_t row_bytes = 0;
+    if (!tt || !tt->supported || (t->type != GS_TYPE_F32 && !tt->to_f32) ||
+        gs_type_row_bytes(t->type, ne0, &row_bytes))
+        return gs_err_set(err, GS_UNSUPPORTED, "tensor '%s': type %s is not supported", name,
+                          gs_type_name(t->type));
+    *id = gs_graph_weight(m->graph, name, t->type, ne0, ne1,
+                          (const char *)t->data + (uint64_t)(i * ne1) * row_bytes);
+    gs_graph_name(m->graph, *id, "%s[%lld]", name, (long long)i);
+    return gs_graph_status(m->graph, err);
+}
+
+uint32_t gs_model_ones(struct gs_model *m, int64_t n)
+{
+    if (!m->ones && n > 0) {
+        m->ones = gs_alloc_array((size_t)n, sizeof(float));
+        for (int64_t i = 0; m->ones && i < n; i++)
+            m->ones[i] = 1.0f;
+        m->n_ones = m->ones ? n : 0;
+    }
+    if (n != m->n_ones) /* no memory, or another width: a sticky error naming it */
+        return gs_graph_weight(m->graph, "ones", GS_TYPE_F32, n, 1, NULL);
+    return gs_graph_name(m->graph, gs_graph_weight(m->graph, "ones", GS_TYPE_F32, n, 1, m->ones),
+                         "ones[%lld]", (long long)n);
 }

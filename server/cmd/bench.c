@@ -227,7 +227,7 @@ static enum gs_status bench_open(struct bench *b, const struct opts *o, struct g
     uint64_t per_seq = (uint64_t)(o->n_gen + 2 + pt - 1) / pt;
     uint64_t pages = GS_MAX((uint64_t)(o->n_prompt + pt - 1) / pt + 1, per_seq * max_streams);
     struct gs_kv_pool_cfg pc = {
-        .n_layer = b->model->hp.n_layer, .kv_dim = gs_model_kv_dim(b->model),
+        .n_layer = gs_model_kv_layers(b->model), .kv_dim = gs_model_kv_dim(b->model),
         .elem_bytes = o->kv_type == GS_TYPE_F16 ? 2 : 4, .page_tokens = pt,
         .n_pages = (uint32_t)pages,
     };

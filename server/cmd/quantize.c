@@ -131,61 +131,6 @@ static enum gs_type target_type(const struct gs_gguf *in, const struct gs_gguf_t
     return fallback(type, t->ne[0]);
 }
 
-/* Copies one metadata value of any type. */
-static enum gs_status copy_kv(struct gs_gguf_writer *w, const struct gs_gguf_kv *kv,
-                              struct gs_err *err)
-{
-    char key[512];
-    if (kv->key.len >= sizeof(key))
-        return gs_err_set(err, GS_FORMAT, "a metadata key of %zu bytes is too long to copy",
-                          kv->key.len);
-    memcpy(key, kv->key.data, kv->key.len);
-    key[kv->key.len] = '\0';
-    enum gs_status st = GS_OK;
-    if (kv->type == GS_GGUF_STRING) {
-        /* gs_gguf_w_str takes a C string: a copy with its terminator */
-        char *s = gs_malloc(kv->v.str.len + 1);
-        if (!s)
-            return gs_err_set(err, GS_NOMEM, "quantize: out of memory");
-        memcpy(s, kv->v.str.data, kv->v.str.len);
-        s[kv->v.str.len] = '\0';
-        st = memchr(s, '\0', kv->v.str.len) ? GS_UNSUPPORTED : gs_gguf_w_str(w, key, s);
-        gs_free(s);
-    } else if (kv->type == GS_GGUF_ARRAY) {
-        if (kv->v.arr.type != GS_GGUF_STRING) {
-            st = gs_gguf_w_arr(w, key, kv->v.arr.type, kv->v.arr.data, kv->v.arr.n);
-        } else {
-            const char **strs = gs_alloc_array(kv->v.arr.n ? kv->v.arr.n : 1, sizeof(*strs));
-            uint64_t *lens = gs_alloc_array(kv->v.arr.n ? kv->v.arr.n : 1, sizeof(*lens));
-            if (strs && lens) {
-                for (uint64_t i = 0; i < kv->v.arr.n; i++) {
-                    strs[i] = kv->v.arr.strs[i].data;
-                    lens[i] = kv->v.arr.strs[i].len;
-                }
-                st = gs_gguf_w_arr_strn(w, key, strs, lens, kv->v.arr.n);
-            } else {
-                st = GS_NOMEM;
-            }
-            gs_free(strs);
-            gs_free(lens);
-        }
-    } else {
-        /* Scalars: the union holds them widened; write them back at their own width. */
-        unsigned char raw[8];
-        size_t n = gs_gguf_vtype_size(kv->type);
-        if (kv->type == GS_GGUF_F32) {
-            float f = (float)kv->v.f64;
-            memcpy(raw, &f, 4);
-        } else if (kv->type == GS_GGUF_F64) {
-            memcpy(raw, &kv->v.f64, 8);
-        } else {
-            memcpy(raw, &kv->v.u64, 8); /* little-endian: the low bytes are the value */
-        }
-        st = n ? gs_gguf_w_raw(w, key, kv->type, raw, n) : GS_FORMAT;
-    }
-    return st ? gs_err_set(err, st, "metadata '%s' could not be copied", key) : GS_OK;
-}
-
 /* The tensor's rows as floats, one row at a time into row, then quantized into out. */
 static enum gs_status convert(const struct gs_gguf_tensor *t, enum gs_type to, void *out,
                               float *row, const char *name, struct gs_err *err)
@@ -227,7 +172,9 @@ static enum gs_status quantize_file(const char *in_path, const char *out_path, e
         if (gs_gguf_str_eq(kv->key, "general.file_type") ||
             gs_gguf_str_eq(kv->key, "general.quantization_version"))
             continue;
-        st = copy_kv(w, kv, err);
+        if (gs_gguf_w_copy_kv(w, kv))
+            st = gs_err_set(err, GS_NOMEM, "metadata '%.*s' could not be copied",
+                            (int)GS_MIN(kv->key.len, 200), kv->key.data);
     }
     if (!st && (gs_gguf_w_u32(w, "general.quantization_version", 2) ||
                 gs_gguf_w_u32(w, "general.file_type", ftype)))

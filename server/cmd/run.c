@@ -334,7 +334,7 @@ static bool make_decoders(struct gs_tok *tok, struct item *items, size_t n, int6
 static uint64_t kv_bytes_for(const struct gs_model *m, const struct opts *o, struct item *items,
                              size_t n)
 {
-    uint64_t per_token = (uint64_t)m->hp.n_layer * 2 * gs_model_kv_dim(m) *
+    uint64_t per_token = (uint64_t)gs_model_kv_layers(m) * 2 * gs_model_kv_dim(m) *
                          (o->kv_type == GS_TYPE_F32 ? 4 : 2);
     uint64_t pages = 0;
     for (size_t i = 0; i < n; i++)

@@ -107,7 +107,7 @@ static enum gs_status eval_open(struct eval *e, const struct opts *o, const char
     if ((rc = gs_runner_new(e->model->graph, &rc_cfg, &e->run, err)) != GS_OK)
         return rc;
     struct gs_kv_pool_cfg pc = {
-        .n_layer = e->model->hp.n_layer,
+        .n_layer = gs_model_kv_layers(e->model),
         .kv_dim = gs_model_kv_dim(e->model),
         .elem_bytes = kv_type == GS_TYPE_F16 ? 2 : 4,
         .page_tokens = GS_KV_DEFAULT_PAGE_TOKENS,

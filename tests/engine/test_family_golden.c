@@ -14,6 +14,7 @@
 #include "tests/engine/test_llama_util.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,4 +133,136 @@ Test(family_golden, gemma3_f32_matches_llama_cpp)
 Test(family_golden, gemma3_q8_0_matches_its_golden)
 {
     check_model("gemma3-tiny-Q8_0", true);
+}
+
+Test(family_golden, gemma3n_f32_matches_llama_cpp)
+{
+    check_model("gemma3n-tiny-F32", false);
+}
+
+/* ---- Gemma 3n's intermediate tensors against llama.cpp's eval-callback trace ------------ */
+
+/* The trace's figures for node `name`: its sum, its first value and its last printed value
+ * (the first and last element of the tensor in either layout). False when absent. */
+static bool trace_figures(const char *trace, const char *name, double *sum, double *first,
+                          double *last)
+{
+    char head[160];
+    snprintf(head, sizeof(head), " %s = (f32)", name);
+    const char *p = strstr(trace, head);
+    while (p && p[-1] != ' ')
+        p = strstr(p + 1, head);
+    if (!p)
+        return false;
+    const char *end = strstr(p, "sum = ");
+    if (!end)
+        return false;
+    const char *v = strstr(p, "[\n");
+    v = v ? strpbrk(v, "-0123456789") : NULL;
+    if (!v || v > end)
+        return false;
+    *first = strtod(v, NULL);
+    const char *num = end;
+    while (num > v && !(num[-1] >= '0' && num[-1] <= '9'))
+        num--;
+    while (num > v && strchr("-.0123456789e", num[-1]))
+        num--;
+    *last = strtod(num, NULL);
+    *sum = strtod(end + 6, NULL);
+    return true;
+}
+
+/* Runs the graph cut after node `name` on ref over the prompt; sum, first and last value. */
+static void our_figures(const struct gs_model *m, const char *name, const int32_t *toks,
+                        uint32_t n, double *sum, double *first, double *last)
+{
+    struct gs_err err = {0};
+    struct gs_graph *g;
+    cr_assert_eq(gs_graph_clone(m->graph, &g, &err), GS_OK, "%s", err.msg);
+    uint32_t id = GS_NODE_NONE;
+    for (uint32_t i = 0; i < g->n_nodes && id == GS_NODE_NONE; i++)
+        if (!strcmp(g->nodes[i].name, name))
+            id = i;
+    cr_assert_neq(id, GS_NODE_NONE, "no node named %s", name);
+    bool *dead = calloc(g->n_nodes, sizeof(bool));
+    for (uint32_t i = id + 1; i < g->n_nodes; i++)
+        dead[i] = true;
+    gs_graph_compact(g, dead);
+    free(dead);
+    g->n_vocab = 0;
+    gs_graph_logits(g, gs_graph_outputs(g, id));
+    cr_assert_eq(gs_graph_status(g, &err), GS_OK, "%s", err.msg);
+    const int64_t w = g->nodes[id].ne[0];
+    struct gs_runner *r;
+    const struct gs_runner_cfg cfg = {.backend = "ref", .no_passes = true};
+    cr_assert_eq(gs_runner_new(g, &cfg, &r, &err), GS_OK, "%s", err.msg);
+    struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(m), .kv_dim = gs_model_kv_dim(m),
+                                .elem_bytes = 4, .page_tokens = 16, .n_pages = 2};
+    struct gs_kv_pool *pool;
+    cr_assert_eq(gs_kv_pool_new(&pc, &pool, &err), GS_OK, "%s", err.msg);
+    struct gs_kv_seq seq;
+    gs_kv_seq_init(&seq);
+    cr_assert_eq(gs_kv_seq_reserve(pool, &seq, n, &err), GS_OK, "%s", err.msg);
+    struct gs_kv_view kv = gs_kv_pool_view(pool);
+    int32_t pos[16];
+    uint32_t sidx[16] = {0}, rows[16];
+    for (uint32_t i = 0; i < n; i++)
+        pos[i] = (int32_t)i, rows[i] = i;
+    float *out = calloc((size_t)n * w, sizeof(float));
+    struct gs_seq_pages sp = {seq.pages, seq.n_pages};
+    struct gs_step_io io = {.n_tokens = n, .tokens = toks, .pos = pos, .seq = sidx, .n_seqs = 1,
+                            .seqs = &sp, .kv = &kv, .n_outputs = n, .out_rows = rows,
+                            .logits = out};
+    cr_assert_eq(gs_runner_step(r, &io, &err), GS_OK, "%s", err.msg);
+    *sum = 0;
+    for (int64_t i = 0; i < (int64_t)n * w; i++)
+        *sum += out[i];
+    *first = out[0];
+    *last = out[(int64_t)n * w - 1];
+    free(out);
+    gs_kv_seq_release(pool, &seq);
+    gs_kv_pool_free(pool);
+    gs_runner_free(r);
+    gs_graph_free(g);
+}
+
+/* The per-layer inputs, the stacked streams, an AltUp prediction and correction, a LAuReL
+ * output, layer outputs early and late, the merged streams: each node's sum and its first
+ * and last values equal llama.cpp's (ref backend, the graph as built), to the trace's
+ * printed precision and float summation order (the early nodes agree to 1e-6 of
+ * their sums, the last to 5e-4). */
+Test(family_golden, gemma3n_intermediates_match_llama_cpp_trace)
+{
+    static const char *const names[] = {"inp_per_layer", "inp_stacked",  "predictions-0",
+                                        "laurel_out-0",  "attn_laurel-0", "corrected-0",
+                                        "l_out-0",       "l_out-12",      "l_out-24",
+                                        "unembd_merged"};
+    size_t len;
+    char *trace = gs_test_read_file(
+        gs_test_shared_path("golden/eval-callback/gemma3n-tiny-F32__once-upon-a-time.txt"), &len);
+    struct gs_gguf *f;
+    struct gs_model *m;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_gguf_open(gs_test_shared_path("models/arch/gemma3n-tiny-F32.gguf"), &f, &err),
+                 GS_OK, "%s", err.msg);
+    cr_assert_eq(gs_model_load(f, &m, &err), GS_OK, "%s", err.msg);
+    static const int32_t toks[] = {1, 403, 407, 261, 378};
+    for (size_t i = 0; i < GS_ARRAY_LEN(names); i++) {
+        double ts, tf, tl, os, of, ol;
+        cr_assert(trace_figures(trace, names[i], &ts, &tf, &tl), "the trace has no %s", names[i]);
+        our_figures(m, names[i], toks, 5, &os, &of, &ol);
+        cr_log_info("%-14s sum %12.6f (llama.cpp %12.6f)  first %9.4f (%9.4f)  last %9.4f (%9.4f)",
+                    names[i], os, ts, of, tf, ol, tl);
+        cr_expect(fabs(os - ts) <= 1e-3 * fmax(1.0, fabs(ts)), "%s: sum %.6f, llama.cpp %.6f",
+                  names[i], os, ts);
+        /* values printed to 4 decimals; 25 layers of a random model carry float
+         * differences to about 1e-3 of a value by the last ones */
+        cr_expect(fabs(of - tf) <= 1e-4 + 1e-3 * fabs(tf), "%s: first %.4f, llama.cpp %.4f",
+                  names[i], of, tf);
+        cr_expect(fabs(ol - tl) <= 1e-4 + 1e-3 * fabs(tl), "%s: last %.4f, llama.cpp %.4f",
+                  names[i], ol, tl);
+    }
+    gs_model_free(m);
+    gs_gguf_close(f);
+    free(trace);
 }

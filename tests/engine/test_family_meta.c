@@ -294,3 +294,131 @@ Test(family_meta, gemma_missing_post_norm_refused)
     c = (struct craft){.arch = "gemma3", .omit = "blk.0.post_attention_norm.weight"};
     expect_refused(&c, "blk.0.post_attention_norm.weight");
 }
+
+/* ---- gemma3n: the real tiny file with one key changed ------------------------------------- */
+
+/* How to write the replaced key. */
+struct g3n_key {
+    const char *key;
+    enum { K_U32, K_F32_ARR, K_I32_ARR, K_BOOL_ARR } kind;
+    uint32_t u32;
+    uint64_t n; /* array length */
+};
+
+/* The shared gemma3n-tiny file with key k replaced (or, with n_arr 0 for an array, written
+ * with n values); returns the path. */
+static const char *gemma3n_with(const struct g3n_key *k)
+{
+    static char path[1024];
+    static int seq;
+    struct gs_err err = {0};
+    struct gs_gguf *src;
+    cr_assert_eq(gs_gguf_open(gs_test_shared_path("models/arch/gemma3n-tiny-F32.gguf"), &src, &err),
+                 GS_OK, "%s", err.msg);
+    struct gs_gguf_writer *w;
+    cr_assert_eq(gs_gguf_writer_new(NULL, &w, &err), GS_OK);
+    for (uint64_t i = 0; i < gs_gguf_n_kv(src); i++) {
+        const struct gs_gguf_kv *kv = gs_gguf_kv_at(src, i);
+        if (!gs_gguf_str_eq(kv->key, k->key))
+            cr_assert_eq(gs_gguf_w_copy_kv(w, kv), GS_OK);
+    }
+    float f[64];
+    int32_t iv[64];
+    uint8_t b[64];
+    cr_assert(k->n <= 64);
+    for (uint64_t i = 0; i < k->n; i++) {
+        f[i] = 1.5f;
+        iv[i] = 256;
+        b[i] = i % 5 != 4;
+    }
+    switch (k->kind) {
+    case K_U32:
+        cr_assert_eq(gs_gguf_w_u32(w, k->key, k->u32), GS_OK);
+        break;
+    case K_F32_ARR:
+        cr_assert_eq(gs_gguf_w_arr(w, k->key, GS_GGUF_F32, f, k->n), GS_OK);
+        break;
+    case K_I32_ARR:
+        cr_assert_eq(gs_gguf_w_arr(w, k->key, GS_GGUF_I32, iv, k->n), GS_OK);
+        break;
+    case K_BOOL_ARR:
+        cr_assert_eq(gs_gguf_w_arr(w, k->key, GS_GGUF_BOOL, b, k->n), GS_OK);
+        break;
+    }
+    for (uint64_t i = 0; i < gs_gguf_n_tensors(src); i++) {
+        const struct gs_gguf_tensor *t = gs_gguf_tensor_at(src, i);
+        char name[128];
+        snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.data);
+        struct gs_gguf_w_tensor wt = {.name = name, .type = (int32_t)t->type, .n_dims = t->n_dims,
+                                      .data = t->data, .nbytes = t->nbytes};
+        memcpy(wt.ne, t->ne, sizeof(wt.ne));
+        cr_assert_eq(gs_gguf_w_tensor(w, &wt), GS_OK);
+    }
+    snprintf(path, sizeof(path), "%s/gemma3n-%d.gguf", gs_test_tmpdir(), seq++);
+    cr_assert_eq(gs_gguf_writer_to_file(w, path, &err), GS_OK, "%s", err.msg);
+    gs_gguf_writer_free(w);
+    gs_gguf_close(src);
+    return path;
+}
+
+static void gemma3n_refused(const struct g3n_key *k, const char *needle)
+{
+    struct gs_err err = {0};
+    struct gs_gguf *f;
+    struct gs_model *m = NULL;
+    cr_assert_eq(gs_gguf_open(gemma3n_with(k), &f, &err), GS_OK, "%s", err.msg);
+    cr_expect_neq(gs_model_load(f, &m, &err), GS_OK, "%s: loaded", k->key);
+    cr_expect_null(m);
+    cr_expect(strstr(err.msg, needle), "message '%s' does not name '%s'", err.msg, needle);
+    gs_gguf_close(f);
+}
+
+/* The copy with nothing changed loads: the helper is not what refuses the others. */
+Test(family_meta, gemma3n_copy_loads_and_shares_its_kv_cache)
+{
+    const struct g3n_key same = {"gemma3n.altup.active_idx", K_U32, 0, 0};
+    struct gs_err err = {0};
+    struct gs_gguf *f;
+    struct gs_model *m = NULL;
+    cr_assert_eq(gs_gguf_open(gemma3n_with(&same), &f, &err), GS_OK, "%s", err.msg);
+    cr_assert_eq(gs_model_load(f, &m, &err), GS_OK, "%s", err.msg);
+    cr_expect_eq(m->hp.n_layer, 25);
+    cr_expect_eq(gs_model_kv_layers(m), 20, "the last 5 layers share caches");
+    uint32_t n_store = 0, n_attn = 0;
+    for (uint32_t i = 0; i < m->graph->n_nodes; i++) {
+        const struct gs_node *n = &m->graph->nodes[i];
+        n_store += n->op == GS_OP_KV_STORE;
+        if (n->op == GS_OP_ATTN && !strcmp(n->name, "kqv-24"))
+            cr_expect_eq(n->p.attn.layer, 19, "global layer 24 reads layer 19's cache");
+        if (n->op == GS_OP_ATTN && !strcmp(n->name, "kqv-23"))
+            cr_expect_eq(n->p.attn.layer, 18, "sliding layer 23 reads layer 18's cache");
+        n_attn += n->op == GS_OP_ATTN;
+    }
+    cr_expect_eq(n_store, 20);
+    cr_expect_eq(n_attn, 25);
+    gs_model_free(m);
+    gs_gguf_close(f);
+}
+
+Test(family_meta, gemma3n_hostile_keys_refused)
+{
+    const struct {
+        struct g3n_key k;
+        const char *needle;
+    } bad[] = {
+        {{"gemma3n.altup.active_idx", K_U32, 4, 0}, "gemma3n.altup.active_idx"},
+        {{"gemma3n.altup.num_inputs", K_U32, 9, 0}, "gemma3n.altup.num_inputs"},
+        {{"gemma3n.attention.shared_kv_layers", K_U32, 25, 0}, "gemma3n.attention.shared_kv_layers"},
+        {{"gemma3n.attention.shared_kv_layers", K_U32, 30, 0}, "gemma3n.attention.shared_kv_layers"},
+        {{"gemma3n.embedding_length_per_layer_input", K_U32, 0, 0},
+         "gemma3n.embedding_length_per_layer_input"},
+        {{"gemma3n.feed_forward_length", K_I32_ARR, 0, 24}, "gemma3n.feed_forward_length"},
+        {{"gemma3n.activation_sparsity_scale", K_F32_ARR, 0, 26},
+         "gemma3n.activation_sparsity_scale"},
+        {{"gemma3n.attention.sliding_window_pattern", K_BOOL_ARR, 0, 24},
+         "gemma3n.attention.sliding_window_pattern"},
+        {{"gemma3n.attention.sliding_window", K_U32, 0, 0}, "gemma3n.attention.sliding_window"},
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(bad); i++)
+        gemma3n_refused(&bad[i].k, bad[i].needle);
+}

@@ -49,7 +49,7 @@ static void check_batched(const char *model)
     /* A pool of 3-token pages shared by all sequences. */
     struct gs_err err = {0};
     struct gs_kv_pool *pool;
-    struct gs_kv_pool_cfg pc = {.n_layer = r.model->hp.n_layer,
+    struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(r.model),
                                 .kv_dim = gs_model_kv_dim(r.model),
                                 .elem_bytes = 2,
                                 .page_tokens = 3,

@@ -17,7 +17,7 @@ void llama_rig_open(struct llama_rig *r, const char *rel_path, enum gs_type kv_t
     const struct gs_runner_cfg rc = {.backend = "ref", .no_passes = !passes};
     cr_assert_eq(gs_runner_new(r->model->graph, &rc, &r->run, &err), GS_OK, "%s", err.msg);
     struct gs_kv_pool_cfg pc = {
-        .n_layer = r->model->hp.n_layer,
+        .n_layer = gs_model_kv_layers(r->model),
         .kv_dim = gs_model_kv_dim(r->model),
         .elem_bytes = kv_type == GS_TYPE_F16 ? 2 : 4,
         .page_tokens = 16,

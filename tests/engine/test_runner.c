@@ -39,7 +39,7 @@ static void run_prompt(struct gs_runner *r, float *out)
     static const int32_t toks[] = {1, 403, 407, 261, 378};
     enum { N = 5 };
     struct gs_err err = {0};
-    struct gs_kv_pool_cfg pc = {.n_layer = model->hp.n_layer, .kv_dim = gs_model_kv_dim(model),
+    struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(model), .kv_dim = gs_model_kv_dim(model),
                                 .elem_bytes = 4, .page_tokens = 16, .n_pages = 2};
     struct gs_kv_pool *pool;
     cr_assert_eq(gs_kv_pool_new(&pc, &pool, &err), GS_OK, "%s", err.msg);

@@ -273,6 +273,10 @@ Test(cli_inspect, says_whether_the_architecture_is_supported)
     free(out);
     cr_assert_eq(run(&out, "inspect %s", gs_test_shared_path("models/arch/gemma3n-tiny-F32.gguf")),
                  0, "%s", out);
-    cr_assert(strstr(out, "arch:      gemma3n (not supported)"), "%s", out);
+    cr_assert(strstr(out, "arch:      gemma3n (supported)"), "%s", out);
+    free(out);
+    cr_assert_eq(run(&out, "inspect %s", gs_test_shared_path("models/vocab/ggml-vocab-gemma-4.gguf")),
+                 0, "%s", out);
+    cr_assert(strstr(out, "arch:      gemma4 (not supported)"), "%s", out);
     free(out);
 }

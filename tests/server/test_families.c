@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static void serve_family(const char *model)
+static void serve_family_with(const char *model, const char *opts)
 {
     char extra[1024];
-    snprintf(extra, sizeof(extra), "-m '%s' --backend cpu", gs_test_shared_path(model));
+    snprintf(extra, sizeof(extra), "-m '%s' --backend cpu %s", gs_test_shared_path(model), opts);
     struct e2e_daemon d;
     e2e_start(&d, extra);
     struct e2e_resp r;
@@ -48,6 +48,11 @@ static void serve_family(const char *model)
     cr_expect_eq(e2e_stop(&d), 0);
 }
 
+static void serve_family(const char *model)
+{
+    serve_family_with(model, "");
+}
+
 Test(srv_families, qwen2_is_served, .timeout = 120)
 {
     serve_family("models/arch/qwen2-tiny-F32.gguf");
@@ -71,4 +76,13 @@ Test(srv_families, gemma2_is_served, .timeout = 120)
 Test(srv_families, gemma3_is_served, .timeout = 120)
 {
     serve_family("models/arch/gemma3-tiny-F32.gguf");
+}
+
+/* With an F32 KV cache, as its goldens were made: this random 25-layer model carries
+ * the f16 cache's rounding far (measured: min Pearson 0.9957 against ref over the
+ * known-answer positions, under the 0.999 the check asks), so with the default f16
+ * cache the daemon refuses to serve it. */
+Test(srv_families, gemma3n_is_served, .timeout = 120)
+{
+    serve_family_with("models/arch/gemma3n-tiny-F32.gguf", "--kv-type f32");
 }
