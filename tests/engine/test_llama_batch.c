@@ -152,3 +152,11 @@ Test(llama_batch, sequences_in_one_step_match_running_alone)
     check_batched("models/stories260K.gguf");
     check_batched("models/tiny-k-Q4_K.gguf");
 }
+
+/* Gemma 3n: three sequences in one step through the AltUp streams, the windows
+ * (8 positions: the longest sequence passes them) and the caches that the last five
+ * layers share. */
+Test(llama_batch, gemma3n_sequences_in_one_step_match_running_alone)
+{
+    check_batched("models/arch/gemma3n-tiny-F32.gguf");
+}

@@ -4,11 +4,13 @@
  * ready (the known-answer check passes at start), answers a completion,
  * streams a chat, and a validated request passes against ref.
  */
+#define _GNU_SOURCE
 #include "tests/common/testutil.h"
 #include "tests/server/e2e.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void serve_family_with(const char *model, const char *opts)
@@ -85,4 +87,91 @@ Test(srv_families, gemma3_is_served, .timeout = 120)
 Test(srv_families, gemma3n_is_served, .timeout = 120)
 {
     serve_family_with("models/arch/gemma3n-tiny-F32.gguf", "--kv-type f32");
+}
+
+/* The streamed text of a completion stream, its pieces joined and hex-encoded: a random
+ * model's byte tokens include NUL, which a C string would cut. */
+static char *stream_text(const char *body)
+{
+    char *hex = calloc(1, 65536);
+    size_t len = 0;
+    bool done = false;
+    for (const char *p = strstr(body, "data: "); p; p = strstr(p + 1, "data: ")) {
+        const char *eol = strstr(p, "\n\n");
+        if (!eol)
+            break;
+        if (!strncmp(p + 6, "[DONE]", 6)) {
+            done = true;
+            break;
+        }
+        json_error_t e;
+        json_t *ev = json_loadb(p + 6, (size_t)(eol - p - 6), JSON_ALLOW_NUL, &e);
+        cr_assert(ev, "bad event: %.200s", p);
+        json_t *t = json_object_get(json_array_get(json_object_get(ev, "choices"), 0), "text");
+        const char *txt = json_string_value(t);
+        for (size_t i = 0; txt && i < json_string_length(t) && len + 3 < 65536; i++)
+            len += (size_t)snprintf(hex + len, 65536 - len, "%02x", (unsigned char)txt[i]);
+        json_decref(ev);
+    }
+    cr_expect(done, "stream without [DONE]: %.300s", body);
+    return hex;
+}
+
+/* Gemma 3n batched in the daemon: n = 2 gives two equal greedy choices, and 16
+ * streams at once each equal their request alone. On ref, whose rows do not depend
+ * on what else is in the step, so equality is exact. */
+Test(srv_families, gemma3n_batches_streams_exactly, .timeout = 600)
+{
+    enum { N = 16 };
+    char extra[1024];
+    snprintf(extra, sizeof(extra), "-m '%s' --backend ref --kv-type f32",
+             gs_test_shared_path("models/arch/gemma3n-tiny-F32.gguf"));
+    struct e2e_daemon d;
+    e2e_start(&d, extra);
+    struct e2e_resp r;
+    e2e_http(&d, "POST", "/v1/completions",
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":10,\"temperature\":0,\"n\":2}", NULL,
+             &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *ch = json_object_get(r.json, "choices");
+    cr_assert_eq(json_array_size(ch), 2, "%s", r.body);
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(ch, 0), "text")),
+                     json_string_value(json_object_get(json_array_get(ch, 1), "text")));
+    e2e_resp_free(&r);
+
+    char *alone[N], files[N][600];
+    for (int i = 0; i < N; i++) {
+        char body[256];
+        snprintf(body, sizeof(body),
+                 "{\"prompt\":\"The little dog %d\",\"max_tokens\":10,\"temperature\":0,"
+                 "\"ignore_eos\":true,\"stream\":true}",
+                 i);
+        e2e_http(&d, "POST", "/v1/completions", body, NULL, &r);
+        cr_assert_eq(r.status, 200, "%s", r.body);
+        alone[i] = stream_text(r.body);
+        e2e_resp_free(&r);
+        snprintf(files[i], sizeof(files[i]), "%s", e2e_body_file(body));
+    }
+    char *cmd = strdup(""), *next;
+    for (int i = 0; i < N; i++) {
+        cr_assert(asprintf(&next, "%scurl -sN --data-binary @%s %s/v1/completions > %s.out & ",
+                           cmd, files[i], d.url, files[i]) > 0);
+        free(cmd);
+        cmd = next;
+    }
+    cr_assert(asprintf(&next, "%swait", cmd) > 0);
+    free(cmd);
+    cr_assert_eq(gs_test_run(next, 1, NULL), 0);
+    free(next);
+    for (int i = 0; i < N; i++) {
+        char path[700];
+        snprintf(path, sizeof(path), "%.600s.out", files[i]);
+        char *body = gs_test_read_file(path, NULL);
+        char *text = stream_text(body);
+        cr_expect_str_eq(text, alone[i], "stream %d differs from its request alone", i);
+        free(text);
+        free(body);
+        free(alone[i]);
+    }
+    cr_expect_eq(e2e_stop(&d), 0);
 }

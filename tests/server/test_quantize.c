@@ -151,3 +151,42 @@ Test(quantize, bad_arguments_are_refused)
     cr_expect(strstr(out, "/no/such/file.gguf"), "%s", out);
     free(out);
 }
+
+/* Gemma 3n: the AltUp, LAuReL and per_layer_model_proj tensors stay as they were (llama.cpp
+ * leaves them so), the rest of the matrices become q8_0, and the file loads and answers. */
+Test(quantize, gemma3n_keeps_its_small_tensors)
+{
+    char out_path[600], args[2000];
+    snprintf(out_path, sizeof(out_path), "%s/q-g3n.gguf", gs_test_tmpdir());
+    snprintf(args, sizeof(args), "'%s' '%s' q8_0",
+             gs_test_shared_path("models/arch/gemma3n-tiny-F32.gguf"), out_path);
+    char *out;
+    cr_assert_eq(quantize(&out, args), 0, "%s", out);
+    free(out);
+    struct gs_gguf *g;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_gguf_open(out_path, &g, &err), GS_OK, "%s", err.msg);
+    uint64_t n_q8 = 0, n_f32 = 0;
+    for (uint64_t i = 0; i < gs_gguf_n_tensors(g); i++) {
+        const struct gs_gguf_tensor *t = gs_gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.data);
+        const bool keep = strstr(name, "altup") || strstr(name, "laurel") ||
+                          strstr(name, "per_layer_model_proj") || t->n_dims == 1 ||
+                          strstr(name, "_norm.weight");
+        cr_expect_eq(t->type, keep ? GS_TYPE_F32 : GS_TYPE_Q8_0, "%s is %s", name,
+                     gs_type_name(t->type));
+        n_q8 += t->type == GS_TYPE_Q8_0;
+        n_f32 += t->type == GS_TYPE_F32;
+    }
+    cr_expect_gt(n_q8, 200);
+    cr_expect_gt(n_f32, 200);
+    gs_gguf_close(g);
+    char *cmd;
+    cr_assert(asprintf(&cmd, "%s run -m '%s' -p 'Once upon a time' -n 4 --kv-type f32",
+                       gs_test_build_path("server/graphserve"), out_path) > 0);
+    int rc = gs_test_run(cmd, 1, &out);
+    cr_expect_eq(rc, 0, "%s", out);
+    free(out);
+    free(cmd);
+}
