@@ -121,6 +121,10 @@ extern const struct gs_be_ops gs_be_cpu_ops; /* engine/backend/cpu.c */
 /* Finds a backend by name ("ref"); NULL when unknown. */
 const struct gs_be_ops *gs_be_find(const char *name);
 
+/* The kernels backend `name` runs on this machine, for receipts and logs: the cpu
+ * backend's instruction set ("avx2", "avx512-vnni", "neon", ...), "reference" for ref. */
+const char *gs_be_kernel_variant(const char *name);
+
 /* Opens backend `name` into be. GS_NOTFOUND for an unknown name. */
 enum gs_status gs_be_init(struct gs_be *be, const char *name, const struct gs_be_cfg *cfg,
                           struct gs_err *err);

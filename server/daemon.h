@@ -158,6 +158,7 @@ struct gs_srv {
     struct gs_srv_req *active; /* generation requests with engine work */
     uint32_t n_reqs;           /* HTTP requests alive (any route) */
     uint64_t next_seq;         /* request ids for X-Request-Id */
+    double t_trim_ms;          /* when freed heap was last handed back (malloc_trim) */
     uint64_t next_sched_id;
     bool draining, drain_expired, closing;
     int n_signals;

@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -33,6 +34,7 @@
 #define KEEPALIVE_MS   2000 /* SSE comment on a stream quiet this long */
 #define DRAIN_GRACE_MS 3000 /* after the deadline, aborted requests get this long */
 #define RETRY_AFTER_S  "1"
+#define TRIM_MS        1000 /* idle: hand freed heap back to the system at most this often */
 
 static void mhd_run(struct gs_srv *s);
 static void begin_drain(struct gs_srv *s);
@@ -450,6 +452,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     gs_srv__active_remove(r);
     req_free(r);
     s->n_reqs--;
+    /* glibc keeps what requests freed mapped, in as many arenas as threads touched it; an
+     * idle server gives it back, so that its RSS is what it holds, not its peak. */
+    if (s->n_reqs == 0 && gs_now_ms() - s->t_trim_ms >= TRIM_MS) {
+        malloc_trim(0);
+        s->t_trim_ms = gs_now_ms();
+    }
     if (s->draining && s->n_reqs == 0 && !s->closing)
         uv_async_send(&s->async); /* finish the drain outside MHD's callback */
 }

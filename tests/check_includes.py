@@ -25,7 +25,6 @@ KNOWN = {
     ("engine/cpu/kernels_scalar.c", "engine/quant/internal.h"),
     ("engine/cpu/kernels_avx2.c", "engine/quant/internal.h"),
     ("engine/cpu/kernels_neon.c", "engine/quant/internal.h"),
-    ("server/cmd/serve_val.c", "engine/cpu/cpu.h"),
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

@@ -1400,3 +1400,8 @@ const struct gs_be_ops gs_be_cpu_ops = {
     .plan_free = cpu_plan_free,
     .sync = NULL,
 };
+
+const char *gs_be_kernel_variant(const char *name)
+{
+    return name && !strcmp(name, "cpu") ? gs_cpu_isa_name(gs_cpu_isa_best()) : "reference";
+}

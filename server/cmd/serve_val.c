@@ -2,7 +2,7 @@
 #define _GNU_SOURCE
 #include "server/cmd/serve_val.h"
 
-#include "engine/cpu/cpu.h"
+#include "engine/backend.h"
 #include "engine/sample.h"
 
 #include <math.h>
@@ -31,7 +31,7 @@ enum gs_status gs_serve_receipt_compute(const uint8_t model_sha256[GS_SHA256_BYT
     free(text);
     gs_sha256_hex(d, hex);
     snprintf(r->graph_hash, sizeof(r->graph_hash), "%.16s", hex);
-    r->variant = strcmp(backend, "cpu") ? "reference" : gs_cpu_isa_name(gs_cpu_isa_best());
+    r->variant = gs_be_kernel_variant(backend);
     return GS_OK;
 }
 
