@@ -1,0 +1,154 @@
+/*
+ * scheduler/internal.h - what the scheduler's files share: the scheduler
+ * struct, its sequences, queued events and validation jobs, and the few
+ * functions one file calls in another. Private to scheduler/.
+ *
+ *   sched.c   creation, the loop thread's side (submit, cancel, poll, stats),
+ *             events, the engine thread
+ *   step.c    the engine's side: admission, preemption, batches, sampling
+ *   vjobs.c   validation jobs on the reference runner
+ */
+#ifndef GS_SCHEDULER_INTERNAL_H
+#define GS_SCHEDULER_INTERNAL_H
+
+#include "scheduler/scheduler.h"
+
+#include "engine/backend.h"
+#include "engine/runner.h"
+#include "kvcache/kvcache.h"
+
+#include <pthread.h>
+
+#define DEFAULT_MAX_SEQS         64
+#define DEFAULT_MAX_BATCH_TOKENS 512
+#define DEFAULT_MAX_QUEUE        256
+#define DEFAULT_VALIDATE_CHUNK   32
+/* Served logits kept for one validated request: max_tokens x n_vocab floats. */
+#define MAX_VALIDATE_BYTES (256u << 20)
+
+struct seq {
+    struct seq *next; /* link in the inbox or the waiting queue */
+    uint64_t id;
+    int32_t *tokens; /* [cap] prompt then generated, owned */
+    uint32_t n_tokens, cap;
+    uint32_t n_prompt;
+    uint32_t max_tokens;
+    uint32_t n_generated;
+    uint32_t n_computed;   /* positions with K/V in the pages */
+    uint32_t high_water;   /* most positions ever computed (recompute accounting) */
+    uint32_t n_registered; /* leading pages whose hash is set */
+    uint64_t chain_hash;   /* hash of the last registered page */
+    struct gs_kv_seq kv;
+    struct gs_sample_state *sampler;
+    bool ignore_eos;
+    bool want_logprobs;
+    uint32_t n_top;
+    float *served;        /* [max_tokens][n_vocab] logits as sampled, when validating */
+    uint64_t admit_order; /* larger = admitted more recently */
+    bool cancelled;
+    bool in_batch;         /* placed in the step being built */
+    uint32_t batch_tokens; /* tokens of this sequence in that step */
+    int32_t out_row;       /* its logits row in that step, -1 if none */
+    enum gs_finish finish;
+    enum gs_status err_code;
+    char err_msg[GS_ERR_MSG_LEN];
+    double t_submit_ms, t_sched_ms, t_first_ms;
+    struct gs_sched_req_stats st;
+};
+
+struct ev_item {
+    struct gs_sched_event ev;
+    struct gs_sched_top top[GS_SAMPLE_TOP_LOGPROBS_MAX];
+    struct gs_val_report *report; /* VALIDATION: owned by the item */
+};
+
+/* A finished request waiting for, or in, its reference evaluation. It runs on
+ * a private ref backend and KV pool, so serving state is never touched. */
+struct vjob {
+    struct vjob *next;
+    uint64_t id;
+    int32_t *tokens; /* [n_tokens] prompt then generated, owned */
+    uint32_t n_tokens, n_prompt;
+    float *served;           /* [n_served][n_vocab], owned */
+    uint32_t n_served;       /* rows: positions n_prompt-1 .. n_prompt-2+n_served */
+    uint32_t n_done;         /* tokens evaluated on ref so far */
+    struct gs_kv_pool *pool; /* sized for this job alone */
+    struct gs_kv_seq kv;
+    struct gs_val_report *report;
+    bool cancelled;
+};
+
+struct gs_sched {
+    struct gs_sched_cfg cfg;
+    const struct gs_model *model;
+    uint32_t n_vocab;
+    uint32_t n_ctx;
+    int32_t *eog;
+    uint32_t n_eog;
+
+    /* Engine side: touched only by the engine thread (or the sync caller). */
+    struct gs_runner *run;
+    struct gs_kv_pool *pool;
+    struct gs_kv_view kv;
+    struct seq *wait_head, *wait_tail;
+    uint32_t n_waiting_engine;
+    struct seq **running; /* [max_seqs] */
+    uint32_t n_running;
+    uint64_t admit_counter;
+    /* step buffers, sized once for max_batch_tokens / max_seqs */
+    int32_t *step_tokens, *step_pos;
+    uint32_t *step_seq, *step_rows;
+    struct gs_seq_pages *step_pages;
+    struct seq **step_seqs;
+    float *logits; /* [max_seqs][n_vocab] */
+    /* validation: a ref runner opened on first use, and its jobs */
+    struct gs_runner *ref;
+    struct vjob *vjobs_head, *vjobs_tail;
+    uint32_t n_vjobs;
+    float *ref_logits; /* [validate_chunk_tokens][n_vocab] */
+    int32_t *ref_pos;
+    uint32_t *ref_seq, *ref_rows;
+    struct gs_val_thresholds thresholds;
+
+    /* Shared with the loop thread, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    struct seq *inbox_head, *inbox_tail;
+    uint32_t n_inbox;
+    uint64_t *cancels;
+    uint32_t n_cancels, cap_cancels;
+    struct ev_item *events;
+    size_t n_events, cap_events;
+    struct ev_item *borrowed; /* what the last poll handed out */
+    size_t cap_borrowed, n_borrowed;
+    struct gs_sched_stats stats;
+    bool draining, stopping;
+
+    pthread_t thread;
+    bool thread_running;
+};
+
+/* ---- shared between the files ----------------------------------------------------- */
+
+/* sched.c */
+void gs_sched__emit_finish(struct gs_sched *s, struct seq *q, bool validation_pending);
+uint32_t gs_sched__page_tokens(const struct gs_sched *s);
+uint32_t gs_sched__pages_for(const struct gs_sched *s, uint64_t n_tokens);
+bool gs_sched__push_event(struct gs_sched *s, const struct gs_sched_event *ev,
+                          const struct gs_sample_logprob *top, uint32_t n_top);
+bool gs_sched__push_event_report(struct gs_sched *s, const struct gs_sched_event *ev,
+                                 const struct gs_sample_logprob *top, uint32_t n_top,
+                                 struct gs_val_report *report);
+void gs_sched__seq_free(struct gs_sched *s, struct seq *q);
+
+/* step.c */
+void gs_sched__abort_all(struct gs_sched *s, enum gs_finish why);
+void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t prompt_tokens,
+                            uint64_t gen_tokens);
+
+/* vjobs.c */
+bool gs_sched__queue_vjob(struct gs_sched *s, struct seq *q);
+void gs_sched__validate_step(struct gs_sched *s);
+void gs_sched__vjob_done(struct gs_sched *s, struct gs_val_report *report, const char *why);
+
+#endif /* GS_SCHEDULER_INTERNAL_H */

@@ -1,0 +1,480 @@
+/*
+ * scheduler/step.c - the engine's side of the scheduler: the waiting queue,
+ * admission, prefix attachment, preemption, building and running one batch,
+ * sampling and finishing. The algorithm is described in scheduler/sched.c.
+ */
+#define _GNU_SOURCE
+#include "scheduler/internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- the engine's side ------------------------------------------------------------------ */
+
+static void wait_push_back(struct gs_sched *s, struct seq *q)
+{
+    q->next = NULL;
+    if (s->wait_tail)
+        s->wait_tail->next = q;
+    else
+        s->wait_head = q;
+    s->wait_tail = q;
+    s->n_waiting_engine++;
+}
+
+static void wait_push_front(struct gs_sched *s, struct seq *q)
+{
+    q->next = s->wait_head;
+    s->wait_head = q;
+    if (!s->wait_tail)
+        s->wait_tail = q;
+    s->n_waiting_engine++;
+}
+
+static struct seq *wait_pop(struct gs_sched *s)
+{
+    struct seq *q = s->wait_head;
+    if (!q)
+        return NULL;
+    s->wait_head = q->next;
+    if (!s->wait_head)
+        s->wait_tail = NULL;
+    q->next = NULL;
+    s->n_waiting_engine--;
+    return q;
+}
+
+/* Moves new requests into the waiting queue and marks cancelled sequences. */
+static void take_inbox(struct gs_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    struct seq *in = s->inbox_head;
+    s->inbox_head = s->inbox_tail = NULL;
+    s->n_inbox = 0;
+    for (struct seq *q = in; q;) {
+        struct seq *next = q->next;
+        wait_push_back(s, q);
+        q = next;
+    }
+    /* Published with the inbox emptied, so that gs_sched_submit's queue check
+     * never sees a request in neither count: the step's end publishing the
+     * count left a window in which a burst overshot --max-queue. Until then it
+     * may count a request admitted this step: the cap errs on the safe side. */
+    s->stats.n_waiting = s->n_waiting_engine;
+    for (uint32_t c = 0; c < s->n_cancels; c++) {
+        for (uint32_t i = 0; i < s->n_running; i++)
+            if (s->running[i]->id == s->cancels[c])
+                s->running[i]->cancelled = true;
+        for (struct seq *q = s->wait_head; q; q = q->next)
+            if (q->id == s->cancels[c])
+                q->cancelled = true;
+        for (struct vjob *j = s->vjobs_head; j; j = j->next)
+            if (j->id == s->cancels[c])
+                j->cancelled = true;
+    }
+    s->n_cancels = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void remove_running(struct gs_sched *s, uint32_t i)
+{
+    memmove(&s->running[i], &s->running[i + 1], (s->n_running - i - 1) * sizeof(*s->running));
+    s->n_running--;
+}
+
+/* Ends a sequence: releases its pages (registered ones stay cached), emits its
+ * FINISH event and frees it. It must be out of every queue. */
+static void finish_seq(struct gs_sched *s, struct seq *q, enum gs_finish why)
+{
+    q->finish = why;
+    gs_kv_seq_release(s->pool, &q->kv);
+    /* A request that ran to an end gets its reference evaluation; one that was
+     * cancelled or aborted has no client left to read it. queue_vjob takes the
+     * tokens and the served logits. */
+    bool validating = q->served && why != GS_FINISH_CANCELLED && why != GS_FINISH_ABORT &&
+                      gs_sched__queue_vjob(s, q);
+    if (!validating)
+        gs_free(q->served);
+    q->served = NULL;
+    gs_sched__emit_finish(s, q, validating);
+    pthread_mutex_lock(&s->mu);
+    if (why == GS_FINISH_CANCELLED)
+        s->stats.n_cancelled++;
+    if (why == GS_FINISH_ERROR)
+        s->stats.n_errors++;
+    pthread_mutex_unlock(&s->mu);
+    gs_sched__seq_free(s, q);
+}
+
+static void drop_cancelled(struct gs_sched *s)
+{
+    for (uint32_t i = 0; i < s->n_running;) {
+        struct seq *q = s->running[i];
+        if (q->cancelled) {
+            remove_running(s, i);
+            finish_seq(s, q, GS_FINISH_CANCELLED);
+        } else {
+            i++;
+        }
+    }
+    struct seq **link = &s->wait_head;
+    struct seq *prev = NULL;
+    while (*link) {
+        struct seq *q = *link;
+        if (!q->cancelled) {
+            prev = q;
+            link = &q->next;
+            continue;
+        }
+        *link = q->next;
+        if (s->wait_tail == q)
+            s->wait_tail = prev;
+        s->n_waiting_engine--;
+        q->next = NULL;
+        finish_seq(s, q, GS_FINISH_CANCELLED);
+    }
+}
+
+/* Gives q's pages back (full registered ones stay cached) and forgets what
+ * was computed: q starts again from position 0, prefix cache permitting. */
+static void drop_pages(struct gs_sched *s, struct seq *q)
+{
+    gs_kv_seq_release(s->pool, &q->kv);
+    q->n_computed = 0;
+    q->n_registered = 0;
+    q->chain_hash = GS_KV_HASH_SEED;
+}
+
+/* Attaches cached pages for the leading full pages of q's tokens, leaving at
+ * least one token to compute (its logits are needed). */
+static void attach_prefix(struct gs_sched *s, struct seq *q)
+{
+    uint32_t pt = gs_sched__page_tokens(s);
+    uint32_t usable = (q->n_tokens - 1) / pt;
+    while (q->kv.n_pages < usable) {
+        uint32_t at = q->kv.n_pages * pt;
+        uint64_t h = gs_kv_hash_tokens(q->chain_hash, q->tokens + at, pt);
+        if (!gs_kv_seq_append_cached(s->pool, &q->kv, h))
+            return;
+        q->chain_hash = h;
+        q->n_registered = q->kv.n_pages;
+        q->n_computed = q->kv.n_tokens;
+        if (at < q->n_prompt && !q->t_sched_ms)
+            q->st.n_prompt_cached += GS_MIN(pt, q->n_prompt - at);
+    }
+}
+
+/* First-come-first-served admission while the pool can hold the newcomer's
+ * tokens on top of what is free. The head of the queue blocks the rest, so a
+ * large request is not starved by smaller ones behind it. */
+static void admit(struct gs_sched *s)
+{
+    while (s->n_running < s->cfg.max_seqs && s->wait_head) {
+        struct seq *q = s->wait_head;
+        if (s->cfg.prefix_cache && q->n_computed == 0)
+            attach_prefix(s, q);
+        uint32_t need = gs_sched__pages_for(s, (uint64_t)q->n_tokens + 1) - q->kv.n_pages;
+        if (need > gs_kv_pool_n_free(s->pool) && s->n_running > 0) {
+            /* Give the attached pages back to the cache: they may be evicted
+             * while we wait, and are looked up again at admission. */
+            if (q->kv.n_pages && q->n_computed == q->kv.n_tokens)
+                drop_pages(s, q);
+            break;
+        }
+        wait_pop(s);
+        q->admit_order = ++s->admit_counter;
+        if (!q->t_sched_ms)
+            q->t_sched_ms = gs_now_ms();
+        s->running[s->n_running++] = q;
+    }
+}
+
+/* Releases q's pages and puts it back at the front of the queue. */
+static void preempt(struct gs_sched *s, struct seq *q)
+{
+    for (uint32_t i = 0; i < s->n_running; i++)
+        if (s->running[i] == q) {
+            remove_running(s, i);
+            break;
+        }
+    drop_pages(s, q);
+    q->st.n_preemptions++;
+    wait_push_front(s, q);
+    pthread_mutex_lock(&s->mu);
+    s->stats.n_preemptions++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The sequence to give up when pages run out: the most recently admitted one
+ * not yet placed in this step (q itself if every other is placed). */
+static struct seq *pick_victim(struct gs_sched *s)
+{
+    struct seq *v = NULL;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        struct seq *r = s->running[i];
+        if (!r->in_batch && (!v || r->admit_order > v->admit_order))
+            v = r;
+    }
+    return v;
+}
+
+/* Makes room in q's pages for its next c tokens, preempting others if needed.
+ * Returns false when q itself had to be preempted. */
+static bool reserve_pages(struct gs_sched *s, struct seq *q, uint32_t c)
+{
+    struct gs_err err;
+    for (;;) {
+        enum gs_status rc = gs_kv_seq_reserve(s->pool, &q->kv, q->n_computed + c, &err);
+        if (rc == GS_OK)
+            break;
+        struct seq *v = pick_victim(s);
+        preempt(s, v);
+        if (v == q)
+            return false;
+    }
+    /* The first page written may be shared (prefix sharing): copy it first. */
+    uint32_t first = q->n_computed / gs_sched__page_tokens(s);
+    if (first < q->kv.n_pages && gs_kv_page_refcount(s->pool, q->kv.pages[first]) > 1) {
+        while (gs_kv_page_cow(s->pool, &q->kv.pages[first], &err) != GS_OK) {
+            struct seq *v = pick_victim(s);
+            preempt(s, v);
+            if (v == q)
+                return false;
+        }
+    }
+    return true;
+}
+
+/* Places up to budget tokens of q in the step; returns the tokens placed. */
+static uint32_t place(struct gs_sched *s, struct seq *q, uint32_t budget, uint32_t *n_tokens,
+                      uint32_t *n_seqs, uint32_t *n_out)
+{
+    uint32_t pending = q->n_tokens - q->n_computed;
+    uint32_t c = GS_MIN(pending, budget);
+    if (c == 0 || !reserve_pages(s, q, c))
+        return 0;
+    uint32_t si = (*n_seqs)++;
+    s->step_seqs[si] = q;
+    q->in_batch = true;
+    q->batch_tokens = c;
+    q->out_row = -1;
+    for (uint32_t i = 0; i < c; i++) {
+        uint32_t t = (*n_tokens)++;
+        s->step_tokens[t] = q->tokens[q->n_computed + i];
+        s->step_pos[t] = (int32_t)(q->n_computed + i);
+        s->step_seq[t] = si;
+    }
+    if (q->n_computed + c == q->n_tokens) {
+        s->step_rows[*n_out] = *n_tokens - 1;
+        q->out_row = (int32_t)(*n_out)++;
+    }
+    return c;
+}
+
+static bool is_eog(const struct gs_sched *s, int32_t tok)
+{
+    for (uint32_t i = 0; i < s->n_eog; i++)
+        if (s->eog[i] == tok)
+            return true;
+    return false;
+}
+
+/* Registers q's newly filled pages in the prefix cache. */
+static void register_pages(struct gs_sched *s, struct seq *q)
+{
+    uint32_t pt = gs_sched__page_tokens(s);
+    while ((q->n_registered + 1) * pt <= q->n_computed && q->n_registered < q->kv.n_pages) {
+        uint32_t at = q->n_registered * pt;
+        q->chain_hash = gs_kv_hash_tokens(q->chain_hash, q->tokens + at, pt);
+        gs_kv_page_set_hash(s->pool, q->kv.pages[q->n_registered], q->chain_hash);
+        q->n_registered++;
+    }
+}
+
+/* Samples q's next token from its logits row and decides whether it ends. A
+ * non-finite logit ends this sequence alone, with GS_NUMERIC. */
+static enum gs_finish take_token(struct gs_sched *s, struct seq *q, float *logits)
+{
+    struct gs_sample_out o;
+    struct gs_err err;
+    if (s->cfg.logits_hook)
+        s->cfg.logits_hook(q->id, q->n_tokens - 1, logits, s->n_vocab, s->cfg.logits_hook_ctx);
+    if (q->served)
+        memcpy(q->served + (size_t)q->n_generated * s->n_vocab, logits, s->n_vocab * sizeof(float));
+    enum gs_status rc = gs_sample_next(q->sampler, logits, (int32_t)s->n_vocab, &o, &err);
+    if (rc) {
+        q->err_code = rc;
+        snprintf(q->err_msg, sizeof(q->err_msg), "position %u: %.200s", q->n_tokens - 1, err.msg);
+        return GS_FINISH_ERROR;
+    }
+    if (!q->t_first_ms)
+        q->t_first_ms = gs_now_ms();
+    q->tokens[q->n_tokens++] = o.token;
+    q->n_generated++;
+    struct gs_sched_event ev = {
+        .kind = GS_SCHED_EV_TOKEN, .id = q->id, .token = o.token, .logprob = o.logprob};
+    if (!gs_sched__push_event(s, &ev, o.top, q->n_top ? (uint32_t)o.n_top : 0)) {
+        q->err_code = GS_NOMEM;
+        snprintf(q->err_msg, sizeof(q->err_msg), "no memory for an event");
+        return GS_FINISH_ERROR;
+    }
+    if (o.stop)
+        return GS_FINISH_STOP;
+    if (!q->ignore_eos && is_eog(s, o.token))
+        return GS_FINISH_EOS;
+    if (q->n_generated >= q->max_tokens || q->n_tokens >= s->n_ctx)
+        return GS_FINISH_LENGTH;
+    return GS_FINISH_NONE;
+}
+
+void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t prompt_tokens,
+                            uint64_t gen_tokens)
+{
+    struct gs_kv_stats ks;
+    gs_kv_pool_stats(s->pool, &ks);
+    pthread_mutex_lock(&s->mu);
+    s->stats.n_steps += batch_tokens > 0;
+    s->stats.last_batch_tokens = batch_tokens;
+    if (batch_tokens > 0) {
+        size_t b = 0;
+        while (b < GS_SCHED_BATCH_BUCKETS - 1 && batch_tokens > gs_sched_batch_bounds[b])
+            b++;
+        s->stats.batch_steps[b]++;
+        s->stats.batch_tokens_sum += batch_tokens;
+    }
+    s->stats.n_tokens_prompt += prompt_tokens;
+    s->stats.n_tokens_generated += gen_tokens;
+    s->stats.n_running = s->n_running;
+    s->stats.n_waiting = s->n_waiting_engine;
+    s->stats.pages_total = ks.pages_total;
+    s->stats.pages_used = ks.pages_used;
+    s->stats.pages_cached = ks.pages_cached;
+    s->stats.pages_free = ks.pages_free;
+    s->stats.n_evictions = ks.n_evictions;
+    s->stats.n_prefix_hit_tokens = ks.n_hits * gs_sched__page_tokens(s);
+    s->stats.kv_bytes = (uint64_t)ks.pages_total * ks.page_bytes;
+    s->stats.scratch_bytes = gs_plan_cache_scratch_bytes(&s->run->plans);
+    s->stats.n_validating = s->n_vjobs;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void notify(struct gs_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool pending = s->n_events > 0;
+    pthread_mutex_unlock(&s->mu);
+    if (pending && s->cfg.notify)
+        s->cfg.notify(s->cfg.notify_ctx);
+}
+
+enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err)
+{
+    take_inbox(s);
+    drop_cancelled(s);
+    admit(s);
+
+    /* Build the batch: decodes first, then prefill chunks, oldest first. */
+    uint32_t n_tokens = 0, n_seqs = 0, n_out = 0, budget = s->cfg.max_batch_tokens;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < s->n_running && budget > 0; i++) {
+            struct seq *q = s->running[i];
+            bool decoding = q->n_tokens - q->n_computed == 1;
+            if (q->in_batch || decoding != (pass == 0))
+                continue;
+            uint32_t before = s->n_running;
+            budget -= place(s, q, budget, &n_tokens, &n_seqs, &n_out);
+            /* A preemption reshuffled running[]: scan it again from the start
+             * (i wraps to 0). Victims are never placed sequences, so the step
+             * built so far stays valid. */
+            if (s->n_running != before)
+                i = UINT32_MAX;
+        }
+    }
+    uint64_t prompt_tokens = 0, gen_tokens = 0;
+    enum gs_status rc = GS_OK;
+    if (n_tokens > 0) {
+        for (uint32_t i = 0; i < n_seqs; i++)
+            s->step_pages[i] =
+                (struct gs_seq_pages){s->step_seqs[i]->kv.pages, s->step_seqs[i]->kv.n_pages};
+        struct gs_step_io io = {.n_tokens = n_tokens,
+                                .tokens = s->step_tokens,
+                                .pos = s->step_pos,
+                                .seq = s->step_seq,
+                                .n_seqs = n_seqs,
+                                .seqs = s->step_pages,
+                                .kv = &s->kv,
+                                .n_outputs = n_out,
+                                .out_rows = s->step_rows,
+                                .logits = s->logits};
+        rc = gs_runner_step(s->run, &io, err);
+    }
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        struct seq *q = s->step_seqs[i];
+        q->in_batch = false;
+        enum gs_finish fin = GS_FINISH_NONE;
+        if (rc) {
+            q->err_code = rc;
+            snprintf(q->err_msg, sizeof(q->err_msg), "engine step failed: %.200s", err->msg);
+            fin = GS_FINISH_ERROR;
+        } else {
+            uint32_t a = q->n_computed, b = a + q->batch_tokens;
+            if (a < q->high_water)
+                q->st.n_recomputed += GS_MIN(b, q->high_water) - a;
+            if (a < q->n_prompt)
+                prompt_tokens += GS_MIN(b, q->n_prompt) - a;
+            q->n_computed = b;
+            q->high_water = GS_MAX(q->high_water, b);
+            if (q->out_row >= 0) {
+                fin = take_token(s, q, s->logits + (size_t)q->out_row * s->n_vocab);
+                gen_tokens += fin != GS_FINISH_ERROR;
+            }
+            /* A sequence whose numerics failed never shares its pages. */
+            if (s->cfg.prefix_cache && fin != GS_FINISH_ERROR)
+                register_pages(s, q);
+        }
+        if (fin != GS_FINISH_NONE) {
+            for (uint32_t r = 0; r < s->n_running; r++)
+                if (s->running[r] == q) {
+                    remove_running(s, r);
+                    break;
+                }
+            finish_seq(s, q, fin);
+        }
+    }
+    /* One bounded slice of reference evaluation per step, after serving. */
+    gs_sched__validate_step(s);
+    gs_sched__update_stats(s, n_tokens, prompt_tokens, gen_tokens);
+    notify(s);
+    return rc;
+}
+
+bool gs_sched_idle(struct gs_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool inbox_empty = s->n_inbox == 0 && s->n_cancels == 0;
+    pthread_mutex_unlock(&s->mu);
+    return inbox_empty && s->n_running == 0 && s->wait_head == NULL && s->n_vjobs == 0;
+}
+
+/* Ends every request still known to the engine with why. */
+void gs_sched__abort_all(struct gs_sched *s, enum gs_finish why)
+{
+    if (!s->pool)
+        return;
+    take_inbox(s);
+    while (s->n_running > 0) {
+        struct seq *q = s->running[s->n_running - 1];
+        s->n_running--;
+        finish_seq(s, q, why);
+    }
+    struct seq *q;
+    while ((q = wait_pop(s)))
+        finish_seq(s, q, why);
+    while (s->vjobs_head)
+        gs_sched__vjob_done(s, NULL, "validation aborted: the scheduler stopped");
+    gs_sched__update_stats(s, 0, 0, 0);
+    notify(s);
+}
