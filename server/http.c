@@ -452,6 +452,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     gs_srv__active_remove(r);
     req_free(r);
     s->n_reqs--;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci)
+        gs_srv_tls_request_done(s->tls, ci->connect_fd);
     /* glibc keeps what requests freed mapped, in as many arenas as threads touched it; an
      * idle server gives it back, so that its RSS is what it holds, not its peak. */
     if (s->n_reqs == 0 && gs_now_ms() - s->t_trim_ms >= TRIM_MS) {
@@ -540,11 +543,11 @@ static void on_mhd_timer(uv_timer_t *h)
 }
 
 /*
- * True when the peer of a suspended connection has reset it. A read of 0
- * bytes is not a departure: a client that shut down its sending side (nc -N,
- * HTTP/1.0 clients, some proxies) still reads the answer. A client that
- * closed for good is found by the next write, which fails: a stream's tokens
- * or keepalive comments, a whole answer's single write.
+ * True when the client of a suspended connection is gone. MHD's end is the
+ * relay's socketpair (server/tls.h), which holds a client's FIN while its
+ * request is unanswered (nc -N, HTTP/1.0 clients and some proxies finish
+ * sending and still read the answer), so an end of stream here means the relay
+ * closed: the client reset its connection or a write to it failed.
  */
 static bool peer_gone(struct gs_srv_req *r)
 {
@@ -554,7 +557,7 @@ static bool peer_gone(struct gs_srv_req *r)
         return true;
     char c;
     ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 /* ---- connections: the request deadline and room for new clients --------------------------- */
@@ -899,8 +902,9 @@ static enum gs_status copy_cfg(struct gs_srv *s, const struct gs_srv_cfg *cfg, s
     return GS_OK;
 }
 
-/* A connection whose TLS handshake finished: MHD serves its plaintext end as
- * if the client had connected directly (peer is the client's address). */
+/* A connection the relay accepted (TLS: once its handshake finished): MHD serves
+ * its plaintext end as if the client had connected directly (peer is the
+ * client's address). */
 static void tls_deliver(void *ctx, int fd, const struct sockaddr *peer, socklen_t peer_len)
 {
     struct gs_srv *s = ctx;
@@ -913,8 +917,8 @@ static void tls_deliver(void *ctx, int fd, const struct sockaddr *peer, socklen_
     mhd_run(s);
 }
 
-/* HTTPS: MHD gets no listening socket; the TLS terminator owns the passed
- * socket or binds host:port, and hands MHD each connection's plaintext. */
+/* MHD gets no listening socket; the relay (TLS or plain) owns the passed socket
+ * or binds host:port, and hands MHD each connection's plaintext. */
 static enum gs_status start_tls(struct gs_srv *s, const struct sockaddr_storage *ss, bool v6,
                                 struct gs_err *err)
 {
@@ -945,20 +949,12 @@ static enum gs_status start_mhd(struct gs_srv *s, struct gs_err *err)
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (v6)
         flags |= MHD_USE_IPv6;
-    bool tls = s->cfg.tls.cert_path != NULL;
-    bool passed = s->cfg.listen_fd > 2 && !tls;
-    /* The address, or a passed socket (MHD then neither binds nor listens). */
-    struct MHD_OptionItem where[] = {
-        passed ? (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, s->cfg.listen_fd, NULL}
-               : (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &ss},
-        {MHD_OPTION_END, 0, NULL},
-    };
-    if (tls) {
-        flags |= MHD_USE_NO_LISTEN_SOCKET;
-        where[0] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    }
+    /* MHD never listens: the relay (server/tls.c, plaintext without a certificate)
+     * accepts every connection and hands MHD its end of a socketpair, so that a
+     * client's FIN can wait for its answer (see server/tls.h). */
+    flags |= MHD_USE_NO_LISTEN_SOCKET;
     s->mhd = MHD_start_daemon(
-        flags, s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, where,
+        flags, s->cfg.port, NULL, NULL, on_request, s,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)l->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)l->max_conns_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)l->conn_timeout_s,
@@ -971,17 +967,9 @@ static enum gs_status start_mhd(struct gs_srv *s, struct gs_err *err)
     if (!s->mhd)
         return gs_err_set(err, GS_IO, "cannot listen on %s:%u: %s", s->host, s->cfg.port,
                           strerror(errno));
-    const union MHD_DaemonInfo *pi = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = pi ? pi->port : s->cfg.port;
-    if (tls && start_tls(s, &ss, v6, err) != GS_OK)
+    s->port = s->cfg.port;
+    if (start_tls(s, &ss, v6, err) != GS_OK)
         return err->code;
-    if (passed) {
-        struct sockaddr_storage bound;
-        socklen_t len = sizeof(bound);
-        if (getsockname(s->cfg.listen_fd, (struct sockaddr *)&bound, &len) == 0)
-            s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                                        : ((struct sockaddr_in *)&bound)->sin_port);
-    }
     struct sockaddr_storage bound = ss;
     if (s->cfg.listen_fd > 2) {
         socklen_t len = sizeof(bound);

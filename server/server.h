@@ -98,7 +98,7 @@ struct gs_srv_engine {
 /* HTTPS (server/tls.h): with cert_path and key_path the listener speaks TLS
  * only. Paths are read by gs_srv_new and not kept. */
 struct gs_srv_tls_cfg {
-    const char *cert_path;      /* PEM certificate chain; NULL: plain HTTP */
+    const char *cert_path;      /* PEM certificate chain; NULL: plain HTTP (relayed, no TLS) */
     const char *key_path;       /* PEM private key */
     const char *client_ca_path; /* PEM CA bundle; set: clients must present a certificate */
     /* The limits come from config/table.c (its rows hold the defaults); each

@@ -53,6 +53,9 @@ struct conn {
     bool evicted;     /* a newer connection took its handshake slot */
     bool up_eof;      /* the client finished sending (FIN or close_notify) */
     bool up_shut;     /* ...and the daemon's end was told so (shutdown SHUT_WR) */
+    bool pending;     /* bytes went up since the daemon last finished a request */
+    bool down_shut;   /* plain: the client got our FIN; draining what it still sends */
+    int dfd;          /* the daemon's end of the socketpair (its number, for request_done) */
     int tcp_events, plain_events; /* what each poll watches now */
     mbedtls_ssl_context ssl;
     struct sockaddr_storage peer;
@@ -69,6 +72,7 @@ struct gs_srv_tls {
     uv_poll_t listen_poll;
     uv_timer_t backoff;
     bool listen_open, listening, closing;
+    bool plain; /* no certificate: relay plaintext, no handshake */
     struct gs_srv_tls_cfg cfg;
     gs_srv_tls_deliver_fn deliver;
     void *ctx;
@@ -236,7 +240,11 @@ static void on_conn_poll(uv_poll_t *h, int status, int events)
 {
     struct conn *c = h->data;
     (void)events;
-    if (status < 0) {
+    /* An error on the daemon's end may come with an answer still queued on it
+     * (libmicrohttpd answers 431 and closes with the client's bytes unread, which
+     * an AF_UNIX socket reports as a reset): the relay reads what is there first
+     * and ends the connection when a read or write fails. */
+    if (status < 0 && (h != &c->plain_poll || c->state != CONN_RELAY)) {
         conn_close(c, "socket error");
         return;
     }
@@ -289,12 +297,15 @@ static void handshake_done(struct conn *c)
         conn_close(c, "no socketpair");
         return;
     }
-    uv_timer_stop(&c->timer);
-    hs_unlink(c);
+    if (c->state == CONN_HANDSHAKE) {
+        uv_timer_stop(&c->timer);
+        hs_unlink(c);
+        t->st.n_handshaking--;
+        t->st.n_handshakes++;
+    }
     c->state = CONN_RELAY;
-    t->st.n_handshaking--;
-    t->st.n_handshakes++;
     c->pfd = sv[0];
+    c->dfd = sv[1];
     uv_poll_init(t->loop, &c->plain_poll, c->pfd);
     c->plain_poll.data = c;
     c->n_handles++;
@@ -345,6 +356,19 @@ static void handshake_step(struct conn *c)
  * before is delivered, and the answer still flows down. */
 static bool relay_up(struct conn *c, int *tcp, int *plain)
 {
+    if (c->up_dead && c->t->plain && !c->up_eof) {
+        /* The daemon stopped reading (it answered and closes): drop what the client
+         * still sends, so that closing leaves nothing unread to turn into a reset. */
+        unsigned char sink[4096];
+        ssize_t n;
+        while ((n = recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT)) > 0) {
+        }
+        if (n == 0)
+            c->up_eof = true;
+        else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            *tcp |= UV_READABLE;
+        return true;
+    }
     while (!c->up_dead) {
         if (c->up_off < c->up_len) {
             ssize_t n = send(c->pfd, c->up + c->up_off, c->up_len - c->up_off,
@@ -361,15 +385,33 @@ static bool relay_up(struct conn *c, int *tcp, int *plain)
                 return true;
             }
             c->up_off += (size_t)n;
+            c->pending = true;
             continue;
         }
         c->up_off = c->up_len = 0;
         if (c->up_eof) {
-            if (!c->up_shut) {
+            /* Held while a request is unanswered: libmicrohttpd closes a
+             * connection whose FIN it reads before handing the request over. */
+            if (!c->up_shut && !c->pending) {
                 c->up_shut = true;
                 shutdown(c->pfd, SHUT_WR);
             }
             return true;
+        }
+        if (c->t->plain) {
+            ssize_t n = recv(c->fd, c->up, sizeof(c->up), MSG_DONTWAIT);
+            if (n > 0) {
+                c->up_len = (size_t)n;
+            } else if (n == 0) {
+                c->up_eof = true;
+            } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+                *tcp |= UV_READABLE;
+                return true;
+            } else {
+                conn_close(c, NULL); /* a reset: the client is gone */
+                return false;
+            }
+            continue;
         }
         int r = mbedtls_ssl_read(&c->ssl, c->up, sizeof(c->up));
         if (r > 0) {
@@ -396,6 +438,20 @@ static bool relay_up(struct conn *c, int *tcp, int *plain)
 static bool relay_down(struct conn *c, int *tcp, int *plain)
 {
     for (;;) {
+        if (c->down_off < c->down_len && c->t->plain) {
+            ssize_t n = send(c->fd, c->down + c->down_off, c->down_len - c->down_off,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0) {
+                c->down_off += (size_t)n;
+                continue;
+            }
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+                *tcp |= UV_WRITABLE; /* the client is behind: stop reading the daemon */
+                return true;
+            }
+            conn_close(c, NULL);
+            return false;
+        }
         if (c->down_off < c->down_len) {
             /* After WANT_WRITE mbedTLS must be called again with the same data. */
             int r = mbedtls_ssl_write(&c->ssl, c->down + c->down_off, c->down_len - c->down_off);
@@ -433,8 +489,39 @@ static bool relay_down(struct conn *c, int *tcp, int *plain)
     }
 }
 
+/* Plain: the daemon closed and what it wrote is out. The client gets a FIN, and what
+ * it still sends is read and dropped until its own FIN (within the close grace): a
+ * socket closed with unread bytes sends a reset, which can reach the client before
+ * the answer does (an oversized request answered 431, say). */
+static void plain_close_step(struct conn *c)
+{
+    if (!c->down_shut) {
+        c->down_shut = true;
+        shutdown(c->fd, SHUT_WR);
+        if (c->pfd >= 0)
+            set_poll(&c->plain_poll, &c->plain_events, 0, on_conn_poll);
+        uv_timer_start(&c->timer, on_conn_timer, GS_SRV_TLS_CLOSE_GRACE_MS, 0);
+    }
+    unsigned char sink[4096];
+    for (;;) {
+        ssize_t n = recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT);
+        if (n > 0)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            set_poll(&c->tcp_poll, &c->tcp_events, UV_READABLE, on_conn_poll);
+            return;
+        }
+        conn_close(c, NULL); /* the client's FIN, or its reset */
+        return;
+    }
+}
+
 static void close_notify_step(struct conn *c)
 {
+    if (c->t->plain) {
+        plain_close_step(c);
+        return;
+    }
     int r = mbedtls_ssl_close_notify(&c->ssl);
     if (r == MBEDTLS_ERR_SSL_WANT_WRITE) {
         if (!uv_is_active((uv_handle_t *)&c->timer))
@@ -504,14 +591,15 @@ static void make_room(struct gs_srv_tls *t, const struct sockaddr_storage *ss)
 static void conn_accept(struct gs_srv_tls *t, int fd, const struct sockaddr_storage *ss,
                         socklen_t len)
 {
-    make_room(t, ss);
+    if (!t->plain)
+        make_room(t, ss);
     struct conn *c = gs_calloc(1, sizeof(*c));
     if (!c) {
         close(fd);
         return;
     }
     mbedtls_ssl_init(&c->ssl);
-    if (mbedtls_ssl_setup(&c->ssl, &t->conf) != 0) {
+    if (!t->plain && mbedtls_ssl_setup(&c->ssl, &t->conf) != 0) {
         mbedtls_ssl_free(&c->ssl);
         gs_free(c);
         close(fd);
@@ -527,19 +615,25 @@ static void conn_accept(struct gs_srv_tls *t, int fd, const struct sockaddr_stor
     uv_timer_init(t->loop, &c->timer);
     c->tcp_poll.data = c->timer.data = c;
     c->n_handles = 2;
+    c->dfd = -1;
     c->next = t->conns;
     if (t->conns)
         t->conns->prev = c;
     t->conns = c;
+    t->st.n_accepted++;
+    t->st.n_open++;
+    if (t->plain) {
+        c->state = CONN_RELAY;
+        handshake_done(c); /* no handshake: straight to the relay */
+        return;
+    }
     c->hs_prev = t->hs_newest;
     if (t->hs_newest)
         t->hs_newest->hs_next = c;
     else
         t->hs_oldest = c;
     t->hs_newest = c;
-    t->st.n_accepted++;
     t->st.n_handshaking++;
-    t->st.n_open++;
     uv_timer_start(&c->timer, on_conn_timer, t->cfg.handshake_timeout_ms, 0);
     pump(c);
 }
@@ -694,10 +788,12 @@ enum gs_status gs_srv_tls_new(uv_loop_t *loop, const struct gs_srv_tls_cfg *cfg,
     mbedtls_entropy_init(&t->entropy);
     mbedtls_ctr_drbg_init(&t->drbg);
     enum gs_status st = GS_OK;
+    t->plain = !cfg->cert_path;
     /* The defaults live in config/table.c only; a caller must pass them on. */
-    if (!cfg->handshake_timeout_ms || !cfg->max_handshakes || !cfg->max_handshakes_per_ip)
+    if (!t->plain &&
+        (!cfg->handshake_timeout_ms || !cfg->max_handshakes || !cfg->max_handshakes_per_ip))
         st = gs_err_set(err, GS_INVAL, "TLS: a handshake limit is 0");
-    if (st == GS_OK)
+    if (st == GS_OK && !t->plain)
         st = configure(t, cfg, err);
     if (st == GS_OK) {
         int fl = fcntl(listen_fd, F_GETFL);
@@ -769,6 +865,8 @@ void gs_srv_tls_stats(const struct gs_srv_tls *t, struct gs_srv_tls_stats *out)
 
 void gs_srv_tls_metrics_render(const struct gs_srv_tls *t, struct gs_srv_buf *o)
 {
+    if (t->plain)
+        return; /* no TLS: no handshakes to count */
     const struct gs_srv_tls_stats *st = &t->st;
     gs_srv_buf_addf(o,
                     "# HELP graphserve_tls_handshakes_total TLS handshakes by outcome.\n"
@@ -787,4 +885,15 @@ void gs_srv_tls_metrics_render(const struct gs_srv_tls *t, struct gs_srv_buf *o)
                     (unsigned long long)st->n_handshakes, (unsigned long long)st->n_refused,
                     (unsigned long long)st->n_timeouts, (unsigned long long)st->n_evicted,
                     st->n_handshaking, st->n_open);
+}
+
+void gs_srv_tls_request_done(struct gs_srv_tls *t, int daemon_fd)
+{
+    for (struct conn *c = t ? t->conns : NULL; c; c = c->next)
+        if (c->state == CONN_RELAY && c->dfd == daemon_fd) {
+            c->pending = false;
+            if (c->up_eof && !c->up_shut)
+                pump(c);
+            return;
+        }
 }

@@ -32,6 +32,16 @@
  * fails. When the client resets or sends garbage, the daemon's end is closed
  * and libmicrohttpd sees the peer gone.
  *
+ * Plain HTTP goes through the same relay (gs_srv_tls_new with no certificate):
+ * libmicrohttpd 0.9.75 closes a connection whose FIN it reads before it has
+ * handed the request over, so a client that sends its request and then shuts
+ * down its sending side (nc -N, HTTP/1.0 clients, some proxies) lost its
+ * answer. The relay holds such a FIN while a request the client sent is
+ * unanswered: the daemon reports each finished request
+ * (gs_srv_tls_request_done) and only then, or at once when nothing is pending,
+ * does the daemon's end get its shutdown(SHUT_WR). TLS connections get the
+ * same treatment.
+ *
  * Threads: loop thread only (the loop passed to gs_srv_tls_new).
  * Ownership: gs_srv_tls_new takes the listening descriptor; the file paths
  * are read during the call and not kept. gs_srv_tls_close starts closing
@@ -66,6 +76,10 @@ typedef void (*gs_srv_tls_deliver_fn)(void *ctx, int fd, const struct sockaddr *
 enum gs_status gs_srv_tls_new(uv_loop_t *loop, const struct gs_srv_tls_cfg *cfg, int listen_fd,
                               gs_srv_tls_deliver_fn deliver, void *ctx, struct gs_srv_tls **out,
                               struct gs_err *err);
+
+/* The daemon answered a request on the connection whose daemon end is
+ * daemon_fd: a FIN the client sent meanwhile may now reach the daemon. */
+void gs_srv_tls_request_done(struct gs_srv_tls *t, int daemon_fd);
 
 /* Stops accepting (the drain): closes the listening socket. Connections
  * already accepted carry on. Idempotent. */

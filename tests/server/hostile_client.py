@@ -12,6 +12,8 @@ test asserts on it. Every wait has a bound that only a hung daemon reaches.
                                   read the answer
   noread PORT BODYFILE GO         send a stream request with a small receive buffer
                                   and read nothing until GO exists, then read to the end
+  finmany PORT N CLIENTS          CLIENTS threads each send N requests, each followed at
+                                  once by a FIN, and count the whole answers
 """
 import json
 import os
@@ -206,6 +208,33 @@ def noread(port, body_file, go):
             "data_events": text.count("data: ")}
 
 
+def finmany(port, n, clients):
+    """Request, then shutdown(SHUT_WR) at once, from several threads: the FIN
+    races the daemon's handling of the request."""
+    import threading
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 4}).encode()
+    answered = []
+
+    def one():
+        ok = 0
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", port), timeout=HANG)
+            s.sendall(post("/v1/completions", [HOST, ("Content-Type", "application/json"),
+                                               ("Content-Length", str(len(body)))], body))
+            s.shutdown(socket.SHUT_WR)
+            r = parse(*read_to_close(s))
+            s.close()
+            ok += r["status"] == 200 and bool(r["json"]) and "choices" in r["json"]
+        answered.append(ok)
+
+    threads = [threading.Thread(target=one) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"answered": sum(answered), "sent": n * clients}
+
+
 def main():
     cmd, port, args = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     if cmd == "framing":
@@ -220,6 +249,8 @@ def main():
         out = halfclose(port, *args)
     elif cmd == "noread":
         out = noread(port, *args)
+    elif cmd == "finmany":
+        out = finmany(port, int(args[0]), int(args[1]))
     else:
         raise SystemExit("unknown command " + cmd)
     print(json.dumps(out))
