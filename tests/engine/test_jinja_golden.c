@@ -1,0 +1,145 @@
+/*
+ * tests/engine/test_jinja_golden.c - engine/jinja against the reference
+ * renderings in ../shared/golden/templates: every case of every template
+ * renders byte-identical to Jinja2 with Hugging Face's settings, or fails
+ * where the reference raised (with the template's own message when it was
+ * raise_exception). The context is built as the README there describes:
+ * messages, add_generation_prompt, bos_token, eos_token, tools only when the
+ * case has them, the case's extra_kwargs, and strftime_now at 2026-01-15
+ * 00:00:00.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/jinja.h"
+#include "tests/common/testutil.h"
+
+/* 2026-01-15 00:00:00 UTC, the reference's fixed strftime_now. */
+#define GOLDEN_NOW_UNIX_S 1768435200
+
+static json_t *case_context(const json_t *file, const json_t *c)
+{
+    json_t *ctx = json_object();
+    json_object_set(ctx, "messages", json_object_get(c, "messages"));
+    json_object_set(ctx, "add_generation_prompt", json_object_get(c, "add_generation_prompt"));
+    json_object_set(ctx, "bos_token", json_object_get(file, "bos_token"));
+    json_object_set(ctx, "eos_token", json_object_get(file, "eos_token"));
+    if (json_object_get(c, "tools"))
+        json_object_set(ctx, "tools", json_object_get(c, "tools"));
+    json_t *extra = json_object_get(c, "extra_kwargs");
+    if (extra)
+        json_object_update(ctx, extra);
+    return ctx;
+}
+
+/* Where two texts first differ, for the failure message. */
+static size_t first_difference(const char *a, size_t na, const char *b, size_t nb)
+{
+    size_t i = 0;
+    while (i < na && i < nb && a[i] == b[i])
+        i++;
+    return i;
+}
+
+struct tally {
+    int cases, passed, files;
+};
+
+/* Renders one case; returns true when it matches the reference. */
+static bool check_case(const char *file_name, const struct gs_jinja_tmpl *t, const json_t *file,
+                       const json_t *c)
+{
+    const char *name = json_string_value(json_object_get(c, "name"));
+    json_t *ctx = case_context(file, c);
+    char *out = NULL;
+    size_t n = 0;
+    enum gs_jinja_fail fail;
+    struct gs_err err = {0};
+    enum gs_status st = gs_jinja_render(t, ctx, GOLDEN_NOW_UNIX_S, &out, &n, &fail, &err);
+    json_decref(ctx);
+    const json_t *want = json_object_get(c, "rendered");
+    bool ok;
+    if (want) {
+        const char *w = json_string_value(want);
+        size_t wn = json_string_length(want);
+        ok = st == GS_OK && n == wn && memcmp(out, w, n) == 0;
+        if (!ok && st == GS_OK) {
+            size_t at = first_difference(out, n, w, wn);
+            cr_log_error("%s/%s: differs at byte %zu: got \"%.60s\" want \"%.60s\"", file_name,
+                         name, at, out + at, w + at);
+        } else if (!ok) {
+            cr_log_error("%s/%s: failed: %s", file_name, name, err.msg);
+        }
+    } else {
+        const char *type = json_string_value(json_object_get(c, "error_type"));
+        const char *msg = json_string_value(json_object_get(c, "error"));
+        bool raised = strcmp(type, "TemplateError") == 0;
+        ok = st != GS_OK && (raised ? fail == GS_JINJA_FAIL_RAISED && st == GS_INVAL &&
+                                          strncmp(err.msg, msg, GS_ERR_MSG_LEN - 1) == 0
+                                    : fail == GS_JINJA_FAIL_ERROR && st == GS_FORMAT);
+        if (!ok)
+            cr_log_error("%s/%s: want %s \"%s\", got status %d kind %d \"%s\"", file_name, name,
+                         type, msg, st, fail, st == GS_OK ? "(rendered)" : err.msg);
+    }
+    gs_free(out);
+    return ok;
+}
+
+static void check_file(const char *dir, const char *file_name, struct tally *tl)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, file_name);
+    json_t *file = gs_test_load_json(path);
+    json_t *src = json_object_get(file, "template");
+    cr_assert(json_is_string(src), "%s: no template", file_name);
+    struct gs_jinja_tmpl *t = NULL;
+    struct gs_err err = {0};
+    enum gs_status st = gs_jinja_parse(json_string_value(src), json_string_length(src), NULL, &t,
+                                       &err);
+    json_t *cases = json_object_get(file, "cases");
+    cr_assert(json_array_size(cases) > 0, "%s: no cases", file_name);
+    tl->files++;
+    tl->cases += (int)json_array_size(cases);
+    if (st != GS_OK) {
+        cr_log_error("%s: does not parse: %s", file_name, err.msg);
+        json_decref(file);
+        return;
+    }
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases, i, c) tl->passed += check_case(file_name, t, file, c);
+    gs_jinja_free(t);
+    json_decref(file);
+}
+
+static int by_name(const struct dirent **a, const struct dirent **b)
+{
+    return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+Test(jinja_golden, every_case_renders_as_the_reference, .timeout = 120)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", gs_test_shared_path("golden/templates/README.md"));
+    *strrchr(dir, '/') = '\0';
+    struct dirent **names;
+    int n = scandir(dir, &names, NULL, by_name);
+    cr_assert(n > 0, "cannot list %s", dir);
+    struct tally tl = {0};
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(names[i]->d_name);
+        if (len > 5 && strcmp(names[i]->d_name + len - 5, ".json") == 0)
+            check_file(dir, names[i]->d_name, &tl);
+        free(names[i]);
+    }
+    free(names);
+    cr_log_info("jinja goldens: %d of %d cases in %d templates pass", tl.passed, tl.cases,
+                tl.files);
+    /* The README lists 44 templates; fewer means the shared folder is incomplete. */
+    cr_assert_geq(tl.files, 44, "only %d golden templates found in %s", tl.files, dir);
+    cr_assert_eq(tl.passed, tl.cases, "%d of %d golden cases fail", tl.cases - tl.passed,
+                 tl.cases);
+}
