@@ -20,6 +20,7 @@ static const struct command commands[] = {
     {"validate", gs_cmd_validate, "compare a backend's logits with golden logits"},
     {"config", gs_cmd_config, "validate a config file; print the effective config or reference"},
     {"bench", gs_cmd_bench, "measure prompt and generation tokens/s and peak memory"},
+    {"template", gs_cmd_template, "render a Jinja chat template with a JSON conversation"},
 };
 
 static void print_usage(FILE *f)
