@@ -642,9 +642,9 @@ enum gs_status gs_jinja_parse(const char *src, size_t len, const struct gs_jinja
         return gs_err_set(err, GS_NOMEM, "jinja: out of memory while parsing");
     limits_resolve(lim, &t->lim);
     if (len > t->lim.max_source_bytes) {
+        size_t limit = t->lim.max_source_bytes;
         gs_free(t);
-        return gs_err_set(err, GS_BUSY, "jinja: limit max_source_bytes (%zu) exceeded",
-                          t->lim.max_source_bytes);
+        return gs_err_set(err, GS_BUSY, "jinja: limit max_source_bytes (%zu) exceeded", limit);
     }
     gs_jinja__arena_init(&t->arena, 0);
     enum gs_status st = gs_jinja__parse(t, src ? src : "", src ? len : 0, err);
