@@ -86,17 +86,30 @@ static int attr_path(struct jctx *cx, struct jv item, struct jv path, struct jv 
 
 /* ---- filters ------------------------------------------------------------------------ */
 
+/* Hugging Face's tojson(x, ensure_ascii=False, indent=None, separators=None,
+ * sort_keys=False). */
 static int f_tojson(struct jctx *cx, struct jv in, const struct jargs *a, struct jv *out)
 {
-    struct jv indent = jv_none();
+    struct jv indent = jv_none(), seps = jv_none();
     gs_jinja__arg(a, 1, "indent", &indent);
-    int ind = -1;
+    gs_jinja__arg(a, 2, "separators", &seps);
+    struct jjson o = {.indent = -1, .ensure_ascii = arg_true(a, 0, "ensure_ascii"),
+                      .sort_keys = arg_true(a, 3, "sort_keys")};
     if (indent.kind == JV_INT)
-        ind = (int)GS_MAX(0, GS_MIN(indent.u.i, 64));
+        o.indent = (int)GS_MAX(0, GS_MIN(indent.u.i, 64));
     else if (indent.kind != JV_NONE)
         return gs_jinja__error(cx, "tojson: indent must be an integer");
+    if (seps.kind == JV_LIST && seps.u.list->n == 2 && seps.u.list->items[0].kind == JV_STR &&
+        seps.u.list->items[1].kind == JV_STR) {
+        o.item_sep = seps.u.list->items[0].u.s;
+        o.item_sep_n = seps.u.list->items[0].n;
+        o.key_sep = seps.u.list->items[1].u.s;
+        o.key_sep_n = seps.u.list->items[1].n;
+    } else if (seps.kind != JV_NONE) {
+        return gs_jinja__error(cx, "tojson: separators must be a pair of strings");
+    }
     struct jbuf b = {0};
-    if (gs_jinja__tojson(cx, &b, in, ind, 0, arg_true(a, 3, "sort_keys")))
+    if (gs_jinja__tojson(cx, &b, in, &o, 0))
         return -1;
     return gs_jinja__buf_to_str(cx, &b, out);
 }

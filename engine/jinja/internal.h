@@ -311,8 +311,18 @@ int gs_jinja__from_json(struct jctx *cx, const json_t *j, struct jv *out);
 int gs_jinja__print(struct jctx *cx, struct jbuf *b, struct jv v);
 int gs_jinja__repr(struct jctx *cx, struct jbuf *b, struct jv v);
 int gs_jinja__to_str(struct jctx *cx, struct jv v, struct jv *out);
-int gs_jinja__tojson(struct jctx *cx, struct jbuf *b, struct jv v, int indent, int level,
-                     bool sort_keys);
+/* json.dumps's arguments, as Hugging Face's tojson passes them. */
+struct jjson {
+    int indent;           /* < 0: all on one line */
+    bool sort_keys;
+    bool ensure_ascii;    /* non-ASCII as \uXXXX */
+    const char *item_sep; /* NULL: ", " (or "," when indenting) */
+    size_t item_sep_n;
+    const char *key_sep;  /* NULL: ": " */
+    size_t key_sep_n;
+};
+int gs_jinja__tojson(struct jctx *cx, struct jbuf *b, struct jv v, const struct jjson *o,
+                     int level);
 bool gs_jinja__truthy(struct jv v);
 bool gs_jinja__equal(struct jv a, struct jv b);
 /* Python ordering of two numbers or two strings or two lists: -1, 0, 1 into

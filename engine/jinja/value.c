@@ -538,13 +538,39 @@ int gs_jinja__to_str(struct jctx *cx, struct jv v, struct jv *out)
 
 /* ---- json.dumps -------------------------------------------------------------------------- */
 
-static int json_str(struct jctx *cx, struct jbuf *b, const char *s, size_t n)
+/* A \uXXXX escape, as json.dumps writes one (lower-case hex). */
+static int json_u_escape(struct jctx *cx, struct jbuf *b, uint32_t unit)
+{
+    char esc[8];
+    int k = snprintf(esc, sizeof(esc), "\\u%04x", unit);
+    return gs_jinja__buf_put(cx, b, esc, (size_t)k);
+}
+
+/* ensure_ascii: a code point past ASCII as \uXXXX, astral ones as a surrogate pair. */
+static int json_ascii_cp(struct jctx *cx, struct jbuf *b, uint32_t cp)
+{
+    if (cp < 0x10000)
+        return json_u_escape(cx, b, cp);
+    cp -= 0x10000;
+    return json_u_escape(cx, b, 0xD800 + (cp >> 10)) || json_u_escape(cx, b, 0xDC00 + (cp & 0x3FF));
+}
+
+static int json_str(struct jctx *cx, struct jbuf *b, const char *s, size_t n, bool ascii)
 {
     if (gs_jinja__buf_putc(cx, b, '"'))
         return -1;
     size_t run = 0; /* bytes copied as they are, flushed before each escape */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
+        if (c >= 0x80 && ascii) {
+            size_t len;
+            uint32_t cp = gs_jinja__utf8_next((const unsigned char *)s + i, n - i, &len);
+            if (gs_jinja__buf_put(cx, b, s + run, i - run) || json_ascii_cp(cx, b, cp))
+                return -1;
+            i += len - 1;
+            run = i + 1;
+            continue;
+        }
         if (c >= 0x20 && c != '"' && c != '\\')
             continue;
         char esc[8];
@@ -558,9 +584,10 @@ static int json_str(struct jctx *cx, struct jbuf *b, const char *s, size_t n)
         case '\t': esc[1] = 't'; break;
         case '\b': esc[1] = 'b'; break;
         case '\f': esc[1] = 'f'; break;
-        default: k = (size_t)snprintf(esc, sizeof(esc), "\\u%04x", c);
+        default: k = 0;
         }
-        if (gs_jinja__buf_put(cx, b, s + run, i - run) || gs_jinja__buf_put(cx, b, esc, k))
+        if (gs_jinja__buf_put(cx, b, s + run, i - run) ||
+            (k ? gs_jinja__buf_put(cx, b, esc, k) : json_u_escape(cx, b, c)))
             return -1;
         run = i + 1;
     }
@@ -579,21 +606,22 @@ static int json_newline(struct jctx *cx, struct jbuf *b, int indent, int level)
 
 /* A dict key as json.dumps writes it: strings as they are, numbers, bools and
  * None converted to their JSON text. */
-static int json_key(struct jctx *cx, struct jbuf *b, struct jv k)
+static int json_key(struct jctx *cx, struct jbuf *b, struct jv k, const struct jjson *o)
 {
     if (k.kind == JV_STR)
-        return json_str(cx, b, k.u.s, k.n);
+        return json_str(cx, b, k.u.s, k.n, o->ensure_ascii);
     struct jbuf t = {0};
     if (k.kind == JV_BOOL || k.kind == JV_NONE)
         t.p = (char *)(k.kind == JV_NONE ? "null" : k.u.b ? "true" : "false"),
         t.n = strlen(t.p);
     else if (k.kind == JV_INT || k.kind == JV_FLOAT) {
-        if (gs_jinja__tojson(cx, &t, k, -1, 0, false))
+        struct jjson plain = {.indent = -1};
+        if (gs_jinja__tojson(cx, &t, k, &plain, 0))
             return -1;
     } else
         return gs_jinja__error(cx, "keys must be str, int, float, bool or None, not %s",
                                gs_jinja__type_name(k));
-    return json_str(cx, b, t.p, t.n);
+    return json_str(cx, b, t.p, t.n, false);
 }
 
 static int cmp_keys(const void *a, const void *b)
@@ -604,8 +632,24 @@ static int cmp_keys(const void *a, const void *b)
     return c ? c : (x->n > y->n) - (x->n < y->n);
 }
 
-static int json_dict(struct jctx *cx, struct jbuf *b, const struct jdict *d, int indent,
-                     int level, bool sort_keys)
+/* The separators json.dumps uses: its argument, else "," once indenting. */
+static const char *item_sep(const struct jjson *o, size_t *n)
+{
+    if (o->item_sep) {
+        *n = o->item_sep_n;
+        return o->item_sep;
+    }
+    *n = o->indent >= 0 ? 1 : 2;
+    return ", ";
+}
+
+static int put_key_sep(struct jctx *cx, struct jbuf *b, const struct jjson *o)
+{
+    return o->key_sep ? gs_jinja__buf_put(cx, b, o->key_sep, o->key_sep_n) : buf_puts(cx, b, ": ");
+}
+
+static int json_dict(struct jctx *cx, struct jbuf *b, const struct jdict *d,
+                     const struct jjson *o, int level)
 {
     if (d->n == 0)
         return buf_puts(cx, b, "{}");
@@ -615,50 +659,53 @@ static int json_dict(struct jctx *cx, struct jbuf *b, const struct jdict *d, int
         return gs_jinja__nomem(cx);
     for (size_t i = 0; i < d->n; i++) {
         order[i] = &d->keys[i];
-        if (sort_keys && d->keys[i].kind != JV_STR)
+        if (o->sort_keys && d->keys[i].kind != JV_STR)
             return gs_jinja__error(cx, "sort_keys needs string keys");
     }
-    if (sort_keys)
+    if (o->sort_keys)
         qsort(order, d->n, sizeof(*order), cmp_keys);
     if (gs_jinja__buf_putc(cx, b, '{'))
         return -1;
     for (size_t i = 0; i < d->n; i++) {
-        size_t at = (size_t)(order[i] - d->keys);
-        if (i && buf_puts(cx, b, indent >= 0 ? "," : ", "))
+        size_t at = (size_t)(order[i] - d->keys), sep_n;
+        const char *sep = item_sep(o, &sep_n);
+        if (i && gs_jinja__buf_put(cx, b, sep, sep_n))
             return -1;
-        if (indent >= 0 && json_newline(cx, b, indent, level + 1))
+        if (o->indent >= 0 && json_newline(cx, b, o->indent, level + 1))
             return -1;
-        if (json_key(cx, b, d->keys[at]) || buf_puts(cx, b, ": ") ||
-            gs_jinja__tojson(cx, b, d->vals[at], indent, level + 1, sort_keys))
+        if (json_key(cx, b, d->keys[at], o) || put_key_sep(cx, b, o) ||
+            gs_jinja__tojson(cx, b, d->vals[at], o, level + 1))
             return -1;
     }
-    if (indent >= 0 && json_newline(cx, b, indent, level))
+    if (o->indent >= 0 && json_newline(cx, b, o->indent, level))
         return -1;
     return gs_jinja__buf_putc(cx, b, '}');
 }
 
-static int json_list(struct jctx *cx, struct jbuf *b, const struct jlist *l, int indent,
-                     int level, bool sort_keys)
+static int json_list(struct jctx *cx, struct jbuf *b, const struct jlist *l,
+                     const struct jjson *o, int level)
 {
     if (l->n == 0)
         return buf_puts(cx, b, "[]");
     if (gs_jinja__buf_putc(cx, b, '['))
         return -1;
     for (size_t i = 0; i < l->n; i++) {
-        if (i && buf_puts(cx, b, indent >= 0 ? "," : ", "))
+        size_t sep_n;
+        const char *sep = item_sep(o, &sep_n);
+        if (i && gs_jinja__buf_put(cx, b, sep, sep_n))
             return -1;
-        if (indent >= 0 && json_newline(cx, b, indent, level + 1))
+        if (o->indent >= 0 && json_newline(cx, b, o->indent, level + 1))
             return -1;
-        if (gs_jinja__tojson(cx, b, l->items[i], indent, level + 1, sort_keys))
+        if (gs_jinja__tojson(cx, b, l->items[i], o, level + 1))
             return -1;
     }
-    if (indent >= 0 && json_newline(cx, b, indent, level))
+    if (o->indent >= 0 && json_newline(cx, b, o->indent, level))
         return -1;
     return gs_jinja__buf_putc(cx, b, ']');
 }
 
-int gs_jinja__tojson(struct jctx *cx, struct jbuf *b, struct jv v, int indent, int level,
-                     bool sort_keys)
+int gs_jinja__tojson(struct jctx *cx, struct jbuf *b, struct jv v, const struct jjson *o,
+                     int level)
 {
     char num[32];
     switch ((enum jv_kind)v.kind) {
@@ -672,13 +719,13 @@ int gs_jinja__tojson(struct jctx *cx, struct jbuf *b, struct jv v, int indent, i
     case JV_FLOAT:
         return put_float(cx, b, v.u.f, true);
     case JV_STR:
-        return json_str(cx, b, v.u.s, v.n);
+        return json_str(cx, b, v.u.s, v.n, o->ensure_ascii);
     case JV_LIST:
         if (v.flags & JV_F_GEN)
             break;
-        return json_list(cx, b, v.u.list, indent, level, sort_keys);
+        return json_list(cx, b, v.u.list, o, level);
     case JV_DICT:
-        return json_dict(cx, b, v.u.dict, indent, level, sort_keys);
+        return json_dict(cx, b, v.u.dict, o, level);
     default:
         break;
     }

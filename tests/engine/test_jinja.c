@@ -91,6 +91,7 @@ static const struct render_case cases[] = {
     {"strftime_now_formats", "{{ strftime_now('%Y-%m-%d') }} {{ strftime_now('%d %b %Y') }} {{ strftime_now('%B %d, %Y') }} {{ strftime_now('%A %H:%M:%S %%') }}", "{}", "2026-01-15 15 Jan 2026 January 15, 2026 Thursday 00:00:00 %"},
     {"dict_and_namespace_globals", "{{ dict(a=1) }} {% set ns = namespace(d, b=2) %}{{ ns.a }}{{ ns.b }}", "{\"d\": {\"a\": 1}}", "{'a': 1} 12"},
     {"string_escapes", "{{ 'a\\nb\\tc\\u00e9\\x41' }}", "{}", "a\nb\tcéA"},
+    {"tojson_ensure_ascii_and_separators", "{{ x|tojson(ensure_ascii=true) }} {{ x|tojson(separators=(',', ':')) }} {{ x|tojson(indent=1, separators=(';', '=')) }}", "{\"x\": {\"k\": \"é😀\\u0007\", \"l\": [1, 2]}}", "{\"k\": \"\\u00e9\\ud83d\\ude00\\u0007\", \"l\": [1, 2]} {\"k\":\"é😀\\u0007\",\"l\":[1,2]} {\n \"k\"=\"é😀\\u0007\";\n \"l\"=[\n  1;\n  2\n ]\n}"},
     {"adjacent_strings_join", "{{ 'a' 'b' \"c\" }}", "{}", "abc"},
 };
 
