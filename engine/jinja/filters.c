@@ -62,13 +62,14 @@ static int attr_path(struct jctx *cx, struct jv item, struct jv path, struct jv 
         const char *dot = memchr(p, '.', (size_t)(end - p));
         size_t n = (size_t)((dot ? dot : end) - p);
         struct jv key;
-        bool digits = n > 0;
+        /* A part of digits is an index, as Jinja's getattr path reads it. */
+        bool digits = n > 0 && n < 18;
         int64_t idx = 0;
-        for (size_t i = 0; i < n; i++) {
-            digits &= p[i] >= '0' && p[i] <= '9';
+        for (size_t i = 0; i < n && digits; i++) {
+            digits = p[i] >= '0' && p[i] <= '9';
             idx = idx * 10 + (p[i] - '0');
         }
-        if (digits && n < 18)
+        if (digits)
             key = jv_int(idx);
         else if (gs_jinja__str_new(cx, p, n, &key))
             return -1;

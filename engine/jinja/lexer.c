@@ -14,6 +14,7 @@
  */
 #include "engine/jinja/internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void gs_jinja__lex_init(struct jlexer *lx, const char *src, size_t len, struct jarena *arena,
@@ -232,21 +233,22 @@ static bool is_digit(char c)
     return c >= '0' && c <= '9';
 }
 
+/* The end of the digits (and underscores) from p. */
+static const char *skip_digits(const char *p, const char *end)
+{
+    while (p < end && (is_digit(*p) || *p == '_'))
+        p++;
+    return p;
+}
+
 static int lex_number(struct jlexer *lx, struct jtok *tok)
 {
-    char buf[64];
-    size_t k = 0;
-    const char *q = lx->p;
+    /* Find the literal's extent first: digits, optional .digits, optional exponent. */
+    const char *q = skip_digits(lx->p, lx->end);
     bool is_float = false;
-    for (; q < lx->end && (is_digit(*q) || *q == '_'); q++)
-        if (*q != '_' && k < sizeof(buf) - 1)
-            buf[k++] = *q;
     if (q + 1 < lx->end && *q == '.' && is_digit(q[1])) {
         is_float = true;
-        buf[k++] = '.';
-        for (q++; q < lx->end && (is_digit(*q) || *q == '_'); q++)
-            if (*q != '_' && k < sizeof(buf) - 1)
-                buf[k++] = *q;
+        q = skip_digits(q + 1, lx->end);
     }
     if (q < lx->end && (*q == 'e' || *q == 'E')) {
         const char *e = q + 1;
@@ -254,16 +256,19 @@ static int lex_number(struct jlexer *lx, struct jtok *tok)
             e++;
         if (e < lx->end && is_digit(*e)) {
             is_float = true;
-            if (k < sizeof(buf) - 1)
-                buf[k++] = 'e';
-            for (q++; q < lx->end && (is_digit(*q) || *q == '+' || *q == '-'); q++)
-                if (k < sizeof(buf) - 1)
-                    buf[k++] = *q;
+            q = skip_digits(e, lx->end);
         }
     }
+    char buf[64];
+    size_t k = 0;
+    for (const char *c = lx->p; c < q; c++) {
+        if (*c == '_')
+            continue;
+        if (k == sizeof(buf) - 1)
+            return lex_fail(lx, lx->p, "number literal is too long");
+        buf[k++] = *c;
+    }
     buf[k] = '\0';
-    if (k >= sizeof(buf) - 1)
-        return lex_fail(lx, lx->p, "number literal is too long");
     if (is_float) {
         tok->kind = JTK_FLOAT;
         tok->f = strtod(buf, NULL);

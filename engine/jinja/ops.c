@@ -168,6 +168,8 @@ static int repeat(struct jctx *cx, struct jv seq, int64_t count, struct jv *out)
     uint64_t total;
     if (gs_mul_overflow(unit, (uint64_t)count, &total) || total > cx->lim->max_output_bytes)
         return gs_jinja__limit(cx, "max_output_bytes", cx->lim->max_output_bytes);
+    if (total == 0) /* '' * 10**9 is '' at once, not 10**9 empty copies */
+        count = 0;
     if (seq.kind == JV_STR) {
         char *p = gs_jinja__alloc(&cx->arena, (size_t)total + 1);
         if (!p)
