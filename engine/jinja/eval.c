@@ -37,10 +37,21 @@ static struct jframe *frame_new(struct jctx *cx, struct jframe *parent)
     return f;
 }
 
+/* FNV-1a of a name: frames compare hashes before names, since a lookup walks
+ * every frame up to the globals and most names it passes are not the one. */
+uint32_t gs_jinja__name_hash(const char *name)
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
 int gs_jinja__frame_set(struct jctx *cx, struct jframe *f, const char *name, struct jv v)
 {
+    uint32_t h = gs_jinja__name_hash(name);
     for (size_t i = 0; i < f->n; i++)
-        if (strcmp(f->names[i], name) == 0) {
+        if (f->hashes[i] == h && strcmp(f->names[i], name) == 0) {
             f->vals[i] = v;
             return 0;
         }
@@ -48,27 +59,32 @@ int gs_jinja__frame_set(struct jctx *cx, struct jframe *f, const char *name, str
         size_t cap = f->cap ? f->cap * 2 : 8;
         const char **names = gs_jinja__alloc_array(&cx->arena, cap, sizeof(*names));
         struct jv *vals = gs_jinja__alloc_array(&cx->arena, cap, sizeof(*vals));
-        if (!names || !vals)
+        uint32_t *hashes = gs_jinja__alloc_array(&cx->arena, cap, sizeof(*hashes));
+        if (!names || !vals || !hashes)
             return gs_jinja__nomem(cx);
         if (f->n) {
             memcpy(names, f->names, f->n * sizeof(*names));
             memcpy(vals, f->vals, f->n * sizeof(*vals));
+            memcpy(hashes, f->hashes, f->n * sizeof(*hashes));
         }
         f->names = names;
         f->vals = vals;
+        f->hashes = hashes;
         f->cap = cap;
     }
     f->names[f->n] = name;
     f->vals[f->n] = v;
+    f->hashes[f->n] = h;
     f->n++;
     return 0;
 }
 
-static bool frame_get(const struct jframe *f, const char *name, struct jv *out)
+/* name's value, looked up from f outwards; hash is gs_jinja__name_hash(name). */
+static bool frame_get(const struct jframe *f, const char *name, uint32_t hash, struct jv *out)
 {
     for (; f; f = f->parent)
         for (size_t i = f->n; i-- > 0;)
-            if (strcmp(f->names[i], name) == 0) {
+            if (f->hashes[i] == hash && strcmp(f->names[i], name) == 0) {
                 *out = f->vals[i];
                 return true;
             }
@@ -328,7 +344,7 @@ static int eval_unary(struct jctx *cx, struct jframe *f, const struct jn *n, str
 static int eval_name(struct jctx *cx, struct jframe *f, const struct jn *n, struct jv *out)
 {
     (void)cx;
-    if (!frame_get(f, n->name, out))
+    if (!frame_get(f, n->name, n->hash, out))
         *out = jv_undef(n->name, strlen(n->name));
     return 0;
 }
@@ -406,7 +422,7 @@ static int assign(struct jctx *cx, struct jframe *f, const struct jn *target, st
         return gs_jinja__frame_set(cx, f, target->name, v);
     if (target->kind == JN_ATTR) {
         struct jv ns;
-        if (!frame_get(f, target->a->name, &ns) || ns.kind != JV_NS)
+        if (!frame_get(f, target->a->name, target->a->hash, &ns) || ns.kind != JV_NS)
             return gs_jinja__error(cx, "cannot assign attribute on non-namespace object");
         struct jv key;
         return gs_jinja__str_new(cx, target->name, strlen(target->name), &key) ||

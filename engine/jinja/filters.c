@@ -708,7 +708,7 @@ int gs_jinja__filter(struct jctx *cx, const char *name, struct jv in, const stru
                      struct jv *out)
 {
     for (size_t i = 0; i < GS_ARRAY_LEN(filters); i++)
-        if (strcmp(filters[i].name, name) == 0)
+        if (filters[i].name[0] == name[0] && strcmp(filters[i].name, name) == 0)
             return filters[i].fn(cx, in, args, out);
     return gs_jinja__error(cx, "No filter named '%s' found.", name);
 }
@@ -835,7 +835,7 @@ int gs_jinja__test(struct jctx *cx, const char *name, struct jv in, const struct
                    bool *out)
 {
     for (size_t i = 0; i < GS_ARRAY_LEN(tests); i++) {
-        if (strcmp(tests[i].name, name) != 0)
+        if (tests[i].name[0] != name[0] || strcmp(tests[i].name, name) != 0)
             continue;
         if (tests[i].fn) {
             *out = tests[i].fn(in);

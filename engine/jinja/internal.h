@@ -208,6 +208,7 @@ struct jn {
     const char **kw_names;
     size_t n_kw;
     const char *name; /* NUL-terminated, in the template's arena */
+    uint32_t hash;    /* JN_NAME: gs_jinja__name_hash(name) */
     struct jv lit;
 };
 
@@ -275,6 +276,7 @@ struct jframe {
     struct jframe *parent;
     const char **names;
     struct jv *vals;
+    uint32_t *hashes; /* gs_jinja__name_hash of each name */
     size_t n, cap;
 };
 
@@ -400,5 +402,6 @@ int gs_jinja__getitem(struct jctx *cx, struct jv obj, struct jv key, struct jv *
 int gs_jinja__call_value(struct jctx *cx, struct jv callee, const struct jargs *args,
                          struct jv *out);
 int gs_jinja__frame_set(struct jctx *cx, struct jframe *f, const char *name, struct jv v);
+uint32_t gs_jinja__name_hash(const char *name);
 
 #endif /* GS_JINJA_INTERNAL_H */

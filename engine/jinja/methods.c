@@ -568,7 +568,8 @@ static const struct method_row *find_method(struct jv self, const char *name)
     if (self.kind == JV_LIST && (self.flags & JV_F_GEN))
         return NULL;
     for (size_t i = 0; i < GS_ARRAY_LEN(methods); i++)
-        if (methods[i].kind == self.kind && strcmp(methods[i].name, name) == 0)
+        if (methods[i].kind == self.kind && methods[i].name[0] == name[0] &&
+            strcmp(methods[i].name, name) == 0)
             return &methods[i];
     return NULL;
 }

@@ -500,6 +500,7 @@ static struct jn *parse_name_or_constant(struct jparser *ps)
     struct jn *n = node(ps, JN_NAME, at);
     if (!n || !(n->name = dup_name(ps, at)))
         return NULL;
+    n->hash = gs_jinja__name_hash(n->name);
     advance(ps);
     return n;
 }
@@ -758,6 +759,7 @@ static struct jn *parse_target(struct jparser *ps, bool allow_attr)
         struct jn *name = node(ps, JN_NAME, cur(ps));
         if (!name || !(name->name = dup_name(ps, cur(ps))))
             return NULL;
+        name->hash = gs_jinja__name_hash(name->name);
         advance(ps);
         if (allow_attr && k.n == 0 && is_op(cur(ps), ".")) {
             advance(ps);

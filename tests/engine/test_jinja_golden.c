@@ -143,3 +143,51 @@ Test(jinja_golden, every_case_renders_as_the_reference, .timeout = 120)
     cr_assert_eq(tl.passed, tl.cases, "%d of %d golden cases fail", tl.cases - tl.passed,
                  tl.cases);
 }
+
+/* Rendering is on the request path. The largest golden template (gpt-oss,
+ * 16 KiB of Jinja) over a long conversation with tools: ten rounds of the
+ * parallel-tool-calls case, 70 messages. About 0.3 ms on the development
+ * machine; the bound is loose so that a loaded CI machine does not fail it,
+ * and tight enough to catch a render that went quadratic. */
+Test(jinja_bench, long_conversation_through_the_largest_template, .timeout = 120)
+{
+    json_t *file = gs_test_load_json(gs_test_shared_path("golden/templates/openai-gpt-oss-120b.json"));
+    json_t *src = json_object_get(file, "template");
+    const json_t *base = NULL;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(file, "cases"), i, c)
+        if (strcmp(json_string_value(json_object_get(c, "name")), "parallel_tool_calls_then_answer") == 0)
+            base = c;
+    cr_assert(base, "no parallel_tool_calls_then_answer case");
+    json_t *ctx = case_context(file, base);
+    json_t *msgs = json_array();
+    for (int round = 0; round < 10; round++)
+        json_array_extend(msgs, json_object_get(base, "messages"));
+    json_object_set_new(ctx, "messages", msgs);
+
+    struct gs_jinja_tmpl *t = NULL;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_jinja_parse(json_string_value(src), json_string_length(src), NULL, &t, &err),
+                 GS_OK, "%s", err.msg);
+    enum { N = 200 };
+    size_t first_len = 0;
+    double t0 = gs_now_ms();
+    for (int k = 0; k < N; k++) {
+        char *out;
+        size_t n;
+        cr_assert_eq(gs_jinja_render(t, ctx, GOLDEN_NOW_UNIX_S, &out, &n, NULL, &err), GS_OK,
+                     "%s", err.msg);
+        if (k == 0)
+            first_len = n;
+        cr_assert_eq(n, first_len, "render %d differs in length", k);
+        gs_free(out);
+    }
+    double ms = (gs_now_ms() - t0) / N;
+    cr_log_info("jinja bench: %zu messages, %zu bytes, %.3f ms per render",
+                json_array_size(msgs), first_len, ms);
+    cr_expect_lt(ms, 5.0, "%.3f ms per render", ms);
+    gs_jinja_free(t);
+    json_decref(ctx);
+    json_decref(file);
+}
