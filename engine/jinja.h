@@ -65,7 +65,7 @@ struct gs_jinja_limits {
                                   * and the length of an operator chain a + b + ... */
     unsigned max_call_depth;     /* nested macro calls (recursion) */
     uint64_t max_loop_iterations; /* for-loop bodies run, all loops of a render together */
-    size_t max_output_bytes;     /* the rendered text, and any one string built */
+    size_t max_output_bytes;     /* the rendered text, and any one string built (< 4 GiB) */
     size_t max_memory_bytes;     /* everything one render allocates */
 };
 
@@ -116,5 +116,34 @@ enum gs_jinja_fail {
 enum gs_status gs_jinja_render(const struct gs_jinja_tmpl *t, const json_t *context,
                                int64_t now_unix_s, char **out, size_t *out_len,
                                enum gs_jinja_fail *fail, struct gs_err *err);
+
+/*
+ * Provenance of the rendered text: which bytes came from the context (message
+ * contents, tool arguments, any string of the caller's) rather than from the
+ * template's own text. A server recognises control tokens (<|im_start|>) only
+ * in the template's text, so that a client cannot forge turns by writing one
+ * into a message. A string the template derives from context data by an
+ * operation whose bytes cannot be traced (upper, replace, tojson, printing a
+ * list or dict) counts as context as a whole; concatenation, slicing,
+ * stripping and splitting keep each byte's origin.
+ */
+struct gs_jinja_span {
+    size_t off, len; /* bytes [off, off + len) of the rendered text */
+};
+
+/*
+ * gs_jinja_render with two sources of variables: context, the client's data,
+ * whose strings are tracked, and trusted (NULL for none), the caller's own
+ * variables such as bos_token and eos_token from the vocabulary, which count
+ * as template text and which the context cannot replace. On success *spans
+ * (caller frees with gs_free; NULL when there are none) and *n_spans are the
+ * context's bytes in the output, ascending, disjoint and non-empty; adjacent
+ * ones are merged. On failure *spans is NULL.
+ */
+enum gs_status gs_jinja_render_spans(const struct gs_jinja_tmpl *t, const json_t *context,
+                                     const json_t *trusted, int64_t now_unix_s, char **out,
+                                     size_t *out_len, struct gs_jinja_span **spans,
+                                     size_t *n_spans, enum gs_jinja_fail *fail,
+                                     struct gs_err *err);
 
 #endif /* GS_JINJA_H */

@@ -621,7 +621,8 @@ void gs_jinja_limits_default(struct gs_jinja_limits *lim)
     };
 }
 
-/* Zero fields take the default; max_depth is capped by the height field's width. */
+/* Zero fields take the default; max_depth and max_output_bytes are capped by the
+ * widths of the fields that hold them. */
 static void limits_resolve(const struct gs_jinja_limits *in, struct gs_jinja_limits *out)
 {
     struct gs_jinja_limits d;
@@ -641,6 +642,8 @@ static void limits_resolve(const struct gs_jinja_limits *in, struct gs_jinja_lim
         out->max_loop_iterations = d.max_loop_iterations;
     if (!out->max_output_bytes)
         out->max_output_bytes = d.max_output_bytes;
+    if (out->max_output_bytes > UINT32_MAX) /* string lengths and spans are 32-bit */
+        out->max_output_bytes = UINT32_MAX;
     if (!out->max_memory_bytes)
         out->max_memory_bytes = d.max_memory_bytes;
 }
@@ -680,7 +683,7 @@ void gs_jinja_free(struct gs_jinja_tmpl *t)
     gs_free(t);
 }
 
-static int load_context(struct jctx *cx, const json_t *context, struct jframe *vars)
+static int load_context(struct jctx *cx, const json_t *context, bool track, struct jframe *vars)
 {
     if (!context)
         return 0;
@@ -691,7 +694,8 @@ static int load_context(struct jctx *cx, const json_t *context, struct jframe *v
     json_object_foreach((json_t *)context, key, val)
     {
         struct jv v, name;
-        if (gs_jinja__from_json(cx, val, &v) || gs_jinja__str_new(cx, key, strlen(key), &name) ||
+        if (gs_jinja__from_json(cx, val, track, &v) ||
+            gs_jinja__str_new(cx, key, strlen(key), &name) ||
             gs_jinja__frame_set(cx, vars, name.u.s, v))
             return -1;
     }
@@ -709,9 +713,29 @@ static enum gs_status render_fail(struct jctx *cx, enum gs_jinja_fail *fail)
     return st;
 }
 
-enum gs_status gs_jinja_render(const struct gs_jinja_tmpl *t, const json_t *context,
-                               int64_t now_unix_s, char **out, size_t *out_len,
-                               enum gs_jinja_fail *fail, struct gs_err *err)
+/* Copies the output's context spans out of the arena for the caller. */
+static int export_spans(struct jctx *cx, const struct jbuf *buf, struct gs_jinja_span **spans,
+                        size_t *n_spans)
+{
+    *spans = NULL;
+    *n_spans = 0;
+    if (buf->n_sp == 0)
+        return 0;
+    struct gs_jinja_span *v = gs_alloc_array(buf->n_sp, sizeof(*v));
+    if (!v)
+        return gs_jinja__nomem(cx);
+    for (size_t i = 0; i < buf->n_sp; i++)
+        v[i] = (struct gs_jinja_span){.off = buf->sp[i].off, .len = buf->sp[i].len};
+    *spans = v;
+    *n_spans = buf->n_sp;
+    return 0;
+}
+
+enum gs_status gs_jinja_render_spans(const struct gs_jinja_tmpl *t, const json_t *context,
+                                     const json_t *trusted, int64_t now_unix_s, char **out,
+                                     size_t *out_len, struct gs_jinja_span **spans,
+                                     size_t *n_spans, enum gs_jinja_fail *fail,
+                                     struct gs_err *err)
 {
     struct gs_err local;
     if (!err)
@@ -720,6 +744,10 @@ enum gs_status gs_jinja_render(const struct gs_jinja_tmpl *t, const json_t *cont
     *out = NULL;
     if (out_len)
         *out_len = 0;
+    if (spans) {
+        *spans = NULL;
+        *n_spans = 0;
+    }
     if (fail)
         *fail = GS_JINJA_FAIL_NONE;
     struct jctx cx = {.lim = &t->lim, .now_unix_s = now_unix_s, .err = err};
@@ -728,13 +756,17 @@ enum gs_status gs_jinja_render(const struct gs_jinja_tmpl *t, const json_t *cont
     cx.out = &buf;
     struct jframe *globals = frame_new(&cx, NULL);
     struct jframe *vars = globals ? frame_new(&cx, globals) : NULL;
-    if (!vars || gs_jinja__add_globals(&cx, globals) || load_context(&cx, context, vars))
+    /* The trusted variables come last, so that the context cannot replace them. */
+    if (!vars || gs_jinja__add_globals(&cx, globals) ||
+        load_context(&cx, context, spans != NULL, vars) ||
+        load_context(&cx, trusted, false, vars))
         return render_fail(&cx, fail);
     cx.globals = globals;
     if (exec(&cx, vars, t->root) == FLOW_ERR)
         return render_fail(&cx, fail);
     char *text = gs_malloc(buf.n + 1);
-    if (!text) {
+    if (!text || (spans && export_spans(&cx, &buf, spans, n_spans))) {
+        gs_free(text);
         gs_jinja__nomem(&cx);
         return render_fail(&cx, fail);
     }
@@ -746,4 +778,12 @@ enum gs_status gs_jinja_render(const struct gs_jinja_tmpl *t, const json_t *cont
     if (out_len)
         *out_len = buf.n;
     return GS_OK;
+}
+
+enum gs_status gs_jinja_render(const struct gs_jinja_tmpl *t, const json_t *context,
+                               int64_t now_unix_s, char **out, size_t *out_len,
+                               enum gs_jinja_fail *fail, struct gs_err *err)
+{
+    return gs_jinja_render_spans(t, context, NULL, now_unix_s, out, out_len, NULL, NULL, fail,
+                                 err);
 }

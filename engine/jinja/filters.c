@@ -110,9 +110,9 @@ static int f_tojson(struct jctx *cx, struct jv in, const struct jargs *a, struct
         return gs_jinja__error(cx, "tojson: separators must be a pair of strings");
     }
     struct jbuf b = {0};
-    if (gs_jinja__tojson(cx, &b, in, &o, 0))
+    if (gs_jinja__tojson(cx, &b, in, &o, 0) || gs_jinja__buf_to_str(cx, &b, out))
         return -1;
-    return gs_jinja__buf_to_str(cx, &b, out);
+    return gs_jinja__taint(cx, in, out);
 }
 
 static int f_length(struct jctx *cx, struct jv in, const struct jargs *a, struct jv *out)
@@ -131,8 +131,8 @@ static int f_trim(struct jctx *cx, struct jv in, const struct jargs *a, struct j
     if (soft_str(cx, in, &s))
         return -1;
     bool has = gs_jinja__arg(a, 0, "chars", &chars) && chars.kind == JV_STR;
-    *out = gs_jinja__strip(s, has ? &chars : NULL, true, true);
-    return 0;
+    struct jv v = gs_jinja__strip(s, has ? &chars : NULL, true, true);
+    return gs_jinja__view(cx, s, v.u.s, v.n, out);
 }
 
 static int f_string(struct jctx *cx, struct jv in, const struct jargs *a, struct jv *out)
@@ -161,7 +161,7 @@ static int f_join(struct jctx *cx, struct jv in, const struct jargs *a, struct j
         struct jv v = items->items[i];
         if (by_attr && attr_path(cx, v, attr, &v))
             return -1;
-        if ((i && gs_jinja__buf_put(cx, &b, sep.u.s, sep.n)) || gs_jinja__print(cx, &b, v))
+        if ((i && gs_jinja__buf_put_str(cx, &b, sep)) || gs_jinja__print(cx, &b, v))
             return -1;
     }
     return gs_jinja__buf_to_str(cx, &b, out);
@@ -643,8 +643,8 @@ static int f_indent(struct jctx *cx, struct jv in, const struct jargs *a, struct
             continue;
         bool is_blank = i == line;
         bool indent_it = (line > 0 || first) && (blank || !is_blank);
-        if ((indent_it && gs_jinja__buf_put(cx, &b, pad.u.s, pad.n)) ||
-            gs_jinja__buf_put(cx, &b, s.u.s + line, i - line + (i < s.n)))
+        if ((indent_it && gs_jinja__buf_put_str(cx, &b, pad)) ||
+            gs_jinja__buf_put_part(cx, &b, s, line, i - line + (i < s.n)))
             return -1;
         line = i + 1;
     }
@@ -670,7 +670,7 @@ static int f_escape(struct jctx *cx, struct jv in, const struct jargs *a, struct
         if (rep ? gs_jinja__buf_put(cx, &b, rep, strlen(rep)) : gs_jinja__buf_putc(cx, &b, s.u.s[i]))
             return -1;
     }
-    return gs_jinja__buf_to_str(cx, &b, out);
+    return gs_jinja__buf_to_str(cx, &b, out) || gs_jinja__taint(cx, s, out);
 }
 
 static int f_wordcount(struct jctx *cx, struct jv in, const struct jargs *a, struct jv *out)

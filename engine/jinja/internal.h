@@ -62,6 +62,18 @@ enum {
     JV_F_MSG = 4,   /* JV_UNDEF: u.s is the whole message, not a variable name */
 };
 
+/* Provenance: the byte ranges of a string that came from the context (the
+ * caller's data, such as message contents), so that a caller can tell them
+ * from the template's own text in the output (control tokens are for the
+ * template's text only). Ascending, disjoint, never empty. */
+struct jspan {
+    uint32_t off, len;
+};
+struct jspans {
+    uint32_t n;
+    struct jspan v[];
+};
+
 struct jlist;
 struct jdict;
 struct jmacro;
@@ -85,6 +97,7 @@ struct jv {
         const struct jbound *bound;
         const struct jloop *loop;
     } u;
+    const struct jspans *sp; /* JV_STR: its context bytes; NULL when none */
 };
 
 struct jlist {
@@ -109,10 +122,13 @@ struct jloop {
     unsigned depth0;
 };
 
-/* A growing byte buffer in a render's arena, bounded by max_output_bytes. */
+/* A growing byte buffer in a render's arena, bounded by max_output_bytes,
+ * with the spans of its bytes that came from the context. */
 struct jbuf {
     char *p;
     size_t n, cap;
+    struct jspan *sp;
+    size_t n_sp, cap_sp;
 };
 
 static inline struct jv jv_undef(const char *hint, size_t n)
@@ -302,13 +318,26 @@ int gs_jinja__nomem(struct jctx *cx);
 int gs_jinja__buf_put(struct jctx *cx, struct jbuf *b, const char *s, size_t n);
 int gs_jinja__buf_putc(struct jctx *cx, struct jbuf *b, char c);
 int gs_jinja__str_new(struct jctx *cx, const char *s, size_t n, struct jv *out);
+/* Appends a string with its provenance; s.u.s[from..from+n) of it. */
+int gs_jinja__buf_put_str(struct jctx *cx, struct jbuf *b, struct jv s);
+int gs_jinja__buf_put_part(struct jctx *cx, struct jbuf *b, struct jv s, size_t from, size_t n);
+/* Marks b's bytes from offset from to its end as context. */
+int gs_jinja__buf_mark(struct jctx *cx, struct jbuf *b, size_t from);
+/* The part [p, p+n) of whole (p points into it), keeping its provenance. */
+int gs_jinja__view(struct jctx *cx, struct jv whole, const char *p, size_t n, struct jv *out);
+/* Marks all of *s as context when from carries any context byte (a derived
+ * string whose bytes cannot be traced one by one: upper(), replace(), ...). */
+int gs_jinja__taint(struct jctx *cx, struct jv from, struct jv *s);
+/* Whether v, or any string inside it, carries context bytes. */
+bool gs_jinja__has_context(struct jv v);
 int gs_jinja__buf_to_str(struct jctx *cx, const struct jbuf *b, struct jv *out);
 int gs_jinja__list_new(struct jctx *cx, size_t n, struct jv *out);
 int gs_jinja__dict_new(struct jctx *cx, size_t cap, struct jv *out);
 int gs_jinja__dict_set(struct jctx *cx, struct jdict *d, struct jv key, struct jv val);
 bool gs_jinja__dict_get(const struct jdict *d, struct jv key, struct jv *out);
 bool gs_jinja__dict_get_str(const struct jdict *d, const char *key, size_t n, struct jv *out);
-int gs_jinja__from_json(struct jctx *cx, const json_t *j, struct jv *out);
+/* track: its strings are context bytes (see gs_jinja_span). */
+int gs_jinja__from_json(struct jctx *cx, const json_t *j, bool track, struct jv *out);
 /* Python str() and repr() of v appended to b; tojson as json.dumps. */
 int gs_jinja__print(struct jctx *cx, struct jbuf *b, struct jv v);
 int gs_jinja__repr(struct jctx *cx, struct jbuf *b, struct jv v);

@@ -90,7 +90,7 @@ int gs_jinja__case(struct jctx *cx, struct jv s, char mode, struct jv *out)
                    : gs_jinja__buf_put(cx, &buf, (const char *)enc, (size_t)k))
             return -1;
     }
-    return gs_jinja__buf_to_str(cx, &buf, out);
+    return gs_jinja__buf_to_str(cx, &buf, out) || gs_jinja__taint(cx, s, out);
 }
 
 int gs_jinja__listb_push(struct jctx *cx, struct jlistb *lb, struct jv v)
@@ -138,12 +138,16 @@ static int split(struct jctx *cx, struct jv s, const struct jv *sep, int64_t max
                 }
             if (!hit)
                 break;
-            if (gs_jinja__listb_push(cx, &lb, jv_str(p, (size_t)(hit - p))))
+            struct jv part;
+            if (gs_jinja__view(cx, s, p, (size_t)(hit - p), &part) ||
+                gs_jinja__listb_push(cx, &lb, part))
                 return -1;
             p = hit + sep->n;
             maxsplit--;
         }
-        if (gs_jinja__listb_push(cx, &lb, jv_str(p, (size_t)(end - p))))
+        struct jv last;
+        if (gs_jinja__view(cx, s, p, (size_t)(end - p), &last) ||
+            gs_jinja__listb_push(cx, &lb, last))
             return -1;
         return gs_jinja__listb_done(cx, &lb, out);
     }
@@ -156,21 +160,35 @@ static int split(struct jctx *cx, struct jv s, const struct jv *sep, int64_t max
         const char *w = p;
         if (maxsplit == 0) {
             struct jv rest = gs_jinja__strip(jv_str(w, (size_t)(end - w)), NULL, false, true);
-            if (gs_jinja__listb_push(cx, &lb, rest))
+            if (gs_jinja__view(cx, s, rest.u.s, rest.n, &rest) ||
+                gs_jinja__listb_push(cx, &lb, rest))
                 return -1;
             break;
         }
         while (p < end && !gs_jinja__is_space(gs_jinja__utf8_next((const unsigned char *)p, (size_t)(end - p), &len)))
             p += len;
-        if (gs_jinja__listb_push(cx, &lb, jv_str(w, (size_t)(p - w))))
+        struct jv word;
+        if (gs_jinja__view(cx, s, w, (size_t)(p - w), &word) ||
+            gs_jinja__listb_push(cx, &lb, word))
             return -1;
         maxsplit--;
     }
     return gs_jinja__listb_done(cx, &lb, out);
 }
 
+static int replace_bytes(struct jctx *cx, struct jv s, struct jv old, struct jv new_s,
+                         int64_t count, struct jv *out);
+
 int gs_jinja__replace(struct jctx *cx, struct jv s, struct jv old, struct jv new_s, int64_t count,
                       struct jv *out)
+{
+    if (replace_bytes(cx, s, old, new_s, count, out))
+        return -1;
+    return gs_jinja__taint(cx, s, out) || gs_jinja__taint(cx, new_s, out);
+}
+
+static int replace_bytes(struct jctx *cx, struct jv s, struct jv old, struct jv new_s,
+                         int64_t count, struct jv *out)
 {
     struct jbuf buf = {0};
     size_t i = 0;
@@ -227,8 +245,8 @@ static int m_strip_any(struct jctx *cx, struct jv self, const struct jargs *a, s
     bool has = gs_jinja__arg(a, 0, "chars", &chars) && chars.kind != JV_NONE;
     if (has && need_str(cx, "strip", &chars))
         return -1;
-    *out = gs_jinja__strip(self, has ? &chars : NULL, left, right);
-    return 0;
+    struct jv v = gs_jinja__strip(self, has ? &chars : NULL, left, right);
+    return gs_jinja__view(cx, self, v.u.s, v.n, out);
 }
 
 static int m_strip(struct jctx *cx, struct jv self, const struct jargs *a, struct jv *out)
@@ -371,8 +389,8 @@ static int m_join(struct jctx *cx, struct jv self, const struct jargs *a, struct
     for (size_t i = 0; i < items->n; i++) {
         if (need_str(cx, "join", &items->items[i]))
             return -1;
-        if ((i && gs_jinja__buf_put(cx, &buf, self.u.s, self.n)) ||
-            gs_jinja__buf_put(cx, &buf, items->items[i].u.s, items->items[i].n))
+        if ((i && gs_jinja__buf_put_str(cx, &buf, self)) ||
+            gs_jinja__buf_put_str(cx, &buf, items->items[i]))
             return -1;
     }
     return gs_jinja__buf_to_str(cx, &buf, out);

@@ -178,7 +178,7 @@ static int repeat(struct jctx *cx, struct jv seq, int64_t count, struct jv *out)
             memcpy(p + (size_t)i * seq.n, seq.u.s, seq.n);
         p[total] = '\0';
         *out = jv_str(p, (size_t)total);
-        return 0;
+        return gs_jinja__taint(cx, seq, out);
     }
     size_t n = seq.u.list->n;
     if (gs_jinja__list_new(cx, n * (size_t)count, out))
@@ -205,7 +205,7 @@ static int concat_lists(struct jctx *cx, struct jv a, struct jv b, struct jv *ou
 static int concat_strs(struct jctx *cx, struct jv a, struct jv b, struct jv *out)
 {
     struct jbuf buf = {0};
-    if (gs_jinja__buf_put(cx, &buf, a.u.s, a.n) || gs_jinja__buf_put(cx, &buf, b.u.s, b.n))
+    if (gs_jinja__buf_put_str(cx, &buf, a) || gs_jinja__buf_put_str(cx, &buf, b))
         return -1;
     return gs_jinja__buf_to_str(cx, &buf, out);
 }
@@ -349,9 +349,9 @@ static int index_seq(struct jctx *cx, struct jv obj, int64_t i, struct jv *out)
     if (obj.kind == JV_LIST)
         *out = obj.u.list->items[at];
     else if (off)
-        *out = jv_str(obj.u.s + off[at], off[at + 1] - off[at]);
+        return gs_jinja__view(cx, obj, obj.u.s + off[at], off[at + 1] - off[at], out);
     else
-        *out = jv_str(obj.u.s + at, 1);
+        return gs_jinja__view(cx, obj, obj.u.s + at, 1, out);
     return 0;
 }
 
@@ -462,7 +462,7 @@ int gs_jinja__slice(struct jctx *cx, struct jv obj, const struct jv *lo, const s
     for (size_t i = 0; i < n; i++) {
         int64_t at = start + (int64_t)i * step;
         size_t from = off ? off[at] : (size_t)at, to = off ? off[at + 1] : (size_t)at + 1;
-        if (gs_jinja__buf_put(cx, &buf, obj.u.s + from, to - from))
+        if (gs_jinja__buf_put_part(cx, &buf, obj, from, to - from))
             return -1;
     }
     return gs_jinja__buf_to_str(cx, &buf, out);

@@ -181,10 +181,140 @@ int gs_jinja__str_new(struct jctx *cx, const char *s, size_t n, struct jv *out)
 
 int gs_jinja__buf_to_str(struct jctx *cx, const struct jbuf *b, struct jv *out)
 {
-    /* The buffer is in the arena already and never written again. */
-    (void)cx;
+    /* The bytes are in the arena already and never written again; the spans
+     * are copied, since the buffer's array may still grow elsewhere. */
     *out = jv_str(b->n ? b->p : "", b->n);
+    if (b->n_sp == 0)
+        return 0;
+    struct jspans *sp = gs_jinja__alloc(&cx->arena, sizeof(*sp) + b->n_sp * sizeof(sp->v[0]));
+    if (!sp)
+        return gs_jinja__nomem(cx);
+    sp->n = (uint32_t)b->n_sp;
+    memcpy(sp->v, b->sp, b->n_sp * sizeof(sp->v[0]));
+    out->sp = sp;
     return 0;
+}
+
+/* ---- provenance ------------------------------------------------------------------ */
+
+/* Records [off, off+len) of b as context, merging with the span before it. */
+static int buf_add_span(struct jctx *cx, struct jbuf *b, size_t off, size_t len)
+{
+    if (len == 0)
+        return 0;
+    if (b->n_sp > 0) {
+        struct jspan *last = &b->sp[b->n_sp - 1];
+        if ((size_t)last->off + last->len >= off) {
+            size_t end = GS_MAX((size_t)last->off + last->len, off + len);
+            last->len = (uint32_t)(end - last->off);
+            return 0;
+        }
+    }
+    if (b->n_sp == b->cap_sp) {
+        size_t cap = b->cap_sp ? b->cap_sp * 2 : 8;
+        struct jspan *v = gs_jinja__alloc_array(&cx->arena, cap, sizeof(*v));
+        if (!v)
+            return gs_jinja__nomem(cx);
+        if (b->n_sp)
+            memcpy(v, b->sp, b->n_sp * sizeof(*v));
+        b->sp = v;
+        b->cap_sp = cap;
+    }
+    b->sp[b->n_sp++] = (struct jspan){.off = (uint32_t)off, .len = (uint32_t)len};
+    return 0;
+}
+
+int gs_jinja__buf_mark(struct jctx *cx, struct jbuf *b, size_t from)
+{
+    /* Spans inside the marked range are covered by it. */
+    while (b->n_sp > 0 && b->sp[b->n_sp - 1].off >= from)
+        b->n_sp--;
+    return from < b->n ? buf_add_span(cx, b, from, b->n - from) : 0;
+}
+
+int gs_jinja__buf_put_part(struct jctx *cx, struct jbuf *b, struct jv s, size_t from, size_t n)
+{
+    size_t at = b->n;
+    if (gs_jinja__buf_put(cx, b, s.u.s + from, n))
+        return -1;
+    for (uint32_t i = 0; s.sp && i < s.sp->n; i++) {
+        size_t lo = GS_MAX((size_t)s.sp->v[i].off, from);
+        size_t hi = GS_MIN((size_t)s.sp->v[i].off + s.sp->v[i].len, from + n);
+        if (lo < hi && buf_add_span(cx, b, at + lo - from, hi - lo))
+            return -1;
+    }
+    return 0;
+}
+
+int gs_jinja__buf_put_str(struct jctx *cx, struct jbuf *b, struct jv s)
+{
+    return gs_jinja__buf_put_part(cx, b, s, 0, s.n);
+}
+
+int gs_jinja__view(struct jctx *cx, struct jv whole, const char *p, size_t n, struct jv *out)
+{
+    size_t from = (size_t)(p - whole.u.s);
+    *out = jv_str(p, n);
+    if (!whole.sp)
+        return 0;
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < whole.sp->n; i++)
+        count += GS_MAX((size_t)whole.sp->v[i].off, from) <
+                 GS_MIN((size_t)whole.sp->v[i].off + whole.sp->v[i].len, from + n);
+    if (count == 0)
+        return 0;
+    struct jspans *sp = gs_jinja__alloc(&cx->arena, sizeof(*sp) + count * sizeof(sp->v[0]));
+    if (!sp)
+        return gs_jinja__nomem(cx);
+    sp->n = 0;
+    for (uint32_t i = 0; i < whole.sp->n; i++) {
+        size_t lo = GS_MAX((size_t)whole.sp->v[i].off, from);
+        size_t hi = GS_MIN((size_t)whole.sp->v[i].off + whole.sp->v[i].len, from + n);
+        if (lo < hi)
+            sp->v[sp->n++] = (struct jspan){.off = (uint32_t)(lo - from), .len = (uint32_t)(hi - lo)};
+    }
+    out->sp = sp;
+    return 0;
+}
+
+static int mark_all(struct jctx *cx, struct jv *s)
+{
+    if (s->kind != JV_STR || s->n == 0)
+        return 0;
+    struct jspans *sp = gs_jinja__alloc(&cx->arena, sizeof(*sp) + sizeof(sp->v[0]));
+    if (!sp)
+        return gs_jinja__nomem(cx);
+    sp->n = 1;
+    sp->v[0] = (struct jspan){.off = 0, .len = s->n};
+    s->sp = sp;
+    return 0;
+}
+
+int gs_jinja__taint(struct jctx *cx, struct jv from, struct jv *s)
+{
+    return gs_jinja__has_context(from) ? mark_all(cx, s) : 0;
+}
+
+bool gs_jinja__has_context(struct jv v)
+{
+    switch ((enum jv_kind)v.kind) {
+    case JV_STR:
+        return v.sp != NULL;
+    case JV_LIST:
+        for (size_t i = 0; i < v.u.list->n; i++)
+            if (gs_jinja__has_context(v.u.list->items[i]))
+                return true;
+        return false;
+    case JV_DICT:
+    case JV_NS:
+        for (size_t i = 0; i < v.u.dict->n; i++)
+            if (gs_jinja__has_context(v.u.dict->keys[i]) ||
+                gs_jinja__has_context(v.u.dict->vals[i]))
+                return true;
+        return false;
+    default:
+        return false;
+    }
 }
 
 /* ---- lists and dicts ---------------------------------------------------------------- */
@@ -269,7 +399,7 @@ bool gs_jinja__dict_get_str(const struct jdict *d, const char *key, size_t n, st
 
 /* ---- the context --------------------------------------------------------------------- */
 
-int gs_jinja__from_json(struct jctx *cx, const json_t *j, struct jv *out)
+int gs_jinja__from_json(struct jctx *cx, const json_t *j, bool track, struct jv *out)
 {
     switch (json_typeof(j)) {
     case JSON_NULL:
@@ -288,13 +418,14 @@ int gs_jinja__from_json(struct jctx *cx, const json_t *j, struct jv *out)
         *out = jv_float(json_real_value(j));
         return 0;
     case JSON_STRING:
-        return gs_jinja__str_new(cx, json_string_value(j), json_string_length(j), out);
+        return gs_jinja__str_new(cx, json_string_value(j), json_string_length(j), out) ||
+               (track && mark_all(cx, out));
     case JSON_ARRAY: {
         size_t n = json_array_size(j);
         if (gs_jinja__list_new(cx, n, out))
             return -1;
         for (size_t i = 0; i < n; i++)
-            if (gs_jinja__from_json(cx, json_array_get(j, i), &out->u.list->items[i]))
+            if (gs_jinja__from_json(cx, json_array_get(j, i), track, &out->u.list->items[i]))
                 return -1;
         return 0;
     }
@@ -307,7 +438,8 @@ int gs_jinja__from_json(struct jctx *cx, const json_t *j, struct jv *out)
         json_object_foreach((json_t *)j, key, val)
         {
             struct jv k, v;
-            if (gs_jinja__str_new(cx, key, strlen(key), &k) || gs_jinja__from_json(cx, val, &v) ||
+            if (gs_jinja__str_new(cx, key, strlen(key), &k) || (track && mark_all(cx, &k)) ||
+                gs_jinja__from_json(cx, val, track, &v) ||
                 gs_jinja__dict_set(cx, out->u.dict, k, v))
                 return -1;
         }
@@ -487,7 +619,7 @@ int gs_jinja__repr(struct jctx *cx, struct jbuf *b, struct jv v)
     return gs_jinja__print(cx, b, v);
 }
 
-int gs_jinja__print(struct jctx *cx, struct jbuf *b, struct jv v)
+static int print_value(struct jctx *cx, struct jbuf *b, struct jv v)
 {
     char num[32];
     switch ((enum jv_kind)v.kind) {
@@ -503,7 +635,7 @@ int gs_jinja__print(struct jctx *cx, struct jbuf *b, struct jv v)
     case JV_FLOAT:
         return put_float(cx, b, v.u.f, false);
     case JV_STR:
-        return gs_jinja__buf_put(cx, b, v.u.s, v.n);
+        return gs_jinja__buf_put_str(cx, b, v);
     case JV_LIST:
         if (v.flags & JV_F_GEN)
             return buf_puts(cx, b, "<generator object>");
@@ -521,6 +653,18 @@ int gs_jinja__print(struct jctx *cx, struct jbuf *b, struct jv v)
     case JV_LOOP:
         return buf_puts(cx, b, "<LoopContext>");
     }
+    return 0;
+}
+
+int gs_jinja__print(struct jctx *cx, struct jbuf *b, struct jv v)
+{
+    /* A printed container holding context strings is context as a whole:
+     * its repr quotes and escapes them, so bytes cannot be traced. */
+    size_t at = b->n;
+    if (print_value(cx, b, v))
+        return -1;
+    if (v.kind != JV_STR && gs_jinja__has_context(v))
+        return gs_jinja__buf_mark(cx, b, at);
     return 0;
 }
 
@@ -888,7 +1032,8 @@ static int iterate_str(struct jctx *cx, struct jv s, struct jlist **out)
     size_t k = 0;
     for (size_t i = 0; i < s.n; i += len) {
         gs_jinja__utf8_next((const unsigned char *)s.u.s + i, s.n - i, &len);
-        l.u.list->items[k++] = jv_str(s.u.s + i, len);
+        if (gs_jinja__view(cx, s, s.u.s + i, len, &l.u.list->items[k++]))
+            return -1;
     }
     *out = l.u.list;
     return 0;

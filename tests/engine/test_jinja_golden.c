@@ -8,6 +8,7 @@
  * case has them, the case's extra_kwargs, and strftime_now at 2026-01-15
  * 00:00:00.
  */
+#define _GNU_SOURCE /* memmem */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -48,6 +49,66 @@ struct tally {
     int cases, passed, files;
 };
 
+/* Whether some occurrence of needle in text lies wholly inside one span. */
+static bool inside_a_span(const char *text, size_t n, const char *needle, size_t nn,
+                          const struct gs_jinja_span *sp, size_t n_sp)
+{
+    for (const char *p = text; (p = memmem(p, n - (size_t)(p - text), needle, nn)); p++) {
+        size_t off = (size_t)(p - text);
+        for (size_t i = 0; i < n_sp; i++)
+            if (sp[i].off <= off && off + nn <= sp[i].off + sp[i].len)
+                return true;
+    }
+    return false;
+}
+
+/* The provenance of a rendered case: with bos_token and eos_token trusted and
+ * the rest as the client's, the text is the same, the spans are ordered and
+ * inside it, and every message content that appears verbatim appears inside
+ * a span (the renderer knows it came from the client). */
+static bool check_spans(const char *file_name, const char *name, const struct gs_jinja_tmpl *t,
+                        const json_t *file, const json_t *c, const char *want, size_t wn)
+{
+    json_t *ctx = case_context(file, c);
+    json_t *trusted = json_object();
+    json_object_set(trusted, "bos_token", json_object_get(file, "bos_token"));
+    json_object_set(trusted, "eos_token", json_object_get(file, "eos_token"));
+    json_object_del(ctx, "bos_token");
+    json_object_del(ctx, "eos_token");
+    char *out = NULL;
+    size_t n = 0, n_sp = 0;
+    struct gs_jinja_span *sp = NULL;
+    struct gs_err err = {0};
+    bool ok = gs_jinja_render_spans(t, ctx, trusted, GOLDEN_NOW_UNIX_S, &out, &n, &sp, &n_sp,
+                                    NULL, &err) == GS_OK &&
+              n == wn && memcmp(out, want, n) == 0;
+    for (size_t i = 0; ok && i < n_sp; i++)
+        ok = sp[i].len > 0 && (i == 0 || sp[i].off > sp[i - 1].off + sp[i - 1].len - 1) &&
+             sp[i].off + sp[i].len <= n;
+    size_t k;
+    json_t *m;
+    json_array_foreach(json_object_get(c, "messages"), k, m)
+    {
+        const json_t *content = json_object_get(m, "content");
+        size_t cn = json_string_length(content);
+        if (!ok || !json_is_string(content) || cn < 4)
+            continue;
+        const char *cs = json_string_value(content);
+        if (memmem(out, n, cs, cn) && !inside_a_span(out, n, cs, cn, sp, n_sp)) {
+            cr_log_error("%s/%s: message %zu's content is not marked as the client's", file_name,
+                         name, k);
+            ok = false;
+        }
+    }
+    if (!ok)
+        cr_log_error("%s/%s: provenance check failed %s", file_name, name, err.msg);
+    gs_free(out);
+    gs_free(sp);
+    json_decref(ctx);
+    json_decref(trusted);
+    return ok;
+}
+
 /* Renders one case; returns true when it matches the reference. */
 static bool check_case(const char *file_name, const struct gs_jinja_tmpl *t, const json_t *file,
                        const json_t *c)
@@ -73,6 +134,7 @@ static bool check_case(const char *file_name, const struct gs_jinja_tmpl *t, con
         } else if (!ok) {
             cr_log_error("%s/%s: failed: %s", file_name, name, err.msg);
         }
+        ok = ok && check_spans(file_name, name, t, file, c, w, wn);
     } else {
         const char *type = json_string_value(json_object_get(c, "error_type"));
         const char *msg = json_string_value(json_object_get(c, "error"));

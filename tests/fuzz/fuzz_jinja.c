@@ -12,8 +12,9 @@
  * Invariants: parsing succeeds or fails with GS_FORMAT or GS_BUSY and a
  * message; rendering succeeds within max_output_bytes or fails with the
  * status that its failure kind promises (error: GS_FORMAT, raised: GS_INVAL,
- * limit: GS_BUSY); and rendering is a pure function: a second render gives
- * the same status and the same bytes. The limits are smaller than the
+ * limit: GS_BUSY); rendering is a pure function: a second render (with
+ * provenance) gives the same status and the same bytes; and the provenance
+ * spans are ascending, disjoint, non-empty and inside the text. The limits are smaller than the
  * defaults so that every input runs in milliseconds.
  */
 #include "engine/jinja.h"
@@ -78,9 +79,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *out[2] = {NULL, NULL};
         size_t n[2] = {0, 0};
         enum gs_status rs[2];
+        struct gs_jinja_span *sp = NULL;
+        size_t n_sp = 0;
         for (int i = 0; i < 2; i++) {
             enum gs_jinja_fail fail = GS_JINJA_FAIL_NONE;
-            rs[i] = gs_jinja_render(t, ctx, 1768435200, &out[i], &n[i], &fail, &err);
+            rs[i] = i == 0 ? gs_jinja_render(t, ctx, 1768435200, &out[i], &n[i], &fail, &err)
+                           : gs_jinja_render_spans(t, ctx, NULL, 1768435200, &out[i], &n[i], &sp,
+                                                   &n_sp, &fail, &err);
             FUZZ_CHECK(rs[i] == expected_status(fail), "render status %d for kind %d: %s", rs[i],
                        (int)fail, err.msg);
             FUZZ_CHECK(rs[i] != GS_NOMEM, "out of memory under the memory limit: %s", err.msg);
@@ -89,6 +94,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(rs[i] != GS_OK || (n[i] <= lim.max_output_bytes && out[i][n[i]] == '\0'),
                        "%zu bytes rendered, limit %zu", n[i], lim.max_output_bytes);
         }
+        for (size_t i = 0; i < n_sp; i++)
+            FUZZ_CHECK(sp[i].len > 0 && sp[i].off + sp[i].len <= n[1] &&
+                           (i == 0 || sp[i].off > sp[i - 1].off + sp[i - 1].len),
+                       "span %zu [%zu, +%zu) of %zu bytes", i, sp[i].off, sp[i].len, n[1]);
+        gs_free(sp);
         FUZZ_CHECK(rs[0] == rs[1], "two renders: status %d then %d", rs[0], rs[1]);
         FUZZ_CHECK(rs[0] != GS_OK || (n[0] == n[1] && memcmp(out[0], out[1], n[0]) == 0),
                    "two renders differ");
