@@ -793,6 +793,8 @@ static enum gs_status copy_cfg(struct gs_srv *s, const struct gs_srv_cfg *cfg, s
     } else {
         s->tmpl = gs_srv_tmpl_detect(cfg->model.chat_template);
     }
+    if (gs_srv__jinja_init(s, cfg, err) != GS_OK)
+        return err->code;
     s->cfg.model.chat_template = NULL;
     return GS_OK;
 }
@@ -1034,5 +1036,6 @@ void gs_srv_free(struct gs_srv *s)
     gs_free(s->model_id);
     gs_free(s->key_digests);
     free_allowed_hosts(s);
+    gs_srv__jinja_free(s);
     gs_free(s);
 }
