@@ -22,6 +22,7 @@ struct jparser {
     struct gs_err *err;
     size_t n_nodes;
     unsigned depth; /* current recursion of the parser itself */
+    const struct jtok *open_tag; /* the '{%' of the innermost block being parsed */
 };
 
 /* ---- errors and tokens ---------------------------------------------------- */
@@ -943,8 +944,20 @@ static struct jn *parse_loop_control(struct jparser *ps, const struct jtok *at,
     return n && expect_block_end(ps) ? n : NULL;
 }
 
-/* After '{%' and the tag's name, which is at. */
+static struct jn *parse_tag(struct jparser *ps);
+
+/* After '{%': the tag, with its '{%' remembered for "never closed" errors. */
 static struct jn *parse_statement(struct jparser *ps)
+{
+    const struct jtok *saved = ps->open_tag;
+    ps->open_tag = &ps->toks[ps->pos - 1];
+    struct jn *n = parse_tag(ps);
+    ps->open_tag = saved;
+    return n;
+}
+
+/* The tag whose name is the current token. */
+static struct jn *parse_tag(struct jparser *ps)
 {
     struct jtok *at = cur(ps);
     if (at->kind != JTK_NAME)
@@ -1018,7 +1031,7 @@ static struct jn *parse_body(struct jparser *ps, const char *const *stops, const
                 char msg[64];
                 snprintf(msg, sizeof(msg), "this block is never closed by '{%% %s %%}'",
                          stops[last]);
-                return leave(ps, fail_at(ps, start, msg));
+                return leave(ps, fail_at(ps, ps->open_tag ? ps->open_tag : start, msg));
             }
             break;
         }

@@ -158,6 +158,9 @@ Test(jinja_parse, errors_name_line_and_column)
     expect_parse_error("{{ x", "line 1", "never closed");
     expect_parse_error("{% for x of y %}{% endfor %}", "line 1", "expected 'in'");
     expect_parse_error("{% endif %}", "line 1", "unknown or unsupported tag 'endif'");
+    /* An unclosed block is reported at its own tag, not at the end. */
+    expect_parse_error("ab\n  {% for y in z %}{% if 1 %}{% endif %}", "line 2, column 3",
+                       "never closed by '{% endfor %}'");
 }
 
 Test(jinja_parse, refuses_nul_and_accepts_empty)
