@@ -683,6 +683,34 @@ static int f_wordcount(struct jctx *cx, struct jv in, const struct jargs *a, str
     return 0;
 }
 
+/* "fmt"|format(a, b) is fmt % (a, b); with keywords, fmt % {k: v}. */
+static int f_format(struct jctx *cx, struct jv in, const struct jargs *a, struct jv *out)
+{
+    struct jv fmt, args;
+    if (gs_jinja__to_str(cx, in, &fmt))
+        return -1;
+    if (a && a->n_kw > 0) {
+        if (a->n_pos > 0)
+            return gs_jinja__error(cx, "format: positional and keyword arguments together");
+        if (gs_jinja__dict_new(cx, a->n_kw, &args))
+            return -1;
+        for (size_t i = 0; i < a->n_kw; i++) {
+            struct jv key;
+            if (gs_jinja__str_new(cx, a->kw_names[i], strlen(a->kw_names[i]), &key) ||
+                gs_jinja__dict_set(cx, args.u.dict, key, a->kw_vals[i]))
+                return -1;
+        }
+    } else {
+        size_t n = a ? a->n_pos : 0;
+        if (gs_jinja__list_new(cx, n, &args))
+            return -1;
+        args.flags = JV_F_TUPLE;
+        for (size_t i = 0; i < n; i++)
+            args.u.list->items[i] = a->pos[i];
+    }
+    return gs_jinja__percent_format(cx, fmt, args, out);
+}
+
 struct filter_row {
     const char *name;
     filter_fn fn;
@@ -701,7 +729,7 @@ static const struct filter_row filters[] = {
     {"int", f_int},         {"float", f_float},         {"abs", f_abs},
     {"sum", f_sum},         {"min", f_min},             {"max", f_max},
     {"round", f_round},     {"indent", f_indent},       {"escape", f_escape},
-    {"e", f_escape},        {"wordcount", f_wordcount},
+    {"e", f_escape},        {"wordcount", f_wordcount}, {"format", f_format},
 };
 
 int gs_jinja__filter(struct jctx *cx, const char *name, struct jv in, const struct jargs *args,

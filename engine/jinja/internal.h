@@ -418,6 +418,8 @@ int gs_jinja__call_func(struct jctx *cx, const struct jfunc *fn, const struct ja
 int gs_jinja__binary(struct jctx *cx, uint8_t op, struct jv a, struct jv b, struct jv *out);
 int gs_jinja__slice(struct jctx *cx, struct jv obj, const struct jv *lo, const struct jv *hi,
                     const struct jv *step, struct jv *out);
+/* format.c: fmt % args, Python's printf-style formatting. */
+int gs_jinja__percent_format(struct jctx *cx, struct jv fmt, struct jv args, struct jv *out);
 /* The UndefinedError for using v (an undefined) where a value is needed. */
 int gs_jinja__undefined_error(struct jctx *cx, struct jv v);
 /* An undefined whose message is printf-style (allocated in the arena). */

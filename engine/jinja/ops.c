@@ -225,6 +225,8 @@ static int arith(struct jctx *cx, uint8_t op, struct jv a, struct jv b, struct j
 {
     if (op == JT_ADD && !(gs_jinja__is_number(a) && gs_jinja__is_number(b)))
         return add(cx, a, b, out);
+    if (op == JT_MOD && a.kind == JV_STR)
+        return gs_jinja__percent_format(cx, a, b, out);
     if (op == JT_MUL) {
         if ((a.kind == JV_STR || (a.kind == JV_LIST && !(a.flags & JV_F_GEN))) && is_intlike(b))
             return repeat(cx, a, as_int(b), out);

@@ -92,6 +92,9 @@ static const struct render_case cases[] = {
     {"dict_and_namespace_globals", "{{ dict(a=1) }} {% set ns = namespace(d, b=2) %}{{ ns.a }}{{ ns.b }}", "{\"d\": {\"a\": 1}}", "{'a': 1} 12"},
     {"string_escapes", "{{ 'a\\nb\\tc\\u00e9\\x41' }}", "{}", "a\nb\tcéA"},
     {"tojson_ensure_ascii_and_separators", "{{ x|tojson(ensure_ascii=true) }} {{ x|tojson(separators=(',', ':')) }} {{ x|tojson(indent=1, separators=(';', '=')) }}", "{\"x\": {\"k\": \"é😀\\u0007\", \"l\": [1, 2]}}", "{\"k\": \"\\u00e9\\ud83d\\ude00\\u0007\", \"l\": [1, 2]} {\"k\":\"é😀\\u0007\",\"l\":[1,2]} {\n \"k\"=\"é😀\\u0007\";\n \"l\"=[\n  1;\n  2\n ]\n}"},
+    {"percent_formatting", "{{ '%s-%d' % ('a', 3) }}|{{ '%05.2f' % 3.14159 }}|{{ '%-5s|' % 'ab' }}|{{ '%5s|' % 'ab' }}|{{ '%x %X %o' % (255, 255, 8) }}|{{ '%(n)s=%(v)d' % {'n': 'k', 'v': 2} }}|{{ '100%%' % () }}|{{ '%r' % 'q' }}|{{ '%s' % [1, 'x'] }}|{{ '%.2s' % 'hello' }}|{{ '%+d' % 5 }}", "{}", "a-3|03.14|ab   ||   ab||ff FF 10|k=2|100%|'q'|[1, 'x']|he|+5"},
+    {"format_filter", "{{ '%s and %s'|format('a', 'b') }}|{{ '%(x)s'|format(x=1) }}|{{ '%03d'|format(7) }}", "{}", "a and b|1|007"},
+    {"percent_formatting_errors", "{{ '%s %s' % ('a',) }}", "{}", NULL /* TypeError: not enough arguments for format string */},
     {"adjacent_strings_join", "{{ 'a' 'b' \"c\" }}", "{}", "abc"},
 };
 
