@@ -244,8 +244,7 @@ static int filter_operand(struct jctx *cx, struct jframe *f, const struct jn *a,
         *out = in;
         return 0;
     }
-    if (a->kind == JN_FILTER && a->a == NULL)
-        return eval_filter(cx, f, a, in, out);
+    /* Down a chain, the block's text travels to the innermost filter. */
     if (a->kind == JN_FILTER)
         return eval_filter(cx, f, a, in, out);
     return eval(cx, f, a, out);
@@ -761,7 +760,6 @@ enum gs_status gs_jinja_render_spans(const struct gs_jinja_tmpl *t, const json_t
         load_context(&cx, context, spans != NULL, vars) ||
         load_context(&cx, trusted, false, vars))
         return render_fail(&cx, fail);
-    cx.globals = globals;
     if (exec(&cx, vars, t->root) == FLOW_ERR)
         return render_fail(&cx, fail);
     char *text = gs_malloc(buf.n + 1);

@@ -299,7 +299,6 @@ struct jframe {
 struct jctx {
     struct jarena arena;
     const struct gs_jinja_limits *lim;
-    struct jframe *globals;
     struct jbuf *out;       /* where output goes now (set blocks and macros redirect it) */
     uint64_t iterations;
     unsigned call_depth;
