@@ -59,14 +59,14 @@
 /* Every bound on what a template may consume. Zero in a field means "the
  * default" (gs_jinja_limits_default), so a caller sets only what it changes. */
 struct gs_jinja_limits {
-    size_t max_source_bytes;     /* template text accepted by the parser */
-    size_t max_ast_nodes;        /* nodes of the parsed tree */
-    unsigned max_depth;          /* height of the tree: nested expressions and blocks,
-                                  * and the length of an operator chain a + b + ... */
-    unsigned max_call_depth;     /* nested macro calls (recursion) */
+    size_t max_source_bytes;      /* template text accepted by the parser */
+    size_t max_ast_nodes;         /* nodes of the parsed tree */
+    unsigned max_depth;           /* height of the tree: nested expressions and blocks,
+                                   * and the length of an operator chain a + b + ... */
+    unsigned max_call_depth;      /* nested macro calls (recursion) */
     uint64_t max_loop_iterations; /* for-loop bodies run, all loops of a render together */
-    size_t max_output_bytes;     /* the rendered text, and any one string built (< 4 GiB) */
-    size_t max_memory_bytes;     /* everything one render allocates */
+    size_t max_output_bytes;      /* the rendered text, and any one string built (< 4 GiB) */
+    size_t max_memory_bytes;      /* everything one render allocates */
 };
 
 /* Fills lim with the defaults: 1 MiB source, 200000 nodes, depth 192, 32
@@ -142,8 +142,7 @@ struct gs_jinja_span {
  */
 enum gs_status gs_jinja_render_spans(const struct gs_jinja_tmpl *t, const json_t *context,
                                      const json_t *trusted, int64_t now_unix_s, char **out,
-                                     size_t *out_len, struct gs_jinja_span **spans,
-                                     size_t *n_spans, enum gs_jinja_fail *fail,
-                                     struct gs_err *err);
+                                     size_t *out_len, struct gs_jinja_span **spans, size_t *n_spans,
+                                     enum gs_jinja_fail *fail, struct gs_err *err);
 
 #endif /* GS_JINJA_H */

@@ -105,7 +105,8 @@ struct args_store {
 static int eval_args(struct jctx *cx, struct jframe *f, const struct jn *n, struct args_store *st)
 {
     struct jv *pos = st->pos_small, *kw = st->kw_small;
-    if (n->n_kids > ARGS_SMALL && !(pos = gs_jinja__alloc_array(&cx->arena, n->n_kids, sizeof(*pos))))
+    if (n->n_kids > ARGS_SMALL &&
+        !(pos = gs_jinja__alloc_array(&cx->arena, n->n_kids, sizeof(*pos))))
         return gs_jinja__nomem(cx);
     if (n->n_kw > ARGS_SMALL && !(kw = gs_jinja__alloc_array(&cx->arena, n->n_kw, sizeof(*kw))))
         return gs_jinja__nomem(cx);
@@ -115,8 +116,8 @@ static int eval_args(struct jctx *cx, struct jframe *f, const struct jn *n, stru
     for (size_t i = 0; i < n->n_kw; i++)
         if (eval(cx, f, n->kw_vals[i], &kw[i]))
             return -1;
-    st->args = (struct jargs){.pos = pos, .n_pos = n->n_kids, .kw_names = n->kw_names,
-                              .kw_vals = kw, .n_kw = n->n_kw};
+    st->args = (struct jargs){
+        .pos = pos, .n_pos = n->n_kids, .kw_names = n->kw_names, .kw_vals = kw, .n_kw = n->n_kw};
     return 0;
 }
 
@@ -137,8 +138,8 @@ static int bind_params(struct jctx *cx, struct jframe *mf, const struct jn *def,
         for (size_t k = 0; k < args->n_kw; k++)
             if (strcmp(args->kw_names[k], p->name) == 0) {
                 if (given)
-                    return gs_jinja__error(cx, "macro '%s' got multiple values for '%s'",
-                                           def->name, p->name);
+                    return gs_jinja__error(cx, "macro '%s' got multiple values for '%s'", def->name,
+                                           p->name);
                 v = args->kw_vals[k];
                 given = true;
             }
@@ -466,8 +467,7 @@ static int loop_items(struct jctx *cx, struct jframe *f, const struct jn *n, str
     for (size_t i = 0; i < all->n; i++) {
         struct jv keep;
         tf->n = 0;
-        if (count_iteration(cx) || assign(cx, tf, n->a, all->items[i]) ||
-            eval(cx, tf, n->c, &keep))
+        if (count_iteration(cx) || assign(cx, tf, n->a, all->items[i]) || eval(cx, tf, n->c, &keep))
             return -1;
         if (gs_jinja__truthy(keep))
             kept.u.list->items[k++] = all->items[i];
@@ -732,9 +732,8 @@ static int export_spans(struct jctx *cx, const struct jbuf *buf, struct gs_jinja
 
 enum gs_status gs_jinja_render_spans(const struct gs_jinja_tmpl *t, const json_t *context,
                                      const json_t *trusted, int64_t now_unix_s, char **out,
-                                     size_t *out_len, struct gs_jinja_span **spans,
-                                     size_t *n_spans, enum gs_jinja_fail *fail,
-                                     struct gs_err *err)
+                                     size_t *out_len, struct gs_jinja_span **spans, size_t *n_spans,
+                                     enum gs_jinja_fail *fail, struct gs_err *err)
 {
     struct gs_err local;
     if (!err)
@@ -757,8 +756,7 @@ enum gs_status gs_jinja_render_spans(const struct gs_jinja_tmpl *t, const json_t
     struct jframe *vars = globals ? frame_new(&cx, globals) : NULL;
     /* The trusted variables come last, so that the context cannot replace them. */
     if (!vars || gs_jinja__add_globals(&cx, globals) ||
-        load_context(&cx, context, spans != NULL, vars) ||
-        load_context(&cx, trusted, false, vars))
+        load_context(&cx, context, spans != NULL, vars) || load_context(&cx, trusted, false, vars))
         return render_fail(&cx, fail);
     if (exec(&cx, vars, t->root) == FLOW_ERR)
         return render_fail(&cx, fail);
@@ -782,6 +780,5 @@ enum gs_status gs_jinja_render(const struct gs_jinja_tmpl *t, const json_t *cont
                                int64_t now_unix_s, char **out, size_t *out_len,
                                enum gs_jinja_fail *fail, struct gs_err *err)
 {
-    return gs_jinja_render_spans(t, context, NULL, now_unix_s, out, out_len, NULL, NULL, fail,
-                                 err);
+    return gs_jinja_render_spans(t, context, NULL, now_unix_s, out, out_len, NULL, NULL, fail, err);
 }

@@ -94,7 +94,8 @@ static int f_tojson(struct jctx *cx, struct jv in, const struct jargs *a, struct
     struct jv indent = jv_none(), seps = jv_none();
     gs_jinja__arg(a, 1, "indent", &indent);
     gs_jinja__arg(a, 2, "separators", &seps);
-    struct jjson o = {.indent = -1, .ensure_ascii = arg_true(a, 0, "ensure_ascii"),
+    struct jjson o = {.indent = -1,
+                      .ensure_ascii = arg_true(a, 0, "ensure_ascii"),
                       .sort_keys = arg_true(a, 3, "sort_keys")};
     if (indent.kind == JV_INT)
         o.indent = (int)GS_MAX(0, GS_MIN(indent.u.i, 64));
@@ -661,13 +662,24 @@ static int f_escape(struct jctx *cx, struct jv in, const struct jargs *a, struct
     for (size_t i = 0; i < s.n; i++) {
         const char *rep = NULL;
         switch (s.u.s[i]) {
-        case '&': rep = "&amp;"; break;
-        case '<': rep = "&lt;"; break;
-        case '>': rep = "&gt;"; break;
-        case '"': rep = "&#34;"; break;
-        case '\'': rep = "&#39;"; break;
+        case '&':
+            rep = "&amp;";
+            break;
+        case '<':
+            rep = "&lt;";
+            break;
+        case '>':
+            rep = "&gt;";
+            break;
+        case '"':
+            rep = "&#34;";
+            break;
+        case '\'':
+            rep = "&#39;";
+            break;
         }
-        if (rep ? gs_jinja__buf_put(cx, &b, rep, strlen(rep)) : gs_jinja__buf_putc(cx, &b, s.u.s[i]))
+        if (rep ? gs_jinja__buf_put(cx, &b, rep, strlen(rep))
+                : gs_jinja__buf_putc(cx, &b, s.u.s[i]))
             return -1;
     }
     return gs_jinja__buf_to_str(cx, &b, out) || gs_jinja__taint(cx, s, out);
@@ -717,19 +729,45 @@ struct filter_row {
 };
 
 static const struct filter_row filters[] = {
-    {"tojson", f_tojson},   {"length", f_length},       {"count", f_length},
-    {"trim", f_trim},       {"string", f_string},       {"safe", f_safe},
-    {"join", f_join},       {"default", f_default},     {"d", f_default},
-    {"items", f_items},     {"lower", f_lower},         {"upper", f_upper},
-    {"capitalize", f_capitalize}, {"title", f_title},   {"list", f_list},
-    {"replace", f_replace}, {"map", f_map},             {"select", f_select},
-    {"reject", f_reject},   {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr},
-    {"sort", f_sort},       {"dictsort", f_dictsort},   {"unique", f_unique},
-    {"first", f_first},     {"last", f_last},           {"reverse", f_reverse},
-    {"int", f_int},         {"float", f_float},         {"abs", f_abs},
-    {"sum", f_sum},         {"min", f_min},             {"max", f_max},
-    {"round", f_round},     {"indent", f_indent},       {"escape", f_escape},
-    {"e", f_escape},        {"wordcount", f_wordcount}, {"format", f_format},
+    {"tojson", f_tojson},
+    {"length", f_length},
+    {"count", f_length},
+    {"trim", f_trim},
+    {"string", f_string},
+    {"safe", f_safe},
+    {"join", f_join},
+    {"default", f_default},
+    {"d", f_default},
+    {"items", f_items},
+    {"lower", f_lower},
+    {"upper", f_upper},
+    {"capitalize", f_capitalize},
+    {"title", f_title},
+    {"list", f_list},
+    {"replace", f_replace},
+    {"map", f_map},
+    {"select", f_select},
+    {"reject", f_reject},
+    {"selectattr", f_selectattr},
+    {"rejectattr", f_rejectattr},
+    {"sort", f_sort},
+    {"dictsort", f_dictsort},
+    {"unique", f_unique},
+    {"first", f_first},
+    {"last", f_last},
+    {"reverse", f_reverse},
+    {"int", f_int},
+    {"float", f_float},
+    {"abs", f_abs},
+    {"sum", f_sum},
+    {"min", f_min},
+    {"max", f_max},
+    {"round", f_round},
+    {"indent", f_indent},
+    {"escape", f_escape},
+    {"e", f_escape},
+    {"wordcount", f_wordcount},
+    {"format", f_format},
 };
 
 int gs_jinja__filter(struct jctx *cx, const char *name, struct jv in, const struct jargs *args,
@@ -746,17 +784,50 @@ int gs_jinja__filter(struct jctx *cx, const char *name, struct jv in, const stru
 typedef bool (*test_fn)(struct jv v);
 typedef int (*test_arg_fn)(struct jctx *cx, struct jv v, struct jv arg, bool *out);
 
-static bool t_defined(struct jv v) { return v.kind != JV_UNDEF; }
-static bool t_undefined(struct jv v) { return v.kind == JV_UNDEF; }
-static bool t_none(struct jv v) { return v.kind == JV_NONE; }
-static bool t_string(struct jv v) { return v.kind == JV_STR; }
-static bool t_mapping(struct jv v) { return v.kind == JV_DICT; }
-static bool t_boolean(struct jv v) { return v.kind == JV_BOOL; }
-static bool t_true(struct jv v) { return v.kind == JV_BOOL && v.u.b; }
-static bool t_false(struct jv v) { return v.kind == JV_BOOL && !v.u.b; }
-static bool t_number(struct jv v) { return gs_jinja__is_number(v); }
-static bool t_integer(struct jv v) { return v.kind == JV_INT; }
-static bool t_float(struct jv v) { return v.kind == JV_FLOAT; }
+static bool t_defined(struct jv v)
+{
+    return v.kind != JV_UNDEF;
+}
+static bool t_undefined(struct jv v)
+{
+    return v.kind == JV_UNDEF;
+}
+static bool t_none(struct jv v)
+{
+    return v.kind == JV_NONE;
+}
+static bool t_string(struct jv v)
+{
+    return v.kind == JV_STR;
+}
+static bool t_mapping(struct jv v)
+{
+    return v.kind == JV_DICT;
+}
+static bool t_boolean(struct jv v)
+{
+    return v.kind == JV_BOOL;
+}
+static bool t_true(struct jv v)
+{
+    return v.kind == JV_BOOL && v.u.b;
+}
+static bool t_false(struct jv v)
+{
+    return v.kind == JV_BOOL && !v.u.b;
+}
+static bool t_number(struct jv v)
+{
+    return gs_jinja__is_number(v);
+}
+static bool t_integer(struct jv v)
+{
+    return v.kind == JV_INT;
+}
+static bool t_float(struct jv v)
+{
+    return v.kind == JV_FLOAT;
+}
 static bool t_callable(struct jv v)
 {
     return v.kind == JV_MACRO || v.kind == JV_FUNC || v.kind == JV_METHOD;
@@ -772,8 +843,14 @@ static bool t_sequence(struct jv v)
     return v.kind == JV_UNDEF || v.kind == JV_STR || v.kind == JV_DICT ||
            (v.kind == JV_LIST && !(v.flags & JV_F_GEN));
 }
-static bool t_odd(struct jv v) { return v.kind == JV_INT && (v.u.i % 2) != 0; }
-static bool t_even(struct jv v) { return v.kind == JV_INT && (v.u.i % 2) == 0; }
+static bool t_odd(struct jv v)
+{
+    return v.kind == JV_INT && (v.u.i % 2) != 0;
+}
+static bool t_even(struct jv v)
+{
+    return v.kind == JV_INT && (v.u.i % 2) == 0;
+}
 
 static int t_eq(struct jctx *cx, struct jv v, struct jv arg, bool *out)
 {
@@ -798,10 +875,22 @@ static int t_order(struct jctx *cx, struct jv v, struct jv arg, bool *out, int w
     return 0;
 }
 
-static int t_lt(struct jctx *cx, struct jv v, struct jv arg, bool *out) { return t_order(cx, v, arg, out, -1, -1); }
-static int t_le(struct jctx *cx, struct jv v, struct jv arg, bool *out) { return t_order(cx, v, arg, out, -1, 0); }
-static int t_gt(struct jctx *cx, struct jv v, struct jv arg, bool *out) { return t_order(cx, v, arg, out, 1, 1); }
-static int t_ge(struct jctx *cx, struct jv v, struct jv arg, bool *out) { return t_order(cx, v, arg, out, 0, 1); }
+static int t_lt(struct jctx *cx, struct jv v, struct jv arg, bool *out)
+{
+    return t_order(cx, v, arg, out, -1, -1);
+}
+static int t_le(struct jctx *cx, struct jv v, struct jv arg, bool *out)
+{
+    return t_order(cx, v, arg, out, -1, 0);
+}
+static int t_gt(struct jctx *cx, struct jv v, struct jv arg, bool *out)
+{
+    return t_order(cx, v, arg, out, 1, 1);
+}
+static int t_ge(struct jctx *cx, struct jv v, struct jv arg, bool *out)
+{
+    return t_order(cx, v, arg, out, 0, 1);
+}
 
 static int t_in(struct jctx *cx, struct jv v, struct jv arg, bool *out)
 {
@@ -842,21 +931,36 @@ struct test_row {
 };
 
 static const struct test_row tests[] = {
-    {"defined", t_defined, NULL},   {"undefined", t_undefined, NULL},
-    {"none", t_none, NULL},         {"string", t_string, NULL},
-    {"mapping", t_mapping, NULL},   {"iterable", t_iterable, NULL},
-    {"sequence", t_sequence, NULL}, {"boolean", t_boolean, NULL},
-    {"true", t_true, NULL},         {"false", t_false, NULL},
-    {"number", t_number, NULL},     {"integer", t_integer, NULL},
-    {"float", t_float, NULL},       {"callable", t_callable, NULL},
-    {"odd", t_odd, NULL},           {"even", t_even, NULL},
-    {"equalto", NULL, t_eq},        {"eq", NULL, t_eq},
-    {"==", NULL, t_eq},             {"ne", NULL, t_ne},
-    {"!=", NULL, t_ne},             {"lt", NULL, t_lt},
-    {"lessthan", NULL, t_lt},       {"le", NULL, t_le},
-    {"gt", NULL, t_gt},             {"greaterthan", NULL, t_gt},
-    {"ge", NULL, t_ge},             {"in", NULL, t_in},
-    {"sameas", NULL, t_sameas},     {"divisibleby", NULL, t_divisibleby},
+    {"defined", t_defined, NULL},
+    {"undefined", t_undefined, NULL},
+    {"none", t_none, NULL},
+    {"string", t_string, NULL},
+    {"mapping", t_mapping, NULL},
+    {"iterable", t_iterable, NULL},
+    {"sequence", t_sequence, NULL},
+    {"boolean", t_boolean, NULL},
+    {"true", t_true, NULL},
+    {"false", t_false, NULL},
+    {"number", t_number, NULL},
+    {"integer", t_integer, NULL},
+    {"float", t_float, NULL},
+    {"callable", t_callable, NULL},
+    {"odd", t_odd, NULL},
+    {"even", t_even, NULL},
+    {"equalto", NULL, t_eq},
+    {"eq", NULL, t_eq},
+    {"==", NULL, t_eq},
+    {"ne", NULL, t_ne},
+    {"!=", NULL, t_ne},
+    {"lt", NULL, t_lt},
+    {"lessthan", NULL, t_lt},
+    {"le", NULL, t_le},
+    {"gt", NULL, t_gt},
+    {"greaterthan", NULL, t_gt},
+    {"ge", NULL, t_ge},
+    {"in", NULL, t_in},
+    {"sameas", NULL, t_sameas},
+    {"divisibleby", NULL, t_divisibleby},
 };
 
 int gs_jinja__test(struct jctx *cx, const char *name, struct jv in, const struct jargs *args,
@@ -975,34 +1079,46 @@ static int g_raise_exception(struct jctx *cx, const struct jargs *a, struct jv *
  * of the process can change a prompt. */
 static int put_time_field(struct jctx *cx, struct jbuf *b, char conv, const struct tm *tm)
 {
-    static const char *const days[] = {"Sunday", "Monday", "Tuesday", "Wednesday",
+    static const char *const days[] = {"Sunday",   "Monday", "Tuesday", "Wednesday",
                                        "Thursday", "Friday", "Saturday"};
-    static const char *const months[] = {"January", "February", "March", "April",
-                                         "May", "June", "July", "August",
-                                         "September", "October", "November", "December"};
+    static const char *const months[] = {"January",   "February", "March",    "April",
+                                         "May",       "June",     "July",     "August",
+                                         "September", "October",  "November", "December"};
+    int hour12 = tm->tm_hour % 12 ? tm->tm_hour % 12 : 12;
+    const struct {
+        char conv;
+        int width; /* zero-padded to it; 0: as it is; -2: space-padded to 2 */
+        int value;
+    } nums[] = {
+        {'Y', 0, tm->tm_year + 1900}, {'y', 2, (tm->tm_year + 1900) % 100},
+        {'m', 2, tm->tm_mon + 1},     {'d', 2, tm->tm_mday},
+        {'e', -2, tm->tm_mday},       {'j', 3, tm->tm_yday + 1},
+        {'H', 2, tm->tm_hour},        {'I', 2, hour12},
+        {'M', 2, tm->tm_min},         {'S', 2, tm->tm_sec},
+    };
     char s[32];
-    switch (conv) {
-    case 'Y': snprintf(s, sizeof(s), "%d", tm->tm_year + 1900); break;
-    case 'y': snprintf(s, sizeof(s), "%02d", (tm->tm_year + 1900) % 100); break;
-    case 'm': snprintf(s, sizeof(s), "%02d", tm->tm_mon + 1); break;
-    case 'd': snprintf(s, sizeof(s), "%02d", tm->tm_mday); break;
-    case 'e': snprintf(s, sizeof(s), "%2d", tm->tm_mday); break;
-    case 'j': snprintf(s, sizeof(s), "%03d", tm->tm_yday + 1); break;
-    case 'H': snprintf(s, sizeof(s), "%02d", tm->tm_hour); break;
-    case 'I': snprintf(s, sizeof(s), "%02d", tm->tm_hour % 12 ? tm->tm_hour % 12 : 12); break;
-    case 'M': snprintf(s, sizeof(s), "%02d", tm->tm_min); break;
-    case 'S': snprintf(s, sizeof(s), "%02d", tm->tm_sec); break;
-    case 'p': snprintf(s, sizeof(s), "%s", tm->tm_hour < 12 ? "AM" : "PM"); break;
-    case 'A': snprintf(s, sizeof(s), "%s", days[tm->tm_wday]); break;
-    case 'a': snprintf(s, sizeof(s), "%.3s", days[tm->tm_wday]); break;
-    case 'B': snprintf(s, sizeof(s), "%s", months[tm->tm_mon]); break;
-    case 'b': case 'h': snprintf(s, sizeof(s), "%.3s", months[tm->tm_mon]); break;
-    case 'Z': snprintf(s, sizeof(s), "UTC"); break;
-    case 'z': snprintf(s, sizeof(s), "+0000"); break;
-    case '%': snprintf(s, sizeof(s), "%%"); break;
-    default: snprintf(s, sizeof(s), "%%%c", conv);
+    for (size_t i = 0; i < GS_ARRAY_LEN(nums); i++) {
+        if (nums[i].conv != conv)
+            continue;
+        int n = nums[i].width < 0 ? snprintf(s, sizeof(s), "%2d", nums[i].value)
+                                  : snprintf(s, sizeof(s), "%0*d", nums[i].width, nums[i].value);
+        return gs_jinja__buf_put(cx, b, s, (size_t)n);
     }
-    return gs_jinja__buf_put(cx, b, s, strlen(s));
+    const char *text = conv == 'A'   ? days[tm->tm_wday]
+                       : conv == 'B' ? months[tm->tm_mon]
+                       : conv == 'p' ? (tm->tm_hour < 12 ? "AM" : "PM")
+                       : conv == 'Z' ? "UTC"
+                       : conv == 'z' ? "+0000"
+                       : conv == '%' ? "%"
+                                     : NULL;
+    if (text)
+        return gs_jinja__buf_put(cx, b, text, strlen(text));
+    if (conv == 'a' || conv == 'b' || conv == 'h') /* abbreviations: the first three letters */
+        return gs_jinja__buf_put(cx, b, conv == 'a' ? days[tm->tm_wday] : months[tm->tm_mon], 3);
+    /* Unknown conversions stay as written, as Python's strftime leaves them. */
+    s[0] = '%';
+    s[1] = conv;
+    return gs_jinja__buf_put(cx, b, s, 2);
 }
 
 static int g_strftime_now(struct jctx *cx, const struct jargs *a, struct jv *out)
@@ -1017,7 +1133,7 @@ static int g_strftime_now(struct jctx *cx, const struct jargs *a, struct jv *out
     struct jbuf b = {0};
     for (size_t i = 0; i < fmt.n; i++) {
         int rc = fmt.u.s[i] == '%' && i + 1 < fmt.n ? put_time_field(cx, &b, fmt.u.s[++i], &tm)
-                                                   : gs_jinja__buf_putc(cx, &b, fmt.u.s[i]);
+                                                    : gs_jinja__buf_putc(cx, &b, fmt.u.s[i]);
         if (rc)
             return -1;
     }

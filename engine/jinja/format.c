@@ -131,8 +131,19 @@ static int format_one(struct jctx *cx, struct jbuf *b, const struct spec *sp, st
             return -1;
         return put_padded(cx, b, sp, s);
     }
-    case 'd': case 'i': case 'u': case 'f': case 'F': case 'e': case 'E': case 'g': case 'G':
-    case 'x': case 'X': case 'o': case 'c':
+    case 'd':
+    case 'i':
+    case 'u':
+    case 'f':
+    case 'F':
+    case 'e':
+    case 'E':
+    case 'g':
+    case 'G':
+    case 'x':
+    case 'X':
+    case 'o':
+    case 'c':
         return format_number(cx, b, sp, v);
     default:
         return gs_jinja__error(cx, "string formatting: unsupported format character '%c'",

@@ -46,14 +46,14 @@ enum jv_kind {
     JV_BOOL,
     JV_INT,
     JV_FLOAT,
-    JV_STR,   /* u.s/n: bytes, UTF-8 by convention, not NUL-terminated */
-    JV_LIST,  /* u.list; JV_F_TUPLE prints as a tuple, JV_F_GEN is a generator */
-    JV_DICT,  /* u.dict: insertion-ordered */
-    JV_NS,    /* u.dict: a namespace(), the one mutable object */
-    JV_MACRO, /* u.macro */
-    JV_FUNC,  /* u.func: a global such as range */
+    JV_STR,    /* u.s/n: bytes, UTF-8 by convention, not NUL-terminated */
+    JV_LIST,   /* u.list; JV_F_TUPLE prints as a tuple, JV_F_GEN is a generator */
+    JV_DICT,   /* u.dict: insertion-ordered */
+    JV_NS,     /* u.dict: a namespace(), the one mutable object */
+    JV_MACRO,  /* u.macro */
+    JV_FUNC,   /* u.func: a global such as range */
     JV_METHOD, /* u.bound: obj.name not yet called */
-    JV_LOOP,  /* u.loop: the loop variable of a for */
+    JV_LOOP,   /* u.loop: the loop variable of a for */
 };
 
 enum {
@@ -177,14 +177,14 @@ enum jn_kind {
     JN_OR,     /* a or b */
     JN_COND,   /* b if a else c (c may be NULL) */
     /* statements */
-    JN_BODY,      /* kids: statements in order */
-    JN_DATA,      /* lit: template text */
-    JN_OUTPUT,    /* {{ a }} */
-    JN_IF,        /* a: condition, b: body, c: else body or NULL */
-    JN_FOR,       /* a: target, b: iterable, c: filter or NULL, d: body, e: else or NULL */
-    JN_SET,       /* a: target (NAME, TUPLE of NAMEs, or ATTR of a NAME), b: value */
-    JN_SET_BLOCK, /* a: target NAME, b: body, c: FILTER chain or NULL */
-    JN_MACRO,     /* name; kids: NAME params, each with its default in a; b: body */
+    JN_BODY,         /* kids: statements in order */
+    JN_DATA,         /* lit: template text */
+    JN_OUTPUT,       /* {{ a }} */
+    JN_IF,           /* a: condition, b: body, c: else body or NULL */
+    JN_FOR,          /* a: target, b: iterable, c: filter or NULL, d: body, e: else or NULL */
+    JN_SET,          /* a: target (NAME, TUPLE of NAMEs, or ATTR of a NAME), b: value */
+    JN_SET_BLOCK,    /* a: target NAME, b: body, c: FILTER chain or NULL */
+    JN_MACRO,        /* name; kids: NAME params, each with its default in a; b: body */
     JN_FILTER_BLOCK, /* a: FILTER chain (innermost operand NULL), b: body */
     JN_BREAK,
     JN_CONTINUE,
@@ -213,8 +213,8 @@ enum jt_op {
 };
 
 struct jn {
-    uint8_t kind; /* enum jn_kind */
-    uint8_t op;   /* enum jt_op, or the negation of a test */
+    uint8_t kind;    /* enum jn_kind */
+    uint8_t op;      /* enum jt_op, or the negation of a test */
     uint16_t height; /* 1 + the tallest child: bounds the evaluator's recursion */
     uint32_t line;
     struct jn *a, *b, *c, *d, *e;
@@ -229,8 +229,8 @@ struct jn {
 };
 
 struct jmacro {
-    const struct jn *def;       /* JN_MACRO */
-    struct jframe *closure;     /* the scope it was defined in */
+    const struct jn *def;   /* JN_MACRO */
+    struct jframe *closure; /* the scope it was defined in */
 };
 
 struct gs_jinja_tmpl {
@@ -249,10 +249,10 @@ enum jtok_kind {
     JTK_VAR_BEGIN,   /* {{ */
     JTK_VAR_END,     /* }} */
     JTK_NAME,
-    JTK_STRING,      /* escapes resolved */
+    JTK_STRING, /* escapes resolved */
     JTK_INT,
     JTK_FLOAT,
-    JTK_OP,          /* punctuation: s/n hold it, op the enum jt_op if any */
+    JTK_OP, /* punctuation: s/n hold it, op the enum jt_op if any */
 };
 
 struct jtok {
@@ -299,11 +299,11 @@ struct jframe {
 struct jctx {
     struct jarena arena;
     const struct gs_jinja_limits *lim;
-    struct jbuf *out;       /* where output goes now (set blocks and macros redirect it) */
+    struct jbuf *out; /* where output goes now (set blocks and macros redirect it) */
     uint64_t iterations;
     unsigned call_depth;
     int64_t now_unix_s;
-    uint32_t line;          /* of the node being evaluated, for messages */
+    uint32_t line; /* of the node being evaluated, for messages */
     enum gs_jinja_fail fail;
     struct gs_err *err;
 };
@@ -343,12 +343,12 @@ int gs_jinja__repr(struct jctx *cx, struct jbuf *b, struct jv v);
 int gs_jinja__to_str(struct jctx *cx, struct jv v, struct jv *out);
 /* json.dumps's arguments, as Hugging Face's tojson passes them. */
 struct jjson {
-    int indent;           /* < 0: all on one line */
+    int indent; /* < 0: all on one line */
     bool sort_keys;
     bool ensure_ascii;    /* non-ASCII as \uXXXX */
     const char *item_sep; /* NULL: ", " (or "," when indenting) */
     size_t item_sep_n;
-    const char *key_sep;  /* NULL: ": " */
+    const char *key_sep; /* NULL: ": " */
     size_t key_sep_n;
 };
 int gs_jinja__tojson(struct jctx *cx, struct jbuf *b, struct jv v, const struct jjson *o,

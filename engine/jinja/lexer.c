@@ -142,6 +142,21 @@ static int lex_tag_open(struct jlexer *lx, struct jtok *tok)
     return 0;
 }
 
+/* The one-character escapes of a Python string literal. */
+static bool simple_escape(char c, char *out)
+{
+    static const char table[][2] = {
+        {'n', '\n'}, {'t', '\t'}, {'r', '\r'},  {'0', '\0'},  {'a', '\a'}, {'b', '\b'},
+        {'f', '\f'}, {'v', '\v'}, {'\\', '\\'}, {'\'', '\''}, {'"', '"'},
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(table); i++)
+        if (table[i][0] == c) {
+            *out = table[i][1];
+            return true;
+        }
+    return false;
+}
+
 /* Python string literal escapes, as Jinja resolves them. */
 static int unescape(struct jlexer *lx, const char *s, size_t n, struct jtok *tok)
 {
@@ -154,27 +169,27 @@ static int unescape(struct jlexer *lx, const char *s, size_t n, struct jtok *tok
             o[k++] = s[i];
             continue;
         }
-        char c = s[++i];
+        char c = s[++i], plain;
+        if (c == '\n') /* a backslash before a newline joins the lines */
+            continue;
+        if (simple_escape(c, &plain)) {
+            o[k++] = plain;
+            continue;
+        }
         switch (c) {
-        case 'n': o[k++] = '\n'; break;
-        case 't': o[k++] = '\t'; break;
-        case 'r': o[k++] = '\r'; break;
-        case '0': o[k++] = '\0'; break;
-        case 'a': o[k++] = '\a'; break;
-        case 'b': o[k++] = '\b'; break;
-        case 'f': o[k++] = '\f'; break;
-        case 'v': o[k++] = '\v'; break;
-        case '\\': case '\'': case '"': o[k++] = c; break;
-        case '\n': break;
-        case 'x': case 'u': case 'U': {
+        case 'x':
+        case 'u':
+        case 'U': {
             int digits = c == 'x' ? 2 : c == 'u' ? 4 : 8;
             uint32_t cp = 0;
             if (i + (size_t)digits >= n)
                 return lex_fail(lx, s + i, "truncated escape in string");
             for (int d = 1; d <= digits; d++) {
                 char h = s[i + d];
-                int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                      : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                int v = h >= '0' && h <= '9'   ? h - '0'
+                        : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                        : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                               : -1;
                 if (v < 0)
                     return lex_fail(lx, s + i, "bad escape in string");
                 cp = cp * 16 + (uint32_t)v;
@@ -293,11 +308,31 @@ struct op_row {
 
 /* Longest first, so that "//" wins over "/". */
 static const struct op_row op_table[] = {
-    {"//", JT_FLOORDIV}, {"**", JT_POW}, {"==", JT_EQ}, {"!=", JT_NE}, {"<=", JT_LE},
-    {">=", JT_GE},       {"+", JT_ADD},  {"-", JT_MINUS}, {"*", JT_MUL}, {"/", JT_DIV},
-    {"%", JT_MOD},       {"~", JT_TILDE}, {"<", JT_LT},   {">", JT_GT},  {"=", 0},
-    {"(", 0},            {")", 0},       {"[", 0},        {"]", 0},      {"{", 0},
-    {"}", 0},            {",", 0},       {".", 0},        {":", 0},      {"|", 0},
+    {"//", JT_FLOORDIV},
+    {"**", JT_POW},
+    {"==", JT_EQ},
+    {"!=", JT_NE},
+    {"<=", JT_LE},
+    {">=", JT_GE},
+    {"+", JT_ADD},
+    {"-", JT_MINUS},
+    {"*", JT_MUL},
+    {"/", JT_DIV},
+    {"%", JT_MOD},
+    {"~", JT_TILDE},
+    {"<", JT_LT},
+    {">", JT_GT},
+    {"=", 0},
+    {"(", 0},
+    {")", 0},
+    {"[", 0},
+    {"]", 0},
+    {"{", 0},
+    {"}", 0},
+    {",", 0},
+    {".", 0},
+    {":", 0},
+    {"|", 0},
 };
 
 static int lex_op(struct jlexer *lx, struct jtok *tok)
@@ -346,8 +381,9 @@ static int lex_in_tag(struct jlexer *lx, struct jtok *tok)
     tok->line = lx->line;
     tok->col = (uint32_t)(lx->p - lx->line_start) + 1;
     if (lx->p >= lx->end)
-        return lex_fail(lx, lx->p, lx->tag_kind == JTK_VAR_BEGIN ? "'{{' is never closed"
-                                                                 : "'{%' is never closed");
+        return lex_fail(lx, lx->p,
+                        lx->tag_kind == JTK_VAR_BEGIN ? "'{{' is never closed"
+                                                      : "'{%' is never closed");
     bool strip;
     size_t end_len = tag_end_at(lx, &strip);
     if (end_len) {
@@ -364,8 +400,8 @@ static int lex_in_tag(struct jlexer *lx, struct jtok *tok)
         return lex_number(lx, tok);
     if (c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
         const char *q = lx->p;
-        while (q < lx->end && (*q == '_' || is_digit(*q) || (*q >= 'a' && *q <= 'z') ||
-                               (*q >= 'A' && *q <= 'Z')))
+        while (q < lx->end &&
+               (*q == '_' || is_digit(*q) || (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z')))
             q++;
         tok->kind = JTK_NAME;
         tok->s = lx->p;

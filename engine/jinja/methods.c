@@ -30,9 +30,9 @@ bool gs_jinja__arg(const struct jargs *a, size_t i, const char *name, struct jv 
 
 bool gs_jinja__is_space(uint32_t cp)
 {
-    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 ||
-           cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-           cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 static bool in_chars(uint32_t cp, const struct jv *chars)
@@ -153,7 +153,8 @@ static int split(struct jctx *cx, struct jv s, const struct jv *sep, int64_t max
     }
     size_t len;
     for (;;) {
-        while (p < end && gs_jinja__is_space(gs_jinja__utf8_next((const unsigned char *)p, (size_t)(end - p), &len)))
+        while (p < end && gs_jinja__is_space(gs_jinja__utf8_next((const unsigned char *)p,
+                                                                 (size_t)(end - p), &len)))
             p += len;
         if (p >= end)
             break;
@@ -165,11 +166,11 @@ static int split(struct jctx *cx, struct jv s, const struct jv *sep, int64_t max
                 return -1;
             break;
         }
-        while (p < end && !gs_jinja__is_space(gs_jinja__utf8_next((const unsigned char *)p, (size_t)(end - p), &len)))
+        while (p < end && !gs_jinja__is_space(gs_jinja__utf8_next((const unsigned char *)p,
+                                                                  (size_t)(end - p), &len)))
             p += len;
         struct jv word;
-        if (gs_jinja__view(cx, s, w, (size_t)(p - w), &word) ||
-            gs_jinja__listb_push(cx, &lb, word))
+        if (gs_jinja__view(cx, s, w, (size_t)(p - w), &word) || gs_jinja__listb_push(cx, &lb, word))
             return -1;
         maxsplit--;
     }
@@ -279,7 +280,8 @@ static int affix(struct jctx *cx, struct jv self, const struct jargs *a, struct 
 {
     struct jv arg;
     if (!gs_jinja__arg(a, 0, NULL, &arg))
-        return gs_jinja__error(cx, "%s() takes at least 1 argument", end ? "endswith" : "startswith");
+        return gs_jinja__error(cx, "%s() takes at least 1 argument",
+                               end ? "endswith" : "startswith");
     const struct jv *cands = &arg;
     size_t n = 1;
     if (arg.kind == JV_LIST && (arg.flags & JV_F_TUPLE)) {
@@ -291,8 +293,7 @@ static int affix(struct jctx *cx, struct jv self, const struct jargs *a, struct 
         if (need_str(cx, end ? "endswith" : "startswith", &cands[i]))
             return -1;
         const struct jv *c = &cands[i];
-        if (c->n <= self.n &&
-            memcmp(self.u.s + (end ? self.n - c->n : 0), c->u.s, c->n) == 0)
+        if (c->n <= self.n && memcmp(self.u.s + (end ? self.n - c->n : 0), c->u.s, c->n) == 0)
             *out = jv_bool(true);
     }
     return 0;

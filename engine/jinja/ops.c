@@ -59,8 +59,8 @@ static int64_t as_int(struct jv v)
 static const char *op_text(uint8_t op)
 {
     static const char *const text[] = {
-        [JT_ADD] = "+", [JT_MINUS] = "-", [JT_MUL] = "*", [JT_DIV] = "/", [JT_FLOORDIV] = "//",
-        [JT_MOD] = "%", [JT_POW] = "**",
+        [JT_ADD] = "+",       [JT_MINUS] = "-", [JT_MUL] = "*",  [JT_DIV] = "/",
+        [JT_FLOORDIV] = "//", [JT_MOD] = "%",   [JT_POW] = "**",
     };
     return op < GS_ARRAY_LEN(text) && text[op] ? text[op] : "?";
 }
@@ -84,9 +84,15 @@ static int int_arith(struct jctx *cx, uint8_t op, int64_t x, int64_t y, struct j
     int64_t r = 0;
     bool overflow = false;
     switch (op) {
-    case JT_ADD: overflow = __builtin_add_overflow(x, y, &r); break;
-    case JT_MINUS: overflow = __builtin_sub_overflow(x, y, &r); break;
-    case JT_MUL: overflow = __builtin_mul_overflow(x, y, &r); break;
+    case JT_ADD:
+        overflow = __builtin_add_overflow(x, y, &r);
+        break;
+    case JT_MINUS:
+        overflow = __builtin_sub_overflow(x, y, &r);
+        break;
+    case JT_MUL:
+        overflow = __builtin_mul_overflow(x, y, &r);
+        break;
     case JT_DIV:
         if (y == 0)
             return gs_jinja__error(cx, "division by zero");
@@ -132,9 +138,15 @@ static int float_arith(struct jctx *cx, uint8_t op, double x, double y, struct j
 {
     double r;
     switch (op) {
-    case JT_ADD: r = x + y; break;
-    case JT_MINUS: r = x - y; break;
-    case JT_MUL: r = x * y; break;
+    case JT_ADD:
+        r = x + y;
+        break;
+    case JT_MINUS:
+        r = x - y;
+        break;
+    case JT_MUL:
+        r = x * y;
+        break;
     case JT_DIV:
         if (y == 0)
             return gs_jinja__error(cx, "float division by zero");
@@ -152,8 +164,11 @@ static int float_arith(struct jctx *cx, uint8_t op, double x, double y, struct j
         if (r != 0 && ((r < 0) != (y < 0)))
             r += y;
         break;
-    case JT_POW: r = pow(x, y); break;
-    default: return gs_jinja__error(cx, "bad operator");
+    case JT_POW:
+        r = pow(x, y);
+        break;
+    default:
+        return gs_jinja__error(cx, "bad operator");
     }
     *out = jv_float(r);
     return 0;
@@ -296,7 +311,10 @@ int gs_jinja__binary(struct jctx *cx, uint8_t op, struct jv a, struct jv b, stru
     case JT_GE:
         if (gs_jinja__compare(cx, a, b, &cmp))
             return -1;
-        *out = jv_bool(op == JT_LT ? cmp < 0 : op == JT_LE ? cmp <= 0 : op == JT_GT ? cmp > 0 : cmp >= 0);
+        *out = jv_bool(op == JT_LT   ? cmp < 0
+                       : op == JT_LE ? cmp <= 0
+                       : op == JT_GT ? cmp > 0
+                                     : cmp >= 0);
         return 0;
     case JT_IN:
     case JT_NOTIN:
@@ -408,8 +426,8 @@ static int slice_bound(struct jctx *cx, const struct jv *v, int64_t dflt, int64_
 
 /* Python's PySlice_AdjustIndices: clamps start and stop into [0, len] (or
  * [-1, len-1] going backwards) and returns how many items the slice takes. */
-static size_t adjust_slice(int64_t len, int64_t *start, int64_t *stop, int64_t step,
-                           bool has_start, bool has_stop)
+static size_t adjust_slice(int64_t len, int64_t *start, int64_t *stop, int64_t step, bool has_start,
+                           bool has_stop)
 {
     if (!has_start)
         *start = step < 0 ? len - 1 : 0;
@@ -470,13 +488,14 @@ int gs_jinja__slice(struct jctx *cx, struct jv obj, const struct jv *lo, const s
     return gs_jinja__buf_to_str(cx, &buf, out);
 }
 
-/* ---- attributes ------------------------------------------------------------------------------- */
+/* ---- attributes -------------------------------------------------------------------------------
+ */
 
 static int loop_attr(struct jctx *cx, const struct jloop *l, const char *name, struct jv *out)
 {
     int64_t i = (int64_t)l->index0, n = (int64_t)l->items->n;
-    static const char *const ints[] = {"index", "index0", "revindex", "revindex0", "length",
-                                       "depth", "depth0"};
+    static const char *const ints[] = {"index",  "index0", "revindex", "revindex0",
+                                       "length", "depth",  "depth0"};
     int64_t vals[] = {i + 1, i, n - i, n - i - 1, n, (int64_t)l->depth0 + 1, (int64_t)l->depth0};
     for (size_t k = 0; k < GS_ARRAY_LEN(ints); k++)
         if (strcmp(name, ints[k]) == 0) {

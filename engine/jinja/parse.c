@@ -21,7 +21,7 @@ struct jparser {
     struct jarena *ar;
     struct gs_err *err;
     size_t n_nodes;
-    unsigned depth; /* current recursion of the parser itself */
+    unsigned depth;              /* current recursion of the parser itself */
     const struct jtok *open_tag; /* the '{%' of the innermost block being parsed */
 };
 
@@ -41,8 +41,7 @@ static struct jtok *peek(struct jparser *ps, size_t k)
 static void *fail_at(struct jparser *ps, const struct jtok *tok, const char *what)
 {
     if (ps->err->code == GS_OK)
-        gs_err_set(ps->err, GS_FORMAT, "jinja: line %u, column %u: %s", tok->line, tok->col,
-                   what);
+        gs_err_set(ps->err, GS_FORMAT, "jinja: line %u, column %u: %s", tok->line, tok->col, what);
     return NULL;
 }
 
@@ -490,7 +489,8 @@ static struct jn *parse_name_or_constant(struct jparser *ps)
     static const struct {
         const char *name;
         int kind; /* 0 none, 1 true, 2 false */
-    } constants[] = {{"none", 0}, {"None", 0}, {"true", 1}, {"True", 1}, {"false", 2}, {"False", 2}};
+    } constants[] = {{"none", 0}, {"None", 0},  {"true", 1},
+                     {"True", 1}, {"false", 2}, {"False", 2}};
     for (size_t i = 0; i < GS_ARRAY_LEN(constants); i++) {
         if (is_name(at, constants[i].name)) {
             advance(ps);
@@ -866,8 +866,7 @@ static struct jn *parse_set(struct jparser *ps, const struct jtok *at)
         return NULL;
     static const char *const stops[] = {"endset", NULL};
     const char *stopped;
-    if (!expect_block_end(ps) || !(n->b = parse_body(ps, stops, &stopped)) ||
-        !expect_block_end(ps))
+    if (!expect_block_end(ps) || !(n->b = parse_body(ps, stops, &stopped)) || !expect_block_end(ps))
         return NULL;
     return seal(ps, n);
 }
@@ -919,8 +918,7 @@ static struct jn *parse_filter_block(struct jparser *ps, const struct jtok *at)
         return NULL;
     static const char *const stops[] = {"endfilter", NULL};
     const char *stopped;
-    if (!expect_block_end(ps) || !(n->b = parse_body(ps, stops, &stopped)) ||
-        !expect_block_end(ps))
+    if (!expect_block_end(ps) || !(n->b = parse_body(ps, stops, &stopped)) || !expect_block_end(ps))
         return NULL;
     return seal(ps, n);
 }
@@ -931,14 +929,12 @@ static struct jn *parse_generation(struct jparser *ps)
     static const char *const stops[] = {"endgeneration", NULL};
     const char *stopped;
     struct jn *body;
-    if (!expect_block_end(ps) || !(body = parse_body(ps, stops, &stopped)) ||
-        !expect_block_end(ps))
+    if (!expect_block_end(ps) || !(body = parse_body(ps, stops, &stopped)) || !expect_block_end(ps))
         return NULL;
     return body;
 }
 
-static struct jn *parse_loop_control(struct jparser *ps, const struct jtok *at,
-                                     enum jn_kind kind)
+static struct jn *parse_loop_control(struct jparser *ps, const struct jtok *at, enum jn_kind kind)
 {
     struct jn *n = node(ps, kind, at);
     return n && expect_block_end(ps) ? n : NULL;
@@ -980,8 +976,7 @@ static struct jn *parse_tag(struct jparser *ps)
     if (is_name(at, "continue"))
         return parse_loop_control(ps, at, JN_CONTINUE);
     char msg[96];
-    snprintf(msg, sizeof(msg), "unknown or unsupported tag '%.*s'", (int)GS_MIN(at->n, 40),
-             at->s);
+    snprintf(msg, sizeof(msg), "unknown or unsupported tag '%.*s'", (int)GS_MIN(at->n, 40), at->s);
     return fail_at(ps, at, msg);
 }
 

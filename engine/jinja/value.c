@@ -271,7 +271,8 @@ int gs_jinja__view(struct jctx *cx, struct jv whole, const char *p, size_t n, st
         size_t lo = GS_MAX((size_t)whole.sp->v[i].off, from);
         size_t hi = GS_MIN((size_t)whole.sp->v[i].off + whole.sp->v[i].len, from + n);
         if (lo < hi)
-            sp->v[sp->n++] = (struct jspan){.off = (uint32_t)(lo - from), .len = (uint32_t)(hi - lo)};
+            sp->v[sp->n++] =
+                (struct jspan){.off = (uint32_t)(lo - from), .len = (uint32_t)(hi - lo)};
     }
     out->sp = sp;
     return 0;
@@ -519,7 +520,11 @@ static int put_float(struct jctx *cx, struct jbuf *b, double f, bool json)
 uint32_t gs_jinja__utf8_next(const unsigned char *s, size_t n, size_t *len)
 {
     unsigned char c = s[0];
-    int want = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : -1;
+    int want = c < 0x80             ? 0
+               : (c & 0xE0) == 0xC0 ? 1
+               : (c & 0xF0) == 0xE0 ? 2
+               : (c & 0xF8) == 0xF0 ? 3
+                                    : -1;
     if (want <= 0 || (size_t)want >= n) {
         *len = 1;
         return c;
@@ -542,10 +547,10 @@ uint32_t gs_jinja__utf8_next(const unsigned char *s, size_t n, size_t *len)
 static bool unprintable(uint32_t cp)
 {
     static const uint32_t ranges[][2] = {
-        {0x00, 0x1F},     {0x7F, 0xA0},     {0xAD, 0xAD},     {0x600, 0x605},
-        {0x61C, 0x61C},   {0x6DD, 0x6DD},   {0x70F, 0x70F},   {0x1680, 0x1680},
-        {0x180E, 0x180E}, {0x2000, 0x200F}, {0x2028, 0x202F}, {0x205F, 0x2064},
-        {0x2066, 0x206F}, {0x3000, 0x3000}, {0xD800, 0xDFFF}, {0xFEFF, 0xFEFF},
+        {0x00, 0x1F},     {0x7F, 0xA0},       {0xAD, 0xAD},       {0x600, 0x605},
+        {0x61C, 0x61C},   {0x6DD, 0x6DD},     {0x70F, 0x70F},     {0x1680, 0x1680},
+        {0x180E, 0x180E}, {0x2000, 0x200F},   {0x2028, 0x202F},   {0x205F, 0x2064},
+        {0x2066, 0x206F}, {0x3000, 0x3000},   {0xD800, 0xDFFF},   {0xFEFF, 0xFEFF},
         {0xFFF9, 0xFFFB}, {0xE0001, 0xE0001}, {0xE0020, 0xE007F},
     };
     for (size_t i = 0; i < GS_ARRAY_LEN(ranges); i++)
@@ -575,7 +580,11 @@ static int repr_str(struct jctx *cx, struct jbuf *b, const char *s, size_t n)
             esc[1] = cp == '\n' ? 'n' : cp == '\r' ? 'r' : 't';
             put_n = 2;
         } else if (cp != ' ' && unprintable(cp)) {
-            put_n = (size_t)snprintf(esc, sizeof(esc), cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x", cp);
+            put_n = (size_t)snprintf(esc, sizeof(esc),
+                                     cp < 0x100     ? "\\x%02x"
+                                     : cp < 0x10000 ? "\\u%04x"
+                                                    : "\\U%08x",
+                                     cp);
         } else {
             put = s + i;
             put_n = len;
@@ -699,6 +708,18 @@ static int json_ascii_cp(struct jctx *cx, struct jbuf *b, uint32_t cp)
     return json_u_escape(cx, b, 0xD800 + (cp >> 10)) || json_u_escape(cx, b, 0xDC00 + (cp & 0x3FF));
 }
 
+/* The letter of json.dumps's two-character escape for c ("\\n"), or 0. */
+static char json_short_escape(unsigned char c)
+{
+    static const char table[][2] = {
+        {'"', '"'}, {'\\', '\\'}, {'\n', 'n'}, {'\r', 'r'}, {'\t', 't'}, {'\b', 'b'}, {'\f', 'f'},
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(table); i++)
+        if ((unsigned char)table[i][0] == c)
+            return table[i][1];
+    return 0;
+}
+
 static int json_str(struct jctx *cx, struct jbuf *b, const char *s, size_t n, bool ascii)
 {
     if (gs_jinja__buf_putc(cx, b, '"'))
@@ -717,19 +738,8 @@ static int json_str(struct jctx *cx, struct jbuf *b, const char *s, size_t n, bo
         }
         if (c >= 0x20 && c != '"' && c != '\\')
             continue;
-        char esc[8];
-        size_t k = 2;
-        esc[0] = '\\';
-        switch (c) {
-        case '"': esc[1] = '"'; break;
-        case '\\': esc[1] = '\\'; break;
-        case '\n': esc[1] = 'n'; break;
-        case '\r': esc[1] = 'r'; break;
-        case '\t': esc[1] = 't'; break;
-        case '\b': esc[1] = 'b'; break;
-        case '\f': esc[1] = 'f'; break;
-        default: k = 0;
-        }
+        char esc[2] = {'\\', json_short_escape(c)};
+        size_t k = esc[1] ? 2 : 0;
         if (gs_jinja__buf_put(cx, b, s + run, i - run) ||
             (k ? gs_jinja__buf_put(cx, b, esc, k) : json_u_escape(cx, b, c)))
             return -1;
@@ -756,8 +766,7 @@ static int json_key(struct jctx *cx, struct jbuf *b, struct jv k, const struct j
         return json_str(cx, b, k.u.s, k.n, o->ensure_ascii);
     struct jbuf t = {0};
     if (k.kind == JV_BOOL || k.kind == JV_NONE)
-        t.p = (char *)(k.kind == JV_NONE ? "null" : k.u.b ? "true" : "false"),
-        t.n = strlen(t.p);
+        t.p = (char *)(k.kind == JV_NONE ? "null" : k.u.b ? "true" : "false"), t.n = strlen(t.p);
     else if (k.kind == JV_INT || k.kind == JV_FLOAT) {
         struct jjson plain = {.indent = -1};
         if (gs_jinja__tojson(cx, &t, k, &plain, 0))
@@ -792,8 +801,8 @@ static int put_key_sep(struct jctx *cx, struct jbuf *b, const struct jjson *o)
     return o->key_sep ? gs_jinja__buf_put(cx, b, o->key_sep, o->key_sep_n) : buf_puts(cx, b, ": ");
 }
 
-static int json_dict(struct jctx *cx, struct jbuf *b, const struct jdict *d,
-                     const struct jjson *o, int level)
+static int json_dict(struct jctx *cx, struct jbuf *b, const struct jdict *d, const struct jjson *o,
+                     int level)
 {
     if (d->n == 0)
         return buf_puts(cx, b, "{}");
@@ -826,8 +835,8 @@ static int json_dict(struct jctx *cx, struct jbuf *b, const struct jdict *d,
     return gs_jinja__buf_putc(cx, b, '}');
 }
 
-static int json_list(struct jctx *cx, struct jbuf *b, const struct jlist *l,
-                     const struct jjson *o, int level)
+static int json_list(struct jctx *cx, struct jbuf *b, const struct jlist *l, const struct jjson *o,
+                     int level)
 {
     if (l->n == 0)
         return buf_puts(cx, b, "[]");
@@ -848,8 +857,7 @@ static int json_list(struct jctx *cx, struct jbuf *b, const struct jlist *l,
     return gs_jinja__buf_putc(cx, b, ']');
 }
 
-int gs_jinja__tojson(struct jctx *cx, struct jbuf *b, struct jv v, const struct jjson *o,
-                     int level)
+int gs_jinja__tojson(struct jctx *cx, struct jbuf *b, struct jv v, const struct jjson *o, int level)
 {
     char num[32];
     switch ((enum jv_kind)v.kind) {
@@ -1000,19 +1008,32 @@ int gs_jinja__compare(struct jctx *cx, struct jv a, struct jv b, int *cmp)
 const char *gs_jinja__type_name(struct jv v)
 {
     switch ((enum jv_kind)v.kind) {
-    case JV_UNDEF: return "Undefined";
-    case JV_NONE: return "NoneType";
-    case JV_BOOL: return "bool";
-    case JV_INT: return "int";
-    case JV_FLOAT: return "float";
-    case JV_STR: return "str";
-    case JV_LIST: return v.flags & JV_F_GEN ? "generator" : v.flags & JV_F_TUPLE ? "tuple" : "list";
-    case JV_DICT: return "dict";
-    case JV_NS: return "Namespace";
-    case JV_MACRO: return "Macro";
-    case JV_FUNC: return "function";
-    case JV_METHOD: return "method";
-    case JV_LOOP: return "LoopContext";
+    case JV_UNDEF:
+        return "Undefined";
+    case JV_NONE:
+        return "NoneType";
+    case JV_BOOL:
+        return "bool";
+    case JV_INT:
+        return "int";
+    case JV_FLOAT:
+        return "float";
+    case JV_STR:
+        return "str";
+    case JV_LIST:
+        return v.flags & JV_F_GEN ? "generator" : v.flags & JV_F_TUPLE ? "tuple" : "list";
+    case JV_DICT:
+        return "dict";
+    case JV_NS:
+        return "Namespace";
+    case JV_MACRO:
+        return "Macro";
+    case JV_FUNC:
+        return "function";
+    case JV_METHOD:
+        return "method";
+    case JV_LOOP:
+        return "LoopContext";
     }
     return "object";
 }

@@ -124,8 +124,8 @@ static int model_template(const char *path, const struct model_side *m, char **s
 }
 
 /* The template's own text: the complement of the context's spans. */
-static struct gs_tok_span *template_spans(const struct gs_jinja_span *ctx, size_t n_ctx,
-                                          size_t len, size_t *n_out)
+static struct gs_tok_span *template_spans(const struct gs_jinja_span *ctx, size_t n_ctx, size_t len,
+                                          size_t *n_out)
 {
     struct gs_tok_span *v = gs_alloc_array(n_ctx + 1, sizeof(*v));
     size_t k = 0, at = 0;

@@ -95,6 +95,7 @@ static const struct render_case cases[] = {
     {"percent_formatting", "{{ '%s-%d' % ('a', 3) }}|{{ '%05.2f' % 3.14159 }}|{{ '%-5s|' % 'ab' }}|{{ '%5s|' % 'ab' }}|{{ '%x %X %o' % (255, 255, 8) }}|{{ '%(n)s=%(v)d' % {'n': 'k', 'v': 2} }}|{{ '100%%' % () }}|{{ '%r' % 'q' }}|{{ '%s' % [1, 'x'] }}|{{ '%.2s' % 'hello' }}|{{ '%+d' % 5 }}", "{}", "a-3|03.14|ab   ||   ab||ff FF 10|k=2|100%|'q'|[1, 'x']|he|+5"},
     {"format_filter", "{{ '%s and %s'|format('a', 'b') }}|{{ '%(x)s'|format(x=1) }}|{{ '%03d'|format(7) }}", "{}", "a and b|1|007"},
     {"percent_formatting_errors", "{{ '%s %s' % ('a',) }}", "{}", NULL /* TypeError: not enough arguments for format string */},
+    {"strftime_now_every_field", "{{ strftime_now('%Y|%y|%m|%d|%e|%j|%H|%I|%M|%S|%A|%a|%B|%b|%h|%p|%%|%Q') }}", "{}", "2026|26|01|15|15|015|00|12|00|00|Thursday|Thu|January|Jan|Jan|AM|%|%Q"},
     {"adjacent_strings_join", "{{ 'a' 'b' \"c\" }}", "{}", "abc"},
 };
 

@@ -79,8 +79,8 @@ static bool check_spans(const char *file_name, const char *name, const struct gs
     size_t n = 0, n_sp = 0;
     struct gs_jinja_span *sp = NULL;
     struct gs_err err = {0};
-    bool ok = gs_jinja_render_spans(t, ctx, trusted, GOLDEN_NOW_UNIX_S, &out, &n, &sp, &n_sp,
-                                    NULL, &err) == GS_OK &&
+    bool ok = gs_jinja_render_spans(t, ctx, trusted, GOLDEN_NOW_UNIX_S, &out, &n, &sp, &n_sp, NULL,
+                                    &err) == GS_OK &&
               n == wn && memcmp(out, want, n) == 0;
     for (size_t i = 0; ok && i < n_sp; i++)
         ok = sp[i].len > 0 && (i == 0 || sp[i].off > sp[i - 1].off + sp[i - 1].len - 1) &&
@@ -159,8 +159,8 @@ static void check_file(const char *dir, const char *file_name, struct tally *tl)
     cr_assert(json_is_string(src), "%s: no template", file_name);
     struct gs_jinja_tmpl *t = NULL;
     struct gs_err err = {0};
-    enum gs_status st = gs_jinja_parse(json_string_value(src), json_string_length(src), NULL, &t,
-                                       &err);
+    enum gs_status st =
+        gs_jinja_parse(json_string_value(src), json_string_length(src), NULL, &t, &err);
     json_t *cases = json_object_get(file, "cases");
     cr_assert(json_array_size(cases) > 0, "%s: no cases", file_name);
     tl->files++;
@@ -202,8 +202,7 @@ Test(jinja_golden, every_case_renders_as_the_reference, .timeout = 120)
                 tl.files);
     /* The README lists 44 templates; fewer means the shared folder is incomplete. */
     cr_assert_geq(tl.files, 44, "only %d golden templates found in %s", tl.files, dir);
-    cr_assert_eq(tl.passed, tl.cases, "%d of %d golden cases fail", tl.cases - tl.passed,
-                 tl.cases);
+    cr_assert_eq(tl.passed, tl.cases, "%d of %d golden cases fail", tl.cases - tl.passed, tl.cases);
 }
 
 /* Rendering is on the request path. The largest golden template (gpt-oss,
@@ -213,14 +212,15 @@ Test(jinja_golden, every_case_renders_as_the_reference, .timeout = 120)
  * and tight enough to catch a render that went quadratic. */
 Test(jinja_bench, long_conversation_through_the_largest_template, .timeout = 120)
 {
-    json_t *file = gs_test_load_json(gs_test_shared_path("golden/templates/openai-gpt-oss-120b.json"));
+    json_t *file =
+        gs_test_load_json(gs_test_shared_path("golden/templates/openai-gpt-oss-120b.json"));
     json_t *src = json_object_get(file, "template");
     const json_t *base = NULL;
     size_t i;
     json_t *c;
-    json_array_foreach(json_object_get(file, "cases"), i, c)
-        if (strcmp(json_string_value(json_object_get(c, "name")), "parallel_tool_calls_then_answer") == 0)
-            base = c;
+    json_array_foreach(json_object_get(file, "cases"), i,
+                       c) if (strcmp(json_string_value(json_object_get(c, "name")),
+                                     "parallel_tool_calls_then_answer") == 0) base = c;
     cr_assert(base, "no parallel_tool_calls_then_answer case");
     json_t *ctx = case_context(file, base);
     json_t *msgs = json_array();
@@ -238,16 +238,16 @@ Test(jinja_bench, long_conversation_through_the_largest_template, .timeout = 120
     for (int k = 0; k < N; k++) {
         char *out;
         size_t n;
-        cr_assert_eq(gs_jinja_render(t, ctx, GOLDEN_NOW_UNIX_S, &out, &n, NULL, &err), GS_OK,
-                     "%s", err.msg);
+        cr_assert_eq(gs_jinja_render(t, ctx, GOLDEN_NOW_UNIX_S, &out, &n, NULL, &err), GS_OK, "%s",
+                     err.msg);
         if (k == 0)
             first_len = n;
         cr_assert_eq(n, first_len, "render %d differs in length", k);
         gs_free(out);
     }
     double ms = (gs_now_ms() - t0) / N;
-    cr_log_info("jinja bench: %zu messages, %zu bytes, %.3f ms per render",
-                json_array_size(msgs), first_len, ms);
+    cr_log_info("jinja bench: %zu messages, %zu bytes, %.3f ms per render", json_array_size(msgs),
+                first_len, ms);
     cr_expect_lt(ms, 5.0, "%.3f ms per render", ms);
     gs_jinja_free(t);
     json_decref(ctx);

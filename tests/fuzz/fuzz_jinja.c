@@ -39,11 +39,16 @@ static const char default_context[] =
 static enum gs_status expected_status(enum gs_jinja_fail fail)
 {
     switch (fail) {
-    case GS_JINJA_FAIL_NONE: return GS_OK;
-    case GS_JINJA_FAIL_RAISED: return GS_INVAL;
-    case GS_JINJA_FAIL_ERROR: return GS_FORMAT;
-    case GS_JINJA_FAIL_LIMIT: return GS_BUSY;
-    case GS_JINJA_FAIL_NOMEM: return GS_NOMEM;
+    case GS_JINJA_FAIL_NONE:
+        return GS_OK;
+    case GS_JINJA_FAIL_RAISED:
+        return GS_INVAL;
+    case GS_JINJA_FAIL_ERROR:
+        return GS_FORMAT;
+    case GS_JINJA_FAIL_LIMIT:
+        return GS_BUSY;
+    case GS_JINJA_FAIL_NOMEM:
+        return GS_NOMEM;
     }
     return GS_STATUS_COUNT;
 }
@@ -71,8 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct gs_jinja_tmpl *t = NULL;
     struct gs_err err = {0};
     enum gs_status st = gs_jinja_parse(src, src_len, &lim, &t, &err);
-    FUZZ_CHECK(st == GS_OK || st == GS_FORMAT || st == GS_BUSY, "parse status %d: %s", st,
-               err.msg);
+    FUZZ_CHECK(st == GS_OK || st == GS_FORMAT || st == GS_BUSY, "parse status %d: %s", st, err.msg);
     FUZZ_CHECK((st == GS_OK) == (t != NULL), "status %d with template %p", st, (void *)t);
     FUZZ_CHECK(st == GS_OK || strncmp(err.msg, "jinja: ", 7) == 0, "parse message '%s'", err.msg);
     if (st == GS_OK) {

@@ -21,7 +21,7 @@
 #include <string.h>
 
 /* GGUF metadata value types used below (the file format's numbering). */
-#define GGUF_U32 4
+#define GGUF_U32    4
 #define GGUF_STRING 8
 
 static size_t put_u32(unsigned char *p, uint32_t v)
@@ -113,9 +113,9 @@ static json_t *golden_case(const json_t *golden, const char *name)
 {
     size_t i;
     json_t *c;
-    json_array_foreach(json_object_get(golden, "cases"), i, c)
-        if (!strcmp(json_string_value(json_object_get(c, "name")), name))
-            return c;
+    json_array_foreach(
+        json_object_get(golden, "cases"), i,
+        c) if (!strcmp(json_string_value(json_object_get(c, "name")), name)) return c;
     cr_assert_fail("no golden case %s", name);
     return NULL;
 }
@@ -130,8 +130,8 @@ static void start_with(struct e2e_daemon *d, const char *model_path)
 /* /tokenize's count for text, BOS added, control-token texts recognised. */
 static size_t count_tokens(const struct e2e_daemon *d, const char *text, size_t n)
 {
-    json_t *req = json_pack("{s:s%,s:b,s:b}", "content", text, n, "add_special", 1,
-                            "parse_special", 1);
+    json_t *req =
+        json_pack("{s:s%,s:b,s:b}", "content", text, n, "add_special", 1, "parse_special", 1);
     char *body = json_dumps(req, JSON_COMPACT);
     struct e2e_resp r;
     e2e_http(d, "POST", "/tokenize", body, NULL, &r);
@@ -146,8 +146,8 @@ static size_t count_tokens(const struct e2e_daemon *d, const char *text, size_t 
 /* A chat request with the golden case's messages (and tools, kwargs). */
 static void chat(const struct e2e_daemon *d, const json_t *c, struct e2e_resp *r)
 {
-    json_t *req = json_pack("{s:O,s:i}", "messages", json_object_get(c, "messages"), "max_tokens",
-                            1);
+    json_t *req =
+        json_pack("{s:O,s:i}", "messages", json_object_get(c, "messages"), "max_tokens", 1);
     if (json_object_get(c, "tools"))
         json_object_set(req, "tools", json_object_get(c, "tools"));
     if (json_object_get(c, "extra_kwargs"))
@@ -167,8 +167,8 @@ static void expect_reference_prompt(const struct e2e_daemon *d, const json_t *go
     struct e2e_resp r;
     chat(d, c, &r);
     cr_assert_eq(r.status, 200, "%s: %s", case_name, r.body);
-    json_int_t got = json_integer_value(
-        json_object_get(json_object_get(r.json, "usage"), "prompt_tokens"));
+    json_int_t got =
+        json_integer_value(json_object_get(json_object_get(r.json, "usage"), "prompt_tokens"));
     size_t expect = count_tokens(d, json_string_value(want), json_string_length(want));
     cr_expect_eq((size_t)got, expect, "%s: prompt_tokens %lld, the reference has %zu", case_name,
                  (long long)got, expect);
@@ -256,8 +256,8 @@ Test(http_jinja, a_template_that_does_not_parse_falls_back_to_the_built_in, .tim
     cr_expect_geq(e2e_log_count(&d, "event=chat_template_unparsed"), 1, "the log says it");
     cr_expect_geq(e2e_log_count(&d, "fallback=chatml"), 1, "and what is used instead");
     e2e_http(&d, "POST", "/v1/chat/completions",
-             "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 1}",
-             NULL, &r);
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 1}", NULL,
+             &r);
     cr_expect_eq(r.status, 200, "%s", r.body);
     e2e_resp_free(&r);
     cr_expect_eq(e2e_stop(&d), 0);
