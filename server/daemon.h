@@ -231,6 +231,9 @@ enum gs_status gs_srv__jinja_init(struct gs_srv *s, const struct gs_srv_cfg *cfg
                                   struct gs_err *err);
 void gs_srv__jinja_free(struct gs_srv *s);
 bool gs_srv__jinja_render(struct gs_srv_req *r, unsigned *flags, enum MHD_Result *ret);
+/* POST /apply-template: a chat completion body's prompt, rendered by the
+ * template chats use, without generating: {"prompt": ..., "chat_template": ...}. */
+enum MHD_Result gs_srv__apply_template(struct gs_srv_req *r);
 
 /* generate.c */
 enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r);

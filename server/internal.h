@@ -315,6 +315,7 @@ struct gs_srv_hist {
     X(METRICS, "/metrics")                                                                         \
     X(TOKENIZE, "/tokenize")                                                                       \
     X(DETOKENIZE, "/detokenize")                                                                   \
+    X(APPLY_TEMPLATE, "/apply-template")                                                           \
     X(OTHER, "other")
 
 enum gs_srv_endpoint {

@@ -154,3 +154,40 @@ bool gs_srv__jinja_render(struct gs_srv_req *r, unsigned *flags, enum MHD_Result
     }
     return true;
 }
+
+enum MHD_Result gs_srv__apply_template(struct gs_srv_req *r)
+{
+    struct gs_srv *s = r->srv;
+    if (!s->cfg.model.tok)
+        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "no tokenizer loaded");
+    const struct gs_srv_limits *l = &s->cfg.limits;
+    struct gs_srv_parse_limits pl = {
+        .n_vocab = gs_tok_n_vocab(s->cfg.model.tok),
+        .max_tokens = l->max_tokens,
+        .max_n = l->max_n,
+        .max_stop = l->max_stop,
+        .max_stop_bytes = l->max_stop_bytes,
+        .jinja = s->jinja.tmpl != NULL,
+    };
+    char param[64];
+    struct gs_err err;
+    enum gs_status st = gs_srv_gen_parse(r->body.p ? r->body.p : "", r->body.len, true, &pl,
+                                         &r->gen, param, sizeof(param), &err);
+    if (st != GS_OK)
+        return gs_srv__respond_error(r, gs_srv_err_from_status(st), param, "%s", err.msg);
+    struct gs_srv_tok_job *job = &r->tok_job;
+    enum MHD_Result ret;
+    unsigned flags;
+    if (s->jinja.tmpl) {
+        if (!gs_srv__jinja_render(r, &flags, &ret))
+            return ret;
+    } else {
+        gs_srv_tmpl_render(s->tmpl, r->gen.msgs, r->gen.n_msgs, &job->text);
+    }
+    if (job->text.failed)
+        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
+    json_t *prompt = gs_srv_json_text(job->text.p ? job->text.p : "", job->text.len);
+    const char *name = s->jinja.tmpl ? "jinja" : gs_srv_tmpl_name(s->tmpl);
+    return gs_srv__respond_json(r, 200,
+                                json_pack("{s:o,s:s}", "prompt", prompt, "chat_template", name));
+}

@@ -169,6 +169,7 @@ static const struct gs_srv_route routes[] = {
     {"GET", "/metrics", GS_SRV_EP_METRICS, true, metrics},
     {"POST", "/tokenize", GS_SRV_EP_TOKENIZE, true, tokenize},
     {"POST", "/detokenize", GS_SRV_EP_DETOKENIZE, true, detokenize},
+    {"POST", "/apply-template", GS_SRV_EP_APPLY_TEMPLATE, true, gs_srv__apply_template},
 };
 
 /* An exact path, or a pattern ending in slash-asterisk for one more non-empty segment. */

@@ -175,6 +175,28 @@ static void expect_reference_prompt(const struct e2e_daemon *d, const json_t *go
     e2e_resp_free(&r);
 }
 
+/* /apply-template gives the reference rendering byte for byte (this template
+ * writes neither bos_token nor eos_token, which are the stories vocabulary's
+ * here). */
+static void expect_applied_template(const struct e2e_daemon *d, const json_t *golden,
+                                    const char *case_name)
+{
+    const json_t *c = golden_case(golden, case_name);
+    json_t *req = json_pack("{s:O}", "messages", json_object_get(c, "messages"));
+    if (json_object_get(c, "tools"))
+        json_object_set(req, "tools", json_object_get(c, "tools"));
+    char *body = json_dumps(req, JSON_COMPACT);
+    struct e2e_resp r;
+    e2e_http(d, "POST", "/apply-template", body, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s: %s", case_name, r.body);
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "prompt")),
+                     json_string_value(json_object_get(c, "rendered")), "%s", case_name);
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "chat_template")), "jinja");
+    e2e_resp_free(&r);
+    free(body);
+    json_decref(req);
+}
+
 Test(http_jinja, chats_render_the_golden_prompt, .timeout = 180)
 {
     json_t *golden;
@@ -193,6 +215,8 @@ Test(http_jinja, chats_render_the_golden_prompt, .timeout = 180)
     expect_reference_prompt(&d, golden, "unicode_emoji");
     expect_reference_prompt(&d, golden, "tools_available");
     expect_reference_prompt(&d, golden, "tool_call_content_null");
+    expect_applied_template(&d, golden, "parallel_tool_calls_then_answer");
+    expect_applied_template(&d, golden, "unicode_emoji");
     cr_expect_eq(e2e_stop(&d), 0);
     free(path);
     json_decref(golden);
@@ -259,6 +283,13 @@ Test(http_jinja, a_template_that_does_not_parse_falls_back_to_the_built_in, .tim
              "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 1}", NULL,
              &r);
     cr_expect_eq(r.status, 200, "%s", r.body);
+    e2e_resp_free(&r);
+    e2e_http(&d, "POST", "/apply-template",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", NULL, &r);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "prompt")),
+                     "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "chat_template")), "chatml");
     e2e_resp_free(&r);
     cr_expect_eq(e2e_stop(&d), 0);
     free(path);
