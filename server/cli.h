@@ -20,6 +20,7 @@ int gs_cmd_validate(int argc, char **argv);
 int gs_cmd_config(int argc, char **argv);
 int gs_cmd_bench(int argc, char **argv);
 int gs_cmd_quantize(int argc, char **argv);
+int gs_cmd_template(int argc, char **argv);
 
 /* ---- small helpers shared by the commands (cli_util.c) -------------------- */
 

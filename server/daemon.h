@@ -14,6 +14,7 @@
 #ifndef GS_SERVER_DAEMON_H
 #define GS_SERVER_DAEMON_H
 
+#include "engine/jinja.h"
 #include "server/internal.h"
 #include "server/validation.h"
 
@@ -62,6 +63,15 @@ struct gs_srv_tok_job {
     /* Where text may spell control tokens (a chat template's markers);
      * elsewhere it is plain text unless flags has GS_TOK_PARSE_SPECIAL. */
     struct gs_srv_spans spans;
+};
+
+/* jinja_prompt.c: chats rendered by a Jinja chat template (engine/jinja.h). */
+struct gs_srv_jinja {
+    struct gs_jinja_tmpl *tmpl; /* NULL: chats use the built-in format gs_srv.tmpl */
+    char *origin;               /* where the template came from: "gguf" */
+    char *error;                /* the model's template did not parse: why; else NULL */
+    json_t *trusted;            /* bos_token and eos_token from the vocabulary */
+    char *bos_text;             /* the vocabulary's BOS text; NULL when it has none */
 };
 
 /*
@@ -125,6 +135,7 @@ struct gs_srv {
     char *host, *model_id, *chat_template_name;
     uint8_t (*key_digests)[32];
     enum gs_srv_tmpl tmpl;
+    struct gs_srv_jinja jinja; /* jinja_prompt.c: the Jinja template, when chats use one */
     struct gs_srv_engine engine;
     bool has_engine;
 
@@ -219,6 +230,20 @@ bool gs_srv__is_ready(struct gs_srv *s, char *why, size_t cap);
 /* service.c: SIGHUP -> cfg.on_reload, and WATCHDOG=1 pings (when configured). */
 void gs_srv__service_start(struct gs_srv *s);
 void gs_srv__service_close(struct gs_srv *s);
+
+/* jinja_prompt.c. init: parses the model's tokenizer.chat_template (unless
+ * a built-in format is forced); one that does not parse leaves chats to the
+ * built-in format, with a warning and /v1/models saying why. render: the chat of r into r->tok_job (text, the
+ * template's spans, and in *flags GS_TOK_ADD_SPECIAL unless the template
+ * wrote BOS itself); on a template error it answers 400 itself (the
+ * template's own message for raise_exception) and returns false with *ret. */
+enum gs_status gs_srv__jinja_init(struct gs_srv *s, const struct gs_srv_cfg *cfg,
+                                  struct gs_err *err);
+void gs_srv__jinja_free(struct gs_srv *s);
+bool gs_srv__jinja_render(struct gs_srv_req *r, unsigned *flags, enum MHD_Result *ret);
+/* POST /apply-template: a chat completion body's prompt, rendered by the
+ * template chats use, without generating: {"prompt": ..., "chat_template": ...}. */
+enum MHD_Result gs_srv__apply_template(struct gs_srv_req *r);
 
 /* generate.c */
 enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r);

@@ -510,15 +510,20 @@ static enum MHD_Result tokenize_prompt(struct gs_srv_req *r)
     struct gs_srv_tok_job *j = &r->tok_job;
     /* Only the template's own text may spell control tokens; a completion's
      * prompt may ask for them with parse_special. */
-    if (g->chat)
+    unsigned flags = GS_TOK_ADD_SPECIAL;
+    enum MHD_Result ret;
+    if (g->chat && s->jinja.tmpl) {
+        if (!gs_srv__jinja_render(r, &flags, &ret))
+            return ret;
+    } else if (g->chat) {
         gs_srv_tmpl_render_spans(s->tmpl, g->msgs, g->n_msgs, &j->text, &j->spans);
-    else
+    } else {
         gs_srv_buf_add(&j->text, g->prompt, g->prompt_len);
+    }
     if (j->text.failed || j->spans.failed)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
-    return gs_srv__tokenize_async(
-        r, GS_TOK_ADD_SPECIAL | (g->parse_special ? GS_TOK_PARSE_SPECIAL : 0),
-        gs_srv__gen_continue);
+    return gs_srv__tokenize_async(r, flags | (g->parse_special ? GS_TOK_PARSE_SPECIAL : 0),
+                                  gs_srv__gen_continue);
 }
 
 /* Takes the pool's result; answers 400 itself for a bad or empty prompt. */
@@ -699,6 +704,7 @@ enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r)
         .max_n = l->max_n,
         .max_stop = l->max_stop,
         .max_stop_bytes = l->max_stop_bytes,
+        .jinja = s->jinja.tmpl != NULL,
     };
     char param[64];
     struct gs_err err;

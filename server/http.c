@@ -898,6 +898,8 @@ static enum gs_status copy_cfg(struct gs_srv *s, const struct gs_srv_cfg *cfg, s
     } else {
         s->tmpl = gs_srv_tmpl_detect(cfg->model.chat_template);
     }
+    if (gs_srv__jinja_init(s, cfg, err) != GS_OK)
+        return err->code;
     s->cfg.model.chat_template = NULL;
     return GS_OK;
 }
@@ -1126,5 +1128,6 @@ void gs_srv_free(struct gs_srv *s)
     free_allowed_hosts(s);
     free_strs(s->cors_origins, s->head_policy.n_origins);
     free_strs(s->model_aliases, s->cfg.model.n_aliases);
+    gs_srv__jinja_free(s);
     gs_free(s);
 }

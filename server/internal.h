@@ -131,6 +131,10 @@ struct gs_srv_parse_limits {
     uint32_t max_n;
     uint32_t max_stop;
     uint32_t max_stop_bytes;
+    /* Chats render through a Jinja template: the messages are kept as the
+     * client sent them, content may be null (an assistant's tool calls), and
+     * tools and chat_template_kwargs are read. */
+    bool jinja;
 };
 
 struct gs_srv_gen {
@@ -161,6 +165,11 @@ struct gs_srv_gen {
     char ignored[256];         /* unknown top-level fields, comma-separated, truncated */
     bool validation;           /* "validation": true or an object */
     uint32_t validation_top_k; /* "validation": {"top_logprobs": k} */
+    /* With gs_srv_parse_limits.jinja: references into the request's JSON
+     * (held, released by gs_srv_gen_free); NULL when absent. */
+    json_t *messages_json;
+    json_t *tools_json;
+    json_t *template_kwargs; /* "chat_template_kwargs": an object */
 };
 
 /*
@@ -313,6 +322,7 @@ struct gs_srv_hist {
     X(METRICS, "/metrics")                                                                         \
     X(TOKENIZE, "/tokenize")                                                                       \
     X(DETOKENIZE, "/detokenize")                                                                   \
+    X(APPLY_TEMPLATE, "/apply-template")                                                           \
     X(OTHER, "other")
 
 enum gs_srv_endpoint {

@@ -21,6 +21,7 @@ static const struct command commands[] = {
     {"config", gs_cmd_config, "validate a config file; print the effective config or reference"},
     {"bench", gs_cmd_bench, "measure prompt and generation tokens/s and peak memory"},
     {"quantize", gs_cmd_quantize, "rewrite a GGUF file with its weight matrices in another type"},
+    {"template", gs_cmd_template, "render a Jinja chat template with a JSON conversation"},
 };
 
 static void print_usage(FILE *f)

@@ -131,7 +131,8 @@ static enum gs_status message_content(struct pctx *c, json_t *v, size_t i, char 
     return GS_OK;
 }
 
-static enum gs_status parse_messages(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_messages(struct pctx *c, json_t *root, bool jinja,
+                                     struct gs_srv_gen *g)
 {
     json_t *msgs = json_object_get(root, "messages");
     if (!msgs)
@@ -163,6 +164,13 @@ static enum gs_status parse_messages(struct pctx *c, json_t *root, struct gs_srv
         if (!g->msgs[i].role)
             return nomem(c);
         json_t *content = json_object_get(m, "content");
+        if (jinja && (!content || json_is_null(content))) {
+            /* An assistant's tool calls come with null content; the template
+             * sees the message as sent. */
+            if (!(g->msgs[i].content = gs_strdup("")))
+                return nomem(c);
+            continue;
+        }
         if (!content) {
             snprintf(param, sizeof(param), "messages[%zu].content", i);
             return fail(c, param, "'%s' is required", param);
@@ -170,6 +178,26 @@ static enum gs_status parse_messages(struct pctx *c, json_t *root, struct gs_srv
         enum gs_status st = message_content(c, content, i, &g->msgs[i].content);
         if (st != GS_OK)
             return st;
+    }
+    if (jinja)
+        g->messages_json = json_incref(msgs);
+    return GS_OK;
+}
+
+/* tools and chat_template_kwargs, for a Jinja template. */
+static enum gs_status parse_template_inputs(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+{
+    json_t *tools = json_object_get(root, "tools");
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools))
+            return fail(c, "tools", "'tools' must be an array");
+        g->tools_json = json_incref(tools);
+    }
+    json_t *kw = json_object_get(root, "chat_template_kwargs");
+    if (kw && !json_is_null(kw)) {
+        if (!json_is_object(kw))
+            return fail(c, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        g->template_kwargs = json_incref(kw);
     }
     return GS_OK;
 }
@@ -320,7 +348,10 @@ static const char *const known_fields[] = {
     "validation",
 };
 
-static void list_ignored(json_t *root, struct gs_srv_gen *g)
+/* Read only when chats render through a Jinja template. */
+static const char *const jinja_fields[] = {"tools", "chat_template_kwargs"};
+
+static void list_ignored(json_t *root, bool jinja, struct gs_srv_gen *g)
 {
     const char *key;
     json_t *v;
@@ -330,6 +361,8 @@ static void list_ignored(json_t *root, struct gs_srv_gen *g)
         bool known = false;
         for (size_t k = 0; k < GS_ARRAY_LEN(known_fields) && !known; k++)
             known = !strcmp(key, known_fields[k]);
+        for (size_t k = 0; jinja && g->chat && k < GS_ARRAY_LEN(jinja_fields) && !known; k++)
+            known = !strcmp(key, jinja_fields[k]);
         if (known)
             continue;
         /* Header-safe names only: a comma list of printable ASCII. */
@@ -475,7 +508,10 @@ static enum gs_status parse_root(struct pctx *c, json_t *root,
         if (!(g->model = gs_strdup(json_string_value(model))))
             return nomem(c);
     }
-    if ((st = g->chat ? parse_messages(c, root, g) : parse_prompt(c, root, lim, g)) != GS_OK)
+    if ((st = g->chat ? parse_messages(c, root, lim->jinja, g) : parse_prompt(c, root, lim, g)) !=
+        GS_OK)
+        return st;
+    if (g->chat && lim->jinja && (st = parse_template_inputs(c, root, g)) != GS_OK)
         return st;
     const char *mt = g->chat && json_object_get(root, "max_completion_tokens")
                          ? "max_completion_tokens"
@@ -516,7 +552,7 @@ static enum gs_status parse_root(struct pctx *c, json_t *root,
     struct gs_err e;
     if (gs_sample_params_check(&g->sp, (int32_t)lim->n_vocab, &e) != GS_OK)
         return fail(c, "", "%s", e.msg);
-    list_ignored(root, g);
+    list_ignored(root, lim->jinja, g);
     return GS_OK;
 }
 
@@ -557,5 +593,8 @@ void gs_srv_gen_free(struct gs_srv_gen *g)
     gs_free(g->prompt);
     gs_free(g->prompt_ids);
     gs_free(g->bias);
+    json_decref(g->messages_json);
+    json_decref(g->tools_json);
+    json_decref(g->template_kwargs);
     *g = (struct gs_srv_gen){0};
 }

@@ -57,7 +57,12 @@ static json_t *model_json(const struct gs_srv *s)
                   (json_int_t)(m->tok ? gs_tok_n_vocab(m->tok) : 0), "n_ctx", (json_int_t)m->n_ctx,
                   "n_ctx_train", (json_int_t)m->n_ctx_train, "n_embd", (json_int_t)m->n_embd,
                   "n_params", (json_int_t)m->n_params, "size", (json_int_t)m->size_bytes,
-                  "chat_template", gs_srv_tmpl_name(s->tmpl));
+                  "chat_template", s->jinja.tmpl ? "jinja" : gs_srv_tmpl_name(s->tmpl));
+    /* Which template chats render with, and why not the model's own. */
+    if (meta && s->jinja.tmpl)
+        json_object_set_new(meta, "chat_template_source", json_string(s->jinja.origin));
+    if (meta && s->jinja.error)
+        json_object_set_new(meta, "chat_template_error", json_string(s->jinja.error));
     return json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", m->id, "object", "model", "created",
                      (json_int_t)time(NULL), "owned_by", "graphserve", "meta", meta);
 }
@@ -175,6 +180,7 @@ static const struct gs_srv_route routes[] = {
     {"GET", "/metrics", GS_SRV_EP_METRICS, true, metrics},
     {"POST", "/tokenize", GS_SRV_EP_TOKENIZE, true, tokenize},
     {"POST", "/detokenize", GS_SRV_EP_DETOKENIZE, true, detokenize},
+    {"POST", "/apply-template", GS_SRV_EP_APPLY_TEMPLATE, true, gs_srv__apply_template},
 };
 
 /* An exact path, or a pattern ending in slash-asterisk for one more non-empty segment. */

@@ -1,0 +1,296 @@
+/*
+ * tests/server/test_http_jinja.c - the real daemon rendering chats through
+ * the model's own Jinja chat template: stories260K with a golden template
+ * from ../shared/golden/templates written into its tokenizer.chat_template.
+ * The prompt it tokenizes is the reference rendering (usage.prompt_tokens
+ * equals the count /tokenize gives for the golden text, which holds no
+ * control token of the stories vocabulary); tools and chat_template_kwargs
+ * reach the template; raise_exception is a 400 with the template's words;
+ * /v1/models says which template serves; a template that does not parse
+ * leaves chats to the built-in format, which /v1/models explains.
+ */
+#define _GNU_SOURCE
+#include "tests/common/testutil.h"
+#include "tests/server/e2e.h"
+
+#include "engine/gguf.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* GGUF metadata value types used below (the file format's numbering). */
+#define GGUF_U32    4
+#define GGUF_STRING 8
+
+static size_t put_u32(unsigned char *p, uint32_t v)
+{
+    memcpy(p, &v, 4); /* GGUF is little-endian, as every machine this runs on */
+    return 4;
+}
+
+static size_t put_u64(unsigned char *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+    return 8;
+}
+
+static size_t put_str(unsigned char *p, const char *s, size_t n)
+{
+    size_t k = put_u64(p, n);
+    memcpy(p + k, s, n);
+    return k + n;
+}
+
+/*
+ * Writes a copy of stories260K with tokenizer.chat_template = tmpl (n bytes)
+ * to a fresh file; returns its path (malloc'ed). The two keys go right after
+ * the header; a padding key makes them a whole number of alignment units, so
+ * that the data section, which starts at the first aligned offset after the
+ * tensor table, moves by exactly as much and every tensor offset stays valid.
+ */
+static char *stories_with_template(const char *name, const char *tmpl, size_t n)
+{
+    size_t len;
+    const char *src_path = gs_test_shared_path("models/stories260K.gguf");
+    unsigned char *src = gs_test_read_file(src_path, &len);
+    struct gs_gguf *g;
+    struct gs_err err;
+    cr_assert_eq(gs_gguf_open_mem(src, len, &g, &err), GS_OK, "%s", err.msg);
+    size_t align = gs_gguf_alignment(g);
+    gs_gguf_close(g);
+    static const char key[] = "tokenizer.chat_template", pad_prefix[] = "graphserve.test.pad";
+    size_t kv = 8 + strlen(key) + 4 + 8 + n, pad_kv_base = 8 + 4 + 4;
+    size_t pad_key = strlen(pad_prefix);
+    while ((kv + pad_kv_base + pad_key) % align)
+        pad_key++;
+    size_t added = kv + pad_kv_base + pad_key;
+    unsigned char *out = malloc(len + added);
+    cr_assert(out);
+    memcpy(out, src, 24); /* magic, version, n_tensors, n_kv */
+    uint64_t n_kv;
+    memcpy(&n_kv, src + 16, 8);
+    put_u64(out + 16, n_kv + 2);
+    size_t k = 24;
+    k += put_str(out + k, key, strlen(key));
+    k += put_u32(out + k, GGUF_STRING);
+    k += put_str(out + k, tmpl, n);
+    char *pk = malloc(pad_key + 1);
+    cr_assert(pk);
+    memcpy(pk, pad_prefix, strlen(pad_prefix));
+    memset(pk + strlen(pad_prefix), 'x', pad_key - strlen(pad_prefix));
+    k += put_str(out + k, pk, pad_key);
+    k += put_u32(out + k, GGUF_U32);
+    k += put_u32(out + k, 0);
+    cr_assert_eq(k, 24 + added);
+    memcpy(out + k, src + 24, len - 24);
+    char *path;
+    cr_assert(asprintf(&path, "%s/%s.gguf", gs_test_tmpdir(), name) > 0);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot write %s", path);
+    cr_assert_eq(fwrite(out, 1, len + added, f), len + added);
+    fclose(f);
+    cr_assert_eq(gs_gguf_open(path, &g, &err), GS_OK, "the crafted file: %s", err.msg);
+    gs_gguf_close(g);
+    free(pk);
+    free(out);
+    free(src);
+    return path;
+}
+
+/* stories260K carrying a golden file's template; *golden is the golden. */
+static char *golden_model(const char *name, json_t **golden)
+{
+    char rel[256];
+    snprintf(rel, sizeof(rel), "golden/templates/%s.json", name);
+    *golden = gs_test_load_json(gs_test_shared_path(rel));
+    json_t *src = json_object_get(*golden, "template");
+    return stories_with_template(name, json_string_value(src), json_string_length(src));
+}
+
+static json_t *golden_case(const json_t *golden, const char *name)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(
+        json_object_get(golden, "cases"), i,
+        c) if (!strcmp(json_string_value(json_object_get(c, "name")), name)) return c;
+    cr_assert_fail("no golden case %s", name);
+    return NULL;
+}
+
+static void start_with(struct e2e_daemon *d, const char *model_path)
+{
+    char args[4200];
+    snprintf(args, sizeof(args), "-m '%s'", model_path); /* the last -m wins */
+    e2e_start(d, args);
+}
+
+/* /tokenize's count for text, BOS added, control-token texts recognised. */
+static size_t count_tokens(const struct e2e_daemon *d, const char *text, size_t n)
+{
+    json_t *req =
+        json_pack("{s:s%,s:b,s:b}", "content", text, n, "add_special", 1, "parse_special", 1);
+    char *body = json_dumps(req, JSON_COMPACT);
+    struct e2e_resp r;
+    e2e_http(d, "POST", "/tokenize", body, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    size_t count = json_array_size(json_object_get(r.json, "tokens"));
+    e2e_resp_free(&r);
+    free(body);
+    json_decref(req);
+    return count;
+}
+
+/* A chat request with the golden case's messages (and tools, kwargs). */
+static void chat(const struct e2e_daemon *d, const json_t *c, struct e2e_resp *r)
+{
+    json_t *req =
+        json_pack("{s:O,s:i}", "messages", json_object_get(c, "messages"), "max_tokens", 1);
+    if (json_object_get(c, "tools"))
+        json_object_set(req, "tools", json_object_get(c, "tools"));
+    if (json_object_get(c, "extra_kwargs"))
+        json_object_set(req, "chat_template_kwargs", json_object_get(c, "extra_kwargs"));
+    char *body = json_dumps(req, JSON_COMPACT);
+    e2e_http(d, "POST", "/v1/chat/completions", body, NULL, r);
+    free(body);
+    json_decref(req);
+}
+
+static void expect_reference_prompt(const struct e2e_daemon *d, const json_t *golden,
+                                    const char *case_name)
+{
+    const json_t *c = golden_case(golden, case_name);
+    const json_t *want = json_object_get(c, "rendered");
+    cr_assert(want, "%s raises in the reference", case_name);
+    struct e2e_resp r;
+    chat(d, c, &r);
+    cr_assert_eq(r.status, 200, "%s: %s", case_name, r.body);
+    json_int_t got =
+        json_integer_value(json_object_get(json_object_get(r.json, "usage"), "prompt_tokens"));
+    size_t expect = count_tokens(d, json_string_value(want), json_string_length(want));
+    cr_expect_eq((size_t)got, expect, "%s: prompt_tokens %lld, the reference has %zu", case_name,
+                 (long long)got, expect);
+    e2e_resp_free(&r);
+}
+
+/* /apply-template gives the reference rendering byte for byte (this template
+ * writes neither bos_token nor eos_token, which are the stories vocabulary's
+ * here). */
+static void expect_applied_template(const struct e2e_daemon *d, const json_t *golden,
+                                    const char *case_name)
+{
+    const json_t *c = golden_case(golden, case_name);
+    json_t *req = json_pack("{s:O}", "messages", json_object_get(c, "messages"));
+    if (json_object_get(c, "tools"))
+        json_object_set(req, "tools", json_object_get(c, "tools"));
+    char *body = json_dumps(req, JSON_COMPACT);
+    struct e2e_resp r;
+    e2e_http(d, "POST", "/apply-template", body, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s: %s", case_name, r.body);
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "prompt")),
+                     json_string_value(json_object_get(c, "rendered")), "%s", case_name);
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "chat_template")), "jinja");
+    e2e_resp_free(&r);
+    free(body);
+    json_decref(req);
+}
+
+Test(http_jinja, chats_render_the_golden_prompt, .timeout = 180)
+{
+    json_t *golden;
+    char *path = golden_model("Qwen-Qwen2.5-7B-Instruct", &golden);
+    struct e2e_daemon d;
+    start_with(&d, path);
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/v1/models", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *meta = json_object_get(json_array_get(json_object_get(r.json, "data"), 0), "meta");
+    cr_expect_str_eq(json_string_value(json_object_get(meta, "chat_template")), "jinja");
+    cr_expect_str_eq(json_string_value(json_object_get(meta, "chat_template_source")), "gguf");
+    e2e_resp_free(&r);
+    expect_reference_prompt(&d, golden, "system_user");
+    expect_reference_prompt(&d, golden, "multi_turn");
+    expect_reference_prompt(&d, golden, "unicode_emoji");
+    expect_reference_prompt(&d, golden, "tools_available");
+    expect_reference_prompt(&d, golden, "tool_call_content_null");
+    expect_applied_template(&d, golden, "parallel_tool_calls_then_answer");
+    expect_applied_template(&d, golden, "unicode_emoji");
+    cr_expect_eq(e2e_stop(&d), 0);
+    free(path);
+    json_decref(golden);
+}
+
+Test(http_jinja, template_kwargs_reach_the_template, .timeout = 180)
+{
+    json_t *golden;
+    char *path = golden_model("Qwen-Qwen3-0.6B", &golden);
+    struct e2e_daemon d;
+    start_with(&d, path);
+    expect_reference_prompt(&d, golden, "enable_thinking_false");
+    expect_reference_prompt(&d, golden, "single_user");
+    cr_expect_eq(e2e_stop(&d), 0);
+    free(path);
+    json_decref(golden);
+}
+
+Test(http_jinja, raise_exception_is_a_400_with_the_templates_words, .timeout = 180)
+{
+    json_t *golden;
+    char *path = golden_model("google-gemma-2-2b-it", &golden);
+    struct e2e_daemon d;
+    start_with(&d, path);
+    const json_t *c = golden_case(golden, "system_user");
+    cr_assert_str_eq(json_string_value(json_object_get(c, "error_type")), "TemplateError");
+    struct e2e_resp r;
+    chat(&d, c, &r);
+    cr_expect_eq(r.status, 400, "%s", r.body);
+    json_t *e = json_object_get(r.json, "error");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "message")),
+                     json_string_value(json_object_get(c, "error")));
+    cr_expect_str_eq(json_string_value(json_object_get(e, "type")), "invalid_request_error");
+    e2e_resp_free(&r);
+    /* The next request renders as usual (its prompt is not the reference's:
+     * this template writes bos_token, which is the stories vocabulary's <s>
+     * here, not Gemma's <bos>). */
+    chat(&d, golden_case(golden, "single_user"), &r);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    e2e_resp_free(&r);
+    cr_expect_eq(e2e_stop(&d), 0);
+    free(path);
+    json_decref(golden);
+}
+
+Test(http_jinja, a_template_that_does_not_parse_falls_back_to_the_built_in, .timeout = 60)
+{
+    static const char bad[] = "<|im_start|>{{ messages[0]['content'] }";
+    char *path = stories_with_template("bad", bad, strlen(bad));
+    struct e2e_daemon d;
+    start_with(&d, path);
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/v1/models", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *meta = json_object_get(json_array_get(json_object_get(r.json, "data"), 0), "meta");
+    /* Its markers say chatml, so chats take the built-in chatml format. */
+    cr_expect_str_eq(json_string_value(json_object_get(meta, "chat_template")), "chatml");
+    const char *why = json_string_value(json_object_get(meta, "chat_template_error"));
+    cr_expect(why && strstr(why, "line 1, column"), "%s", r.body);
+    e2e_resp_free(&r);
+    cr_expect_geq(e2e_log_count(&d, "event=chat_template_unparsed"), 1, "the log says it");
+    cr_expect_geq(e2e_log_count(&d, "fallback=chatml"), 1, "and what is used instead");
+    e2e_http(&d, "POST", "/v1/chat/completions",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 1}", NULL,
+             &r);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    e2e_resp_free(&r);
+    e2e_http(&d, "POST", "/apply-template",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", NULL, &r);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "prompt")),
+                     "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "chat_template")), "chatml");
+    e2e_resp_free(&r);
+    cr_expect_eq(e2e_stop(&d), 0);
+    free(path);
+}
