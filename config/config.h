@@ -116,6 +116,7 @@ struct gs_cfg {
     int64_t n_ctx;            /* -c: longest sequence; 0: the model's context length */
     bool prefix_cache;        /* reuse KV pages of identical prompt prefixes */
     enum gs_cfg_chat_template chat_template;
+    char *chat_template_file; /* a Jinja template instead of the GGUF's; NULL: the GGUF's */
     struct gs_cfg_strlist served_model_name; /* names requests may use; the first is the id */
     bool accept_any_model_name;              /* any "model" is this one, never a 404 */
 

@@ -69,6 +69,11 @@ static const struct gs_cfg_opt opts[] = {
      "Reuse the KV pages of identical prompt prefixes across requests."},
     {"chat-template", 0, GS_CFG_ENUM, F(chat_template), g_model, "auto", 0, 0, template_choices,
      0, NULL, "Chat template; auto picks it from the model's tokenizer.chat_template."},
+    {"chat-template-file", 0, GS_CFG_STR, F(chat_template_file), g_model, NULL, 0, 0, NULL, PATH,
+     NULL,
+     "A Jinja chat template to render chats with instead of the model's "
+     "tokenizer.chat_template; one that does not parse stops the start with its line and "
+     "column."},
     {"served-model-name", 0, GS_CFG_LIST, F(served_model_name), g_model, NULL, 0, 0, NULL, 0,
      NULL,
      "Name the model is served under; repeat for aliases. Responses carry the first; the "

@@ -53,14 +53,17 @@ enum gs_status gs_srv__jinja_init(struct gs_srv *s, const struct gs_srv_cfg *cfg
     if (cfg->chat_template || !src)
         return GS_OK; /* a built-in format is forced, or the model has no template */
     struct gs_err perr = {0};
-    if (gs_jinja_parse(src, strlen(src), NULL, &j->tmpl, &perr) != GS_OK) {
+    const char *file = cfg->model.chat_template_file;
+    if (file && gs_jinja_parse(src, strlen(src), NULL, &j->tmpl, &perr) != GS_OK)
+        return gs_err_set(err, GS_FORMAT, "--chat-template-file %s: %s", file, perr.msg);
+    if (!file && gs_jinja_parse(src, strlen(src), NULL, &j->tmpl, &perr) != GS_OK) {
         /* Chats still work, in the family's built-in format; say so and why. */
         gs_log(GS_LOG_WARN, "chat_template_unparsed", "error=%s fallback=%s", perr.msg,
                gs_srv_tmpl_name(s->tmpl));
         j->error = gs_strdup(perr.msg);
         return j->error ? GS_OK : gs_err_set(err, GS_NOMEM, "out of memory");
     }
-    j->origin = gs_strdup("gguf");
+    j->origin = gs_strdup(file ? "file" : "gguf");
     if (!j->origin || set_trusted(j, cfg->model.tok) != GS_OK)
         return gs_err_set(err, GS_NOMEM, "out of memory");
     return GS_OK;

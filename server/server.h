@@ -72,6 +72,9 @@ struct gs_srv_model_info {
     bool accept_any_name;      /* a request naming any model gets this one */
     const struct gs_tok *tok;  /* borrowed; NULL: /tokenize and generation answer 503 */
     const char *chat_template; /* tokenizer.chat_template text, NULL if none */
+    /* Where chat_template came from: NULL the GGUF (a template that does not parse falls
+     * back to the built-in format); else the file named, whose template must parse. */
+    const char *chat_template_file;
     uint32_t n_ctx;            /* longest sequence (prompt + output) */
     uint32_t n_ctx_train;
     uint32_t n_embd;

@@ -17,6 +17,7 @@
 #include "server/server.h"
 #include "server/systemd.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -128,6 +129,33 @@ static void read_weights(const struct gs_gguf *g, uint8_t digest[GS_SHA256_BYTES
     gs_progress_end(&bar);
 }
 
+/* The text of a --chat-template-file (at most 1 MiB, the renderer's default source
+ * limit); NULL with a message in err otherwise. */
+static char *template_file_text(const char *path, struct gs_err *err)
+{
+    enum { MAX_BYTES = 1 << 20 };
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        gs_err_set(err, GS_IO, "--chat-template-file %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = gs_malloc(MAX_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, MAX_BYTES + 1, f) : 0;
+    bool bad = ferror(f);
+    fclose(f);
+    if (!buf || bad || n > MAX_BYTES || memchr(buf, '\0', n)) {
+        gs_err_set(err, GS_FORMAT, "--chat-template-file %s: %s", path,
+                   !buf ? "out of memory"
+                   : bad ? "read error"
+                   : n > MAX_BYTES ? "over 1 MiB"
+                                   : "holds a NUL byte");
+        gs_free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
 static int load(struct serve *sv)
 {
     struct gs_err err;
@@ -138,7 +166,15 @@ static int load(struct serve *sv)
         return gs_cli_fail("serve", "%s: %s", path, err.msg);
     uint8_t digest[GS_SHA256_BYTES];
     read_weights(sv->gguf, digest);
-    sv->tmpl = chat_template_text(sv->gguf);
+    if (sv->cfg.chat_template_file && sv->cfg.chat_template != GS_CFG_TEMPLATE_AUTO)
+        return gs_cli_fail("serve", "--chat-template-file and --chat-template %s: choose one",
+                           gs_cfg_template_name(sv->cfg.chat_template));
+    if (sv->cfg.chat_template_file) {
+        if (!(sv->tmpl = template_file_text(sv->cfg.chat_template_file, &err)))
+            return gs_cli_fail("serve", "%s", err.msg);
+    } else {
+        sv->tmpl = chat_template_text(sv->gguf);
+    }
     struct gs_sched_cfg sc;
     gs_cfg_to_sched_cfg(&sv->cfg, &sc);
     size_t n_eog;
@@ -244,6 +280,7 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
         .accept_any_name = cfg->accept_any_model_name,
         .tok = sv->tok,
         .chat_template = sv->tmpl,
+        .chat_template_file = cfg->chat_template_file,
         .n_ctx = gs_sched_n_ctx(sv->sched),
         .n_ctx_train = sv->model->hp.n_ctx_train,
         .n_embd = sv->model->hp.n_embd,

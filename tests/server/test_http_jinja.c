@@ -294,3 +294,57 @@ Test(http_jinja, a_template_that_does_not_parse_falls_back_to_the_built_in, .tim
     cr_expect_eq(e2e_stop(&d), 0);
     free(path);
 }
+
+/* --chat-template-file: a golden template from a file replaces the GGUF's (stories260K
+ * has none), /v1/models says so, and /apply-template gives the reference rendering. A
+ * file that does not parse stops the start, naming the file, the line and the column;
+ * so does naming a built-in format beside it. */
+Test(http_jinja, a_template_file_replaces_the_models, .timeout = 180)
+{
+    json_t *golden = gs_test_load_json(
+        gs_test_shared_path("golden/templates/Qwen-Qwen2.5-7B-Instruct.json"));
+    char path[600];
+    snprintf(path, sizeof(path), "%s/qwen25.jinja", gs_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(json_string_value(json_object_get(golden, "template")), f);
+    fclose(f);
+    char args[800];
+    snprintf(args, sizeof(args), "--chat-template-file '%s'", path);
+    struct e2e_daemon d;
+    e2e_start(&d, args);
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/v1/models", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *meta = json_object_get(json_array_get(json_object_get(r.json, "data"), 0), "meta");
+    cr_expect_str_eq(json_string_value(json_object_get(meta, "chat_template")), "jinja");
+    cr_expect_str_eq(json_string_value(json_object_get(meta, "chat_template_source")), "file");
+    e2e_resp_free(&r);
+    expect_applied_template(&d, golden, "multi_turn");
+    expect_applied_template(&d, golden, "tools_available");
+    cr_expect_eq(e2e_stop(&d), 0);
+    json_decref(golden);
+
+    f = fopen(path, "w");
+    cr_assert(f);
+    fputs("{% for m in messages %}\n{{ m.content }\n{% endfor %}", f);
+    fclose(f);
+    char *cmd, *out, exe[600], model[600];
+    snprintf(exe, sizeof(exe), "%s", gs_test_build_path("server/graphserve"));
+    snprintf(model, sizeof(model), "%s", gs_test_shared_path("models/stories260K.gguf"));
+    cr_assert(asprintf(&cmd, "%s serve -m '%s' --port 0 --chat-template-file '%s'", exe, model,
+                       path) > 0);
+    int rc = gs_test_run(cmd, 1, &out);
+    cr_expect_neq(rc, 0, "a template that does not parse was served: %s", out);
+    cr_expect(strstr(out, path) && strstr(out, ": line ") && strstr(out, ", column "), "%s", out);
+    free(out);
+    free(cmd);
+    cr_assert(asprintf(&cmd, "%s serve -m '%s' --port 0 --chat-template-file '%s' "
+                             "--chat-template chatml",
+                       exe, model, path) > 0);
+    rc = gs_test_run(cmd, 1, &out);
+    cr_expect_neq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "choose one"), "%s", out);
+    free(out);
+    free(cmd);
+}
