@@ -71,7 +71,9 @@ def proc_sample(pid):
 
     Connections are counted apart: one the daemon has just answered and
     closed stays in its table until its event loop next runs, so the total
-    depends on timing by one; everything else must not change."""
+    depends on timing by one; everything else must not change. A connection is
+    its TCP socket and the two ends of the socketpair that relay it to
+    libmicrohttpd (server/tls.h), the daemon's only Unix sockets."""
     rss = -1
     with open('/proc/%d/status' % pid) as f:
         for line in f:
@@ -89,6 +91,14 @@ def proc_sample(pid):
                         conns.add(fields[9])
         except OSError:
             pass
+    try:
+        with open('/proc/%d/net/unix' % pid) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if len(fields) >= 7:
+                    conns.add(fields[6])  # the inode
+    except OSError:
+        pass
     n_fds = n_conns = 0
     for fd in os.listdir('/proc/%d/fd' % pid):
         try:
