@@ -6,6 +6,8 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -63,6 +65,39 @@ static bool cpu_has_f16c(void)
 }
 #endif
 
+static const char *const isa_names[GS_CPU_ISA_COUNT] = {"scalar", "avx2", "avx2-vnni", "neon",
+                                                         "neon-dotprod"};
+
+/*
+ * GS_CPU_ISA_MAX=NAME (scalar, avx2, avx2-vnni, neon, neon-dotprod) runs this
+ * process as a CPU whose best instruction set is NAME would: the sets above it
+ * are not used, not even by the tests that compare every set this CPU has. It
+ * is how an AVX-512 machine runs the test suite as an AVX2-only one does. A
+ * name this CPU cannot run is a setup error, reported and fatal: quietly
+ * running other kernels would make the check a lie.
+ */
+static void cap_isa(void)
+{
+    const char *cap = getenv("GS_CPU_ISA_MAX");
+    if (!cap || !*cap)
+        return;
+    int want = -1;
+    for (int i = 0; i < GS_CPU_ISA_COUNT; i++)
+        if (!strcmp(cap, isa_names[i]))
+            want = i;
+    if (want < 0 || !isa_ok[want]) {
+        fprintf(stderr, "graphserve: GS_CPU_ISA_MAX=%s is not an instruction set this CPU runs "
+                        "(it runs up to %s)\n",
+                cap, isa_names[isa_best]);
+        abort();
+    }
+    for (int i = want + 1; i < GS_CPU_ISA_COUNT; i++)
+        isa_ok[i] = false;
+    isa_best = (enum gs_cpu_isa)want;
+    if (want == GS_CPU_ISA_SCALAR)
+        helpers = helpers_scalar;
+}
+
 static void detect(void)
 {
     helpers = helpers_scalar;
@@ -102,6 +137,7 @@ static void detect(void)
     }
     gs_cpu__helpers_neon_fill(&helpers); /* rounding, SwiGLU, softmax stay scalar */
 #endif
+    cap_isa();
 }
 
 enum gs_cpu_isa gs_cpu_isa_best(void)
@@ -112,9 +148,7 @@ enum gs_cpu_isa gs_cpu_isa_best(void)
 
 const char *gs_cpu_isa_name(enum gs_cpu_isa isa)
 {
-    static const char *const names[GS_CPU_ISA_COUNT] = {"scalar", "avx2", "avx2-vnni", "neon",
-                                                         "neon-dotprod"};
-    return (unsigned)isa < GS_CPU_ISA_COUNT ? names[isa] : "unknown";
+    return (unsigned)isa < GS_CPU_ISA_COUNT ? isa_names[isa] : "unknown";
 }
 
 const struct gs_cpu_kernels *gs_cpu_kernels_for(enum gs_cpu_isa isa, enum gs_type t)
