@@ -302,11 +302,10 @@ static enum gs_status w_arch_f32(struct gs_gguf_writer *w, const struct synth_cf
 static enum gs_status add_metadata(struct gs_gguf_writer *w, const struct synth_cfg *c)
 {
     char name[160];
-    /* Llama files keep the name they always had, so their sizes do not move. */
-    bool llama = !strcmp(c->arch->name, "llama");
-    snprintf(name, sizeof(name), "graphserve synth %s%s%" PRId64 "x%" PRId64 " %s (random weights)",
-             llama ? "" : c->arch->name, llama ? "" : " ", c->n_embd, c->n_layer,
-             gs_type_name(c->type));
+    /* No family in the name: llama.cpp's vocabulary loader treats a name containing "phi3"
+     * as Phi-3's own tokenizer and looks for tokens this vocabulary does not have. */
+    snprintf(name, sizeof(name), "graphserve synth %" PRId64 "x%" PRId64 " %s (random weights)",
+             c->n_embd, c->n_layer, gs_type_name(c->type));
     enum gs_status rc = GS_OK;
     rc |= gs_gguf_w_str(w, "general.architecture", c->arch->name);
     rc |= gs_gguf_w_str(w, "general.name", name);
