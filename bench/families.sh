@@ -1,10 +1,12 @@
 #!/bin/sh
 # bench/families.sh - one `graphserve synth` model per supported family at a
 # realistic small shape, at reduced depth, measured with bench/best_of.sh's
-# method: graphserve bench and llama-bench (LLAMA_BENCH) alternated N times on
-# the same file, best tokens/s of each kept. Prints markdown: per family and
-# type, pp512 and tg128 for both, their ratios, and each ratio relative to the
-# llama baseline's ratio of the same type (1.00: the family keeps llama's
+# method: graphserve bench and llama-bench (LLAMA_BENCH) alternated on the
+# same file, best tokens/s of each kept. The N rounds go over every model in
+# turn (one best_of.sh run per model per round), so that the baseline and each
+# family see the same spread of the machine's load. Prints markdown: per family
+# and type, pp512 and tg128 for both, their ratios, and each ratio relative to
+# the llama baseline's ratio of the same type (1.00: the family keeps llama's
 # standing against llama.cpp).
 #
 # usage: LLAMA_BENCH=/path/llama-bench bench/families.sh BUILD_DIR [OUT_DIR]
@@ -57,18 +59,35 @@ for type in $TYPES; do
         f="$OUT/$fam-$N_LAYER-$type.gguf"
         [ -f "$f" ] || "$GS" synth -o "$f" $(shape_args "$fam") --n-layer "$N_LAYER" \
             --n-vocab 32000 --type "$type" >/dev/null 2>&1
-        mib=$(du -m "$f" | cut -f1)
-        # best_of.sh prints | file | gs pp | llama pp | ratio | gs tg | llama tg | ratio |
-        "$HERE/best_of.sh" "$BUILD" "$f" "$N" "$THREADS" |
-            awk -F'|' -v fam="$fam" -v type="$type" -v mib="$mib" \
-                '{ gsub(/ /, ""); print fam, type, mib, $3, $4, $6, $7 }' >>"$rows"
     done
+done
+round=0
+while [ $round -lt "$N" ]; do
+    for type in $TYPES; do
+        for fam in $FAMILIES; do
+            f="$OUT/$fam-$N_LAYER-$type.gguf"
+            mib=$(du -m "$f" | cut -f1)
+            # best_of.sh prints | file | gs pp | llama pp | ratio | gs tg | llama tg | ratio |;
+            # each round's figures also go to stderr, to show the spread.
+            "$HERE/best_of.sh" "$BUILD" "$f" 1 "$THREADS" |
+                awk -F'|' -v fam="$fam" -v type="$type" -v mib="$mib" \
+                    '{ gsub(/ /, ""); print fam, type, mib, $3, $4, $6, $7 }' | tee -a "$rows" >&2
+        done
+    done
+    round=$((round + 1))
 done
 echo "end: $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 python3 - "$rows" <<'EOF'
 import sys
-rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+best = {}
+for l in open(sys.argv[1]):
+    if not l.strip():
+        continue
+    fam, typ, mib, *v = l.split()
+    old = best.get((fam, typ), (mib, 0, 0, 0, 0))
+    best[(fam, typ)] = (mib,) + tuple(max(float(a), float(b)) for a, b in zip(old[1:], v))
+rows = [(f, t) + v for (f, t), v in best.items()]
 base = {r[1]: (float(r[3]) / float(r[4]), float(r[5]) / float(r[6])) for r in rows if r[0] == "llama"}
 print("| family | type | MiB | pp512 graphserve | pp512 llama.cpp | pp ratio | vs llama's | "
       "tg128 graphserve | tg128 llama.cpp | tg ratio | vs llama's |")
