@@ -1,12 +1,17 @@
 /*
- * server/cmd/synth.c - `graphserve synth`: writes a Llama-architecture GGUF
- * with RANDOM weights at any shape and in any weight type that has a
- * quantizer, with a byte-level vocabulary.
+ * server/cmd/synth.c - `graphserve synth`: writes a GGUF of any supported
+ * architecture (llama, qwen2, qwen3, phi3, gemma2, gemma3) with RANDOM weights
+ * at any shape and in any weight type that has a quantizer, with a byte-level
+ * vocabulary.
  *
  * It exists so that graphserve can run, test and benchmark realistic shapes on
  * a machine that has nothing but the repository: no downloads. Its output is
  * noise, and every place that shows such a model says so (general.name and
  * general.description carry "random weights").
+ *
+ * Architectures: each family's tensors and keys as engine/models/decoder.c and
+ * the family's gs_block_desc read them, and as llama.cpp's loaders read them,
+ * so that both run the same file (struct synth_arch below).
  *
  * Weights: matrices ~ N(0, init_std) (init_std = 0.02 by default, as common
  * Llama initialisations use), norm weights ~ 1 + N(0, 0.02), so that
@@ -33,10 +38,14 @@
 static const char usage[] =
     "-o FILE [options]\n"
     "  -o, --output FILE     where to write the model\n"
+    "  --arch A              llama (default), qwen2, qwen3, phi3, gemma2, gemma3: each\n"
+    "                        family's tensors and keys (gemma2 is always --tied)\n"
     "  --n-embd N            embedding width (default 64)\n"
     "  --n-layer N           transformer blocks (default 2)\n"
     "  --n-head N            attention heads (default 4)\n"
     "  --n-head-kv N         key/value heads, divides n-head (default = n-head)\n"
+    "  --head-dim N          head size, written as attention.key_length/value_length\n"
+    "                        (default n-embd / n-head; llama, qwen3, gemma2, gemma3)\n"
     "  --n-ff N              feed-forward width (default 4 * n-embd rounded to 32)\n"
     "  --n-vocab N           vocabulary size, >= 259 (default 259)\n"
     "  --n-ctx N             context length recorded in the file (default 512)\n"
@@ -45,13 +54,55 @@ static const char usage[] =
     "  --output-type T       type of output.weight (default: from --type)\n"
     "  --tied                no output.weight: the output reuses token_embd\n"
     "  --rope-base F         RoPE frequency base (default 10000)\n"
+    "  --sliding-window N    gemma2/gemma3 attention.sliding_window, 0 for none\n"
+    "                        (default 4096 for gemma2, 512 for gemma3)\n"
     "  --init-std F          standard deviation of matrix weights (default 0.02)\n"
     "  --seed N              random seed (default 1)\n"
     "Weights are random: the model produces noise. It is for tests and benchmarks.\n";
 
+/*
+ * What a family's loader reads beyond Llama's block (engine/models/<arch>.c,
+ * and llama.cpp's src/models/<arch>.cpp for the same file).
+ */
+struct synth_arch {
+    const char *name;       /* general.architecture and the keys' prefix */
+    bool qkv_bias;          /* blk.N.attn_{q,k,v}.bias */
+    bool qkv_fused;         /* one blk.N.attn_qkv.weight: q rows, then k, then v */
+    bool ffn_fused;         /* blk.N.ffn_up.weight holds the gate's rows, then the up rows */
+    bool qk_norm;           /* blk.N.attn_{q,k}_norm.weight [head_dim] */
+    bool post_norms;        /* blk.N.post_attention_norm.weight, blk.N.post_ffw_norm.weight */
+    bool softcaps;          /* attn_logit_softcapping 50, final_logit_softcapping 30 */
+    bool rope_base_swa;     /* rope.freq_base_swa for the sliding layers */
+    int64_t window_default; /* attention.sliding_window; 0: the family has none */
+    bool tied_only;         /* llama.cpp reads the output from token_embd whatever the file has */
+    bool head_dim_free;     /* q may be n_head * head_dim wide, not n_embd (llama.cpp agrees) */
+};
+
+static const struct synth_arch archs[] = {
+    {.name = "llama", .head_dim_free = true},
+    {.name = "qwen2", .qkv_bias = true},
+    {.name = "qwen3", .qk_norm = true, .head_dim_free = true},
+    {.name = "phi3", .qkv_fused = true, .ffn_fused = true},
+    {.name = "gemma2",
+     .post_norms = true,
+     .softcaps = true,
+     .window_default = 4096,
+     .tied_only = true,
+     .head_dim_free = true},
+    {.name = "gemma3",
+     .qk_norm = true,
+     .post_norms = true,
+     .rope_base_swa = true,
+     .window_default = 512,
+     .head_dim_free = true},
+};
+
 struct synth_cfg {
     const char *out;
+    const struct synth_arch *arch;
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+    int64_t head_dim;       /* 0: n_embd / n_head, and no key_length key */
+    int64_t sliding_window; /* -1: the family's default; 0: no key */
     enum gs_type type;      /* matrices */
     enum gs_type out_type;  /* output.weight */
     enum gs_type down_type; /* ffn_down */
@@ -226,30 +277,65 @@ out:
     return rc;
 }
 
+static int64_t head_dim(const struct synth_cfg *c)
+{
+    return c->head_dim ? c->head_dim : c->n_embd / c->n_head;
+}
+
+/* Writes the u32 or f32 key "<arch>.<suffix>". */
+static enum gs_status w_arch_u32(struct gs_gguf_writer *w, const struct synth_cfg *c,
+                                 const char *suffix, int64_t v)
+{
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", c->arch->name, suffix);
+    return gs_gguf_w_u32(w, key, (uint32_t)v);
+}
+
+static enum gs_status w_arch_f32(struct gs_gguf_writer *w, const struct synth_cfg *c,
+                                 const char *suffix, double v)
+{
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", c->arch->name, suffix);
+    return gs_gguf_w_f32(w, key, (float)v);
+}
+
 static enum gs_status add_metadata(struct gs_gguf_writer *w, const struct synth_cfg *c)
 {
     char name[160];
-    snprintf(name, sizeof(name),
-             "graphserve synth %" PRId64 "x%" PRId64 " %s (random weights)", c->n_embd,
-             c->n_layer, gs_type_name(c->type));
-    int64_t head_dim = c->n_embd / c->n_head;
+    /* No family in the name: llama.cpp's vocabulary loader treats a name containing "phi3"
+     * as Phi-3's own tokenizer and looks for tokens this vocabulary does not have. */
+    snprintf(name, sizeof(name), "graphserve synth %" PRId64 "x%" PRId64 " %s (random weights)",
+             c->n_embd, c->n_layer, gs_type_name(c->type));
     enum gs_status rc = GS_OK;
-    rc |= gs_gguf_w_str(w, "general.architecture", "llama");
+    rc |= gs_gguf_w_str(w, "general.architecture", c->arch->name);
     rc |= gs_gguf_w_str(w, "general.name", name);
     rc |= gs_gguf_w_str(w, "general.description",
                         "Random weights written by graphserve synth: for tests and benchmarks, "
                         "its output is noise.");
     rc |= gs_gguf_w_u32(w, "general.alignment", GS_GGUF_DEFAULT_ALIGNMENT);
-    rc |= gs_gguf_w_u32(w, "llama.context_length", (uint32_t)c->n_ctx);
-    rc |= gs_gguf_w_u32(w, "llama.embedding_length", (uint32_t)c->n_embd);
-    rc |= gs_gguf_w_u32(w, "llama.block_count", (uint32_t)c->n_layer);
-    rc |= gs_gguf_w_u32(w, "llama.feed_forward_length", (uint32_t)c->n_ff);
-    rc |= gs_gguf_w_u32(w, "llama.attention.head_count", (uint32_t)c->n_head);
-    rc |= gs_gguf_w_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_head_kv);
-    rc |= gs_gguf_w_u32(w, "llama.rope.dimension_count", (uint32_t)head_dim);
-    rc |= gs_gguf_w_u32(w, "llama.vocab_size", (uint32_t)c->n_vocab);
-    rc |= gs_gguf_w_f32(w, "llama.rope.freq_base", (float)c->rope_base);
-    rc |= gs_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    rc |= w_arch_u32(w, c, "context_length", c->n_ctx);
+    rc |= w_arch_u32(w, c, "embedding_length", c->n_embd);
+    rc |= w_arch_u32(w, c, "block_count", c->n_layer);
+    rc |= w_arch_u32(w, c, "feed_forward_length", c->n_ff);
+    rc |= w_arch_u32(w, c, "attention.head_count", c->n_head);
+    rc |= w_arch_u32(w, c, "attention.head_count_kv", c->n_head_kv);
+    if (c->head_dim) {
+        rc |= w_arch_u32(w, c, "attention.key_length", c->head_dim);
+        rc |= w_arch_u32(w, c, "attention.value_length", c->head_dim);
+    }
+    rc |= w_arch_u32(w, c, "rope.dimension_count", head_dim(c));
+    rc |= w_arch_u32(w, c, "vocab_size", c->n_vocab);
+    rc |= w_arch_f32(w, c, "rope.freq_base", c->rope_base);
+    rc |= w_arch_f32(w, c, "attention.layer_norm_rms_epsilon", 1e-5);
+    if (c->arch->softcaps) {
+        /* Gemma 2's released values (the loaders' defaults too). */
+        rc |= w_arch_f32(w, c, "attn_logit_softcapping", 50.0);
+        rc |= w_arch_f32(w, c, "final_logit_softcapping", 30.0);
+    }
+    if (c->sliding_window > 0)
+        rc |= w_arch_u32(w, c, "attention.sliding_window", c->sliding_window);
+    if (c->arch->rope_base_swa && c->sliding_window > 0)
+        rc |= w_arch_f32(w, c, "rope.freq_base_swa", 10000.0);
     return rc ? GS_NOMEM : GS_OK;
 }
 
@@ -260,7 +346,8 @@ static enum gs_status write_model(const struct synth_cfg *c, struct gs_err *err)
     if (rc)
         return rc;
     struct rng r = {.s = c->seed};
-    int64_t e = c->n_embd, hd = c->n_embd / c->n_head, kv = hd * c->n_head_kv;
+    const struct synth_arch *a = c->arch;
+    int64_t e = c->n_embd, hd = head_dim(c), q = hd * c->n_head, kv = hd * c->n_head_kv;
     rc = add_metadata(w, c);
     if (rc)
         gs_err_set(err, rc, "no memory for metadata");
@@ -274,25 +361,37 @@ static enum gs_status write_model(const struct synth_cfg *c, struct gs_err *err)
     if (!rc && !c->tied)
         rc = add_tensor(w, c, &r, "output.weight", c->out_type, e, c->n_vocab, FILL_MATRIX, err);
     for (int64_t l = 0; l < c->n_layer && !rc; l++) {
+        /* Llama's tensors keep their order, so a llama file is the one it always was. */
         const struct {
             const char *name;
             enum gs_type type;
             int64_t ne0, ne1;
             enum fill fill;
+            bool on;
         } blk[] = {
-            {"attn_norm", GS_TYPE_F32, e, 1, FILL_NORM},
-            {"attn_q", c->type, e, e, FILL_MATRIX},
-            {"attn_k", c->type, e, kv, FILL_MATRIX},
-            {"attn_v", c->type, e, kv, FILL_MATRIX},
-            {"attn_output", c->type, e, e, FILL_MATRIX},
-            {"ffn_norm", GS_TYPE_F32, e, 1, FILL_NORM},
-            {"ffn_gate", c->type, e, c->n_ff, FILL_MATRIX},
-            {"ffn_up", c->type, e, c->n_ff, FILL_MATRIX},
-            {"ffn_down", c->down_type, c->n_ff, e, FILL_MATRIX},
+            {"attn_norm.weight", GS_TYPE_F32, e, 1, FILL_NORM, true},
+            {"attn_qkv.weight", c->type, e, q + 2 * kv, FILL_MATRIX, a->qkv_fused},
+            {"attn_q.weight", c->type, e, q, FILL_MATRIX, !a->qkv_fused},
+            {"attn_k.weight", c->type, e, kv, FILL_MATRIX, !a->qkv_fused},
+            {"attn_v.weight", c->type, e, kv, FILL_MATRIX, !a->qkv_fused},
+            {"attn_q.bias", GS_TYPE_F32, q, 1, FILL_MATRIX, a->qkv_bias},
+            {"attn_k.bias", GS_TYPE_F32, kv, 1, FILL_MATRIX, a->qkv_bias},
+            {"attn_v.bias", GS_TYPE_F32, kv, 1, FILL_MATRIX, a->qkv_bias},
+            {"attn_q_norm.weight", GS_TYPE_F32, hd, 1, FILL_NORM, a->qk_norm},
+            {"attn_k_norm.weight", GS_TYPE_F32, hd, 1, FILL_NORM, a->qk_norm},
+            {"attn_output.weight", c->type, q, e, FILL_MATRIX, true},
+            {"post_attention_norm.weight", GS_TYPE_F32, e, 1, FILL_NORM, a->post_norms},
+            {"ffn_norm.weight", GS_TYPE_F32, e, 1, FILL_NORM, true},
+            {"ffn_gate.weight", c->type, e, c->n_ff, FILL_MATRIX, !a->ffn_fused},
+            {"ffn_up.weight", c->type, e, (a->ffn_fused ? 2 : 1) * c->n_ff, FILL_MATRIX, true},
+            {"ffn_down.weight", c->down_type, c->n_ff, e, FILL_MATRIX, true},
+            {"post_ffw_norm.weight", GS_TYPE_F32, e, 1, FILL_NORM, a->post_norms},
         };
         for (size_t i = 0; i < GS_ARRAY_LEN(blk) && !rc; i++) {
+            if (!blk[i].on)
+                continue;
             char name[64];
-            snprintf(name, sizeof(name), "blk.%" PRId64 ".%s.weight", l, blk[i].name);
+            snprintf(name, sizeof(name), "blk.%" PRId64 ".%s", l, blk[i].name);
             rc = add_tensor(w, c, &r, name, blk[i].type, blk[i].ne0, blk[i].ne1, blk[i].fill,
                             err);
         }
@@ -321,26 +420,51 @@ static bool parse_type(const char *s, struct synth_cfg *c)
     return true;
 }
 
+static const struct synth_arch *find_arch(const char *name)
+{
+    for (size_t i = 0; i < GS_ARRAY_LEN(archs); i++)
+        if (!strcmp(archs[i].name, name))
+            return &archs[i];
+    return NULL;
+}
+
 static int check_shape(const struct synth_cfg *c)
 {
-    if (c->n_embd % c->n_head)
+    if (!c->head_dim && c->n_embd % c->n_head)
         return gs_cli_fail("synth", "--n-head %" PRId64 " does not divide --n-embd %" PRId64,
                            c->n_head, c->n_embd);
     if (c->n_head % c->n_head_kv)
         return gs_cli_fail("synth", "--n-head-kv %" PRId64 " does not divide --n-head %" PRId64,
                            c->n_head_kv, c->n_head);
-    if ((c->n_embd / c->n_head) % 2)
-        return gs_cli_fail("synth", "head size %" PRId64 " must be even for RoPE",
-                           c->n_embd / c->n_head);
+    if (head_dim(c) % 2)
+        return gs_cli_fail("synth", "head size %" PRId64 " must be even for RoPE", head_dim(c));
+    /* llama.cpp reads these families' q and output projections as [n_embd x n_embd]. */
+    if (!c->arch->head_dim_free && c->head_dim && c->head_dim * c->n_head != c->n_embd)
+        return gs_cli_fail("synth",
+                           "--head-dim %" PRId64 ": %s needs n-head x head-dim = n-embd %" PRId64,
+                           c->head_dim, c->arch->name, c->n_embd);
+    if (c->sliding_window > 0 && !c->arch->window_default)
+        return gs_cli_fail("synth", "--sliding-window: %s has no sliding window", c->arch->name);
     return 0;
 }
 
 int gs_cmd_synth(int argc, char **argv)
 {
-    struct synth_cfg c = {.n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 0, .n_ff = 0,
-                          .n_vocab = N_BYTE_VOCAB, .n_ctx = 512, .type = GS_TYPE_F32,
-                          .out_type = GS_TYPE_F32, .down_type = GS_TYPE_F32,
-                          .embd_type = GS_TYPE_F32, .rope_base = 10000.0, .init_std = 0.02,
+    struct synth_cfg c = {.arch = &archs[0],
+                          .n_embd = 64,
+                          .n_layer = 2,
+                          .n_head = 4,
+                          .n_head_kv = 0,
+                          .n_ff = 0,
+                          .sliding_window = -1,
+                          .n_vocab = N_BYTE_VOCAB,
+                          .n_ctx = 512,
+                          .type = GS_TYPE_F32,
+                          .out_type = GS_TYPE_F32,
+                          .down_type = GS_TYPE_F32,
+                          .embd_type = GS_TYPE_F32,
+                          .rope_base = 10000.0,
+                          .init_std = 0.02,
                           .seed = 1};
     const char *out_type = NULL;
     for (int i = 1; i < argc; i++) {
@@ -357,6 +481,12 @@ int gs_cmd_synth(int argc, char **argv)
             return gs_cli_usage("synth", usage);
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             c.out = v;
+        } else if (!strcmp(a, "--arch")) {
+            if (!(c.arch = find_arch(v)))
+                return gs_cli_fail("synth",
+                                   "--arch '%s': not one of llama qwen2 qwen3 phi3 "
+                                   "gemma2 gemma3",
+                                   v);
         } else if (!strcmp(a, "--type")) {
             if (!parse_type(v, &c))
                 return 2;
@@ -378,6 +508,8 @@ int gs_cmd_synth(int argc, char **argv)
                 {"--n-layer", offsetof(struct synth_cfg, n_layer), 1, 1024},
                 {"--n-head", offsetof(struct synth_cfg, n_head), 1, 1024},
                 {"--n-head-kv", offsetof(struct synth_cfg, n_head_kv), 1, 1024},
+                {"--head-dim", offsetof(struct synth_cfg, head_dim), 2, 4096},
+                {"--sliding-window", offsetof(struct synth_cfg, sliding_window), 0, 1 << 24},
                 {"--n-ff", offsetof(struct synth_cfg, n_ff), 1, 1 << 20},
                 {"--n-vocab", offsetof(struct synth_cfg, n_vocab), N_BYTE_VOCAB, 1 << 22},
                 {"--n-ctx", offsetof(struct synth_cfg, n_ctx), 1, 1 << 24},
@@ -398,6 +530,10 @@ int gs_cmd_synth(int argc, char **argv)
         return gs_cli_usage("synth", usage);
     if (!c.n_head_kv)
         c.n_head_kv = c.n_head;
+    if (c.sliding_window < 0)
+        c.sliding_window = c.arch->window_default;
+    if (c.arch->tied_only)
+        c.tied = true;
     if (!c.n_ff)
         c.n_ff = (4 * c.n_embd + 31) / 32 * 32;
     if (out_type) {
@@ -414,10 +550,10 @@ int gs_cmd_synth(int argc, char **argv)
     if (write_model(&c, &err))
         return gs_cli_fail("synth", "%s", err.msg);
     fprintf(stderr,
-            "graphserve synth: wrote %s (n_embd %" PRId64 ", %" PRId64 " layers, %" PRId64
-            " heads, %" PRId64 " kv heads, ffn %" PRId64 ", vocab %" PRId64
+            "graphserve synth: wrote %s (%s, n_embd %" PRId64 ", %" PRId64 " layers, %" PRId64
+            " heads, %" PRId64 " kv heads, head %" PRId64 ", ffn %" PRId64 ", vocab %" PRId64
             ", %s) in %.1f s. Its weights are random: the model produces noise.\n",
-            c.out, c.n_embd, c.n_layer, c.n_head, c.n_head_kv, c.n_ff, c.n_vocab,
-            gs_type_name(c.type), (gs_now_ms() - t0) / 1000.0);
+            c.out, c.arch->name, c.n_embd, c.n_layer, c.n_head, c.n_head_kv, head_dim(&c), c.n_ff,
+            c.n_vocab, gs_type_name(c.type), (gs_now_ms() - t0) / 1000.0);
     return 0;
 }

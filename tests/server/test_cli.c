@@ -133,6 +133,89 @@ Test(cli_synth, refuses_inconsistent_shapes)
     free(out);
 }
 
+/* The greedy tokens of `run` on one backend, as a JSON array (caller decrefs). */
+static json_t *greedy_tokens(const char *model, const char *backend)
+{
+    char *out;
+    int rc = run(&out, "run -m %s -p 'Once upon a time there was' -n 8 --backend %s --json", model,
+                 backend);
+    cr_assert_eq(rc, 0, "%s: %s", backend, out);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert_not_null(j, "not JSON: %s", out);
+    json_t *toks = json_incref(json_object_get(j, "output_tokens"));
+    cr_assert_eq(json_array_size(toks), 8, "%s", out);
+    json_decref(j);
+    free(out);
+    return toks;
+}
+
+/* Every --arch writes the tensors and keys its family's loader reads: inspect
+ * says the file is supported, and a short greedy run gives the same tokens on
+ * ref and cpu. The window of 4 slides within the prompt; the head size of 24
+ * does not divide n_embd, so key_length must be what the loader uses. */
+Test(cli_synth, writes_every_family_that_loads_on_both_backends)
+{
+    static const struct {
+        const char *arch, *args;
+        const char *tensor; /* one tensor only this family has */
+        int64_t ne0, ne1;
+    } fams[] = {
+        {"llama", "", "blk.1.ffn_gate.weight", 64, 128},
+        {"qwen2", "", "blk.1.attn_k.bias", 32, 1},
+        {"qwen3", "--head-dim 24", "blk.1.attn_q_norm.weight", 24, 1},
+        {"phi3", "", "blk.1.attn_qkv.weight", 64, 64 + 2 * 32},
+        {"gemma2", "--head-dim 24 --sliding-window 4", "blk.1.post_ffw_norm.weight", 64, 1},
+        {"gemma3", "--head-dim 24 --sliding-window 4", "blk.1.attn_k_norm.weight", 24, 1},
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(fams); i++) {
+        char path[4200];
+        snprintf(path, sizeof(path), "%s/%s.gguf", gs_test_tmpdir(), fams[i].arch);
+        char *out;
+        cr_assert_eq(run(&out,
+                         "synth -o %s --arch %s --n-embd 64 --n-layer 2 --n-head 4 "
+                         "--n-head-kv 2 --n-ff 128 --n-vocab 300 %s",
+                         path, fams[i].arch, fams[i].args),
+                     0, "%s: %s", fams[i].arch, out);
+        free(out);
+        cr_assert_eq(run(&out, "inspect %s", path), 0, "%s", out);
+        char want[64];
+        snprintf(want, sizeof(want), "arch:      %s (supported)", fams[i].arch);
+        cr_assert(strstr(out, want), "%s", out);
+        free(out);
+
+        struct gs_gguf *g;
+        struct gs_err err;
+        cr_assert_eq(gs_gguf_open(path, &g, &err), GS_OK, "%s", err.msg);
+        const struct gs_gguf_tensor *t = gs_gguf_find_tensor(g, fams[i].tensor);
+        cr_assert_not_null(t, "%s: no %s", fams[i].arch, fams[i].tensor);
+        cr_assert_eq(t->ne[0], fams[i].ne0, "%s", fams[i].tensor);
+        cr_assert_eq(t->ne[1], fams[i].ne1, "%s", fams[i].tensor);
+        /* llama.cpp reads Gemma 2's output from token_embd whatever the file has. */
+        if (!strcmp(fams[i].arch, "gemma2"))
+            cr_assert_null(gs_gguf_find_tensor(g, "output.weight"));
+        gs_gguf_close(g);
+
+        json_t *ref = greedy_tokens(path, "ref"), *cpu = greedy_tokens(path, "cpu");
+        cr_assert(json_equal(ref, cpu), "%s: cpu's greedy tokens differ from ref's", fams[i].arch);
+        json_decref(ref);
+        json_decref(cpu);
+    }
+}
+
+Test(cli_synth, refuses_a_head_size_the_family_cannot_hold)
+{
+    char *out;
+    cr_assert_eq(run(&out, "synth -o /dev/null --arch qwen2 --head-dim 32"), 1);
+    cr_assert(strstr(out, "--head-dim 32: qwen2 needs n-head x head-dim"), "%s", out);
+    free(out);
+    cr_assert_eq(run(&out, "synth -o /dev/null --arch phi3 --sliding-window 8"), 1);
+    cr_assert(strstr(out, "phi3 has no sliding window"), "%s", out);
+    free(out);
+    cr_assert_eq(run(&out, "synth -o /dev/null --arch mamba"), 1);
+    cr_assert(strstr(out, "--arch 'mamba'"), "%s", out);
+    free(out);
+}
+
 /* inspect --json on a real model: metadata, tensor table and the digest. */
 Test(cli_inspect, json_lists_metadata_tensors_and_sha256)
 {
