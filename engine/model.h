@@ -160,6 +160,12 @@ struct gs_block_desc {
     float query_scale; /* the query scale itself (Gemma 3n: 1); 0: the rule above */
 };
 
+/* Layer l's rope and attention parameters from the hyperparameters: its rope base
+ * and scale (a sliding layer's own), the query scale, the soft-cap, its window, and
+ * ap->layer = l (a builder whose layer reads another's cache changes it). */
+void gs_model_layer_params(const struct gs_model_hparams *hp, uint32_t l,
+                           struct gs_rope_params *rp, struct gs_attn_params *ap);
+
 /* Reads and checks the hyperparameters every family shares and the description's
  * variants into m->hp (a builder that is not the shared decoder starts with it).
  * feed_forward_length may be one width per layer (m->n_ff_layer). */

@@ -203,6 +203,9 @@ void gs_srv__route_allow(const char *path, char *out, size_t cap);
 
 /* http.c: responses and connection control */
 enum MHD_Result gs_srv__respond_json(struct gs_srv_req *r, unsigned status, json_t *body);
+/* What the request parsers may accept from this server's limits (model.tok must be set). */
+struct gs_srv_parse_limits gs_srv__parse_limits(const struct gs_srv *s);
+
 /* The CORS headers of r's answer (none unless its Origin is configured). */
 void gs_srv__cors_headers(const struct gs_srv_req *r, struct MHD_Response *resp);
 /* Whether a request naming model `name` (NULL: none named) is for this server. */

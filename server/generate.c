@@ -357,8 +357,8 @@ static void check_backlog(struct gs_srv_req *r)
     uint64_t cap = s->cfg.limits.max_stream_buffer_bytes;
     if (!r->streaming || r->slow_reader || r->stream_end || !cap || r->out.len <= cap)
         return;
-    gs_log(GS_LOG_WARN, "slow_reader", "id=%s queued_bytes=%zu max_stream_buffer_bytes=%llu",
-           r->id, r->out.len, (unsigned long long)cap);
+    gs_log(GS_LOG_WARN, "slow_reader", "id=%s queued_bytes=%zu max_stream_buffer_bytes=%llu", r->id,
+           r->out.len, (unsigned long long)cap);
     r->slow_reader = true;
     s->metrics.slow_readers++;
     gs_srv__gen_cancel(r);
@@ -687,6 +687,19 @@ static enum MHD_Result start_stream(struct gs_srv_req *r)
     return ret;
 }
 
+struct gs_srv_parse_limits gs_srv__parse_limits(const struct gs_srv *s)
+{
+    const struct gs_srv_limits *l = &s->cfg.limits;
+    return (struct gs_srv_parse_limits){
+        .n_vocab = gs_tok_n_vocab(s->cfg.model.tok),
+        .max_tokens = l->max_tokens,
+        .max_n = l->max_n,
+        .max_stop = l->max_stop,
+        .max_stop_bytes = l->max_stop_bytes,
+        .jinja = s->jinja.tmpl != NULL,
+    };
+}
+
 enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r)
 {
     struct gs_srv *s = r->srv;
@@ -697,15 +710,7 @@ enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r)
                                      why[0] ? why : "not ready");
     if (!s->has_engine || !s->cfg.model.tok)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "no engine is running");
-    const struct gs_srv_limits *l = &s->cfg.limits;
-    struct gs_srv_parse_limits pl = {
-        .n_vocab = gs_tok_n_vocab(s->cfg.model.tok),
-        .max_tokens = l->max_tokens,
-        .max_n = l->max_n,
-        .max_stop = l->max_stop,
-        .max_stop_bytes = l->max_stop_bytes,
-        .jinja = s->jinja.tmpl != NULL,
-    };
+    const struct gs_srv_parse_limits pl = gs_srv__parse_limits(s);
     char param[64];
     struct gs_err err;
     enum gs_status st = gs_srv_gen_parse(r->body.p ? r->body.p : "", r->body.len, chat, &pl,

@@ -163,15 +163,7 @@ enum MHD_Result gs_srv__apply_template(struct gs_srv_req *r)
     struct gs_srv *s = r->srv;
     if (!s->cfg.model.tok)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "no tokenizer loaded");
-    const struct gs_srv_limits *l = &s->cfg.limits;
-    struct gs_srv_parse_limits pl = {
-        .n_vocab = gs_tok_n_vocab(s->cfg.model.tok),
-        .max_tokens = l->max_tokens,
-        .max_n = l->max_n,
-        .max_stop = l->max_stop,
-        .max_stop_bytes = l->max_stop_bytes,
-        .jinja = s->jinja.tmpl != NULL,
-    };
+    const struct gs_srv_parse_limits pl = gs_srv__parse_limits(s);
     char param[64];
     struct gs_err err;
     enum gs_status st = gs_srv_gen_parse(r->body.p ? r->body.p : "", r->body.len, true, &pl,

@@ -110,10 +110,11 @@ static enum gs_status read_variant_hparams(struct gs_model *m, const struct gs_b
         hp->query_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
     if (d->query_scale > 0)
         hp->query_scale = d->query_scale;
-    if ((d->attn_softcap && (st = read_softcap(m, "attn_logit_softcapping",
-                                               d->attn_softcap_default, &hp->attn_softcap, err))) ||
-        (d->final_softcap && (st = read_softcap(m, "final_logit_softcapping",
-                                                d->final_softcap_default, &hp->final_softcap, err))))
+    if ((d->attn_softcap && (st = read_softcap(m, "attn_logit_softcapping", d->attn_softcap_default,
+                                               &hp->attn_softcap, err))) ||
+        (d->final_softcap &&
+         (st = read_softcap(m, "final_logit_softcapping", d->final_softcap_default,
+                            &hp->final_softcap, err))))
         return st;
     hp->rope_freq_base_swa = hp->rope_freq_base;
     hp->swa_window = 0;
@@ -129,15 +130,14 @@ static enum gs_status read_variant_hparams(struct gs_model *m, const struct gs_b
                       err)))
         return st;
     if (hp->swa_window == 0 || hp->swa_window > INT32_MAX)
-        return gs_err_set(err, GS_FORMAT, "metadata '%s': %u is not a window", key,
-                          hp->swa_window);
+        return gs_err_set(err, GS_FORMAT, "metadata '%s': %u is not a window", key, hp->swa_window);
     hp->swa_period = d->swa_period;
     float base_def = d->swa_rope_base_default > 0 ? d->swa_rope_base_default : hp->rope_freq_base;
     if ((st = get_f32(m, "rope.freq_base_swa", true, base_def, &hp->rope_freq_base_swa, err)))
         return st;
     if (!(hp->rope_freq_base_swa > 0 && isfinite(hp->rope_freq_base_swa)))
-        return gs_err_set(err, GS_FORMAT, "metadata '%s.rope.freq_base_swa': %g is not positive",
-                          a, (double)hp->rope_freq_base_swa);
+        return gs_err_set(err, GS_FORMAT, "metadata '%s.rope.freq_base_swa': %g is not positive", a,
+                          (double)hp->rope_freq_base_swa);
     if (d->swa_rope_unscaled)
         hp->rope_freq_scale_swa = 1.0f;
     return GS_OK;
@@ -246,6 +246,29 @@ enum gs_status gs_model_read_hparams(struct gs_model *m, const struct gs_block_d
     return read_variant_hparams(m, d, err);
 }
 
+void gs_model_layer_params(const struct gs_model_hparams *hp, uint32_t l, struct gs_rope_params *rp,
+                           struct gs_attn_params *ap)
+{
+    const bool slides = gs_model_layer_slides(hp, l);
+    *rp = (struct gs_rope_params){
+        .n_head = (int32_t)hp->n_head,
+        .head_dim = (int32_t)hp->head_dim,
+        .n_rot = (int32_t)hp->n_rot,
+        .mode = hp->rope_mode,
+        .freq_base = slides ? hp->rope_freq_base_swa : hp->rope_freq_base,
+        .freq_scale = slides ? hp->rope_freq_scale_swa : hp->rope_freq_scale,
+    };
+    *ap = (struct gs_attn_params){
+        .layer = (int32_t)l,
+        .n_head = (int32_t)hp->n_head,
+        .n_head_kv = (int32_t)hp->n_head_kv,
+        .head_dim = (int32_t)hp->head_dim,
+        .scale = hp->query_scale,
+        .softcap = hp->attn_softcap,
+        .window = slides ? (int32_t)hp->swa_window : 0,
+    };
+}
+
 /* The weight blk.<l>.<suffix> of shape [ne0 x ne1], or GS_NODE_NONE when optional and absent. */
 static enum gs_status block_weight(struct gs_model *m, uint32_t l, const char *suffix, int64_t ne0,
                                    int64_t ne1, bool optional, uint32_t *id, struct gs_err *err)
@@ -315,24 +338,9 @@ static enum gs_status build_block(struct gs_model *m, const struct gs_block_desc
     if ((st = block_weight(m, l, "attn_norm.weight", hp->n_embd, 1, false, &attn_norm, err)) ||
         (st = qkv_weights(m, d, l, w_qkv, b_qkv, err)))
         return st;
-    const bool slides = gs_model_layer_slides(hp, l);
-    struct gs_rope_params rp = {
-        .n_head = (int32_t)hp->n_head,
-        .head_dim = (int32_t)hp->head_dim,
-        .n_rot = (int32_t)hp->n_rot,
-        .mode = hp->rope_mode,
-        .freq_base = slides ? hp->rope_freq_base_swa : hp->rope_freq_base,
-        .freq_scale = slides ? hp->rope_freq_scale_swa : hp->rope_freq_scale,
-    };
-    struct gs_attn_params ap = {
-        .layer = (int32_t)l,
-        .n_head = (int32_t)hp->n_head,
-        .n_head_kv = (int32_t)hp->n_head_kv,
-        .head_dim = (int32_t)hp->head_dim,
-        .scale = hp->query_scale,
-        .softcap = hp->attn_softcap,
-        .window = slides ? (int32_t)hp->swa_window : 0,
-    };
+    struct gs_rope_params rp;
+    struct gs_attn_params ap;
+    gs_model_layer_params(hp, l, &rp, &ap);
 
     if ((st = block_weight(m, l, "attn_output.weight", n_q, hp->n_embd, false, &attn_out, err)) ||
         (st = block_weight(m, l, "ffn_norm.weight", hp->n_embd, 1, false, &ffn_norm, err)))
@@ -341,8 +349,8 @@ static enum gs_status build_block(struct gs_model *m, const struct gs_block_desc
     if (d->ffn_gate_up_fused) {
         const int64_t rows[2] = {n_ff, n_ff};
         st = block_views(m, l, "ffn_up.weight", hp->n_embd, rows, 2, gate_up, err);
-    } else if (!(st = block_weight(m, l, "ffn_gate.weight", hp->n_embd, n_ff, false,
-                                   &gate_up[0], err))) {
+    } else if (!(st = block_weight(m, l, "ffn_gate.weight", hp->n_embd, n_ff, false, &gate_up[0],
+                                   err))) {
         st = block_weight(m, l, "ffn_up.weight", hp->n_embd, n_ff, false, &gate_up[1], err);
     }
     if (st || (st = block_weight(m, l, "ffn_down.weight", n_ff, hp->n_embd, false, &down, err)))
@@ -354,11 +362,10 @@ static enum gs_status build_block(struct gs_model *m, const struct gs_block_desc
          (st = block_weight(m, l, "attn_k_norm.weight", hp->head_dim, 1, false, &qk_norm[1], err))))
         return st;
     uint32_t post_norm[2] = {GS_NODE_NONE, GS_NODE_NONE};
-    if (d->post_norms &&
-        ((st = block_weight(m, l, "post_attention_norm.weight", hp->n_embd, 1, false, &post_norm[0],
-                            err)) ||
-         (st = block_weight(m, l, "post_ffw_norm.weight", hp->n_embd, 1, false, &post_norm[1],
-                            err))))
+    if (d->post_norms && ((st = block_weight(m, l, "post_attention_norm.weight", hp->n_embd, 1,
+                                             false, &post_norm[0], err)) ||
+                          (st = block_weight(m, l, "post_ffw_norm.weight", hp->n_embd, 1, false,
+                                             &post_norm[1], err))))
         return st;
 
     uint32_t h = gs_graph_name(g, gs_graph_rms_norm(g, *x, hp->rms_eps), "norm-%u", l);

@@ -84,8 +84,8 @@ static enum gs_status read_keys(struct g3n *b, struct gs_err *err)
         (st = key_u32(m, "attention.shared_kv_layers", false, 0, &shared, err)))
         return st;
     if (b->n_streams < 2 || b->n_streams > MAX_STREAMS)
-        return gs_err_set(err, GS_FORMAT, "metadata '%s.altup.num_inputs': %u streams (2 to %d)",
-                          a, b->n_streams, MAX_STREAMS);
+        return gs_err_set(err, GS_FORMAT, "metadata '%s.altup.num_inputs': %u streams (2 to %d)", a,
+                          b->n_streams, MAX_STREAMS);
     if (b->act >= b->n_streams)
         return gs_err_set(err, GS_FORMAT,
                           "metadata '%s.altup.active_idx': %u is not one of the %u streams", a,
@@ -131,8 +131,7 @@ static enum gs_status read_keys(struct g3n *b, struct gs_err *err)
     if ((kv = gs_gguf_find_kv(m->file, key))) {
         if (kv->type != GS_GGUF_ARRAY || kv->v.arr.type != GS_GGUF_BOOL ||
             kv->v.arr.n != hp->n_layer)
-            return gs_err_set(err, GS_FORMAT, "metadata '%s': must be %u bools", key,
-                              hp->n_layer);
+            return gs_err_set(err, GS_FORMAT, "metadata '%s': must be %u bools", key, hp->n_layer);
         for (uint32_t l = 0; l < hp->n_layer; l++)
             if ((((const uint8_t *)kv->v.arr.data)[l] != 0) != gs_model_layer_slides(hp, l))
                 return gs_err_set(err, GS_UNSUPPORTED,
@@ -187,9 +186,9 @@ static uint32_t modalities(struct g3n *b, uint32_t x, uint32_t router_norm, uint
 }
 
 struct layer_w {
-    uint32_t attn_norm, q, k, v, q_norm, k_norm, out, post_attn, ffn_norm, gate, up, down,
-        post_ffw, inp_gate, proj, post_norm, corr_coef, corr_scale, pred_coef, router,
-        router_norm, laurel_l, laurel_r, laurel_norm;
+    uint32_t attn_norm, q, k, v, q_norm, k_norm, out, post_attn, ffn_norm, gate, up, down, post_ffw,
+        inp_gate, proj, post_norm, corr_coef, corr_scale, pred_coef, router, router_norm, laurel_l,
+        laurel_r, laurel_norm;
 };
 
 static enum gs_status layer_weights(struct g3n *b, uint32_t l, struct layer_w *lw,
@@ -249,14 +248,13 @@ static enum gs_status build_layer(struct g3n *b, uint32_t l, uint32_t per_layer_
     enum gs_status st = layer_weights(b, l, &lw, err);
     if (st)
         return st;
-    const bool slides = gs_model_layer_slides(hp, l);
     const uint32_t src = kv_source(hp, l);
 
     /* AltUp predict, then the block on the active stream's prediction. */
     uint32_t mod = modalities(b, stream(b, *s, b->act), lw.router_norm, lw.router, l);
     uint32_t coefs = gs_graph_matmul(g, mod, lw.pred_coef);
-    uint32_t pred = gs_graph_name(
-        g, gs_graph_altup_predict(g, *s, coefs, (int32_t)b->n_streams), "predictions-%u", l);
+    uint32_t pred = gs_graph_name(g, gs_graph_altup_predict(g, *s, coefs, (int32_t)b->n_streams),
+                                  "predictions-%u", l);
     uint32_t active = gs_graph_name(g, stream(b, pred, b->act), "active_prediction-%u", l);
     uint32_t cur = norm(b, active, lw.attn_norm, "attn_norm", l);
 
@@ -264,34 +262,22 @@ static enum gs_status build_layer(struct g3n *b, uint32_t l, uint32_t per_layer_
     laurel = norm(b, laurel, lw.laurel_norm, "laurel_post_norm", l);
     laurel = gs_graph_name(g, gs_graph_add(g, laurel, cur), "laurel_out-%u", l);
 
-    struct gs_rope_params rp = {
-        .n_head = (int32_t)hp->n_head,
-        .head_dim = (int32_t)hp->head_dim,
-        .n_rot = (int32_t)hp->n_rot,
-        .mode = hp->rope_mode,
-        .freq_base = slides ? hp->rope_freq_base_swa : hp->rope_freq_base,
-        .freq_scale = slides ? hp->rope_freq_scale_swa : hp->rope_freq_scale,
-    };
-    struct gs_attn_params ap = {
-        .layer = (int32_t)src,
-        .n_head = (int32_t)hp->n_head,
-        .n_head_kv = (int32_t)hp->n_head_kv,
-        .head_dim = (int32_t)hp->head_dim,
-        .scale = hp->query_scale,
-        .window = slides ? (int32_t)hp->swa_window : 0,
-    };
+    struct gs_rope_params rp;
+    struct gs_attn_params ap;
+    gs_model_layer_params(hp, l, &rp, &ap);
+    ap.layer = (int32_t)src; /* a sharing layer reads an earlier layer's cache */
     const int32_t hd = (int32_t)hp->head_dim;
     uint32_t q = gs_graph_name(g, gs_graph_matmul(g, cur, lw.q), "Qcur-%u", l);
-    q = gs_graph_name(g, gs_graph_rms_norm_heads(g, q, lw.q_norm, hd, hp->rms_eps), "Qcur_normed-%u",
-                      l);
+    q = gs_graph_name(g, gs_graph_rms_norm_heads(g, q, lw.q_norm, hd, hp->rms_eps),
+                      "Qcur_normed-%u", l);
     q = gs_graph_name(g, gs_graph_rope(g, q, &rp, rope_ff), "Qcur_pos-%u", l);
     if (l < hp->n_layer_kv) {
         uint32_t k = gs_graph_name(g, gs_graph_matmul(g, cur, lw.k), "Kcur-%u", l);
         uint32_t v = gs_graph_name(g, gs_graph_matmul(g, cur, lw.v), "Vcur-%u", l);
         k = gs_graph_rms_norm_heads(g, k, lw.k_norm, hd, hp->rms_eps);
-        v = gs_graph_name(
-            g, gs_graph_rms_norm_heads(g, v, gs_model_ones(b->m, hd), hd, hp->rms_eps),
-            "Vcur_normed-%u", l);
+        v = gs_graph_name(g,
+                          gs_graph_rms_norm_heads(g, v, gs_model_ones(b->m, hd), hd, hp->rms_eps),
+                          "Vcur_normed-%u", l);
         rp.n_head = (int32_t)hp->n_head_kv;
         k = gs_graph_name(g, gs_graph_rope(g, k, &rp, rope_ff), "Kcur_pos-%u", l);
         b->kv_node[l] = gs_graph_name(g, gs_graph_kv_store(g, k, v, &ap), "kv_store-%u", l);
@@ -311,15 +297,16 @@ static enum gs_status build_layer(struct g3n *b, uint32_t l, uint32_t per_layer_
     gate = gs_graph_gelu(g, gate);
     uint32_t ffn = gs_graph_matmul(g, gs_graph_mul(g, gate, up), lw.down);
     ffn = norm(b, ffn, lw.post_ffw, "ffn_post_norm", l);
-    uint32_t out = gs_graph_name(g, gs_graph_add(g, ffn, attn_laurel), "attn_ffw_laurel_gated-%u", l);
+    uint32_t out =
+        gs_graph_name(g, gs_graph_add(g, ffn, attn_laurel), "attn_ffw_laurel_gated-%u", l);
 
     /* AltUp correct, then the per-layer input into every stream but the first. */
     mod = modalities(b, out, lw.router_norm, lw.router, l);
-    uint32_t corr = gs_graph_name(
-        g,
-        gs_graph_altup_correct(g, pred, out, gs_graph_matmul(g, mod, lw.corr_coef),
-                               (int32_t)b->n_streams, (int32_t)b->act),
-        "corrected-%u", l);
+    uint32_t corr =
+        gs_graph_name(g,
+                      gs_graph_altup_correct(g, pred, out, gs_graph_matmul(g, mod, lw.corr_coef),
+                                             (int32_t)b->n_streams, (int32_t)b->act),
+                      "corrected-%u", l);
     uint32_t first = gs_graph_mul(g, stream(b, corr, b->act), lw.corr_scale);
     first = gs_graph_gelu(g, gs_graph_matmul(g, first, lw.inp_gate));
     uint32_t inp = gs_graph_cols(g, per_layer_inputs, (int64_t)l * b->per_layer, b->per_layer);
@@ -348,10 +335,9 @@ static enum gs_status build(struct g3n *b, struct gs_err *err)
     uint32_t tok, pl_tok, pl_proj, pl_norm, out_norm, output, up[MAX_STREAMS], un[MAX_STREAMS];
     enum gs_status st;
     if ((st = gs_model_weight(m, "token_embd.weight", n, hp->n_vocab, false, &tok, err)) ||
-        (st = gs_model_weight(m, "per_layer_token_embd.weight", L * P, hp->n_vocab, false,
-                              &pl_tok, err)) ||
-        (st = gs_model_weight(m, "per_layer_model_proj.weight", n, L * P, false, &pl_proj,
+        (st = gs_model_weight(m, "per_layer_token_embd.weight", L * P, hp->n_vocab, false, &pl_tok,
                               err)) ||
+        (st = gs_model_weight(m, "per_layer_model_proj.weight", n, L * P, false, &pl_proj, err)) ||
         (st = gs_model_weight(m, "per_layer_proj_norm.weight", P, 1, false, &pl_norm, err)) ||
         (st = gs_model_weight(m, "output_norm.weight", n, 1, false, &out_norm, err)) ||
         (st = gs_model_weight(m, "output.weight", n, hp->n_vocab, true, &output, err)))
@@ -362,8 +348,9 @@ static enum gs_status build(struct g3n *b, struct gs_err *err)
                                           err)))
             return st;
     if (gs_gguf_find_tensor(m->file, "rope_freqs.weight"))
-        return gs_err_set(err, GS_UNSUPPORTED,
-                          "tensor 'rope_freqs.weight': gemma3n does not use rope frequency factors");
+        return gs_err_set(
+            err, GS_UNSUPPORTED,
+            "tensor 'rope_freqs.weight': gemma3n does not use rope frequency factors");
     hp->tied_output = output == GS_NODE_NONE;
     if (hp->tied_output)
         output = tok;
