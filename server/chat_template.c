@@ -2,7 +2,9 @@
  * server/chat_template.c - the chat formats of the common model families,
  * chosen by the markers in a GGUF's tokenizer.chat_template or by name. Each
  * family is one row of a table: how a turn opens and closes per role, and
- * what starts the assistant's answer. (A Jinja renderer is a later issue.)
+ * what starts the assistant's answer. They serve chats when a model has no
+ * template, one that does not parse, or --chat-template forces one; otherwise
+ * the model's own Jinja template does (server/jinja_prompt.c, engine/jinja.h).
  *
  * The template's own text (markers, role names, separators) is recorded as
  * spans where control tokens may be recognised; message contents are the
