@@ -288,7 +288,9 @@ static bool first_byte_ok(struct conn *c, bool *wait)
     return false;
 }
 
-static void handshake_done(struct conn *c)
+/* A connection ready for the relay (its handshake done, or plain): the socketpair
+ * to the daemon, whose end is delivered to it. */
+static void relay_start(struct conn *c)
 {
     struct gs_srv_tls *t = c->t;
     int sv[2];
@@ -330,7 +332,7 @@ static void handshake_step(struct conn *c)
     } else {
         int r = mbedtls_ssl_handshake(&c->ssl);
         if (r == 0) {
-            handshake_done(c);
+            relay_start(c);
             return;
         }
         if (r == MBEDTLS_ERR_SSL_WANT_READ) {
@@ -624,7 +626,7 @@ static void conn_accept(struct gs_srv_tls *t, int fd, const struct sockaddr_stor
     t->st.n_open++;
     if (t->plain) {
         c->state = CONN_RELAY;
-        handshake_done(c); /* no handshake: straight to the relay */
+        relay_start(c); /* no handshake: straight to the relay */
         return;
     }
     c->hs_prev = t->hs_newest;

@@ -191,8 +191,6 @@ enum gs_status gs_model_read_hparams(struct gs_model *m, const struct gs_block_d
     const char *a = hp->arch;
     if (hp->n_embd == 0)
         return gs_err_set(err, GS_FORMAT, "metadata '%s.embedding_length' is 0", a);
-    if (hp->n_layer == 0)
-        return gs_err_set(err, GS_FORMAT, "metadata '%s.block_count' is 0", a);
     if (hp->n_head == 0)
         return gs_err_set(err, GS_FORMAT, "metadata '%s.attention.head_count' is 0", a);
     if (hp->n_ff == 0)

@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #define CMD "quantize"
 
@@ -76,13 +75,19 @@ static bool contains(struct gs_gguf_str s, const char *needle)
     return false;
 }
 
-/* Whether the tensor is a matrix llama.cpp quantizes. */
-static bool quantizable(const struct gs_gguf_tensor *t)
+/* Rows of ne[0] elements the tensor holds (the reader checked the product fits). */
+static int64_t tensor_rows(const struct gs_gguf_tensor *t)
 {
     int64_t rows = 1;
     for (uint32_t d = 1; d < t->n_dims; d++)
         rows *= t->ne[d];
-    return t->n_dims >= 2 && rows > 1 && has_suffix(t->name, ".weight") &&
+    return rows;
+}
+
+/* Whether the tensor is a matrix llama.cpp quantizes. */
+static bool quantizable(const struct gs_gguf_tensor *t)
+{
+    return t->n_dims >= 2 && tensor_rows(t) > 1 && has_suffix(t->name, ".weight") &&
            !has_suffix(t->name, "_norm.weight") && !contains(t->name, "altup") &&
            !contains(t->name, "laurel") && !contains(t->name, "per_layer_model_proj");
 }
@@ -137,9 +142,7 @@ static enum gs_status convert(const struct gs_gguf_tensor *t, enum gs_type to, v
 {
     const struct gs_type_traits *from = gs_type_traits(t->type);
     uint64_t in_row = 0, out_row = 0;
-    int64_t rows = 1;
-    for (uint32_t d = 1; d < t->n_dims; d++)
-        rows *= t->ne[d];
+    const int64_t rows = tensor_rows(t);
     if (gs_type_row_bytes(t->type, t->ne[0], &in_row) || gs_type_row_bytes(to, t->ne[0], &out_row))
         return gs_err_set(err, GS_FORMAT, "tensor '%s': bad row length", name);
     for (int64_t r = 0; r < rows; r++) {
@@ -205,10 +208,7 @@ static enum gs_status quantize_file(const char *in_path, const char *out_path, e
         } else {
             uint64_t row_bytes = 0;
             gs_type_row_bytes(to, t->ne[0], &row_bytes);
-            uint64_t rows = 1;
-            for (uint32_t d = 1; d < t->n_dims; d++)
-                rows *= (uint64_t)t->ne[d];
-            wt.nbytes = row_bytes * rows;
+            wt.nbytes = row_bytes * (uint64_t)tensor_rows(t);
             buf = gs_malloc(wt.nbytes ? wt.nbytes : 1);
             if (!buf) {
                 st = gs_err_set(err, GS_NOMEM, "tensor '%s': out of memory", name);
