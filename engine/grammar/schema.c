@@ -423,8 +423,7 @@ static bool bad_value(struct conv *c, const char *key, const char *what)
 
 static bool over_limit(struct conv *c, const char *limit, unsigned long long value)
 {
-    return fail(c, GS_INVAL, "schema at %s%s: over the limit of %llu %s", cpath(c), c->path, value,
-                limit);
+    return fail(c, GS_INVAL, "over the limit of %llu %s at %s%s", value, limit, cpath(c), c->path);
 }
 
 /* Pushes one JSON pointer segment (escaped: ~ is ~0, / is ~1); returns the old
@@ -2143,6 +2142,9 @@ static bool gen_enum(struct conv *c, const json_t *s, struct sbuf *b)
     json_decref(vals);
     if (!ok)
         return false;
+    if (b->bad)
+        return b->bad == SB_NOMEM ? fail(c, GS_NOMEM, "out of memory")
+                                  : over_limit(c, "bytes of grammar", SCHEMA_MAX_GBNF_BYTES);
     if (!n)
         return refuse(c, json_object_get(s, "enum") ? "enum" : "const",
                       "no value satisfies the schema");
@@ -2703,7 +2705,8 @@ static bool gen_array(struct conv *c, const json_t *s, struct sbuf *b)
         if (tail.bad)
             seq.bad = tail.bad;
         if (seq.bad)
-            ok = over_limit(c, "bytes of grammar", SCHEMA_MAX_GBNF_BYTES);
+            ok = seq.bad == SB_NOMEM ? fail(c, GS_NOMEM, "out of memory")
+                                     : over_limit(c, "bytes of grammar", SCHEMA_MAX_GBNF_BYTES);
     }
     if (ok) {
         sb_puts(b, "\"[\" ws ");
@@ -3103,10 +3106,19 @@ static bool gen_ref(struct conv *c, const json_t *s, const char *hint, struct sb
     } else {
         char *name = rule_name(c, hint);
         struct sbuf body = {0};
-        ok = name && gen_body(c, s, &body) && rule_add(c, name, &body);
+        ok = name && gen_body(c, s, &body);
+        /* A body that is one rule name (a primitive, a $ref target) is used
+         * as it is. */
+        size_t len = body.n;
+        while (len && body.p[len - 1] == ' ')
+            len--;
+        bool single = ok && len && strspn(body.p, "abcdefghijklmnopqrstuvwxyz0123456789-") == len;
+        if (ok && !single)
+            ok = rule_add(c, name, &body);
         if (ok) {
-            sb_puts(into, name);
-            sb_puts(into, " ");
+            sb_puts(into, single ? body.p : name);
+            if (!single)
+                sb_puts(into, " ");
         }
         sb_free(&body);
         gs_free(name);

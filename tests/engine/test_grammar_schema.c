@@ -1,0 +1,516 @@
+/*
+ * tests/engine/test_grammar_schema.c - engine/grammar/schema.c: JSON Schema to
+ * GBNF, keyword by keyword, the refusals (keyword and JSON path in the
+ * message), the limits, running out of memory, and the 200 shared schemas
+ * (../shared/golden/schemas/schemas.jsonl: each converts or is refused with a
+ * message naming a keyword; the fraction converted is printed).
+ *
+ * The grammar texts are checked for what they must contain. That the
+ * sentences of each grammar validate against its schema is checked by
+ * tests/engine/schema_sample.py over grammars this suite writes when
+ * GS_SCHEMA_DUMP_DIR is set (it needs python3-jsonschema).
+ */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/grammar.h"
+#include "tests/common/testutil.h"
+
+/* Converts schema text; on success returns the grammar (gs_free it). */
+static char *convert(const char *schema_text, enum gs_status *st, struct gs_err *err)
+{
+    json_error_t jerr;
+    json_t *s = json_loads(schema_text, JSON_DECODE_ANY, &jerr);
+    cr_assert(s, "test schema does not parse: %s: %s", schema_text, jerr.text);
+    char *g = NULL;
+    size_t len = 0;
+    *st = gs_grammar_from_json_schema(s, &g, &len, err);
+    json_decref(s);
+    if (*st == GS_OK) {
+        cr_assert(g && strlen(g) == len, "length %zu does not match the text", len);
+        cr_assert(!strncmp(g, "root ::= ", 9), "the grammar does not start with root: %s", g);
+    } else {
+        cr_assert(!g, "output on failure");
+    }
+    return g;
+}
+
+static char *convert_ok(const char *schema_text)
+{
+    enum gs_status st;
+    struct gs_err err = {0};
+    char *g = convert(schema_text, &st, &err);
+    cr_assert_eq(st, GS_OK, "%s: refused: %s", schema_text, err.msg);
+    return g;
+}
+
+/* ---- supported keywords: what the grammar must contain ---------------------- */
+
+struct accept_case {
+    const char *name;
+    const char *schema;
+    const char *want[6]; /* substrings of the grammar, NULL-terminated */
+};
+
+static const struct accept_case accept_cases[] = {
+    {"any", "{}", {"root ::= value", "object ::=", "ws ::= ( \" \" | \"\\n\" [ \\t]{0,20} )?"}},
+    {"true", "true", {"root ::= value"}},
+    {"string", "{\"type\": \"string\"}", {"root ::= string", "char ::="}},
+    {"integer", "{\"type\": \"integer\"}", {"root ::= integer", "[1-9] [0-9]{0,15}"}},
+    {"number", "{\"type\": \"number\"}", {"root ::= number", "[eE]"}},
+    {"boolean_null_union", "{\"type\": [\"boolean\", \"null\"]}",
+     {"root ::= ( boolean | null )", "\"true\"", "\"null\" ws"}},
+    {"number_integer_union_keeps_number", "{\"type\": [\"integer\", \"number\"]}",
+     {"root ::= number"}},
+    {"min_max_length", "{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 5}",
+     {"char{2,5}"}},
+    {"min_length_only", "{\"type\": \"string\", \"minLength\": 3}", {"char{3,}"}},
+    {"max_length_tightened", "{\"type\": \"string\", \"maxLength\": 1000000000}",
+     {"char{0,4096}"}},
+    {"int_range", "{\"type\": \"integer\", \"minimum\": 10, \"maximum\": 250}",
+     {"\"2\" ( [0-4] [0-9]{1} | \"5\" \"0\" )"}},
+    {"int_negative_range", "{\"type\": \"integer\", \"minimum\": -12, \"maximum\": -3}",
+     {"\"-\" ( [3-9] | \"1\" [0-2] )"}},
+    {"int_exclusive_draft6", "{\"type\": \"integer\", \"exclusiveMinimum\": 0}",
+     {"( [1-9] | [1-9] [0-9]{1,15} )"}},
+    {"int_exclusive_draft4",
+     "{\"type\": \"integer\", \"minimum\": 0, \"exclusiveMinimum\": true, \"maximum\": 9}",
+     {"( [1-9] )"}},
+    {"int32", "{\"type\": \"integer\", \"format\": \"int32\"}", {"\"6\" ( [0-3] [0-9]{1} | \"4\" [0-7] )"}},
+    {"number_bounds", "{\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}",
+     {"\"0\" ) ( \".\" [0-9]{1,16} )?", "| ( \"1\" )"}},
+    {"number_exclusive_zero", "{\"type\": \"number\", \"exclusiveMinimum\": 0}",
+     {"\".\" [0-9]{0,15} [1-9]"}},
+    {"multiple_of_one", "{\"type\": \"number\", \"multipleOf\": 1}", {"root ::= integer"}},
+    {"enum_any_values", "{\"enum\": [\"a\", 1, null, [1, 2], {\"k\": true}]}",
+     {"\"\\\"a\\\"\"", "\"1\"", "\"null\"", "\"[1,2]\"", "\"{\\\"k\\\":true}\""}},
+    {"enum_filtered_by_type", "{\"type\": \"string\", \"enum\": [\"a\", 2]}",
+     {"( \"\\\"a\\\"\" ) ws"}},
+    {"const", "{\"const\": \"fixed\"}", {"\"\\\"fixed\\\"\""}},
+    {"object_order_and_required",
+     "{\"type\": \"object\", \"properties\": {\"z\": {\"type\": \"string\"}, \"a\": {\"type\": "
+     "\"integer\"}}, \"required\": [\"a\"]}",
+     {"\"\\\"z\\\"\" ws \":\" ws", "\"\\\"a\\\"\" ws \":\" ws", "( \",\" ws kv-"}},
+    {"object_closed_by_default", "{\"type\": \"object\", \"properties\": {\"a\": {}}}",
+     {"\"{\" ws obj-a-"}},
+    {"additional_properties_schema",
+     "{\"type\": \"object\", \"properties\": {\"id\": {\"type\": \"integer\"}}, "
+     "\"additionalProperties\": {\"type\": \"string\"}}",
+     {"kv-other", "kchar*", "[^\"\\\\\\x7F\\x00-\\x1F\\u0069]"}},
+    {"required_not_listed", "{\"type\": \"object\", \"required\": [\"x\"]}",
+     {"\"\\\"x\\\"\" ws \":\" ws value"}},
+    {"array_items_bounds",
+     "{\"type\": \"array\", \"items\": {\"type\": \"integer\"}, \"minItems\": 1, \"maxItems\": 3}",
+     {"\"[\" ws", "( \",\" ws integer ){0,2}"}},
+    {"array_unbounded", "{\"type\": \"array\", \"items\": {\"type\": \"string\"}}",
+     {"( string ( \",\" ws string )* )?"}},
+    {"prefix_items_2020",
+     "{\"prefixItems\": [{\"type\": \"integer\"}, {\"type\": \"string\"}], \"items\": false}",
+     {"integer ( \",\" ws string )?"}},
+    {"tuple_draft4",
+     "{\"type\": \"array\", \"items\": [{\"type\": \"integer\"}, {\"type\": \"boolean\"}], "
+     "\"additionalItems\": {\"type\": \"null\"}, \"minItems\": 2}",
+     {"integer \",\" ws boolean ( \",\" ws null )*"}},
+    {"ref_defs",
+     "{\"$defs\": {\"pos\": {\"type\": \"integer\", \"minimum\": 1}}, \"type\": \"object\", "
+     "\"properties\": {\"a\": {\"$ref\": \"#/$defs/pos\"}, \"b\": {\"$ref\": \"#/$defs/pos\"}}}",
+     {"ref-pos-"}},
+    {"ref_recursive_root",
+     "{\"type\": \"object\", \"properties\": {\"child\": {\"$ref\": \"#\"}}}",
+     {"\"\\\"child\\\"\" ws \":\" ws root"}},
+    {"ref_percent_and_tilde",
+     "{\"definitions\": {\"a/b\": {\"type\": \"null\"}, \"c d\": {\"type\": \"boolean\"}}, "
+     "\"anyOf\": [{\"$ref\": \"#/definitions/a~1b\"}, {\"$ref\": \"#/definitions/c%20d\"}]}",
+     {"ref-a-1b-0 ::= null", "ref-c-20d-1 ::= boolean"}},
+    {"any_of", "{\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"integer\"}]}",
+     {"root ::= ( string | integer )"}},
+    {"one_of_disjoint_types", "{\"oneOf\": [{\"type\": \"string\"}, {\"type\": \"integer\"}]}",
+     {"root ::= ( string | integer )"}},
+    {"one_of_discriminator",
+     "{\"oneOf\": [{\"type\": \"object\", \"properties\": {\"k\": {\"const\": \"a\"}}, "
+     "\"required\": [\"k\"]}, {\"type\": \"object\", \"properties\": {\"k\": {\"const\": "
+     "\"b\"}}, \"required\": [\"k\"]}]}",
+     {"\"\\\"a\\\"\"", "\"\\\"b\\\"\""}},
+    {"all_of_merges_objects",
+     "{\"allOf\": [{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\"}}, "
+     "\"required\": [\"a\"]}, {\"properties\": {\"b\": {\"type\": \"integer\", \"minimum\": "
+     "0}}}]}",
+     {"\"\\\"a\\\"\"", "\"\\\"b\\\"\""}},
+    {"ref_with_siblings_intersects",
+     "{\"definitions\": {\"s\": {\"type\": \"string\"}}, \"$ref\": \"#/definitions/s\", "
+     "\"maxLength\": 4}",
+     {"char{0,4}"}},
+    {"any_of_with_siblings_distributes",
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\"}, \"b\": {\"type\": "
+     "\"string\"}}, \"anyOf\": [{\"required\": [\"a\"]}, {\"required\": [\"b\"]}]}",
+     {"anyOf-"}},
+    {"formats",
+     "{\"type\": \"object\", \"properties\": {\"d\": {\"type\": \"string\", \"format\": "
+     "\"date-time\"}, \"u\": {\"type\": \"string\", \"format\": \"uuid\"}, \"e\": {\"format\": "
+     "\"email\"}, \"i\": {\"format\": \"ipv4\"}}}",
+     {"fmt-date-time ::=", "fmt-uuid ::=", "fmt-email ::=", "fmt-ipv4 ::="}},
+    {"pattern_anchored", "{\"type\": \"string\", \"pattern\": \"^[a-z]{2,3}-\\\\d+$\"}",
+     {"( [\\u0061-\\u007A] ){2,3} \"-\" ( [\\u0030-\\u0039] )+"}},
+    {"pattern_unanchored_is_a_search", "{\"type\": \"string\", \"pattern\": \"ab\"}",
+     {"( char* \"a\" \"b\" char* )"}},
+    {"pattern_alternation_group", "{\"pattern\": \"^(?:cat|dog)s?$\"}",
+     {"( \"c\" \"a\" \"t\" | \"d\" \"o\" \"g\" )", "( \"s\" )?"}},
+    {"pattern_escapes_quote", "{\"pattern\": \"^\\\"$\"}", {"\"\\\\\\\"\""}},
+    {"annotations_ignored",
+     "{\"title\": \"t\", \"description\": \"d\", \"default\": 1, \"examples\": [1], \"$schema\": "
+     "\"x\", \"$id\": \"y\", \"$comment\": \"c\", \"readOnly\": true, \"deprecated\": false, "
+     "\"_format\": \"weird\", \"_uniqueItems\": true, \"x-vendor\": 1, \"type\": \"null\"}",
+     {"root ::= null"}},
+    {"dependencies_on_required",
+     "{\"type\": \"object\", \"properties\": {\"a\": {}, \"b\": {}}, \"required\": [\"a\"], "
+     "\"dependencies\": {\"a\": [\"b\"]}}",
+     {"\"\\\"b\\\"\""}},
+    {"min_properties_met_by_required",
+     "{\"type\": \"object\", \"properties\": {\"a\": {}}, \"required\": [\"a\"], "
+     "\"minProperties\": 1}",
+     {"\"\\\"a\\\"\""}},
+    {"unique_items_with_one_item", "{\"type\": \"array\", \"uniqueItems\": true, \"maxItems\": 1}",
+     {"\"[\" ws"}},
+};
+
+ParameterizedTestParameters(grammar_schema, accepts)
+{
+    /* Rows by index: the test runs in another process, where pointers into
+     * this one's data are not valid. */
+    static int rows[GS_ARRAY_LEN(accept_cases)];
+    for (size_t i = 0; i < GS_ARRAY_LEN(rows); i++)
+        rows[i] = (int)i;
+    return cr_make_param_array(int, rows, GS_ARRAY_LEN(rows));
+}
+
+ParameterizedTest(int *row, grammar_schema, accepts)
+{
+    const struct accept_case *tc = &accept_cases[*row];
+    char *g = convert_ok(tc->schema);
+    for (size_t i = 0; i < GS_ARRAY_LEN(tc->want) && tc->want[i]; i++)
+        cr_expect(strstr(g, tc->want[i]), "%s: '%s' missing from:\n%s", tc->name, tc->want[i], g);
+    gs_free(g);
+}
+
+/* ---- refusals: the message names the keyword and its path ------------------ */
+
+struct refuse_case {
+    const char *name;
+    const char *schema;
+    const char *msg; /* exact, or a prefix when it ends with '*' */
+};
+
+static const struct refuse_case refuse_cases[] = {
+    {"not", "{\"type\": \"object\", \"properties\": {\"a\": {\"not\": {\"type\": \"string\"}}}}",
+     "unsupported keyword 'not' at #/properties/a"},
+    {"if_then_else", "{\"if\": {}, \"then\": {}}", "unsupported keyword 'if' at #"},
+    {"unknown_keyword", "{\"type\": \"string\", \"pettern\": \"x\"}",
+     "unsupported keyword 'pettern' at #"},
+    {"unknown_format", "{\"type\": \"string\", \"format\": \"semver\"}",
+     "unsupported keyword 'format' at #: unknown format*"},
+    {"format_on_integer", "{\"type\": \"integer\", \"format\": \"uuid\"}",
+     "unsupported keyword 'format' at #*"},
+    {"pattern_backreference", "{\"pattern\": \"^(a)\\\\1$\"}",
+     "unsupported keyword 'pattern' at #: backreferences are not supported"},
+    {"pattern_lookahead", "{\"pattern\": \"^(?=a)a$\"}", "unsupported keyword 'pattern' at #*"},
+    {"pattern_inner_anchor", "{\"pattern\": \"a^b\"}", "unsupported keyword 'pattern' at #*"},
+    {"pattern_nullable_star", "{\"pattern\": \"^(a*)*$\"}",
+     "unsupported keyword 'pattern' at #: a repetition of something that can match nothing"},
+    {"unique_items", "{\"type\": \"array\", \"uniqueItems\": true}",
+     "unsupported keyword 'uniqueItems' at #*"},
+    {"multiple_of", "{\"type\": \"integer\", \"multipleOf\": 3}",
+     "unsupported keyword 'multipleOf' at #*"},
+    {"fractional_number_bound", "{\"type\": \"number\", \"minimum\": 0.5}",
+     "unsupported keyword 'minimum' at #: a fractional bound on a number"},
+    {"pattern_properties_in_path",
+     "{\"properties\": {\"a/b\": {\"items\": {\"propertyNames\": {}}}}}",
+     "unsupported keyword 'propertyNames' at #/properties/a~1b/items"},
+    {"ref_target_path",
+     "{\"definitions\": {\"d\": {\"contains\": {}}}, \"items\": {\"$ref\": \"#/definitions/d\"}}",
+     "unsupported keyword 'contains' at #/definitions/d"},
+    {"one_of_overlapping",
+     "{\"oneOf\": [{\"type\": \"integer\"}, {\"type\": \"number\"}]}",
+     "unsupported keyword 'oneOf' at #: alternatives 0 and 1 may both match"},
+    {"one_of_untyped_overlaps",
+     "{\"oneOf\": [{\"properties\": {\"a\": {}}}, {\"type\": \"string\"}]}",
+     "unsupported keyword 'oneOf' at #: alternatives 0 and 1 may both match"},
+    {"all_of_types_disjoint", "{\"allOf\": [{\"type\": \"string\"}, {\"type\": \"integer\"}]}",
+     "unsupported keyword 'allOf' at #/allOf/1: the types do not intersect"},
+    {"all_of_patterns", "{\"allOf\": [{\"pattern\": \"a\"}, {\"pattern\": \"b\"}]}",
+     "unsupported keyword 'allOf' at #/allOf/1: differing 'pattern' cannot be intersected"},
+    {"left_recursion", "{\"anyOf\": [{\"$ref\": \"#\"}, {\"type\": \"null\"}]}",
+     "unsupported keyword '$ref' at #/anyOf/0: a recursion that writes nothing before it recurs"},
+    {"ref_cycle",
+     "{\"definitions\": {\"a\": {\"$ref\": \"#/definitions/b\"}, \"b\": {\"$ref\": "
+     "\"#/definitions/a\"}}, \"$ref\": \"#/definitions/a\"}",
+     "unsupported keyword '$ref' at #/definitions/b*"},
+    {"ref_remote", "{\"$ref\": \"http://example.com/s.json\"}",
+     "unsupported keyword '$ref' at #: only local references (\"#...\") are supported"},
+    {"ref_unresolved", "{\"properties\": {\"a\": {\"$ref\": \"#/definitions/missing\"}}}",
+     "'$ref' at #/properties/a: '#/definitions/missing' does not resolve"},
+    {"enum_empty_after_type", "{\"type\": \"string\", \"enum\": [1, 2]}",
+     "unsupported keyword 'enum' at #: no value satisfies the schema"},
+    {"required_forbidden", "{\"required\": [\"x\"], \"additionalProperties\": false}",
+     "unsupported keyword 'required' at #: names a property that additionalProperties false "
+     "forbids"},
+    {"min_properties_unmet", "{\"type\": \"object\", \"minProperties\": 1}",
+     "unsupported keyword 'minProperties' at #: more than the required properties"},
+    {"empty_int_range", "{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}",
+     "unsupported keyword 'minimum' at #: no integer lies within the bounds"},
+    {"bad_type_name", "{\"type\": \"any\"}", "unsupported keyword 'type' at #: unknown type name"},
+    {"bad_value_type", "{\"type\": \"string\", \"minLength\": \"3\"}",
+     "keyword 'minLength' at #: must be a non-negative integer"},
+    {"not_a_schema", "{\"properties\": {\"a\": 3}}",
+     "schema at #/properties/a: must be an object or a boolean"},
+};
+
+ParameterizedTestParameters(grammar_schema, refuses)
+{
+    /* Rows by index: the test runs in another process, where pointers into
+     * this one's data are not valid. */
+    static int rows[GS_ARRAY_LEN(refuse_cases)];
+    for (size_t i = 0; i < GS_ARRAY_LEN(rows); i++)
+        rows[i] = (int)i;
+    return cr_make_param_array(int, rows, GS_ARRAY_LEN(rows));
+}
+
+ParameterizedTest(int *row, grammar_schema, refuses)
+{
+    const struct refuse_case *tc = &refuse_cases[*row];
+    enum gs_status st;
+    struct gs_err err = {0};
+    char *g = convert(tc->schema, &st, &err);
+    cr_assert_eq(st, GS_INVAL, "%s: status %d, grammar:\n%s", tc->name, st, g ? g : "");
+    cr_assert_eq(err.code, GS_INVAL);
+    size_t n = strlen(tc->msg);
+    if (tc->msg[n - 1] == '*')
+        cr_expect(!strncmp(err.msg, tc->msg, n - 1), "%s: got '%s'", tc->name, err.msg);
+    else
+        cr_expect_str_eq(err.msg, tc->msg, "%s", tc->name);
+}
+
+/* ---- limits ------------------------------------------------------------------ */
+
+Test(grammar_schema, deep_nesting_is_refused_naming_the_limit)
+{
+    const size_t depth = 500;
+    char *s = malloc(depth * 12 + 8);
+    cr_assert(s);
+    s[0] = '\0';
+    for (size_t i = 0; i < depth; i++)
+        strcat(s, "{\"items\": ");
+    strcat(s, "{}");
+    for (size_t i = 0; i < depth; i++)
+        strcat(s, "}");
+    enum gs_status st;
+    struct gs_err err = {0};
+    char *g = convert(s, &st, &err);
+    cr_assert_eq(st, GS_INVAL);
+    cr_expect(strstr(err.msg, "over the limit of 64 nested schemas at #/items/items"), "%s", err.msg);
+    gs_free(g);
+    free(s);
+}
+
+Test(grammar_schema, huge_counts_are_refused_or_tightened)
+{
+    enum gs_status st;
+    struct gs_err err = {0};
+    char *g = convert("{\"type\": \"array\", \"minItems\": 1000000000}", &st, &err);
+    cr_assert_eq(st, GS_INVAL);
+    cr_expect_str_eq(err.msg, "unsupported keyword 'minItems' at #: over the limit of 4096");
+    g = convert("{\"type\": \"string\", \"minLength\": 1000000000}", &st, &err);
+    cr_assert_eq(st, GS_INVAL);
+    cr_expect_str_eq(err.msg, "unsupported keyword 'minLength' at #: over the limit of 4096");
+    g = convert_ok("{\"type\": \"array\", \"maxItems\": 1000000000}");
+    cr_expect(strstr(g, "){0,4095}"), "%s", g);
+    gs_free(g);
+    g = convert("{\"pattern\": \"^a{1,100000}$\"}", &st, &err);
+    cr_assert_eq(st, GS_INVAL);
+    cr_expect(strstr(err.msg, "unsupported keyword 'pattern' at #: a repetition count"), "%s",
+              err.msg);
+}
+
+Test(grammar_schema, huge_enum_is_refused)
+{
+    json_t *vals = json_array();
+    for (int i = 0; i < 5000; i++)
+        json_array_append_new(vals, json_integer(i));
+    json_t *s = json_pack("{s:o}", "enum", vals);
+    char *g = NULL;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_grammar_from_json_schema(s, &g, NULL, &err), GS_INVAL);
+    cr_expect(strstr(err.msg, "over the limit of 4096 enum values"), "%s", err.msg);
+    json_decref(s);
+}
+
+Test(grammar_schema, grammar_text_is_capped)
+{
+    /* 3000 values of 1000 bytes: 3 MB of grammar. */
+    json_t *vals = json_array();
+    char *big = malloc(1001);
+    memset(big, 'x', 1000);
+    big[1000] = '\0';
+    for (int i = 0; i < 3000; i++) {
+        snprintf(big, 12, "%011d", i);
+        big[11] = 'x';
+        json_array_append_new(vals, json_string(big));
+    }
+    free(big);
+    json_t *s = json_pack("{s:o}", "enum", vals);
+    char *g = NULL;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_grammar_from_json_schema(s, &g, NULL, &err), GS_INVAL);
+    cr_expect(strstr(err.msg, "over the limit of 1048576 bytes of grammar"), "%s", err.msg);
+    json_decref(s);
+}
+
+/* Each definition refers to the previous one twice: inlined, 2^40 copies; as
+ * one rule per target, linear. */
+Test(grammar_schema, shared_refs_stay_linear)
+{
+    json_t *defs = json_object();
+    json_object_set_new(defs, "d0", json_pack("{s:s}", "type", "string"));
+    char name[16], ref[32];
+    for (int i = 1; i <= 40; i++) {
+        snprintf(name, sizeof(name), "d%d", i);
+        snprintf(ref, sizeof(ref), "#/definitions/d%d", i - 1);
+        json_object_set_new(defs, name,
+                            json_pack("{s:s,s:[{s:s},{s:s}]}", "type", "array", "items", "$ref",
+                                      ref, "$ref", ref));
+    }
+    json_t *s = json_pack("{s:o,s:s}", "definitions", defs, "$ref", "#/definitions/d40");
+    char *g = NULL;
+    size_t len;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_grammar_from_json_schema(s, &g, &len, &err), GS_OK, "%s", err.msg);
+    cr_expect(len < 20000, "grammar of %zu bytes", len);
+    gs_free(g);
+    json_decref(s);
+}
+
+/* The same through allOf, which must intersect (copy) its branches: bounded by
+ * the merge limit, never exponential. */
+Test(grammar_schema, exponential_all_of_hits_a_limit)
+{
+    json_t *defs = json_object();
+    json_object_set_new(defs, "d0", json_pack("{s:s}", "type", "object"));
+    char name[16], ref[32];
+    for (int i = 1; i <= 40; i++) {
+        snprintf(name, sizeof(name), "d%d", i);
+        snprintf(ref, sizeof(ref), "#/definitions/d%d", i - 1);
+        json_object_set_new(defs, name,
+                            json_pack("{s:[{s:s},{s:s}]}", "allOf", "$ref", ref, "$ref", ref));
+    }
+    json_t *s = json_pack("{s:o,s:s}", "definitions", defs, "$ref", "#/definitions/d40");
+    char *g = NULL;
+    struct gs_err err = {0};
+    double t0 = gs_now_ms();
+    cr_assert_eq(gs_grammar_from_json_schema(s, &g, NULL, &err), GS_INVAL);
+    cr_expect(strstr(err.msg, "over the limit of"), "%s", err.msg);
+    cr_expect(gs_now_ms() - t0 < 2000, "took %.0f ms", gs_now_ms() - t0);
+    json_decref(s);
+}
+
+Test(grammar_schema, out_of_memory_fails_cleanly)
+{
+    const char *text =
+        "{\"definitions\": {\"p\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": "
+        "\"integer\", \"minimum\": 3, \"maximum\": 300}, \"next\": {\"$ref\": "
+        "\"#/definitions/p\"}}}}, \"type\": \"object\", \"properties\": {\"head\": {\"$ref\": "
+        "\"#/definitions/p\"}, \"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\", "
+        "\"pattern\": \"^[a-z]+$\"}}, \"kind\": {\"enum\": [\"a\", \"b\"]}}, \"required\": "
+        "[\"kind\"], \"additionalProperties\": true, \"allOf\": [{\"properties\": "
+        "{\"x\": {\"type\": \"boolean\"}}}]}";
+    json_t *s = json_loads(text, 0, NULL);
+    cr_assert(s);
+    int n;
+    for (n = 0; n < 10000; n++) {
+        char *g = NULL;
+        struct gs_err err = {0};
+        gs_alloc_fail_after(n);
+        enum gs_status st = gs_grammar_from_json_schema(s, &g, NULL, &err);
+        gs_alloc_fail_after(-1);
+        if (st == GS_OK) {
+            gs_free(g);
+            break;
+        }
+        cr_assert_eq(st, GS_NOMEM, "allocation %d: status %d: %s", n, st, err.msg);
+        cr_assert(!g);
+    }
+    cr_expect(n > 5 && n < 10000, "succeeded after %d failing allocations", n);
+    json_decref(s);
+}
+
+Test(grammar_schema, json_object_grammar)
+{
+    const char *g = gs_grammar_json_object_gbnf();
+    cr_assert(!strncmp(g, "root ::= object\n", 16));
+    cr_expect(strstr(g, "ws ::= ( \" \" | \"\\n\" [ \\t]{0,20} )?"));
+    cr_expect(strstr(g, "value ::= object | array | string | number"));
+}
+
+/* ---- the shared schemas -------------------------------------------------------- */
+
+Test(grammar_schema, shared_schemas_convert_or_name_a_keyword)
+{
+    const char *path = gs_test_shared_path("golden/schemas/schemas.jsonl");
+    size_t len;
+    char *text = gs_test_read_file(path, &len);
+    const char *dump = getenv("GS_SCHEMA_DUMP_DIR");
+    regex_t form;
+    cr_assert(!regcomp(&form, "^unsupported keyword '[^']+' at #[^ ]*(: .+)?$", REG_EXTENDED));
+    int total = 0, converted = 0;
+    size_t biggest = 0;
+    char biggest_id[128] = "";
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        json_error_t jerr;
+        json_t *rec = json_loads(line, 0, &jerr);
+        cr_assert(rec, "line %d: %s", total + 1, jerr.text);
+        const char *id = json_string_value(json_object_get(rec, "id"));
+        json_t *schema = json_object_get(rec, "schema");
+        cr_assert(id && schema, "line %d lacks id or schema", total + 1);
+        total++;
+        char *g = NULL;
+        size_t glen = 0;
+        struct gs_err err = {0};
+        double t0 = gs_now_ms();
+        enum gs_status st = gs_grammar_from_json_schema(schema, &g, &glen, &err);
+        double ms = gs_now_ms() - t0;
+        cr_expect(ms < 100, "%s: converting took %.1f ms", id, ms);
+        if (st == GS_OK) {
+            converted++;
+            cr_expect(!strncmp(g, "root ::= ", 9), "%s", id);
+            if (glen > biggest) {
+                biggest = glen;
+                snprintf(biggest_id, sizeof(biggest_id), "%s", id);
+            }
+            if (dump) {
+                char p[4096];
+                snprintf(p, sizeof(p), "%s/%d.gbnf", dump, total);
+                FILE *f = fopen(p, "w");
+                cr_assert(f, "cannot write %s", p);
+                fwrite(g, 1, glen, f);
+                fclose(f);
+            }
+        } else {
+            cr_expect_eq(st, GS_INVAL, "%s: status %d: %s", id, st, err.msg);
+            cr_expect(!regexec(&form, err.msg, 0, NULL, 0),
+                      "%s: the refusal does not name a keyword and path: '%s'", id, err.msg);
+        }
+        gs_free(g);
+        json_decref(rec);
+    }
+    regfree(&form);
+    free(text);
+    cr_assert_eq(total, 200, "the shared file should hold 200 schemas, has %d", total);
+    printf("grammar_schema: %d of %d shared schemas converted (%.1f%%); largest grammar %zu bytes "
+           "(%s)\n",
+           converted, total, 100.0 * converted / total, biggest, biggest_id);
+}
