@@ -204,6 +204,18 @@ enum gs_status gs_sample_next(struct gs_sample_state *st, const float *logits, i
                               struct gs_sample_out *out, struct gs_err *err);
 
 /*
+ * gs_sample_next restricted to the tokens set in allow[(n_vocab + 63) / 64]
+ * (bit t of allow[t / 64]; NULL: every token): the others get -inf before
+ * the chain, so logit bias, penalties and the filters act on the allowed set
+ * and greedy picks the most likely allowed token. Log-probabilities are still
+ * those of the raw logits. GS_NUMERIC when no allowed token is left.
+ * Grammar-constrained decoding (engine/grammar.h) passes its mask here.
+ */
+enum gs_status gs_sample_next_masked(struct gs_sample_state *st, const float *logits,
+                                     int32_t n_vocab, const uint64_t *allow,
+                                     struct gs_sample_out *out, struct gs_err *err);
+
+/*
  * Records a generated token that the caller chose itself (forced or
  * speculative tokens): it enters the repetition window and the presence /
  * frequency counts. gs_sample_next() already does this for its own tokens.

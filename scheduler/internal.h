@@ -40,6 +40,8 @@ struct seq {
     uint64_t chain_hash;   /* hash of the last registered page */
     struct gs_kv_seq kv;
     struct gs_sample_state *sampler;
+    struct gs_grammar_matcher *matcher; /* structured output, or NULL */
+    uint64_t *allow;                    /* [(n_vocab + 63) / 64] its mask, with matcher */
     bool ignore_eos;
     bool want_logprobs;
     uint32_t n_top;

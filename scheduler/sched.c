@@ -51,6 +51,8 @@ void gs_sched__seq_free(struct gs_sched *s, struct seq *q)
     if (s->pool)
         gs_kv_seq_release(s->pool, &q->kv);
     gs_sample_state_free(q->sampler);
+    gs_grammar_matcher_free(q->matcher);
+    gs_free(q->allow);
     gs_free(q->tokens);
     gs_free(q->served);
     gs_free(q);
@@ -352,6 +354,9 @@ enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request
     if (req->n_top_logprobs > GS_SAMPLE_TOP_LOGPROBS_MAX)
         return gs_err_set(err, GS_INVAL, "top_logprobs: %u is over %d", req->n_top_logprobs,
                           GS_SAMPLE_TOP_LOGPROBS_MAX);
+    if (req->grammar && (!req->grammar_vocab || gs_grammar_vocab_n(req->grammar_vocab) != s->n_vocab))
+        return gs_err_set(err, GS_INVAL, "grammar: needs the model's vocabulary of %u tokens",
+                          s->n_vocab);
 
     struct seq *q = gs_calloc(1, sizeof(*q));
     if (!q)
@@ -394,6 +399,17 @@ enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request
         if (!q->served) {
             gs_sched__seq_free(s, q);
             return gs_err_set(err, GS_NOMEM, "validation: no memory for the served logits");
+        }
+    }
+    if (req->grammar) {
+        /* The matcher starts here, on the caller's thread: it only reads the
+         * rules. Its masks (and the grammar's cache) belong to the engine. */
+        rc = gs_grammar_matcher_new(req->grammar, req->grammar_vocab, &q->matcher, err);
+        if (!rc && !(q->allow = gs_calloc(((size_t)s->n_vocab + 63) / 64, sizeof(uint64_t))))
+            rc = gs_err_set(err, GS_NOMEM, "no memory for a grammar mask");
+        if (rc) {
+            gs_sched__seq_free(s, q);
+            return rc;
         }
     }
     gs_kv_seq_init(&q->kv);

@@ -39,6 +39,7 @@
 #define GS_SCHEDULER_H
 
 #include "engine/base.h"
+#include "engine/grammar.h"
 #include "engine/model.h"
 #include "engine/sample.h"
 #include "engine/validate.h"
@@ -90,6 +91,14 @@ struct gs_sched_request {
     bool want_logprobs;           /* report the chosen token's logprob */
     bool validate;                /* re-evaluate on ref afterwards: a VALIDATION event follows */
     struct gs_sample_params sampling; /* arrays inside are copied */
+    /* Structured output (NULL: none): every token is sampled among those the
+     * grammar allows next; end-of-generation tokens only where it may end
+     * (and never with ignore_eos); the sequence finishes with
+     * GS_FINISH_STOP when the grammar is complete and nothing may follow.
+     * submit takes a reference to grammar; grammar_vocab (the model's tokens,
+     * engine/grammar.h) is borrowed and must outlive the scheduler. */
+    struct gs_grammar *grammar;
+    const struct gs_grammar_vocab *grammar_vocab;
 };
 
 enum gs_finish {

@@ -294,6 +294,29 @@ static void register_pages(struct gs_sched *s, struct seq *q)
     }
 }
 
+/* Fills q->allow with the tokens q's grammar allows next: end-of-generation
+ * tokens only where the grammar may end, and never with ignore_eos (they
+ * would be generated as text the grammar cannot follow). */
+static enum gs_status grammar_mask(struct gs_sched *s, struct seq *q, struct gs_err *err)
+{
+    bool can_end = false;
+    enum gs_status rc = gs_grammar_matcher_mask(q->matcher, q->allow, &can_end, err);
+    /* Over a run-time limit the grammar is at fault, not the server's load:
+     * the request's error (a 400), not a busy server's (a 429). */
+    if (rc == GS_BUSY)
+        err->code = rc = GS_INVAL;
+    if (rc)
+        return rc;
+    for (uint32_t i = 0; i < s->n_eog; i++) {
+        uint32_t t = (uint32_t)s->eog[i];
+        if (can_end && !q->ignore_eos)
+            q->allow[t >> 6] |= 1ull << (t & 63);
+        else
+            q->allow[t >> 6] &= ~(1ull << (t & 63));
+    }
+    return GS_OK;
+}
+
 /* Samples q's next token from its logits row and decides whether it ends. A
  * non-finite logit ends this sequence alone, with GS_NUMERIC. */
 static enum gs_finish take_token(struct gs_sched *s, struct seq *q, float *logits)
@@ -304,7 +327,16 @@ static enum gs_finish take_token(struct gs_sched *s, struct seq *q, float *logit
         s->cfg.logits_hook(q->id, q->n_tokens - 1, logits, s->n_vocab, s->cfg.logits_hook_ctx);
     if (q->served)
         memcpy(q->served + (size_t)q->n_generated * s->n_vocab, logits, s->n_vocab * sizeof(float));
-    enum gs_status rc = gs_sample_next(q->sampler, logits, (int32_t)s->n_vocab, &o, &err);
+    enum gs_status rc = GS_OK;
+    if (q->matcher)
+        rc = grammar_mask(s, q, &err);
+    if (!rc)
+        rc = gs_sample_next_masked(q->sampler, logits, (int32_t)s->n_vocab, q->allow, &o, &err);
+    /* The grammar follows the text: a token it refuses cannot have been
+     * sampled, but an end-of-generation token has no text to follow. */
+    if (!rc && q->matcher && !is_eog(s, o.token) &&
+        (rc = gs_grammar_matcher_accept(q->matcher, o.token, &err)) == GS_BUSY)
+        rc = GS_INVAL;
     if (rc) {
         q->err_code = rc;
         snprintf(q->err_msg, sizeof(q->err_msg), "position %u: %.200s", q->n_tokens - 1, err.msg);
@@ -325,6 +357,8 @@ static enum gs_finish take_token(struct gs_sched *s, struct seq *q, float *logit
         return GS_FINISH_STOP;
     if (!q->ignore_eos && is_eog(s, o.token))
         return GS_FINISH_EOS;
+    if (q->matcher && gs_grammar_matcher_done(q->matcher))
+        return GS_FINISH_STOP;
     if (q->n_generated >= q->max_tokens || q->n_tokens >= s->n_ctx)
         return GS_FINISH_LENGTH;
     return GS_FINISH_NONE;

@@ -138,6 +138,9 @@ struct gs_srv {
     struct gs_srv_jinja jinja; /* jinja_prompt.c: the Jinja template, when chats use one */
     struct gs_srv_engine engine;
     bool has_engine;
+    /* The model's tokens as byte strings for grammar masks, built on the
+     * first structured-output request (engine/grammar.h); owned. */
+    struct gs_grammar_vocab *grammar_vocab;
 
     uv_loop_t loop;
     uv_poll_t mhd_poll;   /* MHD's epoll descriptor */

@@ -572,10 +572,41 @@ static uint64_t random_seed(void)
     return seed & INT64_MAX; /* a seed a client can send back (JSON integers are signed) */
 }
 
+/* The model's tokens for grammar masks, built once, on first use: most
+ * deployments never pay its memory (about 12 bytes per vocabulary byte). */
+static enum gs_status grammar_vocab(struct gs_srv *s, struct gs_err *err)
+{
+    if (s->grammar_vocab)
+        return GS_OK;
+    const struct gs_tok *tok = s->cfg.model.tok;
+    uint32_t n = gs_tok_n_vocab(tok);
+    const char **piece = gs_alloc_array(n, sizeof(*piece));
+    uint32_t *len = gs_alloc_array(n, sizeof(*len));
+    enum gs_status st = GS_NOMEM;
+    if (piece && len) {
+        for (uint32_t i = 0; i < n; i++) {
+            size_t l = 0;
+            /* Control tokens have no text: the grammar never allows them;
+             * the scheduler adds end-of-generation where it may end. */
+            piece[i] = gs_tok_piece(tok, (int32_t)i, 0, &l);
+            len[i] = (uint32_t)l;
+        }
+        st = gs_grammar_vocab_new(piece, len, n, &s->grammar_vocab, err);
+    } else {
+        gs_err_set(err, GS_NOMEM, "no memory for the grammar vocabulary");
+    }
+    gs_free(piece);
+    gs_free(len);
+    return st;
+}
+
 static enum gs_status submit_choice(struct gs_srv_req *r, uint32_t i, struct gs_err *err)
 {
     struct gs_srv *s = r->srv;
     struct gs_srv_gen *g = &r->gen;
+    enum gs_status vst = g->grammar ? grammar_vocab(s, err) : GS_OK;
+    if (vst)
+        return vst;
     struct gs_sched_request q = {
         .id = r->choices[i].sched_id,
         .prompt = r->prompt,
@@ -586,6 +617,8 @@ static enum gs_status submit_choice(struct gs_srv_req *r, uint32_t i, struct gs_
         .want_logprobs = g->logprobs,
         .validate = r->val.on,
         .sampling = g->sp,
+        .grammar = g->grammar,
+        .grammar_vocab = s->grammar_vocab,
     };
     if (r->val.top_k > q.n_top_logprobs)
         q.n_top_logprobs = r->val.top_k;

@@ -170,6 +170,9 @@ struct gs_srv_gen {
     json_t *messages_json;
     json_t *tools_json;
     json_t *template_kwargs; /* "chat_template_kwargs": an object */
+    /* "response_format" (json_object, json_schema) or "grammar", compiled;
+     * NULL: free text. Each choice's sequence takes its own reference. */
+    struct gs_grammar *grammar;
 };
 
 /*

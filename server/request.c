@@ -346,6 +346,8 @@ static const char *const known_fields[] = {
     "echo",
     "parse_special",
     "validation",
+    "response_format",
+    "grammar",
 };
 
 /* Read only when chats render through a Jinja template. */
@@ -495,6 +497,135 @@ static enum gs_status parse_parse_special(struct pctx *c, json_t *root, struct g
     return GS_OK;
 }
 
+/* OpenAI's json_schema names: [a-zA-Z0-9_-], at most 64. */
+static bool schema_name_ok(const char *n)
+{
+    size_t len = strlen(n);
+    if (!len || len > 64)
+        return false;
+    for (; *n; n++)
+        if (!((*n >= 'a' && *n <= 'z') || (*n >= 'A' && *n <= 'Z') || (*n >= '0' && *n <= '9') ||
+              *n == '_' || *n == '-'))
+            return false;
+    return true;
+}
+
+/* The keys of object o must be among keys[n]; else a 400 naming the first
+ * other one (never accepted and then ignored). */
+static enum gs_status only_keys(struct pctx *c, json_t *o, const char *where,
+                                const char *const *keys, size_t n)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v)
+    {
+        bool known = false;
+        for (size_t i = 0; i < n && !known; i++)
+            known = !strcmp(k, keys[i]);
+        if (!known)
+            return fail(c, where, "'%s.%.60s' is not supported", where, k);
+    }
+    return GS_OK;
+}
+
+/*
+ * Structured output: "response_format" (OpenAI: text, json_object,
+ * json_schema) or "grammar" (llama-server's GBNF text). The grammar is
+ * compiled here, so that a schema or grammar the engine cannot enforce is a
+ * 400 that names what is wrong, before anything is queued.
+ */
+static enum gs_status parse_structured(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+{
+    json_t *rf = json_object_get(root, "response_format");
+    json_t *gr = json_object_get(root, "grammar");
+    bool has_rf = rf && !json_is_null(rf), has_gr = gr && !json_is_null(gr);
+    if (has_rf && has_gr)
+        return fail(c, "grammar", "'grammar' and 'response_format' cannot both be given");
+    const char *src = NULL, *param = "grammar";
+    size_t len = 0;
+    char *owned = NULL;
+    struct gs_err e;
+    if (has_gr) {
+        if (!json_is_string(gr))
+            return fail(c, "grammar", "'grammar' must be a string of GBNF rules");
+        src = json_string_value(gr);
+        len = json_string_length(gr);
+    } else if (has_rf) {
+        static const char *const rf_keys[] = {"type", "json_schema"};
+        static const char *const js_keys[] = {"name", "schema", "strict", "description"};
+        json_t *type = json_object_get(rf, "type");
+        enum gs_status st;
+        if (!json_is_object(rf))
+            return fail(c, "response_format", "'response_format' must be an object");
+        if ((st = only_keys(c, rf, "response_format", rf_keys, GS_ARRAY_LEN(rf_keys))))
+            return st;
+        if (!json_is_string(type))
+            return fail(c, "response_format.type",
+                        "'response_format.type' must be \"text\", \"json_object\" or "
+                        "\"json_schema\"");
+        const char *t = json_string_value(type);
+        json_t *js = json_object_get(rf, "json_schema");
+        if (strcmp(t, "json_schema") && js)
+            return fail(c, "response_format.json_schema",
+                        "'response_format.json_schema' goes with type \"json_schema\"");
+        if (!strcmp(t, "text"))
+            return GS_OK;
+        param = "response_format";
+        if (!strcmp(t, "json_object")) {
+            src = gs_grammar_json_object_gbnf();
+            len = strlen(src);
+        } else if (!strcmp(t, "json_schema")) {
+            if (!json_is_object(js))
+                return fail(c, "response_format.json_schema",
+                            "'response_format.json_schema' must be an object with 'name' and "
+                            "'schema'");
+            if ((st = only_keys(c, js, "response_format.json_schema", js_keys,
+                                GS_ARRAY_LEN(js_keys))))
+                return st;
+            json_t *name = json_object_get(js, "name");
+            if (!json_is_string(name) || !schema_name_ok(json_string_value(name)))
+                return fail(c, "response_format.json_schema.name",
+                            "'response_format.json_schema.name' must be 1 to 64 of a-z, A-Z, "
+                            "0-9, '_' and '-'");
+            json_t *strict = json_object_get(js, "strict");
+            if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+                return fail(c, "response_format.json_schema.strict",
+                            "'response_format.json_schema.strict' must be a boolean");
+            json_t *desc = json_object_get(js, "description");
+            if (desc && !json_is_null(desc) && !json_is_string(desc))
+                return fail(c, "response_format.json_schema.description",
+                            "'response_format.json_schema.description' must be a string");
+            json_t *schema = json_object_get(js, "schema");
+            if (!json_is_object(schema) && !json_is_boolean(schema))
+                return fail(c, "response_format.json_schema.schema",
+                            "'response_format.json_schema.schema' must be a JSON Schema object");
+            param = "response_format.json_schema.schema";
+            /* The output is enforced whatever strict says: "strict": false
+             * gets the same guarantee. */
+            if (gs_grammar_from_json_schema(schema, &owned, &len, &e) != GS_OK) {
+                if (e.code == GS_NOMEM)
+                    return nomem(c);
+                return fail(c, param, "%s", e.msg);
+            }
+            src = owned;
+        } else {
+            return fail(c, "response_format.type",
+                        "'response_format.type' must be \"text\", \"json_object\" or "
+                        "\"json_schema\", not \"%.40s\"",
+                        t);
+        }
+    } else {
+        return GS_OK;
+    }
+    enum gs_status st = gs_grammar_compile(src, len, "root", NULL, &g->grammar, &e);
+    gs_free(owned);
+    if (st == GS_NOMEM)
+        return nomem(c);
+    if (st)
+        return fail(c, param, "%s", e.msg);
+    return GS_OK;
+}
+
 static enum gs_status parse_root(struct pctx *c, json_t *root,
                                  const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
 {
@@ -547,7 +678,8 @@ static enum gs_status parse_root(struct pctx *c, json_t *root,
         (st = parse_stop(c, root, lim, g)) != GS_OK ||
         (st = parse_logit_bias(c, root, lim, g)) != GS_OK ||
         (st = parse_validation(c, root, g)) != GS_OK ||
-        (st = parse_parse_special(c, root, g)) != GS_OK)
+        (st = parse_parse_special(c, root, g)) != GS_OK ||
+        (st = parse_structured(c, root, g)) != GS_OK)
         return st;
     struct gs_err e;
     if (gs_sample_params_check(&g->sp, (int32_t)lim->n_vocab, &e) != GS_OK)
@@ -596,5 +728,6 @@ void gs_srv_gen_free(struct gs_srv_gen *g)
     json_decref(g->messages_json);
     json_decref(g->tools_json);
     json_decref(g->template_kwargs);
+    gs_grammar_unref(g->grammar);
     *g = (struct gs_srv_gen){0};
 }

@@ -484,6 +484,18 @@ static void finish(struct gs_sample_state *st, const float *logits, int32_t n_vo
 enum gs_status gs_sample_next(struct gs_sample_state *st, const float *logits, int32_t n_vocab,
                               struct gs_sample_out *out, struct gs_err *err)
 {
+    return gs_sample_next_masked(st, logits, n_vocab, NULL, out, err);
+}
+
+static bool allowed(const uint64_t *allow, int32_t i)
+{
+    return !allow || ((allow[(uint32_t)i >> 6] >> ((uint32_t)i & 63)) & 1);
+}
+
+enum gs_status gs_sample_next_masked(struct gs_sample_state *st, const float *logits,
+                                     int32_t n_vocab, const uint64_t *allow,
+                                     struct gs_sample_out *out, struct gs_err *err)
+{
     if (!st || !logits || !out)
         return gs_err_set(err, GS_INVAL, "sample: NULL argument");
     if (n_vocab != st->n_vocab)
@@ -494,7 +506,7 @@ enum gs_status gs_sample_next(struct gs_sample_state *st, const float *logits, i
     if (rc != GS_OK)
         return rc;
 
-    if (st->p.temperature == 0.0f && st->p.n_bias == 0 && !st->ring && !st->gen_count) {
+    if (st->p.temperature == 0.0f && st->p.n_bias == 0 && !st->ring && !st->gen_count && !allow) {
         /* Plain greedy: the first logit equal to the maximum. */
         int32_t token = 0;
         while (logits[token] != raw_max)
@@ -506,7 +518,7 @@ enum gs_status gs_sample_next(struct gs_sample_state *st, const float *logits, i
     struct cand *c = st->cand;
     for (int32_t i = 0; i < n_vocab; i++) {
         c[i].id = i;
-        c[i].logit = logits[i];
+        c[i].logit = allowed(allow, i) ? logits[i] : -INFINITY;
     }
     apply_bias(st);
     apply_repeat(st);
@@ -528,7 +540,9 @@ enum gs_status gs_sample_next(struct gs_sample_state *st, const float *logits, i
         c[n++] = c[i];
     }
     if (n == 0)
-        return gs_err_set(err, GS_NUMERIC, "every token is banned (-inf) after logit bias");
+        return gs_err_set(err, GS_NUMERIC,
+                          allow ? "no token the grammar allows is left after logit bias"
+                                : "every token is banned (-inf) after logit bias");
 
     int32_t token;
     if (st->p.temperature == 0.0f) {
