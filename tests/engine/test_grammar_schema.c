@@ -514,3 +514,228 @@ Test(grammar_schema, shared_schemas_convert_or_name_a_keyword)
            "(%s)\n",
            converted, total, 100.0 * converted / total, biggest, biggest_id);
 }
+
+/* ---- through the GBNF compiler and matcher -------------------------------------- */
+
+static struct gs_grammar *compile_gbnf(const char *gbnf, const char *what)
+{
+    struct gs_grammar *g = NULL;
+    struct gs_err err = {0};
+    enum gs_status st = gs_grammar_compile(gbnf, strlen(gbnf), NULL, NULL, &g, &err);
+    cr_assert_eq(st, GS_OK, "%s: the grammar does not compile: %s\n%s", what, err.msg, gbnf);
+    return g;
+}
+
+/* Whether g accepts text as a complete sentence. */
+static bool accepts(struct gs_grammar *g, const char *text)
+{
+    /* A one-token vocabulary: the matcher needs one, accept_bytes ignores it. */
+    const char *piece[1] = {"x"};
+    uint32_t len[1] = {1};
+    struct gs_grammar_vocab *v;
+    struct gs_err err;
+    cr_assert_eq(gs_grammar_vocab_new(piece, len, 1, &v, &err), GS_OK);
+    struct gs_grammar_matcher *m;
+    cr_assert_eq(gs_grammar_matcher_new(g, v, &m, &err), GS_OK, "%s", err.msg);
+    bool ok = gs_grammar_matcher_accept_bytes(m, text, strlen(text), &err) == GS_OK &&
+              gs_grammar_matcher_can_end(m);
+    gs_grammar_matcher_free(m);
+    gs_grammar_vocab_free(v);
+    return ok;
+}
+
+struct match_case {
+    const char *name;
+    const char *schema;
+    const char *valid[6];   /* the grammar must accept each */
+    const char *invalid[6]; /* each fails the schema: the grammar must reject it */
+};
+
+static const struct match_case match_cases[] = {
+    {"object_required_optional",
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"type\": "
+     "\"string\"}}, \"required\": [\"b\"]}",
+     {"{\"b\":\"x\"}", "{\"a\":1,\"b\":\"x\"}", "{ \"a\" : -3 ,\n    \"b\": \"\" }"},
+     {"{\"a\":1}", "{\"b\":1}", "{}", "{\"a\":1,\"b\":\"x\"", "{\"a\":1,,\"b\":\"x\"}"}},
+    {"integer_range", "{\"type\": \"integer\", \"minimum\": -5, \"maximum\": 120}",
+     {"-5", "0", "120", "7", "99"},
+     {"-6", "121", "1.5", "\"3\"", "007", "1000"}},
+    {"number_half_open", "{\"type\": \"number\", \"minimum\": 0, \"exclusiveMaximum\": 1}",
+     {"0", "0.5", "0.999", "0.0"},
+     {"1", "1.0", "-0.1", "2", "-1"}},
+    {"number_negative_exclusive", "{\"type\": \"number\", \"exclusiveMinimum\": -2, \"maximum\": -1}",
+     {"-1", "-1.5", "-1.99"},
+     {"-2", "-2.0", "0", "-0.5", "-3"}},
+    {"string_length", "{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}",
+     {"\"ab\"", "\"abc\"", "\"\\u00e9\\u00e9\"", "\"\xc3\xa9\xe2\x82\xac\"", "\"a\\n\""},
+     {"\"a\"", "\"abcd\"", "\"\"", "\"\\ud83d\\ude00\""}},
+    {"enum_values", "{\"enum\": [\"red\", 1, null, [1, 2], {\"k\": true}]}",
+     {"\"red\"", "1", "null", "[1,2]", "{\"k\":true}"},
+     {"\"blue\"", "2", "true", "[2,1]"}},
+    {"array_bounds",
+     "{\"type\": \"array\", \"items\": {\"type\": \"integer\"}, \"minItems\": 1, \"maxItems\": 2}",
+     {"[1]", "[1, 2]", "[ 3 ]"},
+     {"[]", "[1,2,3]", "[\"a\"]", "[1,]"}},
+    {"prefix_items_closed",
+     "{\"prefixItems\": [{\"type\": \"integer\"}, {\"type\": \"string\"}], \"items\": false}",
+     {"[]", "[1]", "[1,\"a\"]"},
+     {"[1,\"a\",2]", "[\"a\"]", "[1,2]"}},
+    {"tuple_draft4_with_rest",
+     "{\"type\": \"array\", \"items\": [{\"type\": \"integer\"}], \"additionalItems\": {\"type\": "
+     "\"boolean\"}, \"minItems\": 2}",
+     {"[1,true]", "[1,true,false]"},
+     {"[1]", "[1,2]", "[true,true]"}},
+    {"recursive_tree",
+     "{\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, \"kids\": {\"type\": "
+     "\"array\", \"items\": {\"$ref\": \"#\"}}}, \"required\": [\"v\"]}",
+     {"{\"v\":1}", "{\"v\":1,\"kids\":[{\"v\":2},{\"v\":3,\"kids\":[]}]}"},
+     {"{\"kids\":[]}", "{\"v\":1,\"kids\":[{}]}", "{\"v\":1,\"kids\":[{\"v\":\"x\"}]}"}},
+    {"defs_ref",
+     "{\"$defs\": {\"p\": {\"type\": \"integer\", \"minimum\": 1}}, \"type\": \"array\", "
+     "\"items\": {\"$ref\": \"#/$defs/p\"}}",
+     {"[1,2,30]", "[]"},
+     {"[0]", "[-1]"}},
+    {"any_of", "{\"anyOf\": [{\"type\": \"string\", \"maxLength\": 1}, {\"type\": \"null\"}]}",
+     {"\"x\"", "null", "\"\""},
+     {"1", "\"xy\""}},
+    {"one_of_discriminated",
+     "{\"oneOf\": [{\"type\": \"object\", \"properties\": {\"k\": {\"const\": \"a\"}}, "
+     "\"required\": [\"k\"]}, {\"type\": \"object\", \"properties\": {\"k\": {\"const\": \"b\"}, "
+     "\"n\": {\"type\": \"integer\"}}, \"required\": [\"k\"]}]}",
+     {"{\"k\":\"a\"}", "{\"k\":\"b\",\"n\":1}", "{\"k\":\"b\"}"},
+     {"{\"k\":\"c\"}", "{\"k\":\"a\",\"n\":1}", "{}"}},
+    {"all_of_merged",
+     "{\"allOf\": [{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\"}}, "
+     "\"required\": [\"a\"]}, {\"properties\": {\"b\": {\"type\": \"integer\", \"minimum\": 0}}}]}",
+     {"{\"a\":\"x\"}", "{\"a\":\"x\",\"b\":1}"},
+     {"{\"b\":1}", "{\"a\":\"x\",\"b\":-1}", "{\"a\":1}"}},
+    {"additional_properties_schema",
+     "{\"type\": \"object\", \"properties\": {\"id\": {\"type\": \"integer\"}}, "
+     "\"additionalProperties\": {\"type\": \"string\"}}",
+     {"{\"id\":1,\"x\":\"s\"}", "{\"i\":\"s\"}", "{\"idx\":\"s\"}", "{\"x\":\"a\",\"y\":\"b\"}", "{}"},
+     {"{\"id\":\"s\"}", "{\"x\":1}", "{\"id\":1,\"id\":\"s\"}"}},
+    {"additional_properties_false",
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"boolean\"}}, "
+     "\"additionalProperties\": false}",
+     {"{}", "{\"a\":true}"},
+     {"{\"b\":1}", "{\"a\":true,\"b\":1}", "{\"a\":null}"}},
+    {"format_date", "{\"type\": \"string\", \"format\": \"date\"}",
+     {"\"2024-02-28\"", "\"1999-12-31\"", "\"2024-04-30\""},
+     {"\"2024-13-01\"", "\"2024-02-30\"", "\"2024-04-31\"", "\"24-01-01\""}},
+    {"format_date_time", "{\"type\": \"string\", \"format\": \"date-time\"}",
+     {"\"2024-02-28T12:30:00Z\"", "\"2024-02-28T23:59:59.123+02:00\""},
+     {"\"2024-02-28 12:30:00Z\"", "\"2024-02-28T24:00:00Z\"", "\"2024-02-28T12:30:00\""}},
+    {"format_uuid", "{\"format\": \"uuid\"}",
+     {"\"123e4567-e89b-12d3-a456-426614174000\""},
+     {"\"123e4567e89b12d3a456426614174000\"", "\"123\""}},
+    {"format_ipv4", "{\"format\": \"ipv4\"}",
+     {"\"192.168.0.1\"", "\"255.255.255.255\"", "\"0.0.0.0\""},
+     {"\"256.1.1.1\"", "\"1.2.3\"", "\"01.2.3.4\""}},
+    {"pattern_anchored", "{\"type\": \"string\", \"pattern\": \"^[a-z]+-\\\\d{2}$\"}",
+     {"\"ab-12\"", "\"z-00\""},
+     {"\"ab-1\"", "\"AB-12\"", "\"ab-123\"", "\"-12\""}},
+    {"pattern_search", "{\"type\": \"string\", \"pattern\": \"ab|^c\"}",
+     {"\"xxabyy\"", "\"ab\"", "\"cat\""},
+     {"\"ba\"", "\"acb\"", "\"\""}},
+    {"pattern_quote_and_dot", "{\"pattern\": \"^a.\\\"$\"}",
+     {"\"ax\\\"\"", "\"a\\\"\\\"\""},
+     {"\"a\\n\\\"\"", "\"ax\""}},
+    {"type_union", "{\"type\": [\"string\", \"null\"], \"maxLength\": 2}",
+     {"\"ab\"", "null"},
+     {"\"abc\"", "1"}},
+};
+
+ParameterizedTestParameters(grammar_schema, matches)
+{
+    static int rows[GS_ARRAY_LEN(match_cases)];
+    for (size_t i = 0; i < GS_ARRAY_LEN(rows); i++)
+        rows[i] = (int)i;
+    return cr_make_param_array(int, rows, GS_ARRAY_LEN(rows));
+}
+
+ParameterizedTest(int *row, grammar_schema, matches)
+{
+    const struct match_case *tc = &match_cases[*row];
+    char *gbnf = convert_ok(tc->schema);
+    struct gs_grammar *g = compile_gbnf(gbnf, tc->name);
+    for (size_t i = 0; i < GS_ARRAY_LEN(tc->valid) && tc->valid[i]; i++)
+        cr_expect(accepts(g, tc->valid[i]), "%s: rejects valid %s\n%s", tc->name, tc->valid[i], gbnf);
+    for (size_t i = 0; i < GS_ARRAY_LEN(tc->invalid) && tc->invalid[i]; i++)
+        cr_expect(!accepts(g, tc->invalid[i]), "%s: accepts invalid %s\n%s", tc->name,
+                  tc->invalid[i], gbnf);
+    gs_grammar_unref(g);
+    gs_free(gbnf);
+}
+
+Test(grammar_schema, whitespace_is_bounded)
+{
+    char *gbnf = convert_ok("{\"type\": \"array\"}");
+    struct gs_grammar *g = compile_gbnf(gbnf, "array");
+    cr_expect(accepts(g, "[ 1 ,\n    2 ]"));
+    cr_expect(accepts(g, "[1]\n"));
+    char spaces[64] = "[";
+    memset(spaces + 1, ' ', 30);
+    strcpy(spaces + 31, "]");
+    cr_expect(!accepts(g, spaces), "thirty spaces accepted");
+    cr_expect(!accepts(g, " [1]"), "leading whitespace accepted");
+    gs_grammar_unref(g);
+    gs_free(gbnf);
+}
+
+Test(grammar_schema, json_object_grammar_matches_objects_only)
+{
+    struct gs_grammar *g = compile_gbnf(gs_grammar_json_object_gbnf(), "json_object");
+    cr_expect(accepts(g, "{}"));
+    cr_expect(accepts(g, "{\"a\": [1, {\"b\": null}, -2.5e3], \"c\": \"\\u00e9\\n\", \"d\": true}"));
+    cr_expect(!accepts(g, "[]"));
+    cr_expect(!accepts(g, "\"x\""));
+    cr_expect(!accepts(g, "{\"a\":}"));
+    cr_expect(!accepts(g, "{\"a\":1,}"));
+    gs_grammar_unref(g);
+}
+
+/* Every converted shared schema compiles; the slowest compiles are printed. */
+Test(grammar_schema, shared_grammars_compile)
+{
+    const char *path = gs_test_shared_path("golden/schemas/schemas.jsonl");
+    char *text = gs_test_read_file(path, NULL);
+    int compiled = 0;
+    double worst_ms = 0;
+    char worst_id[128] = "";
+    uint32_t worst_rules = 0, worst_el = 0;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        json_t *rec = json_loads(line, 0, NULL);
+        cr_assert(rec);
+        char *gbnf = NULL;
+        size_t len;
+        struct gs_err err = {0};
+        if (gs_grammar_from_json_schema(json_object_get(rec, "schema"), &gbnf, &len, &err) ==
+            GS_OK) {
+            const char *id = json_string_value(json_object_get(rec, "id"));
+            struct gs_grammar *g = NULL;
+            double t0 = gs_now_ms();
+            enum gs_status st = gs_grammar_compile(gbnf, len, NULL, NULL, &g, &err);
+            double ms = gs_now_ms() - t0;
+            cr_expect_eq(st, GS_OK, "%s: %s", id, err.msg);
+            if (st == GS_OK) {
+                compiled++;
+                if (ms > worst_ms) {
+                    worst_ms = ms;
+                    snprintf(worst_id, sizeof(worst_id), "%s", id);
+                    worst_rules = gs_grammar_n_rules(g);
+                    worst_el = gs_grammar_n_elements(g);
+                }
+            }
+            cr_expect(ms < 50, "%s: compiling took %.1f ms", id, ms);
+            gs_grammar_unref(g);
+        }
+        gs_free(gbnf);
+        json_decref(rec);
+    }
+    free(text);
+    printf("grammar_schema: %d grammars compiled; slowest %.2f ms (%s: %u rules, %u elements)\n",
+           compiled, worst_ms, worst_id, worst_rules, worst_el);
+}
