@@ -51,6 +51,9 @@
 #define SCHEMA_MAX_REF_CHAIN 32          /* $ref followed while intersecting */
 #define SCHEMA_MAX_PATTERN 4096          /* bytes of one pattern */
 #define SCHEMA_INT_DIGITS 16             /* digits of an integer part without bounds */
+#define SCHEMA_REPEAT_BUDGET 32768       /* bounded repetitions of strings and arrays, all
+                                          * together (each costs the compiler a rule per
+                                          * count): upper bounds are tightened to fit */
 #define SCHEMA_MAX_BOUND 1e18            /* largest numeric bound taken literally */
 
 /* ---- growing text buffer --------------------------------------------------- */
@@ -259,6 +262,9 @@ enum {
     P_HEX = 1u << 20,
     P_OCTET = 1u << 21,
     P_LABEL = 1u << 22,
+    P_URL = 1u << 23,
+    P_SEMVER = 1u << 24,
+    P_SEMVER_N = 1u << 25,
 };
 
 struct prim {
@@ -318,6 +324,17 @@ static const struct prim prims[] = {
     {P_IPV6, "fmt-ipv6", "hex{1,4} ( \":\" hex{1,4} ){7}", P_HEX},
     /* An absolute URI: scheme "://" host, then an optional path of unreserved
      * characters. */
+    {P_URL, "fmt-url",
+     "\"http\" \"s\"? \"://\" fmt-hostname ( \":\" [0-9]{1,5} )? ( \"/\" "
+     "[a-zA-Z0-9._~%!$&'()*+,;=:@\\-]{0,64} ){0,16}",
+     P_HOSTNAME},
+    /* Semantic versioning 2.0: MAJOR.MINOR.PATCH, numbers without leading
+     * zeros, an optional pre-release of alphanumeric identifiers. */
+    {P_SEMVER, "fmt-semver",
+     "semver-n \".\" semver-n \".\" semver-n ( \"-\" [0-9A-Za-z]{1,20} ( \".\" "
+     "[0-9A-Za-z]{1,20} ){0,4} )?",
+     P_SEMVER_N},
+    {P_SEMVER_N, "semver-n", "\"0\" | [1-9] [0-9]{0,8}", 0},
     {P_URI, "fmt-uri",
      "[a-z] [a-z0-9+.\\-]{0,15} \"://\" fmt-hostname ( \":\" [0-9]{1,5} )? ( \"/\" "
      "[a-zA-Z0-9._~%!$&'()*+,;=:@\\-]{0,64} ){0,16}",
@@ -383,7 +400,30 @@ struct conv {
     size_t n_refs, cap_refs;
     json_t *owned;        /* an array holding the schemas built by merging */
     unsigned n_merges;
+    uint64_t rep_cap;     /* upper bounds of lengths and item counts are tightened to this */
+    uint64_t *reps;       /* [n_reps][2]: each bounded repetition's lower and upper bound */
+    size_t n_reps, cap_reps;
 };
+
+/* Records a bounded repetition (lo..hi, hi <= SCHEMA_MAX_REPEAT) and returns
+ * the upper bound to write: hi tightened to rep_cap, never below lo. */
+static uint64_t rep_upper(struct conv *c, uint64_t lo, uint64_t hi)
+{
+    if (c->n_reps == c->cap_reps) {
+        size_t cap = c->cap_reps ? c->cap_reps * 2 : 64;
+        uint64_t *r = gs_realloc(c->reps, cap * 2 * sizeof(*r));
+        if (r) {
+            c->reps = r;
+            c->cap_reps = cap;
+        }
+    }
+    if (c->n_reps < c->cap_reps) {
+        c->reps[2 * c->n_reps] = lo;
+        c->reps[2 * c->n_reps + 1] = hi;
+        c->n_reps++;
+    }
+    return GS_MAX(lo, GS_MIN(hi, c->rep_cap));
+}
 
 /* Records the first failure only: later ones are consequences. */
 static bool fail(struct conv *c, enum gs_status st, const char *fmt, ...)
@@ -533,6 +573,7 @@ static const char *const annotations[] = {
     "title",     "description", "default",    "examples",   "example",  "$schema",
     "$id",       "id",          "$comment",   "readOnly",   "writeOnly", "deprecated",
     "markdownDescription",
+    "self", /* Snowplow/Iglu self-describing metadata: vendor, name, format, version */
 };
 
 static const char *const constraints[] = {
@@ -542,6 +583,7 @@ static const char *const constraints[] = {
     "pattern",       "format",        "minimum",       "maximum",          "exclusiveMinimum",
     "exclusiveMaximum", "multipleOf", "anyOf",         "oneOf",            "allOf",
     "$ref",          "minProperties", "maxProperties", "dependencies",     "dependentRequired",
+    "not", /* only as {"not": {}}, which matches nothing: see is_never */
 };
 
 static enum kw_kind kw_kind(const char *k)
@@ -735,6 +777,45 @@ static bool json_same(const json_t *a, const json_t *b)
     return json_equal(a, b);
 }
 
+static bool is_trivial(const json_t *s)
+{
+    if (json_is_true(s))
+        return true;
+    if (!json_is_object(s))
+        return false;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)s, k, v)
+    {
+        if (kw_kind(k) != KW_ANNOTATION && kw_kind(k) != KW_CONTAINER)
+            return false;
+    }
+    return true;
+}
+
+/* Whether s matches nothing: false, or {"not": {}} (the idiom for "this
+ * property must be absent"). */
+static bool is_never(const json_t *s)
+{
+    if (json_is_false(s))
+        return true;
+    const json_t *n = json_is_object(s) ? json_object_get(s, "not") : NULL;
+    if (!n)
+        return false;
+    if (json_is_true(n))
+        return true;
+    if (!json_is_object(n))
+        return false;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)n, k, v)
+    {
+        if (kw_kind(k) == KW_CONSTRAINT || kw_kind(k) == KW_UNKNOWN)
+            return false;
+    }
+    return true;
+}
+
 /* ---- $ref ------------------------------------------------------------------- */
 
 static int hexval(char ch)
@@ -888,6 +969,21 @@ static bool key_is(const char *k, const char *const *set, size_t n)
     return false;
 }
 
+/* The types a keyword applies to (T_ALL: any). */
+static unsigned kw_types(const char *k)
+{
+    static const char *const obj[] = {"properties",    "required",      "additionalProperties",
+                                      "patternProperties", "minProperties", "maxProperties",
+                                      "dependencies",  "dependentRequired"};
+    static const char *const arr[] = {"items",    "prefixItems", "additionalItems",
+                                      "minItems", "maxItems",    "uniqueItems"};
+    if (key_is(k, obj, GS_ARRAY_LEN(obj)))
+        return T_OBJECT;
+    if (key_is(k, arr, GS_ARRAY_LEN(arr)))
+        return T_ARRAY;
+    return T_ALL;
+}
+
 /* enum/const of s as an array (new reference), NULL when neither. */
 static json_t *enum_values(const json_t *s)
 {
@@ -1008,6 +1104,19 @@ static json_t *merge(struct conv *c, json_t *a, json_t *b, unsigned chain)
                 json_object_set(p, pk, mp);
             }
             json_object_set_new(m, "properties", p);
+        } else if (!strcmp(k, "additionalProperties")) {
+            if (is_trivial(vb) || is_never(va))
+                continue;
+            if (is_trivial(va) || is_never(vb)) {
+                json_object_set(m, k, vb);
+                continue;
+            }
+            json_t *fa = flatten(c, va, chain + 1);
+            json_t *fb = fa ? flatten(c, vb, chain + 1) : NULL;
+            json_t *ma = fb ? merge(c, fa, fb, chain + 1) : NULL;
+            if (!ma)
+                return NULL;
+            json_object_set(m, k, ma);
         } else if ((!strcmp(k, "enum") || !strcmp(k, "const"))) {
             continue; /* below, with both keywords together */
         } else if (!strcmp(k, "items") && json_is_object(va) && json_is_object(vb)) {
@@ -1032,8 +1141,9 @@ static json_t *merge(struct conv *c, json_t *a, json_t *b, unsigned chain)
     for (int side = 0; side < 2; side++) {
         json_t *closed = side ? b : a, *other = side ? a : b;
         json_t *addl = json_object_get(closed, "additionalProperties");
-        bool addl_schema = json_is_object(addl) && json_object_size(addl) > 0;
-        if (!json_is_false(addl) && !addl_schema)
+        bool never = is_never(addl);
+        bool addl_schema = !never && json_is_object(addl) && !is_trivial(addl);
+        if (!never && !addl_schema)
             continue;
         if (json_object_get(closed, "patternProperties")) {
             refuse(c, "allOf", "patternProperties beside additionalProperties false");
@@ -1302,14 +1412,27 @@ static bool gen_integer(struct conv *c, const json_t *s, struct sbuf *b)
     return true;
 }
 
-#define FRAC_ANY "( \".\" [0-9]{1,16} )? "
-#define FRAC_NONZERO "\".\" [0-9]{0,15} [1-9] "
+/* Fractions: up to 16 digits when the bounds are inclusive (rounding to a
+ * double is monotonic, so x <= b stays true); with an exclusive bound a value
+ * just inside it could round onto it (5.0000000000000001 is 5.0), so numbers
+ * keep to 15 significant digits, which doubles tell apart: 9 integer digits
+ * and 6 fraction digits. */
+struct frac_mode {
+    const char *any;     /* an optional fraction */
+    const char *nonzero; /* a fraction that is not zero */
+    uint64_t maxmag;     /* the largest integer part without an upper bound */
+};
+
+static const struct frac_mode frac_wide = {"( \".\" [0-9]{1,16} )? ", "\".\" [0-9]{0,15} [1-9] ",
+                                           MAXMAG};
+static const struct frac_mode frac_narrow = {"( \".\" [0-9]{1,6} )? ", "\".\" [0-9]{0,5} [1-9] ",
+                                             999999999ull};
 
 /* Magnitudes I.f from a to hi (unbounded when !has_hi), each end inclusive or
  * not: I = a with any (or, if a is excluded, a non-zero) fraction, a < I < hi
  * with any fraction, I = hi without one. Returns the alternatives written. */
-static int mag_real(struct sbuf *b, uint64_t a, bool a_excl, bool has_hi, uint64_t hi, bool hi_excl,
-                    bool sep)
+static int mag_real(struct sbuf *b, const struct frac_mode *fm, uint64_t a, bool a_excl,
+                    bool has_hi, uint64_t hi, bool hi_excl, bool sep)
 {
     int n = 0;
     if (has_hi && hi < a)
@@ -1323,13 +1446,13 @@ static int mag_real(struct sbuf *b, uint64_t a, bool a_excl, bool has_hi, uint64
     }
     sb_puts(b, sep ? "| " : "");
     range_uint(b, a, a);
-    sb_puts(b, a_excl ? FRAC_NONZERO : FRAC_ANY);
+    sb_puts(b, a_excl ? fm->nonzero : fm->any);
     n++;
-    uint64_t top = has_hi ? hi - 1 : MAXMAG;
+    uint64_t top = has_hi ? hi - 1 : fm->maxmag;
     if (a + 1 <= top) {
         sb_puts(b, "| ");
         range_uint(b, a + 1, top);
-        sb_puts(b, FRAC_ANY);
+        sb_puts(b, fm->any);
         n++;
     }
     if (has_hi && !hi_excl) {
@@ -1375,19 +1498,26 @@ static bool gen_number(struct conv *c, const json_t *s, struct sbuf *b)
         if (has && fabs(v) > SCHEMA_MAX_BOUND)
             return refuse(c, bound_key(&bd, side), "bound beyond 1e18");
     }
+    const struct frac_mode *fm = &frac_wide;
+    if ((bd.has_lo && bd.lo_excl) || (bd.has_hi && bd.hi_excl)) {
+        fm = &frac_narrow;
+        for (int side = 0; side < 2; side++)
+            if ((side ? bd.has_hi : bd.has_lo) && fabs(side ? bd.hi : bd.lo) > 999999999.0)
+                return refuse(c, bound_key(&bd, side), "an exclusive bound beyond 1e9 on a number");
+    }
     int n = 0;
     sb_puts(b, "( ");
     /* x >= 0 */
     if (!bd.has_hi || bd.hi > 0 || (bd.hi == 0 && !bd.hi_excl)) {
         bool lo_pos = bd.has_lo && bd.lo >= 0;
-        n += mag_real(b, lo_pos ? (uint64_t)bd.lo : 0, lo_pos && bd.lo_excl, bd.has_hi,
+        n += mag_real(b, fm, lo_pos ? (uint64_t)bd.lo : 0, lo_pos && bd.lo_excl, bd.has_hi,
                       bd.has_hi ? (uint64_t)bd.hi : 0, bd.hi_excl, n > 0);
     }
     /* x < 0: its magnitude is above -hi (or above 0) and up to -lo. */
     if (!bd.has_lo || bd.lo < 0) {
         bool hi_neg = bd.has_hi && bd.hi < 0;
         struct sbuf neg = {0};
-        int k = mag_real(&neg, hi_neg ? (uint64_t)-bd.hi : 0, hi_neg ? bd.hi_excl : true,
+        int k = mag_real(&neg, fm, hi_neg ? (uint64_t)-bd.hi : 0, hi_neg ? bd.hi_excl : true,
                          bd.has_lo, bd.has_lo ? (uint64_t)-bd.lo : 0, bd.lo_excl, false);
         if (k) {
             sb_puts(b, n ? "| " : "");
@@ -1957,7 +2087,7 @@ static const struct {
 } string_formats[] = {
     {"date", P_DATE},   {"time", P_TIME},         {"date-time", P_DATETIME}, {"uuid", P_UUID},
     {"email", P_EMAIL}, {"hostname", P_HOSTNAME}, {"ipv4", P_IPV4},          {"ipv6", P_IPV6},
-    {"uri", P_URI},
+    {"uri", P_URI},     {"url", P_URL},           {"semver", P_SEMVER},
 };
 
 static bool gen_string(struct conv *c, const json_t *s, struct sbuf *b)
@@ -1976,7 +2106,7 @@ static bool gen_string(struct conv *c, const json_t *s, struct sbuf *b)
             i++;
         if (!fs || i == GS_ARRAY_LEN(string_formats))
             return refuse(c, "format", "unknown format (supported: date, time, date-time, uuid, "
-                                       "email, hostname, ipv4, ipv6, uri)");
+                                       "email, hostname, ipv4, ipv6, uri, url, semver)");
         if (pat || has_min || has_max)
             return refuse(c, pat ? "pattern" : has_min ? "minLength" : "maxLength",
                           "beside format");
@@ -2001,6 +2131,8 @@ static bool gen_string(struct conv *c, const json_t *s, struct sbuf *b)
         return refuse(c, "minLength", "over the limit of 4096");
     if (m > n)
         return refuse(c, "minLength", "more than maxLength");
+    if (n != UINT64_MAX)
+        n = rep_upper(c, m, n);
     if (m == 0 && n == UINT64_MAX) {
         c->used |= P_STRING;
         sb_puts(b, "string ");
@@ -2103,9 +2235,16 @@ static bool gen_enum(struct conv *c, const json_t *s, struct sbuf *b)
     };
     const char *k;
     json_t *v;
+    json_t *all = enum_values(s);
+    unsigned present = 0;
+    for (size_t i = 0; i < json_array_size(all); i++)
+        present |= value_type(json_array_get(all, i));
+    json_decref(all);
     json_object_foreach((json_t *)s, k, v)
     {
-        if (kw_kind(k) == KW_CONSTRAINT && !key_is(k, allowed, GS_ARRAY_LEN(allowed)))
+        /* Object and array keywords constrain nothing when no value is one. */
+        if (kw_kind(k) == KW_CONSTRAINT && !key_is(k, allowed, GS_ARRAY_LEN(allowed)) &&
+            (kw_types(k) & present))
             return refuse(c, k, "beside enum or const");
     }
     const json_t *e = json_object_get(s, "enum");
@@ -2322,7 +2461,8 @@ static bool is_required(const json_t *req, const char *name)
 static bool object_extras(const json_t *s)
 {
     const json_t *addl = json_object_get(s, "additionalProperties");
-    return addl && !json_is_false(addl) && !json_object_get(s, "patternProperties");
+    return addl && !is_never(addl) && !json_object_get(s, "patternProperties") &&
+           !json_object_get(s, "maxProperties");
 }
 
 /*
@@ -2350,6 +2490,8 @@ static bool gen_object(struct conv *c, const json_t *s, struct sbuf *b)
         return bad_value(c, "additionalProperties", "must be a schema");
     if (deps && !json_is_object(deps))
         return bad_value(c, "dependencies", "must be an object");
+    if (addl && is_never(addl))
+        addl = json_false();
 
     size_t n_props = (props ? json_object_size(props) : 0) + (req ? json_array_size(req) : 0);
     struct prop *p = gs_calloc(n_props + 1, sizeof(*p));
@@ -2362,7 +2504,7 @@ static bool gen_object(struct conv *c, const json_t *s, struct sbuf *b)
     json_object_foreach((json_t *)props, k, v)
     {
         p[n].name = k;
-        p[n].schema = v;
+        p[n].schema = is_never(v) ? json_false() : v;
         p[n++].required = req && is_required(req, k);
     }
     size_t i;
@@ -2607,7 +2749,13 @@ static bool gen_array(struct conv *c, const json_t *s, struct sbuf *b)
     if (json_is_true(uniq) && mx > 1)
         return refuse(c, "uniqueItems", "cannot be enforced by a grammar");
     size_t k = prefix ? json_array_size(prefix) : 0;
-    bool rest_none = json_is_false(rest);
+    bool rest_none = is_never(rest);
+    for (size_t i = 0; i < k; i++)
+        if (is_never(json_array_get(prefix, i))) {
+            /* No item may stand here: the array ends before it. */
+            k = i;
+            rest_none = true;
+        }
     if (mx > SCHEMA_MAX_REPEAT)
         mx = has_max ? SCHEMA_MAX_REPEAT : UINT64_MAX; /* tightened: see the file's head */
     if (rest_none && mx > k)
@@ -2616,6 +2764,8 @@ static bool gen_array(struct conv *c, const json_t *s, struct sbuf *b)
         return refuse(c, "minItems", "over the limit of 4096");
     if (m > mx)
         return refuse(c, "minItems", rest_none ? "more than the items allowed" : "more than maxItems");
+    if (mx != UINT64_MAX && mx > k)
+        mx = k + rep_upper(c, m > k ? m - k : 0, mx - k);
     if (k > mx)
         k = (size_t)mx;
 
@@ -2768,11 +2918,12 @@ static bool values_disjoint(const json_t *a, const json_t *b)
     return true;
 }
 
+/* Whether the generator may write name for s (listed and not forbidden). */
 static bool lists(const json_t *s, const char *name)
 {
     const json_t *props = json_object_get(s, "properties");
-    return (json_is_object(props) && json_object_get(props, name)) ||
-           is_required(json_object_get(s, "required"), name);
+    const json_t *ps = json_is_object(props) ? json_object_get(props, name) : NULL;
+    return (ps && !is_never(ps)) || is_required(json_object_get(s, "required"), name);
 }
 
 /* Whether every output generated for (flattened) i fails schema j. */
@@ -2813,12 +2964,14 @@ static bool rejects(struct conv *c, const json_t *i, const json_t *j)
     size_t n;
     json_array_foreach(rj, n, v)
     {
-        if (json_is_string(v) && !lists(i, json_string_value(v)) && !object_extras(i))
+        const char *name = json_is_string(v) ? json_string_value(v) : NULL;
+        const json_t *ps = name && json_is_object(pi) ? json_object_get(pi, name) : NULL;
+        if (name && !lists(i, name) && (ps || !object_extras(i)))
             return true;
     }
     /* A name i always writes that j (closed) forbids. */
     const json_t *ri = json_object_get(i, "required");
-    if (json_is_false(json_object_get(j, "additionalProperties")) &&
+    if (is_never(json_object_get(j, "additionalProperties")) &&
         !json_object_get(j, "patternProperties")) {
         json_array_foreach(ri, n, v)
         {
@@ -2827,6 +2980,33 @@ static bool rejects(struct conv *c, const json_t *i, const json_t *j)
         }
     }
     return false;
+}
+
+/* A copy of *i (owned by c, replacing *i) whose objects never carry a name
+ * that j requires and i does not; false only on failure. Unchanged when
+ * there is none or i writes more than objects. */
+static bool forbid_required(struct conv *c, json_t **i, const json_t *j)
+{
+    if (gen_types(c, *i) != T_OBJECT)
+        return true;
+    const json_t *rj = json_object_get(j, "required");
+    size_t n;
+    json_t *v;
+    json_array_foreach(rj, n, v)
+    {
+        const char *name = json_is_string(v) ? json_string_value(v) : NULL;
+        if (!name || is_required(json_object_get(*i, "required"), name))
+            continue;
+        json_t *copy = own(c, json_deep_copy(*i));
+        const json_t *props = copy ? json_object_get(copy, "properties") : NULL;
+        json_t *np = json_is_object(props) ? json_deep_copy(props) : json_object();
+        if (!copy || !np || json_object_set(np, name, json_false()) ||
+            json_object_set_new(copy, "properties", np))
+            return fail(c, GS_NOMEM, "out of memory");
+        *i = copy;
+        return true;
+    }
+    return true;
 }
 
 static bool gen_union(struct conv *c, const json_t *s, struct sbuf *b)
@@ -2867,25 +3047,32 @@ static bool gen_union(struct conv *c, const json_t *s, struct sbuf *b)
         }
         path_pop(c, old);
     }
-    if (ok && one) {
-        for (size_t i = 0; i < n && ok; i++)
-            for (size_t j = i + 1; j < n && ok; j++) {
-                if (!rejects(c, flat[i], flat[j]) || !rejects(c, flat[j], flat[i])) {
-                    char why[96];
-                    snprintf(why, sizeof(why), "alternatives %zu and %zu may both match", i, j);
-                    ok = refuse(c, "oneOf", why);
-                }
-                ok = ok && !c->failed;
-            }
-    }
+    bool *changed = gs_calloc(n, sizeof(*changed));
+    if (!changed && ok)
+        ok = fail(c, GS_NOMEM, "out of memory");
+    for (size_t i = 0; i < n && ok && one; i++)
+        for (size_t j = 0; j < n && ok; j++) {
+            if (i == j || rejects(c, flat[i], flat[j]))
+                continue;
+            /* Make i's outputs fail j by never writing a name j requires. */
+            if (!c->failed && (ok = forbid_required(c, &flat[i], flat[j])))
+                changed[i] = true;
+            if (ok && !c->failed && rejects(c, flat[i], flat[j]))
+                continue;
+            char why[96];
+            snprintf(why, sizeof(why), "alternatives %zu and %zu may both match", GS_MIN(i, j),
+                     GS_MAX(i, j));
+            ok = refuse(c, "oneOf", why);
+        }
     for (size_t i = 0; i < n && ok; i++) {
         size_t old = path_push_index(c, key, i);
         sb_puts(b, i ? "| " : "( ");
-        ok = gen_ref(c, siblings ? flat[i] : json_array_get(alts, i), key, b);
+        ok = gen_ref(c, siblings || changed[i] ? flat[i] : json_array_get(alts, i), key, b);
         path_pop(c, old);
     }
     if (ok)
         sb_puts(b, ") ");
+    gs_free(changed);
     gs_free(flat);
     return ok;
 }
@@ -2955,6 +3142,8 @@ static bool gen_body_flat(struct conv *c, const json_t *s, struct sbuf *b)
                     c->path);
     if (!check_keywords(c, s))
         return false;
+    if (json_object_get(s, "not"))
+        return refuse(c, "not", is_never(s) ? "a schema that matches nothing" : NULL);
     if (json_object_get(s, "$ref"))
         return gen_ref(c, s, "ref", b);
     if (json_object_get(s, "anyOf") || json_object_get(s, "oneOf"))
@@ -3019,22 +3208,6 @@ static bool gen_body(struct conv *c, const json_t *s, struct sbuf *b)
         return f && gen_body_flat(c, f, b);
     }
     return gen_body_flat(c, s, b);
-}
-
-static bool is_trivial(const json_t *s)
-{
-    if (json_is_true(s))
-        return true;
-    if (!json_is_object(s))
-        return false;
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)s, k, v)
-    {
-        if (kw_kind(k) != KW_ANNOTATION && kw_kind(k) != KW_CONTAINER)
-            return false;
-    }
-    return true;
 }
 
 /* The rule of a $ref's target, written once. */
@@ -3130,19 +3303,12 @@ static bool gen_ref(struct conv *c, const json_t *s, const char *hint, struct sb
     return ok;
 }
 
-enum gs_status gs_grammar_from_json_schema(const json_t *schema, char **gbnf, size_t *gbnf_len,
-                                           struct gs_err *err)
+/* One conversion with upper bounds tightened to rep_cap. On success *out
+ * holds the grammar; *reps (gs_free) the bounded repetitions it wrote. */
+static enum gs_status convert(const json_t *schema, uint64_t rep_cap, struct gs_err *err,
+                              struct sbuf *out, uint64_t **reps, size_t *n_reps)
 {
-    if (gbnf)
-        *gbnf = NULL;
-    if (gbnf_len)
-        *gbnf_len = 0;
-    if (err)
-        gs_err_clear(err);
-    if (!schema || !gbnf)
-        return gs_err_set(err, GS_INVAL, "no schema");
-    struct gs_err local;
-    struct conv c = {.root = schema, .err = err ? err : &local};
+    struct conv c = {.root = schema, .err = err, .rep_cap = rep_cap};
     c.owned = json_array();
     c.refs = gs_malloc(16 * sizeof(*c.refs));
     char *root_name = gs_strdup("root");
@@ -3180,10 +3346,68 @@ enum gs_status gs_grammar_from_json_schema(const json_t *schema, char **gbnf, si
     json_decref(c.owned);
     if (!ok) {
         sb_free(&all);
-        return c.err->code ? c.err->code : GS_INVAL;
+        gs_free(c.reps);
+        return err->code ? err->code : GS_INVAL;
     }
-    *gbnf = all.p;
+    *out = all;
+    *reps = c.reps;
+    *n_reps = c.n_reps;
+    return GS_OK;
+}
+
+static uint64_t reps_cost(const uint64_t *reps, size_t n, uint64_t cap)
+{
+    uint64_t cost = 0;
+    for (size_t i = 0; i < n; i++)
+        cost += GS_MAX(reps[2 * i], GS_MIN(reps[2 * i + 1], cap));
+    return cost;
+}
+
+enum gs_status gs_grammar_from_json_schema(const json_t *schema, char **gbnf, size_t *gbnf_len,
+                                           struct gs_err *err)
+{
+    if (gbnf)
+        *gbnf = NULL;
     if (gbnf_len)
-        *gbnf_len = all.n;
+        *gbnf_len = 0;
+    if (err)
+        gs_err_clear(err);
+    if (!schema || !gbnf)
+        return gs_err_set(err, GS_INVAL, "no schema");
+    struct gs_err local = {0};
+    if (!err)
+        err = &local;
+    struct sbuf out = {0};
+    uint64_t *reps = NULL;
+    size_t n_reps = 0;
+    enum gs_status st = convert(schema, SCHEMA_MAX_REPEAT, err, &out, &reps, &n_reps);
+    if (st == GS_OK && reps_cost(reps, n_reps, SCHEMA_MAX_REPEAT) > SCHEMA_REPEAT_BUDGET) {
+        /* Too many counted repetitions for the compiler: the largest cap that
+         * fits, then again with it. Lower bounds cannot be tightened. */
+        uint64_t lo = 0, hi = SCHEMA_MAX_REPEAT;
+        while (lo < hi) {
+            uint64_t mid = (lo + hi + 1) / 2;
+            if (reps_cost(reps, n_reps, mid) <= SCHEMA_REPEAT_BUDGET)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        bool fits = lo > 0 && reps_cost(reps, n_reps, lo) <= SCHEMA_REPEAT_BUDGET;
+        sb_free(&out);
+        gs_free(reps);
+        reps = NULL;
+        if (!fits)
+            st = gs_err_set(err, GS_INVAL,
+                            "over the limit of %u counted repetitions (minLength, minItems) at #",
+                            SCHEMA_REPEAT_BUDGET);
+        else
+            st = convert(schema, lo, err, &out, &reps, &n_reps);
+    }
+    gs_free(reps);
+    if (st)
+        return st;
+    *gbnf = out.p;
+    if (gbnf_len)
+        *gbnf_len = out.n;
     return GS_OK;
 }

@@ -84,7 +84,7 @@ static const struct accept_case accept_cases[] = {
     {"number_bounds", "{\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}",
      {"\"0\" ) ( \".\" [0-9]{1,16} )?", "| ( \"1\" )"}},
     {"number_exclusive_zero", "{\"type\": \"number\", \"exclusiveMinimum\": 0}",
-     {"\".\" [0-9]{0,15} [1-9]"}},
+     {"\".\" [0-9]{0,5} [1-9]", "[1-9] [0-9]{1,8} ) ( \".\" [0-9]{1,6} )?"}},
     {"multiple_of_one", "{\"type\": \"number\", \"multipleOf\": 1}", {"root ::= integer"}},
     {"enum_any_values", "{\"enum\": [\"a\", 1, null, [1, 2], {\"k\": true}]}",
      {"\"\\\"a\\\"\"", "\"1\"", "\"null\"", "\"[1,2]\"", "\"{\\\"k\\\":true}\""}},
@@ -173,6 +173,20 @@ static const struct accept_case accept_cases[] = {
      "{\"type\": \"object\", \"properties\": {\"a\": {}}, \"required\": [\"a\"], "
      "\"minProperties\": 1}",
      {"\"\\\"a\\\"\""}},
+    {"iglu_self_is_an_annotation",
+     "{\"self\": {\"vendor\": \"com.acme\", \"name\": \"e\", \"format\": \"jsonschema\", "
+     "\"version\": \"1-0-0\"}, \"type\": \"boolean\"}",
+     {"root ::= boolean"}},
+    {"url_and_semver", "{\"properties\": {\"u\": {\"format\": \"url\"}, \"v\": {\"format\": "
+     "\"semver\"}}}",
+     {"fmt-url ::= \"http\" \"s\"?", "fmt-semver ::="}},
+    {"enum_ignores_object_keywords",
+     "{\"type\": [\"object\", \"string\"], \"properties\": {\"a\": {}}, \"enum\": [\"x\"]}",
+     {"( \"\\\"x\\\"\" ) ws"}},
+    {"all_of_additional_properties_trivial",
+     "{\"additionalProperties\": {}, \"allOf\": [{\"type\": \"object\", \"properties\": {\"a\": "
+     "{\"type\": \"null\"}}, \"additionalProperties\": false}]}",
+     {"\"\\\"a\\\"\" ws \":\" ws null"}},
     {"unique_items_with_one_item", "{\"type\": \"array\", \"uniqueItems\": true, \"maxItems\": 1}",
      {"\"[\" ws"}},
 };
@@ -207,10 +221,11 @@ struct refuse_case {
 static const struct refuse_case refuse_cases[] = {
     {"not", "{\"type\": \"object\", \"properties\": {\"a\": {\"not\": {\"type\": \"string\"}}}}",
      "unsupported keyword 'not' at #/properties/a"},
+    {"not_with_content", "{\"not\": {\"type\": \"string\"}}", "unsupported keyword 'not' at #"},
     {"if_then_else", "{\"if\": {}, \"then\": {}}", "unsupported keyword 'if' at #"},
     {"unknown_keyword", "{\"type\": \"string\", \"pettern\": \"x\"}",
      "unsupported keyword 'pettern' at #"},
-    {"unknown_format", "{\"type\": \"string\", \"format\": \"semver\"}",
+    {"unknown_format", "{\"type\": \"string\", \"format\": \"path\"}",
      "unsupported keyword 'format' at #: unknown format*"},
     {"format_on_integer", "{\"type\": \"integer\", \"format\": \"uuid\"}",
      "unsupported keyword 'format' at #*"},
@@ -332,6 +347,29 @@ Test(grammar_schema, huge_counts_are_refused_or_tightened)
     cr_assert_eq(st, GS_INVAL);
     cr_expect(strstr(err.msg, "unsupported keyword 'pattern' at #: a repetition count"), "%s",
               err.msg);
+}
+
+/* Each count costs the compiler a rule: 40 strings of maxLength 4096 would
+ * be 160k rules, so their bounds are tightened together to fit the budget. */
+Test(grammar_schema, repetition_budget_tightens_upper_bounds)
+{
+    json_t *props = json_object();
+    char name[16];
+    for (int i = 0; i < 40; i++) {
+        snprintf(name, sizeof(name), "p%d", i);
+        json_object_set_new(props, name, json_pack("{s:s,s:i,s:i}", "type", "string", "minLength",
+                                                   2, "maxLength", 4096));
+    }
+    json_t *s = json_pack("{s:s,s:o}", "type", "object", "properties", props);
+    char *g = NULL;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_grammar_from_json_schema(s, &g, NULL, &err), GS_OK, "%s", err.msg);
+    cr_expect(strstr(g, "char{2,819}"), "%s", g);
+    struct gs_grammar *cg = NULL;
+    cr_expect_eq(gs_grammar_compile(g, strlen(g), NULL, NULL, &cg, &err), GS_OK, "%s", err.msg);
+    gs_grammar_unref(cg);
+    gs_free(g);
+    json_decref(s);
 }
 
 Test(grammar_schema, huge_enum_is_refused)
@@ -640,6 +678,20 @@ static const struct match_case match_cases[] = {
     {"pattern_quote_and_dot", "{\"pattern\": \"^a.\\\"$\"}",
      {"\"ax\\\"\"", "\"a\\\"\\\"\""},
      {"\"a\\n\\\"\"", "\"ax\""}},
+    {"one_of_by_required",
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"type\": "
+     "\"integer\"}, \"c\": {\"type\": \"boolean\"}}, \"additionalProperties\": false, \"oneOf\": "
+     "[{\"required\": [\"a\"]}, {\"required\": [\"b\"]}]}",
+     {"{\"a\":1}", "{\"b\":2,\"c\":true}", "{\"a\":1,\"c\":false}"},
+     {"{\"a\":1,\"b\":2}", "{\"c\":true}", "{}"}},
+    {"not_empty_forbids_a_property",
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"not\": "
+     "{}}}}",
+     {"{}", "{\"a\":1}"},
+     {"{\"b\":1}", "{\"a\":1,\"b\":null}"}},
+    {"format_semver", "{\"format\": \"semver\"}",
+     {"\"1.0.0\"", "\"10.20.3-rc1\""},
+     {"\"1.0\"", "\"01.0.0\""}},
     {"type_union", "{\"type\": [\"string\", \"null\"], \"maxLength\": 2}",
      {"\"ab\"", "null"},
      {"\"abc\"", "1"}},
