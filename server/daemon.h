@@ -48,6 +48,30 @@ struct gs_srv_route;
 
 struct gs_srv_req;
 
+/*
+ * How a generation request's answer is written: OpenAI's chunks and objects
+ * (generate.c) or Anthropic's events and message (anthropic.c). generate.c runs one
+ * path for every API, from the parsed request to the engine's events, and calls these
+ * only where the shapes differ. Errors before an answer starts go through
+ * gs_srv__respond_error, which writes the route's API's error object.
+ */
+struct gs_srv_shape {
+    const char *id_prefix; /* of the request's id: "chatcmpl-", "cmpl-", "msg_" */
+    /* Stream: what follows the 200 header (the chat's role chunk; message_start). */
+    void (*stream_open)(struct gs_srv_req *r);
+    /* Stream: choice c's released text (c->text, emptied); fin: the choice has ended. */
+    void (*stream_text)(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin);
+    /* Stream: every choice ended and every report is in: the closing events, the last. */
+    void (*stream_end)(struct gs_srv_req *r);
+    /* Stream: the stream ends early with an error event (a client that does not read). */
+    void (*stream_fail)(struct gs_srv_req *r, enum gs_srv_ekind kind, const char *msg);
+    /* Not streamed: every choice ended without an engine error; answers. */
+    enum MHD_Result (*respond)(struct gs_srv_req *r);
+};
+
+/* anthropic.c */
+extern const struct gs_srv_shape gs_srv__anthropic_shape;
+
 /* A text being tokenized on libuv's thread pool (gs_srv__tokenize_async). */
 struct gs_srv_tok_job {
     uv_work_t work;
@@ -112,6 +136,7 @@ struct gs_srv_req {
     bool peer_gone;   /* the client closed or reset the connection */
     bool drain_abort; /* ended by the drain deadline: finish_reason "abort" */
     /* generation */
+    const struct gs_srv_shape *shape; /* set by gs_srv__gen_start */
     struct gs_srv_gen gen;
     struct gs_srv_tok_job tok_job;
     bool tokenize_pieces; /* /tokenize: with_pieces */
@@ -190,8 +215,9 @@ struct gs_srv_route {
     const char *method;
     const char *path;
     enum gs_srv_endpoint ep;
-    bool auth; /* Bearer key required (when keys are configured) */
+    bool auth; /* a key required (when keys are configured) */
     enum MHD_Result (*handler)(struct gs_srv_req *r);
+    enum gs_srv_api api; /* whose error objects its answers carry */
 };
 
 /* routes.c */
@@ -213,6 +239,7 @@ bool gs_srv__model_name_ok(const struct gs_srv *s, const char *name);
 
 enum MHD_Result gs_srv__respond_text(struct gs_srv_req *r, unsigned status, const char *type,
                                      const char *text, size_t len);
+/* Answers kind's status with the error object of r's route's API (OpenAI's without a route). */
 enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind kind,
                                       const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -113,7 +113,10 @@ enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind ki
     va_end(ap);
     if (kind == GS_SRV_E_BUSY)
         r->srv->metrics.rejected_busy++;
-    return gs_srv__respond_json(r, gs_srv_err_http(kind), gs_srv_err_json(kind, msg, param));
+    json_t *e = r->route && r->route->api == GS_SRV_API_ANTHROPIC
+                    ? gs_srv_err_json_anthropic(kind, msg, r->id)
+                    : gs_srv_err_json(kind, msg, param);
+    return gs_srv__respond_json(r, gs_srv_err_http(kind), e);
 }
 
 /* ---- suspend / resume, active list --------------------------------------------------------- */
@@ -322,7 +325,9 @@ static enum MHD_Result preflight(struct gs_srv_req *r, const char *origin)
     const char *want = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
                                                    "Access-Control-Request-Headers");
     MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                            want && *want ? want : "Authorization, Content-Type");
+                            want && *want ? want
+                                          : "Authorization, Content-Type, x-api-key, "
+                                            "anthropic-version");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     r->status = 204;
     enum MHD_Result ret = MHD_queue_response(r->conn, 204, resp);
@@ -356,13 +361,20 @@ static enum MHD_Result on_headers(struct gs_srv_req *r, const char *version)
                                      r->url);
     }
     if (r->route->auth && s->cfg.n_api_keys) {
+        /* Either header may carry the key: OpenAI's clients send a Bearer token,
+         * Anthropic's x-api-key. */
         const char *auth =
             MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-        if (!gs_srv_auth_check(auth, (const uint8_t(*)[32])s->key_digests, s->cfg.n_api_keys))
+        const char *xkey = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "x-api-key");
+        const uint8_t(*digests)[32] = (const uint8_t(*)[32])s->key_digests;
+        bool ok = gs_srv_auth_check(auth, digests, s->cfg.n_api_keys);
+        ok |= gs_srv_auth_check_key(xkey, digests, s->cfg.n_api_keys);
+        if (!ok)
             return gs_srv__respond_error(r, GS_SRV_E_UNAUTHORIZED, NULL,
-                                         auth ? "invalid API key"
-                                              : "missing API key: send "
-                                                "'Authorization: Bearer KEY'");
+                                         auth || xkey ? "invalid API key"
+                                                      : "missing API key: send "
+                                                        "'Authorization: Bearer KEY' or "
+                                                        "'x-api-key: KEY'");
     }
     const char *cl =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
