@@ -72,10 +72,10 @@ static void stream_fail(struct gs_srv_req *r, enum gs_srv_ekind kind, const char
 
 static void stream_open(struct gs_srv_req *r)
 {
-    json_t *msg = json_pack("{s:s,s:s,s:s,s:[],s:s,s:n,s:n,s:{s:i,s:i}}", "id", r->id, "type",
-                            "message", "role", "assistant", "content", "model",
-                            r->srv->cfg.model.id, "stop_reason", "stop_sequence", "usage",
-                            "input_tokens", (int)r->n_prompt, "output_tokens", 0);
+    json_t *msg =
+        json_pack("{s:s,s:s,s:s,s:[],s:s,s:n,s:n,s:{s:i,s:i}}", "id", r->id, "type", "message",
+                  "role", "assistant", "content", "model", r->srv->cfg.model.id, "stop_reason",
+                  "stop_sequence", "usage", "input_tokens", (int)r->n_prompt, "output_tokens", 0);
     event(r, "message_start", json_pack("{s:s,s:o}", "type", "message_start", "message", msg));
     event(r, "content_block_start",
           json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", 0,
@@ -107,9 +107,9 @@ static void stream_end(struct gs_srv_req *r)
     }
     event(r, "content_block_stop",
           json_pack("{s:s,s:i}", "type", "content_block_stop", "index", 0));
-    json_t *delta = json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta",
-                              "stop_reason", reason, "stop_sequence", stop_sequence(r, c), "usage",
-                              usage(r));
+    json_t *delta =
+        json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta", "stop_reason", reason,
+                  "stop_sequence", stop_sequence(r, c), "usage", usage(r));
     if (delta)
         gs_srv__val_attach(r, delta);
     event(r, "message_delta", delta);

@@ -756,10 +756,10 @@ enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r)
     struct gs_err err;
     const char *body = r->body.p ? r->body.p : "";
     enum gs_status st =
-        messages ? gs_srv_messages_parse(body, r->body.len, r->ep == GS_SRV_EP_COUNT_TOKENS, &pl,
-                                         &r->gen, param, sizeof(param), &err)
-                 : gs_srv_gen_parse(body, r->body.len, chat, &pl, &r->gen, param, sizeof(param),
-                                    &err);
+        messages
+            ? gs_srv_messages_parse(body, r->body.len, r->ep == GS_SRV_EP_COUNT_TOKENS, &pl,
+                                    &r->gen, param, sizeof(param), &err)
+            : gs_srv_gen_parse(body, r->body.len, chat, &pl, &r->gen, param, sizeof(param), &err);
     char serial[40];
     snprintf(serial, sizeof(serial), "%s", r->id + 4); /* after "req-" */
     snprintf(r->id, sizeof(r->id), "%s%s", r->shape->id_prefix, serial);
@@ -785,8 +785,7 @@ enum MHD_Result gs_srv__gen_continue(struct gs_srv_req *r)
             return ret;
     }
     if (r->gen.count_only) /* count_tokens: the prompt the same body would generate from */
-        return gs_srv__respond_json(r, 200,
-                                    json_pack("{s:i}", "input_tokens", (int)r->n_prompt));
+        return gs_srv__respond_json(r, 200, json_pack("{s:i}", "input_tokens", (int)r->n_prompt));
     if (!gs_srv__is_ready(r->srv, NULL, 0))
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "the server is draining");
     if (!check_context(r, &ret))

@@ -33,7 +33,7 @@ void gs_srv_buf_addf(struct gs_srv_buf *b, const char *fmt, ...)
 void gs_srv_buf_consume(struct gs_srv_buf *b, size_t n);
 void gs_srv_buf_free(struct gs_srv_buf *b);
 
-/* ---- errors: one table from error kind to HTTP status and OpenAI type ------------------- */
+/* ---- errors: one table from error kind to HTTP status and error types ------------------ */
 
 /* X(name, http status, OpenAI error type, OpenAI error code or NULL, Anthropic error type).
  * Anthropic's types are those of its Messages API (2026-12): it has no 503, and a server
@@ -75,8 +75,7 @@ enum gs_srv_ekind gs_srv_err_from_status(enum gs_status st);
 json_t *gs_srv_err_json(enum gs_srv_ekind k, const char *message, const char *param);
 /* Anthropic's error object, {"type":"error","error":{"type","message"},"request_id"}
  * (request_id omitted when NULL). A new reference or NULL on allocation failure. */
-json_t *gs_srv_err_json_anthropic(enum gs_srv_ekind k, const char *message,
-                                  const char *request_id);
+json_t *gs_srv_err_json_anthropic(enum gs_srv_ekind k, const char *message, const char *request_id);
 
 /* The API a route speaks: which error objects and which answer shapes it writes. */
 enum gs_srv_api {
@@ -211,9 +210,8 @@ void gs_srv_gen_free(struct gs_srv_gen *g);
  * freeing as gs_srv_gen_parse.
  */
 enum gs_status gs_srv_messages_parse(const char *body, size_t len, bool count_only,
-                                     const struct gs_srv_parse_limits *lim,
-                                     struct gs_srv_gen *out, char *param, size_t param_cap,
-                                     struct gs_err *err);
+                                     const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
+                                     char *param, size_t param_cap, struct gs_err *err);
 
 /* ---- /tokenize and /detokenize bodies (tokenize_body.c) --------------------------------- */
 

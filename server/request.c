@@ -249,13 +249,13 @@ static enum gs_status parse_stop(struct pctx *c, json_t *root, const char *key, 
     if (!s || json_is_null(s))
         return GS_OK;
     if (!(lone && json_is_string(s)) && !json_is_array(s))
-        return fail(c, key, lone ? "'%s' must be a string or an array of strings"
-                                 : "'%s' must be an array of strings",
+        return fail(c, key,
+                    lone ? "'%s' must be a string or an array of strings"
+                         : "'%s' must be an array of strings",
                     key);
     size_t n = json_is_string(s) ? 1 : json_array_size(s);
     if (n > lim->max_stop)
-        return fail(c, key, "'%s' has %zu strings; at most %u are allowed", key, n,
-                    lim->max_stop);
+        return fail(c, key, "'%s' has %zu strings; at most %u are allowed", key, n, lim->max_stop);
     g->stop = gs_calloc(n ? n : 1, sizeof(*g->stop));
     if (!g->stop)
         return nomem(c);
@@ -264,8 +264,7 @@ static enum gs_status parse_stop(struct pctx *c, json_t *root, const char *key, 
         if (!json_is_string(v))
             return fail(c, key, "'%s[%zu]' must be a string", key, i);
         if (json_string_length(v) > lim->max_stop_bytes)
-            return fail(c, key, "'%s[%zu]' is longer than %u bytes", key, i,
-                        lim->max_stop_bytes);
+            return fail(c, key, "'%s[%zu]' is longer than %u bytes", key, i, lim->max_stop_bytes);
         if (json_string_length(v) == 0 || strlen(json_string_value(v)) != json_string_length(v))
             continue; /* an empty stop string (or one with NUL) can never be matched usefully */
         g->stop[g->n_stop] = gs_strdup(json_string_value(v));
@@ -792,8 +791,8 @@ static enum gs_status messages_conversation(struct pctx *c, json_t *root,
         json_object_foreach(m, key, f)
         {
             if (strcmp(key, "role") && strcmp(key, "content"))
-                return fail(c, param, "'%s.%.40s': graphserve does not implement this field",
-                            param, key);
+                return fail(c, param, "'%s.%.40s': graphserve does not implement this field", param,
+                            key);
         }
         json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
         const char *r = json_is_string(role) ? json_string_value(role) : "";
@@ -891,13 +890,12 @@ static enum gs_status messages_root(struct pctx *c, json_t *root,
 }
 
 enum gs_status gs_srv_messages_parse(const char *body, size_t len, bool count_only,
-                                     const struct gs_srv_parse_limits *lim,
-                                     struct gs_srv_gen *out, char *param, size_t param_cap,
-                                     struct gs_err *err)
+                                     const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
+                                     char *param, size_t param_cap, struct gs_err *err)
 {
     struct pctx c = {param, param_cap, err};
-    *out = (struct gs_srv_gen){.chat = true, .api = GS_SRV_API_ANTHROPIC, .n = 1,
-                               .count_only = count_only};
+    *out = (struct gs_srv_gen){
+        .chat = true, .api = GS_SRV_API_ANTHROPIC, .n = 1, .count_only = count_only};
     gs_sample_params_init(&out->sp);
     if (param_cap)
         param[0] = '\0';
@@ -906,8 +904,9 @@ enum gs_status gs_srv_messages_parse(const char *body, size_t len, bool count_on
     if (!root)
         return fail(&c, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
                     je.text);
-    enum gs_status st = json_is_object(root) ? messages_root(&c, root, lim, out)
-                                             : fail(&c, "", "the request body must be a JSON object");
+    enum gs_status st = json_is_object(root)
+                            ? messages_root(&c, root, lim, out)
+                            : fail(&c, "", "the request body must be a JSON object");
     json_decref(root);
     return st;
 }

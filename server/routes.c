@@ -174,8 +174,7 @@ static enum MHD_Result detokenize(struct gs_srv_req *r)
 /* method, path, endpoint label, key required, handler, API of its answers */
 static const struct gs_srv_route routes[] = {
     {"POST", "/v1/chat/completions", GS_SRV_EP_CHAT, true, gs_srv__gen_start, GS_SRV_API_OPENAI},
-    {"POST", "/v1/completions", GS_SRV_EP_COMPLETIONS, true, gs_srv__gen_start,
-     GS_SRV_API_OPENAI},
+    {"POST", "/v1/completions", GS_SRV_EP_COMPLETIONS, true, gs_srv__gen_start, GS_SRV_API_OPENAI},
     {"GET", "/v1/models", GS_SRV_EP_MODELS, true, models, GS_SRV_API_OPENAI},
     {"GET", "/v1/models/*", GS_SRV_EP_MODELS, true, model_one, GS_SRV_API_OPENAI},
     {"GET", "/health", GS_SRV_EP_HEALTH, false, health, GS_SRV_API_OPENAI},

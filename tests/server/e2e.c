@@ -172,8 +172,8 @@ json_t *e2e_sse_named_events(const char *body)
             json_error_t je;
             json_t *j = json_loadb(nl + 7, (size_t)(eol - nl - 7), 0, &je);
             cr_assert(j, "bad JSON in SSE event (%s): '%.*s'", je.text, n, p);
-            json_array_append_new(events, json_pack("{s:s%,s:o}", "event", p + 7,
-                                                    (size_t)(nl - p - 7), "data", j));
+            json_array_append_new(
+                events, json_pack("{s:s%,s:o}", "event", p + 7, (size_t)(nl - p - 7), "data", j));
         }
         p = eol + 2;
     }

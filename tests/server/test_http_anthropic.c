@@ -22,10 +22,10 @@ static struct e2e_daemon d;
 
 /* A conversation in both APIs' spelling: system apart (Anthropic) or first (OpenAI). */
 #define SYSTEM "You tell stories."
-#define USER "Tell me about Lily."
-#define MSGS "[{\"role\":\"user\",\"content\":\"" USER "\"}]"
+#define USER   "Tell me about Lily."
+#define MSGS   "[{\"role\":\"user\",\"content\":\"" USER "\"}]"
 #define CHAT_MSGS                                                                                  \
-    "[{\"role\":\"system\",\"content\":\"" SYSTEM "\"},{\"role\":\"user\",\"content\":\"" USER    \
+    "[{\"role\":\"system\",\"content\":\"" SYSTEM "\"},{\"role\":\"user\",\"content\":\"" USER     \
     "\"}]"
 
 static void start(void)
@@ -59,8 +59,8 @@ static void messages(const char *path, const char *body, struct e2e_resp *r)
 static char *chat_text(int max_tokens, json_int_t *prompt_tokens)
 {
     char body[512];
-    snprintf(body, sizeof(body), "{\"messages\":%s,\"max_tokens\":%d,\"temperature\":0}",
-             CHAT_MSGS, max_tokens);
+    snprintf(body, sizeof(body), "{\"messages\":%s,\"max_tokens\":%d,\"temperature\":0}", CHAT_MSGS,
+             max_tokens);
     struct e2e_resp r;
     e2e_http(&d, "POST", "/v1/chat/completions", body, KEY, &r);
     cr_assert_eq(r.status, 200, "%s", r.body);
@@ -161,8 +161,8 @@ Test(http_anthropic, stream_is_anthropics_event_sequence)
     cr_expect(json_is_null(json_object_get(start, "stop_reason")));
     cr_expect_eq(num(json_object_get(start, "usage"), "input_tokens"),
                  num(json_object_get(whole.json, "usage"), "input_tokens"));
-    json_t *block = json_object_get(json_object_get(json_array_get(ev, 1), "data"),
-                                    "content_block");
+    json_t *block =
+        json_object_get(json_object_get(json_array_get(ev, 1), "data"), "content_block");
     cr_expect_str_eq(str(block, "type"), "text");
     cr_expect_str_eq(str(block, "text"), "");
     json_t *md = json_object_get(json_array_get(ev, n - 2), "data");
@@ -325,15 +325,14 @@ Test(http_anthropic, errors_have_anthropics_shape)
                  KEY, 400, bad, "'image'");
     expect_error(m, "{\"messages\":" MSGS ",\"max_tokens\":4,\"temperature\":1.5}", KEY, 400, bad,
                  "temperature");
-    expect_error(m, "{\"messages\":" MSGS ",\"max_tokens\":4,\"metadata\":{\"tier\":1}}", KEY,
-                 400, bad, "metadata.tier");
+    expect_error(m, "{\"messages\":" MSGS ",\"max_tokens\":4,\"metadata\":{\"tier\":1}}", KEY, 400,
+                 bad, "metadata.tier");
     expect_error(m,
                  "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\","
                  "\"content\":\"b \"}],\"max_tokens\":4}",
                  KEY, 400, bad, "whitespace");
     expect_error(m, "{\"messages\": no", KEY, 400, bad, "malformed JSON");
-    expect_error(m, "{\"messages\":" MSGS ",\"max_tokens\":2047}", KEY, 400, bad,
-                 "context length");
+    expect_error(m, "{\"messages\":" MSGS ",\"max_tokens\":2047}", KEY, 400, bad, "context length");
     expect_error(ct, "{\"messages\":" MSGS ",\"max_tokens\":4}", KEY, 400, bad, "max_tokens");
     expect_error(m, "{\"model\":\"claude-x\",\"messages\":" MSGS ",\"max_tokens\":4}", KEY, 404,
                  "not_found_error", "claude-x");
