@@ -360,7 +360,8 @@ static enum MHD_Result on_headers(struct gs_srv_req *r, const char *version)
         return gs_srv__respond_error(r, GS_SRV_E_NOT_FOUND, NULL, "no route for %s %s", r->method,
                                      r->url);
     }
-    if (r->route->auth && s->cfg.n_api_keys) {
+    bool open_metrics = r->ep == GS_SRV_EP_METRICS && s->cfg.metrics_public;
+    if (r->route->auth && s->cfg.n_api_keys && !open_metrics) {
         /* Either header may carry the key: OpenAI's clients send a Bearer token,
          * Anthropic's x-api-key. */
         const char *auth =
@@ -1053,6 +1054,7 @@ enum gs_status gs_srv_update(struct gs_srv *s, const struct gs_srv_cfg *cfg, str
     gs_free(s->key_digests);
     s->key_digests = digests;
     s->cfg.n_api_keys = cfg->n_api_keys;
+    s->cfg.metrics_public = cfg->metrics_public;
     update_head_policy(s);
     s->cfg.drain_timeout_ms = cfg->drain_timeout_ms;
     struct gs_srv_limits *l = &s->cfg.limits;
