@@ -224,6 +224,9 @@ struct gs_srv_route {
 /* The route for method+path; *path_known tells a 405 from a 404 when NULL. */
 const struct gs_srv_route *gs_srv__route_find(const char *method, const char *path,
                                               bool *path_known);
+/* The API of path's routes, whatever the method (a 405 answers in it); OpenAI's for an
+ * unknown path. */
+enum gs_srv_api gs_srv__route_api(const char *path);
 /* The methods path allows, for the Allow header of a 405 ("GET, HEAD"). */
 void gs_srv__route_allow(const char *path, char *out, size_t cap);
 
@@ -239,7 +242,8 @@ bool gs_srv__model_name_ok(const struct gs_srv *s, const char *name);
 
 enum MHD_Result gs_srv__respond_text(struct gs_srv_req *r, unsigned status, const char *type,
                                      const char *text, size_t len);
-/* Answers kind's status with the error object of r's route's API (OpenAI's without a route). */
+/* Answers kind's status with the error object of the API of r's path (OpenAI's for an
+ * unknown path). */
 enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind kind,
                                       const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

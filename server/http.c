@@ -113,9 +113,9 @@ enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind ki
     va_end(ap);
     if (kind == GS_SRV_E_BUSY)
         r->srv->metrics.rejected_busy++;
-    json_t *e = r->route && r->route->api == GS_SRV_API_ANTHROPIC
-                    ? gs_srv_err_json_anthropic(kind, msg, r->id)
-                    : gs_srv_err_json(kind, msg, param);
+    enum gs_srv_api api = r->route ? r->route->api : gs_srv__route_api(r->url);
+    json_t *e = api == GS_SRV_API_ANTHROPIC ? gs_srv_err_json_anthropic(kind, msg, r->id)
+                                            : gs_srv_err_json(kind, msg, param);
     return gs_srv__respond_json(r, gs_srv_err_http(kind), e);
 }
 

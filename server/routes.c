@@ -213,6 +213,14 @@ const struct gs_srv_route *gs_srv__route_find(const char *method, const char *pa
     return NULL;
 }
 
+enum gs_srv_api gs_srv__route_api(const char *path)
+{
+    for (size_t i = 0; path && i < GS_ARRAY_LEN(routes); i++)
+        if (path_match(routes[i].path, path))
+            return routes[i].api;
+    return GS_SRV_API_OPENAI;
+}
+
 void gs_srv__route_allow(const char *path, char *out, size_t cap)
 {
     size_t w = 0;

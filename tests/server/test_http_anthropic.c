@@ -341,6 +341,14 @@ Test(http_anthropic, errors_have_anthropics_shape)
     expect_error(m, "{\"messages\":" MSGS ",\"max_tokens\":4}", NULL, 401, "authentication_error",
                  "x-api-key");
     expect_error(ct, "{\"messages\":" MSGS "}", NULL, 401, "authentication_error", "missing");
+    struct e2e_resp r;
+    e2e_http(&d, "GET", "/v1/messages", NULL, KEY, &r);
+    cr_expect_eq(r.status, 405);
+    cr_expect_str_eq(str(r.json, "type"), "error", "a 405 on the route is Anthropic's: %s", r.body);
+    cr_expect_str_eq(str(json_object_get(r.json, "error"), "type"), "invalid_request_error", "%s",
+                     r.body);
+    cr_expect(strstr(r.headers, "allow: post\r"), "%s", r.headers);
+    e2e_resp_free(&r);
 }
 
 /* x-api-key opens every keyed route, and a Bearer key opens Anthropic's. */
