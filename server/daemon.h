@@ -235,6 +235,8 @@ enum MHD_Result gs_srv__respond_json(struct gs_srv_req *r, unsigned status, json
 /* What the request parsers may accept from this server's limits (model.tok must be set). */
 struct gs_srv_parse_limits gs_srv__parse_limits(const struct gs_srv *s);
 
+/* X-Request-Id, and Anthropic's request-id on its API's routes. */
+void gs_srv__id_headers(const struct gs_srv_req *r, struct MHD_Response *resp);
 /* The CORS headers of r's answer (none unless its Origin is configured). */
 void gs_srv__cors_headers(const struct gs_srv_req *r, struct MHD_Response *resp);
 /* Whether a request naming model `name` (NULL: none named) is for this server. */

@@ -716,7 +716,7 @@ static enum MHD_Result start_stream(struct gs_srv_req *r)
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    MHD_add_response_header(resp, "X-Request-Id", r->id);
+    gs_srv__id_headers(r, resp);
     gs_srv__cors_headers(r, resp);
     if (r->gen.ignored[0])
         MHD_add_response_header(resp, "X-Ignored-Fields", r->gen.ignored);

@@ -51,13 +51,21 @@ void gs_srv__cors_headers(const struct gs_srv_req *r, struct MHD_Response *resp)
         return;
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors_origin);
     MHD_add_response_header(resp, "Access-Control-Expose-Headers",
-                            "X-Request-Id, X-Ignored-Fields, Retry-After");
+                            "X-Request-Id, X-Ignored-Fields, Retry-After, request-id");
     MHD_add_response_header(resp, "Vary", "Origin");
+}
+
+void gs_srv__id_headers(const struct gs_srv_req *r, struct MHD_Response *resp)
+{
+    MHD_add_response_header(resp, "X-Request-Id", r->id);
+    /* Anthropic's SDKs read the id from their API's own header (as request_id). */
+    if ((r->route ? r->route->api : gs_srv__route_api(r->url)) == GS_SRV_API_ANTHROPIC)
+        MHD_add_response_header(resp, "request-id", r->id);
 }
 
 static void add_common_headers(struct gs_srv_req *r, struct MHD_Response *resp, unsigned status)
 {
-    MHD_add_response_header(resp, "X-Request-Id", r->id);
+    gs_srv__id_headers(r, resp);
     gs_srv__cors_headers(r, resp);
     if (r->gen.ignored[0])
         MHD_add_response_header(resp, "X-Ignored-Fields", r->gen.ignored);

@@ -70,6 +70,7 @@ test('messages.create: a message with text, stop_reason and usage', async () => 
   assert.equal(msg.stop_sequence, null);
   assert.equal(msg.usage.output_tokens, 24);
   assert.ok(msg.usage.input_tokens > 0);
+  assert.match(msg._request_id ?? '', /^msg_/, 'the SDK reads the request-id header');
 });
 
 test('messages.stream: the text events make the final message', async () => {

@@ -303,6 +303,8 @@ static void expect_error(const char *path, const char *body, const char *curl, i
     char hdr[96];
     snprintf(hdr, sizeof(hdr), "x-request-id: %s\r", id ? id : "(none)");
     cr_expect(strstr(r.headers, hdr), "request_id %s is not the header: %s", id, r.headers);
+    snprintf(hdr, sizeof(hdr), "\nrequest-id: %s\r", id ? id : "(none)");
+    cr_expect(strstr(r.headers, hdr), "no Anthropic request-id header %s: %s", id, r.headers);
     e2e_resp_free(&r);
 }
 
