@@ -462,7 +462,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!r->status)
         r->status = 499; /* nothing was sent: the client went away first */
     gs_srv_metrics_request(&s->metrics, r->ep, r->status);
-    if (r->n_prompt && r->n_done == r->n_choices)
+    if (r->n_choices && r->n_done == r->n_choices) /* generated: not count_tokens, not refused */
         gs_srv_hist_observe(&s->metrics.e2e, (gs_now_ms() - r->t_start_ms) / 1000.0);
     log_request(s, r, ok);
     if (r->hconn) {

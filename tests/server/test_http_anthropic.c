@@ -392,5 +392,7 @@ Test(http_anthropic, metrics_count_the_routes)
                                     "count_tokens\",status=\"200\"}"),
                  1);
     cr_expect_geq(e2e_metric(r.body, "graphserve_generation_tokens_total"), 2);
+    cr_expect_eq(e2e_metric(r.body, "graphserve_e2e_request_latency_seconds_count"), 1,
+                 "counting tokens is not a generation's latency");
     e2e_resp_free(&r);
 }
