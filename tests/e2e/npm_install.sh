@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/e2e/npm_install.sh - installs the pinned `openai` and `@anthropic-ai/sdk`
+# tests/e2e/npm_install.sh - installs the pinned `openai`, `@anthropic-ai/sdk` and `zod`
 # npm packages (package.json, package-lock.json) into tests/e2e/node_modules once. Both SDK
 # suites call it, and meson may start them at the same moment: `npm ci`
 # deletes and rewrites node_modules, so two at once fail (ENOTEMPTY, seen on a
@@ -14,6 +14,6 @@ installed() {
     [ -f "node_modules/$1/package.json" ] &&
         grep -q "\"version\": \"$2\"" "node_modules/$1/package.json"
 }
-if ! installed openai 4.95.0 || ! installed @anthropic-ai/sdk 1.16.0; then
+if ! installed openai 4.95.0 || ! installed @anthropic-ai/sdk 1.16.0 || ! installed zod 3.25.76; then
     npm ci --no-audit --no-fund --loglevel=error
 fi
