@@ -141,6 +141,7 @@ struct gs_cfg {
     struct gs_cfg_strlist api_key; /* (R) accepted Bearer keys: --api-key values, then the
                                     * lines of api_key_file; empty: no auth */
     char *api_key_file; /* (R) file with one key per line ('#' comments, blanks skipped) */
+    bool metrics_public; /* (R) GET /metrics needs no key (a cluster's scraper sends none) */
 
     /* TLS */
     char *tls_cert;                    /* PEM certificate chain; with tls_key enables HTTPS */

@@ -120,9 +120,13 @@ static const struct gs_cfg_opt opts[] = {
      "On SIGTERM, time given to in-flight requests before they end with finish_reason abort."},
 
     {"api-key", 0, GS_CFG_LIST, F(api_key), g_auth, NULL, 0, 0, NULL, R | SECRET, NULL,
-     "Accepted Bearer key for /v1 and /metrics; repeat for several. None: no authentication."},
+     "Accepted key for /v1 and /metrics, sent as 'Authorization: Bearer KEY' or 'x-api-key: "
+     "KEY'; repeat for several. None: no authentication."},
     {"api-key-file", 0, GS_CFG_STR, F(api_key_file), g_auth, NULL, 0, 0, NULL, R | PATH, NULL,
      "File of accepted keys, one per line ('#' comments and blank lines skipped)."},
+    {"metrics-public", 0, GS_CFG_BOOL, F(metrics_public), g_auth, "false", 0, 0, NULL, R, NULL,
+     "Serve GET /metrics without an API key, for scrapers that send none (Prometheus, a "
+     "Gateway API inference endpoint picker); the rest of the API still needs one."},
 
     {"tls-cert", 0, GS_CFG_STR, F(tls_cert), g_tls, NULL, 0, 0, NULL, PATH, NULL,
      "PEM certificate chain; with tls-key, serve HTTPS only."},

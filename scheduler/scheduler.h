@@ -177,6 +177,7 @@ struct gs_sched_stats {
     uint64_t batch_steps[GS_SCHED_BATCH_BUCKETS]; /* steps by token count (not cumulative) */
     uint64_t batch_tokens_sum;                    /* tokens over all steps */
     uint32_t pages_total, pages_used, pages_cached, pages_free;
+    uint32_t page_tokens; /* token slots per KV page */
     uint64_t n_evictions;
     uint64_t kv_bytes;
     uint64_t scratch_bytes;       /* activation scratch of all compiled plans */

@@ -387,6 +387,7 @@ void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t 
     s->stats.pages_used = ks.pages_used;
     s->stats.pages_cached = ks.pages_cached;
     s->stats.pages_free = ks.pages_free;
+    s->stats.page_tokens = gs_sched__page_tokens(s);
     s->stats.n_evictions = ks.n_evictions;
     s->stats.n_prefix_hit_tokens = ks.n_hits * gs_sched__page_tokens(s);
     s->stats.kv_bytes = (uint64_t)ks.pages_total * ks.page_bytes;

@@ -154,6 +154,14 @@ bool gs_srv_sse_json(struct gs_srv_buf *out, const json_t *j)
     return !out->failed;
 }
 
+bool gs_srv_sse_event(struct gs_srv_buf *out, const char *name, const json_t *j)
+{
+    gs_srv_buf_adds(out, "event: ");
+    gs_srv_buf_adds(out, name);
+    gs_srv_buf_adds(out, "\n");
+    return gs_srv_sse_json(out, j);
+}
+
 void gs_srv_sse_done(struct gs_srv_buf *out)
 {
     gs_srv_buf_adds(out, "data: [DONE]\n\n");

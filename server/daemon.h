@@ -48,6 +48,30 @@ struct gs_srv_route;
 
 struct gs_srv_req;
 
+/*
+ * How a generation request's answer is written: OpenAI's chunks and objects
+ * (generate.c) or Anthropic's events and message (anthropic.c). generate.c runs one
+ * path for every API, from the parsed request to the engine's events, and calls these
+ * only where the shapes differ. Errors before an answer starts go through
+ * gs_srv__respond_error, which writes the route's API's error object.
+ */
+struct gs_srv_shape {
+    const char *id_prefix; /* of the request's id: "chatcmpl-", "cmpl-", "msg_" */
+    /* Stream: what follows the 200 header (the chat's role chunk; message_start). */
+    void (*stream_open)(struct gs_srv_req *r);
+    /* Stream: choice c's released text (c->text, emptied); fin: the choice has ended. */
+    void (*stream_text)(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin);
+    /* Stream: every choice ended and every report is in: the closing events, the last. */
+    void (*stream_end)(struct gs_srv_req *r);
+    /* Stream: the stream ends early with an error event (a client that does not read). */
+    void (*stream_fail)(struct gs_srv_req *r, enum gs_srv_ekind kind, const char *msg);
+    /* Not streamed: every choice ended without an engine error; answers. */
+    enum MHD_Result (*respond)(struct gs_srv_req *r);
+};
+
+/* anthropic.c */
+extern const struct gs_srv_shape gs_srv__anthropic_shape;
+
 /* A text being tokenized on libuv's thread pool (gs_srv__tokenize_async). */
 struct gs_srv_tok_job {
     uv_work_t work;
@@ -112,6 +136,7 @@ struct gs_srv_req {
     bool peer_gone;   /* the client closed or reset the connection */
     bool drain_abort; /* ended by the drain deadline: finish_reason "abort" */
     /* generation */
+    const struct gs_srv_shape *shape; /* set by gs_srv__gen_start */
     struct gs_srv_gen gen;
     struct gs_srv_tok_job tok_job;
     bool tokenize_pieces; /* /tokenize: with_pieces */
@@ -193,14 +218,18 @@ struct gs_srv_route {
     const char *method;
     const char *path;
     enum gs_srv_endpoint ep;
-    bool auth; /* Bearer key required (when keys are configured) */
+    bool auth; /* a key required (when keys are configured) */
     enum MHD_Result (*handler)(struct gs_srv_req *r);
+    enum gs_srv_api api; /* whose error objects its answers carry */
 };
 
 /* routes.c */
 /* The route for method+path; *path_known tells a 405 from a 404 when NULL. */
 const struct gs_srv_route *gs_srv__route_find(const char *method, const char *path,
                                               bool *path_known);
+/* The API of path's routes, whatever the method (a 405 answers in it); OpenAI's for an
+ * unknown path. */
+enum gs_srv_api gs_srv__route_api(const char *path);
 /* The methods path allows, for the Allow header of a 405 ("GET, HEAD"). */
 void gs_srv__route_allow(const char *path, char *out, size_t cap);
 
@@ -209,6 +238,8 @@ enum MHD_Result gs_srv__respond_json(struct gs_srv_req *r, unsigned status, json
 /* What the request parsers may accept from this server's limits (model.tok must be set). */
 struct gs_srv_parse_limits gs_srv__parse_limits(const struct gs_srv *s);
 
+/* X-Request-Id, and Anthropic's request-id on its API's routes. */
+void gs_srv__id_headers(const struct gs_srv_req *r, struct MHD_Response *resp);
 /* The CORS headers of r's answer (none unless its Origin is configured). */
 void gs_srv__cors_headers(const struct gs_srv_req *r, struct MHD_Response *resp);
 /* Whether a request naming model `name` (NULL: none named) is for this server. */
@@ -216,6 +247,8 @@ bool gs_srv__model_name_ok(const struct gs_srv *s, const char *name);
 
 enum MHD_Result gs_srv__respond_text(struct gs_srv_req *r, unsigned status, const char *type,
                                      const char *text, size_t len);
+/* Answers kind's status with the error object of the API of r's path (OpenAI's for an
+ * unknown path). */
 enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind kind,
                                       const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -1,5 +1,5 @@
 /* server/errors.c - the one table from error kinds (and engine statuses) to
- * HTTP statuses and OpenAI error objects. */
+ * HTTP statuses and the error objects of OpenAI's and Anthropic's APIs. */
 #include "server/internal.h"
 
 #include <string.h>
@@ -8,8 +8,9 @@ static const struct {
     unsigned http;
     const char *type;
     const char *code;
+    const char *anthropic_type;
 } kinds[GS_SRV_E_COUNT] = {
-#define GS_SRV_EKIND_ROW(name, h, t, c) [GS_SRV_E_##name] = {h, t, c},
+#define GS_SRV_EKIND_ROW(name, h, t, c, a) [GS_SRV_E_##name] = {h, t, c, a},
     GS_SRV_ERR_MAP(GS_SRV_EKIND_ROW)
 #undef GS_SRV_EKIND_ROW
 };
@@ -58,4 +59,15 @@ json_t *gs_srv_err_json(enum gs_srv_ekind k, const char *message, const char *pa
                      "type", gs_srv_err_type(k), "param",
                      param && *param ? json_string(param) : json_null(), "code",
                      code ? json_string(code) : json_null());
+}
+
+json_t *gs_srv_err_json_anthropic(enum gs_srv_ekind k, const char *message, const char *request_id)
+{
+    const char *type = (unsigned)k < GS_SRV_E_COUNT ? kinds[k].anthropic_type : "api_error";
+    json_t *msg = gs_srv_json_text(message, strlen(message));
+    json_t *j = json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error", "type", type, "message",
+                          msg ? msg : json_string(""));
+    if (j && request_id)
+        json_object_set_new(j, "request_id", json_string(request_id));
+    return j;
 }

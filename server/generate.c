@@ -1,7 +1,9 @@
 /*
- * server/generate.c - /v1/chat/completions and /v1/completions: from a
- * parsed request to engine requests (one per choice), and from engine events
- * to SSE chunks or one JSON answer.
+ * server/generate.c - /v1/chat/completions, /v1/completions and /v1/messages:
+ * from a parsed request to engine requests (one per choice), and from engine
+ * events to SSE chunks or one JSON answer. One path serves every API; where
+ * their answers differ it calls the request's shape (struct gs_srv_shape in
+ * daemon.h): OpenAI's is here, Anthropic's in anthropic.c.
  *
  * Text goes through two stages per choice: the tokenizer's streaming decoder
  * releases only complete UTF-8, and the stop-string matcher holds back what
@@ -155,13 +157,6 @@ static json_t *chunk_base(const struct gs_srv_req *r, json_t *choices)
  * with finish_reason when fin is set. */
 static void emit_chunk(struct gs_srv_req *r, struct gs_srv_choice *c, const char *fin)
 {
-    if (r->slow_reader) {
-        /* The stream has ended for its client: what comes now is dropped. */
-        c->text.len = 0;
-        json_decref(c->logprobs);
-        c->logprobs = NULL;
-        return;
-    }
     json_t *text = gs_srv_json_text(c->text.p ? c->text.p : "", c->text.len);
     c->text.len = 0;
     json_t *ch;
@@ -186,9 +181,21 @@ static void emit_chunk(struct gs_srv_req *r, struct gs_srv_choice *c, const char
     json_decref(chunk);
 }
 
+static void openai_open(struct gs_srv_req *r)
+{
+    if (r->gen.chat)
+        for (uint32_t i = 0; i < r->n_choices; i++)
+            emit_chunk(r, &r->choices[i], NULL);
+}
+
+static void openai_text(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin)
+{
+    emit_chunk(r, c, fin ? finish_reason(r, c) : NULL);
+}
+
 /* After the last choice: the error chunk if one failed, the usage chunk
  * when asked, and [DONE]. */
-static void emit_end(struct gs_srv_req *r)
+static void openai_end(struct gs_srv_req *r)
 {
     for (uint32_t i = 0; i < r->n_choices; i++) {
         struct gs_srv_choice *c = &r->choices[i];
@@ -216,7 +223,27 @@ static void emit_end(struct gs_srv_req *r)
         json_decref(chunk);
     }
     gs_srv_sse_done(&r->out);
-    r->stream_end = true;
+}
+
+static void openai_fail(struct gs_srv_req *r, enum gs_srv_ekind kind, const char *msg)
+{
+    json_t *e = gs_srv_err_json(kind, msg, NULL);
+    gs_srv_sse_json(&r->out, e);
+    json_decref(e);
+    gs_srv_sse_done(&r->out);
+}
+
+/* Choice c's released text to the stream, fin: with its end; dropped once the stream
+ * has ended for a client that stopped reading. */
+static void stream_text(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin)
+{
+    if (r->slow_reader) {
+        c->text.len = 0;
+        json_decref(c->logprobs);
+        c->logprobs = NULL;
+        return;
+    }
+    r->shape->stream_text(r, c, fin);
 }
 
 ssize_t gs_srv__gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -284,7 +311,7 @@ static void on_token(struct gs_srv_req *r, struct gs_srv_choice *c, const struct
         s->engine.cancel(s->engine.ctx, c->sched_id);
     }
     if (r->streaming && (c->text.len || r->gen.logprobs))
-        emit_chunk(r, c, NULL);
+        stream_text(r, c, false);
 }
 
 static void on_finish(struct gs_srv_req *r, struct gs_srv_choice *c,
@@ -317,7 +344,7 @@ static void on_finish(struct gs_srv_req *r, struct gs_srv_choice *c,
     r->n_done++;
     gs_srv__val_finish(r, c, ev);
     if (r->streaming) {
-        emit_chunk(r, c, finish_reason(r, c));
+        stream_text(r, c, true);
         gs_srv__gen_try_end(r);
     }
 }
@@ -343,7 +370,8 @@ void gs_srv__gen_try_end(struct gs_srv_req *r)
         r->val.pending_told = true;
         return;
     }
-    emit_end(r);
+    r->shape->stream_end(r);
+    r->stream_end = true;
 }
 
 /*
@@ -367,10 +395,7 @@ static void check_backlog(struct gs_srv_req *r)
              "the client did not read the stream: %zu bytes were waiting (limit %llu); the request "
              "was cancelled",
              r->out.len, (unsigned long long)cap);
-    json_t *e = gs_srv_err_json(GS_SRV_E_SLOW_READER, msg, NULL);
-    gs_srv_sse_json(&r->out, e);
-    json_decref(e);
-    gs_srv_sse_done(&r->out);
+    r->shape->stream_fail(r, GS_SRV_E_SLOW_READER, msg);
     r->stream_end = true;
 }
 
@@ -419,7 +444,7 @@ void gs_srv__gen_cancel(struct gs_srv_req *r)
                 c->finish = r->drain_abort ? GS_FINISH_ABORT : GS_FINISH_CANCELLED;
                 r->n_done++;
                 if (r->streaming) {
-                    emit_chunk(r, c, finish_reason(r, c));
+                    stream_text(r, c, true);
                     gs_srv__gen_try_end(r);
                 }
             }
@@ -469,6 +494,11 @@ enum MHD_Result gs_srv__gen_respond(struct gs_srv_req *r)
             return gs_srv__respond_error(r, gs_srv_err_from_status(c->err_code), NULL,
                                          "generation failed: %s", c->err_msg);
     }
+    return r->shape->respond(r);
+}
+
+static enum MHD_Result openai_respond(struct gs_srv_req *r)
+{
     json_t *choices = json_array();
     for (uint32_t i = 0; i < r->n_choices; i++) {
         struct gs_srv_choice *c = &r->choices[i];
@@ -495,6 +525,13 @@ enum MHD_Result gs_srv__gen_respond(struct gs_srv_req *r)
     return gs_srv__respond_json(r, 200, body);
 }
 
+static const struct gs_srv_shape openai_chat = {
+    "chatcmpl-", openai_open, openai_text, openai_end, openai_fail, openai_respond,
+};
+static const struct gs_srv_shape openai_completion = {
+    "cmpl-", openai_open, openai_text, openai_end, openai_fail, openai_respond,
+};
+
 /* ---- starting a request --------------------------------------------------------------------- */
 
 static enum MHD_Result tokenize_prompt(struct gs_srv_req *r)
@@ -520,6 +557,10 @@ static enum MHD_Result tokenize_prompt(struct gs_srv_req *r)
     } else {
         gs_srv_buf_add(&j->text, g->prompt, g->prompt_len);
     }
+    /* The answer continues the final assistant message: its text is the client's, so
+     * it is outside the template's spans. */
+    if (g->prefill)
+        gs_srv_buf_adds(&j->text, g->prefill);
     if (j->text.failed || j->spans.failed)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
     return gs_srv__tokenize_async(r, flags | (g->parse_special ? GS_TOK_PARSE_SPECIAL : 0),
@@ -701,16 +742,14 @@ static enum MHD_Result start_stream(struct gs_srv_req *r)
 {
     r->streaming = true;
     r->t_last_out_ms = gs_now_ms();
-    if (r->gen.chat)
-        for (uint32_t i = 0; i < r->n_choices; i++)
-            emit_chunk(r, &r->choices[i], NULL);
+    r->shape->stream_open(r);
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, gs_srv__gen_stream_read, r, NULL);
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    MHD_add_response_header(resp, "X-Request-Id", r->id);
+    gs_srv__id_headers(r, resp);
     gs_srv__cors_headers(r, resp);
     if (r->gen.ignored[0])
         MHD_add_response_header(resp, "X-Ignored-Fields", r->gen.ignored);
@@ -737,6 +776,8 @@ enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r)
 {
     struct gs_srv *s = r->srv;
     bool chat = r->ep == GS_SRV_EP_CHAT;
+    bool messages = r->route->api == GS_SRV_API_ANTHROPIC;
+    r->shape = messages ? &gs_srv__anthropic_shape : chat ? &openai_chat : &openai_completion;
     char why[64];
     if (!gs_srv__is_ready(s, why, sizeof(why)))
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "the server is %s",
@@ -746,11 +787,15 @@ enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r)
     const struct gs_srv_parse_limits pl = gs_srv__parse_limits(s);
     char param[64];
     struct gs_err err;
-    enum gs_status st = gs_srv_gen_parse(r->body.p ? r->body.p : "", r->body.len, chat, &pl,
-                                         &r->gen, param, sizeof(param), &err);
+    const char *body = r->body.p ? r->body.p : "";
+    enum gs_status st =
+        messages
+            ? gs_srv_messages_parse(body, r->body.len, r->ep == GS_SRV_EP_COUNT_TOKENS, &pl,
+                                    &r->gen, param, sizeof(param), &err)
+            : gs_srv_gen_parse(body, r->body.len, chat, &pl, &r->gen, param, sizeof(param), &err);
     char serial[40];
     snprintf(serial, sizeof(serial), "%s", r->id + 4); /* after "req-" */
-    snprintf(r->id, sizeof(r->id), "%s-%s", chat ? "chatcmpl" : "cmpl", serial);
+    snprintf(r->id, sizeof(r->id), "%s%s", r->shape->id_prefix, serial);
     if (st != GS_OK)
         return gs_srv__respond_error(r, gs_srv_err_from_status(st), param, "%s", err.msg);
     if (!gs_srv__model_name_ok(s, r->gen.model))
@@ -772,6 +817,8 @@ enum MHD_Result gs_srv__gen_continue(struct gs_srv_req *r)
         if (!take_tokens(r, &ret))
             return ret;
     }
+    if (r->gen.count_only) /* count_tokens: the prompt the same body would generate from */
+        return gs_srv__respond_json(r, 200, json_pack("{s:i}", "input_tokens", (int)r->n_prompt));
     if (!gs_srv__is_ready(r->srv, NULL, 0))
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "the server is draining");
     if (!check_context(r, &ret))

@@ -51,13 +51,21 @@ void gs_srv__cors_headers(const struct gs_srv_req *r, struct MHD_Response *resp)
         return;
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors_origin);
     MHD_add_response_header(resp, "Access-Control-Expose-Headers",
-                            "X-Request-Id, X-Ignored-Fields, Retry-After");
+                            "X-Request-Id, X-Ignored-Fields, Retry-After, request-id");
     MHD_add_response_header(resp, "Vary", "Origin");
+}
+
+void gs_srv__id_headers(const struct gs_srv_req *r, struct MHD_Response *resp)
+{
+    MHD_add_response_header(resp, "X-Request-Id", r->id);
+    /* Anthropic's SDKs read the id from their API's own header (as request_id). */
+    if ((r->route ? r->route->api : gs_srv__route_api(r->url)) == GS_SRV_API_ANTHROPIC)
+        MHD_add_response_header(resp, "request-id", r->id);
 }
 
 static void add_common_headers(struct gs_srv_req *r, struct MHD_Response *resp, unsigned status)
 {
-    MHD_add_response_header(resp, "X-Request-Id", r->id);
+    gs_srv__id_headers(r, resp);
     gs_srv__cors_headers(r, resp);
     if (r->gen.ignored[0])
         MHD_add_response_header(resp, "X-Ignored-Fields", r->gen.ignored);
@@ -113,7 +121,10 @@ enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind ki
     va_end(ap);
     if (kind == GS_SRV_E_BUSY)
         r->srv->metrics.rejected_busy++;
-    return gs_srv__respond_json(r, gs_srv_err_http(kind), gs_srv_err_json(kind, msg, param));
+    enum gs_srv_api api = r->route ? r->route->api : gs_srv__route_api(r->url);
+    json_t *e = api == GS_SRV_API_ANTHROPIC ? gs_srv_err_json_anthropic(kind, msg, r->id)
+                                            : gs_srv_err_json(kind, msg, param);
+    return gs_srv__respond_json(r, gs_srv_err_http(kind), e);
 }
 
 /* ---- suspend / resume, active list --------------------------------------------------------- */
@@ -322,7 +333,9 @@ static enum MHD_Result preflight(struct gs_srv_req *r, const char *origin)
     const char *want = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
                                                    "Access-Control-Request-Headers");
     MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                            want && *want ? want : "Authorization, Content-Type");
+                            want && *want ? want
+                                          : "Authorization, Content-Type, x-api-key, "
+                                            "anthropic-version");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     r->status = 204;
     enum MHD_Result ret = MHD_queue_response(r->conn, 204, resp);
@@ -355,14 +368,22 @@ static enum MHD_Result on_headers(struct gs_srv_req *r, const char *version)
         return gs_srv__respond_error(r, GS_SRV_E_NOT_FOUND, NULL, "no route for %s %s", r->method,
                                      r->url);
     }
-    if (r->route->auth && s->cfg.n_api_keys) {
+    bool open_metrics = r->ep == GS_SRV_EP_METRICS && s->cfg.metrics_public;
+    if (r->route->auth && s->cfg.n_api_keys && !open_metrics) {
+        /* Either header may carry the key: OpenAI's clients send a Bearer token,
+         * Anthropic's x-api-key. */
         const char *auth =
             MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-        if (!gs_srv_auth_check(auth, (const uint8_t(*)[32])s->key_digests, s->cfg.n_api_keys))
+        const char *xkey = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "x-api-key");
+        const uint8_t(*digests)[32] = (const uint8_t(*)[32])s->key_digests;
+        bool ok = gs_srv_auth_check(auth, digests, s->cfg.n_api_keys);
+        ok |= gs_srv_auth_check_key(xkey, digests, s->cfg.n_api_keys);
+        if (!ok)
             return gs_srv__respond_error(r, GS_SRV_E_UNAUTHORIZED, NULL,
-                                         auth ? "invalid API key"
-                                              : "missing API key: send "
-                                                "'Authorization: Bearer KEY'");
+                                         auth || xkey ? "invalid API key"
+                                                      : "missing API key: send "
+                                                        "'Authorization: Bearer KEY' or "
+                                                        "'x-api-key: KEY'");
     }
     const char *cl =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -441,7 +462,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!r->status)
         r->status = 499; /* nothing was sent: the client went away first */
     gs_srv_metrics_request(&s->metrics, r->ep, r->status);
-    if (r->n_prompt && r->n_done == r->n_choices)
+    if (r->n_choices && r->n_done == r->n_choices) /* generated: not count_tokens, not refused */
         gs_srv_hist_observe(&s->metrics.e2e, (gs_now_ms() - r->t_start_ms) / 1000.0);
     log_request(s, r, ok);
     if (r->hconn) {
@@ -1041,6 +1062,7 @@ enum gs_status gs_srv_update(struct gs_srv *s, const struct gs_srv_cfg *cfg, str
     gs_free(s->key_digests);
     s->key_digests = digests;
     s->cfg.n_api_keys = cfg->n_api_keys;
+    s->cfg.metrics_public = cfg->metrics_public;
     update_head_policy(s);
     s->cfg.drain_timeout_ms = cfg->drain_timeout_ms;
     struct gs_srv_limits *l = &s->cfg.limits;

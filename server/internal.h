@@ -33,27 +33,30 @@ void gs_srv_buf_addf(struct gs_srv_buf *b, const char *fmt, ...)
 void gs_srv_buf_consume(struct gs_srv_buf *b, size_t n);
 void gs_srv_buf_free(struct gs_srv_buf *b);
 
-/* ---- errors: one table from error kind to HTTP status and OpenAI type ------------------- */
+/* ---- errors: one table from error kind to HTTP status and error types ------------------ */
 
-/* X(name, http status, OpenAI error type, OpenAI error code or NULL) */
+/* X(name, http status, OpenAI error type, OpenAI error code or NULL, Anthropic error type).
+ * Anthropic's types are those of its Messages API (2026-12): it has no 503, and a server
+ * that is loading or draining is what its "overloaded_error" (retry shortly) means. */
 #define GS_SRV_ERR_MAP(X)                                                                          \
-    X(BAD_REQUEST, 400, "invalid_request_error", NULL)                                             \
-    X(CONTEXT_LENGTH, 400, "invalid_request_error", "context_length_exceeded")                     \
-    X(UNAUTHORIZED, 401, "authentication_error", "invalid_api_key")                                \
-    X(NOT_FOUND, 404, "not_found_error", "not_found")                                              \
-    X(MODEL_NOT_FOUND, 404, "invalid_request_error", "model_not_found")                            \
-    X(FORBIDDEN, 403, "permission_error", "forbidden")                                             \
-    X(METHOD, 405, "invalid_request_error", "method_not_allowed")                                  \
-    X(TOO_LARGE, 413, "invalid_request_error", "request_too_large")                                \
-    X(MEDIA_TYPE, 415, "invalid_request_error", "unsupported_media_type")                          \
-    X(BUSY, 429, "rate_limit_error", "rate_limit_exceeded")                                        \
-    X(UNAVAILABLE, 503, "unavailable_error", "service_unavailable")                                \
-    X(SLOW_READER, 400, "invalid_request_error", "stream_buffer_full")                             \
-    X(NUMERIC, 500, "server_error", "numerical_error")                                             \
-    X(INTERNAL, 500, "server_error", "internal_error")
+    X(BAD_REQUEST, 400, "invalid_request_error", NULL, "invalid_request_error")                    \
+    X(CONTEXT_LENGTH, 400, "invalid_request_error", "context_length_exceeded",                     \
+      "invalid_request_error")                                                                     \
+    X(UNAUTHORIZED, 401, "authentication_error", "invalid_api_key", "authentication_error")        \
+    X(NOT_FOUND, 404, "not_found_error", "not_found", "not_found_error")                           \
+    X(MODEL_NOT_FOUND, 404, "invalid_request_error", "model_not_found", "not_found_error")         \
+    X(FORBIDDEN, 403, "permission_error", "forbidden", "permission_error")                         \
+    X(METHOD, 405, "invalid_request_error", "method_not_allowed", "invalid_request_error")         \
+    X(TOO_LARGE, 413, "invalid_request_error", "request_too_large", "request_too_large")           \
+    X(MEDIA_TYPE, 415, "invalid_request_error", "unsupported_media_type", "invalid_request_error") \
+    X(BUSY, 429, "rate_limit_error", "rate_limit_exceeded", "rate_limit_error")                    \
+    X(UNAVAILABLE, 503, "unavailable_error", "service_unavailable", "overloaded_error")            \
+    X(SLOW_READER, 400, "invalid_request_error", "stream_buffer_full", "invalid_request_error")    \
+    X(NUMERIC, 500, "server_error", "numerical_error", "api_error")                                \
+    X(INTERNAL, 500, "server_error", "internal_error", "api_error")
 
 enum gs_srv_ekind {
-#define GS_SRV_EKIND_ENUM(name, http, type, code) GS_SRV_E_##name,
+#define GS_SRV_EKIND_ENUM(name, http, type, code, atype) GS_SRV_E_##name,
     GS_SRV_ERR_MAP(GS_SRV_EKIND_ENUM)
 #undef GS_SRV_EKIND_ENUM
         GS_SRV_E_COUNT
@@ -70,6 +73,15 @@ enum gs_srv_ekind gs_srv_err_from_status(enum gs_status st);
 /* {"error":{"message","type","param","code"}}; param may be NULL. Returns a
  * new reference or NULL on allocation failure. */
 json_t *gs_srv_err_json(enum gs_srv_ekind k, const char *message, const char *param);
+/* Anthropic's error object, {"type":"error","error":{"type","message"},"request_id"}
+ * (request_id omitted when NULL). A new reference or NULL on allocation failure. */
+json_t *gs_srv_err_json_anthropic(enum gs_srv_ekind k, const char *message, const char *request_id);
+
+/* The API a route speaks: which error objects and which answer shapes it writes. */
+enum gs_srv_api {
+    GS_SRV_API_OPENAI,    /* OpenAI's (and llama.cpp's) objects: every route but the next */
+    GS_SRV_API_ANTHROPIC, /* Anthropic's Messages API: /v1/messages, /v1/messages/count_tokens */
+};
 
 /* ---- request heads: framing, names and body type, before any route ----------------------- */
 
@@ -173,6 +185,12 @@ struct gs_srv_gen {
     /* "response_format" (json_object, json_schema) or "grammar", compiled;
      * NULL: free text. Each choice's sequence takes its own reference. */
     struct gs_grammar *grammar;
+    /* Anthropic's Messages API (gs_srv_messages_parse): */
+    enum gs_srv_api api;
+    bool count_only; /* /v1/messages/count_tokens: the prompt is counted, nothing generated */
+    /* A chat's final assistant message, which the answer continues: not in msgs (nor in
+     * messages_json); its text follows the rendered prompt as plain text. NULL: none. */
+    char *prefill;
 };
 
 /*
@@ -185,6 +203,18 @@ enum gs_status gs_srv_gen_parse(const char *body, size_t len, bool chat,
                                 const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
                                 char *param, size_t param_cap, struct gs_err *err);
 void gs_srv_gen_free(struct gs_srv_gen *g);
+
+/*
+ * Parses an Anthropic Messages API body (POST /v1/messages, or with count_only its
+ * count_tokens sibling) into *out as a chat: "system" (a string or text blocks) becomes
+ * the first message, a final assistant message the prefill, and max_tokens is required
+ * (not read by count_only). A field graphserve does not implement (tools, thinking,
+ * image blocks, ...) is refused, named in param, never ignored. Errors, ownership and
+ * freeing as gs_srv_gen_parse.
+ */
+enum gs_status gs_srv_messages_parse(const char *body, size_t len, bool count_only,
+                                     const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
+                                     char *param, size_t param_cap, struct gs_err *err);
 
 /* ---- /tokenize and /detokenize bodies (tokenize_body.c) --------------------------------- */
 
@@ -282,6 +312,7 @@ struct gs_srv_stop {
     size_t n_stops;
     struct gs_srv_buf held; /* text not yet released */
     bool hit;               /* a stop string was found; feeding is over */
+    size_t hit_index;       /* with hit: which of stops it was */
 };
 
 void gs_srv_stop_init(struct gs_srv_stop *st, char *const *stops, size_t n_stops);
@@ -296,6 +327,8 @@ void gs_srv_stop_deinit(struct gs_srv_stop *st);
 
 /* Appends "data: <compact json>\n\n". Returns false if j cannot be dumped. */
 bool gs_srv_sse_json(struct gs_srv_buf *out, const json_t *j);
+/* Appends "event: <name>\ndata: <compact json>\n\n" (Anthropic's named events). */
+bool gs_srv_sse_event(struct gs_srv_buf *out, const char *name, const json_t *j);
 void gs_srv_sse_done(struct gs_srv_buf *out);                      /* "data: [DONE]\n\n" */
 void gs_srv_sse_comment(struct gs_srv_buf *out, const char *text); /* ": text\n\n" */
 
@@ -304,6 +337,8 @@ void gs_srv_sse_comment(struct gs_srv_buf *out, const char *text); /* ": text\n\
 /* Compares the Authorization header value against every key in constant
  * time (SHA-256 of both, compared without early exit). true with no keys. */
 bool gs_srv_auth_check(const char *authorization, const uint8_t (*key_digests)[32], size_t n_keys);
+/* The same for a bare key (the x-api-key header's value). */
+bool gs_srv_auth_check_key(const char *key, const uint8_t (*key_digests)[32], size_t n_keys);
 
 /* ---- metrics ----------------------------------------------------------------------------- */
 
@@ -326,6 +361,8 @@ struct gs_srv_hist {
     X(TOKENIZE, "/tokenize")                                                                       \
     X(DETOKENIZE, "/detokenize")                                                                   \
     X(APPLY_TEMPLATE, "/apply-template")                                                           \
+    X(MESSAGES, "/v1/messages")                                                                    \
+    X(COUNT_TOKENS, "/v1/messages/count_tokens")                                                   \
     X(OTHER, "other")
 
 enum gs_srv_endpoint {

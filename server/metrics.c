@@ -115,6 +115,22 @@ static void engine_metrics(struct gs_srv_buf *o, const struct gs_sched_stats *st
     gs_srv_buf_addf(o, "graphserve_kv_pages{state=\"cached\"} %u\n", st->pages_cached);
     gs_srv_buf_addf(o, "graphserve_kv_pages{state=\"free\"} %u\n", st->pages_free);
     gauge(o, "graphserve_kv_pages_capacity", "KV cache pages in the pool.", st->pages_total);
+    /* What the Gateway API Inference Extension's endpoint picker scrapes to route by load
+     * (its model server protocol, 2026-12), with vLLM's types and meanings: KV usage as
+     * one 0..1 gauge (vllm:kv_cache_usage_perc: pages held by sequences; cached pages are
+     * evictable, so free for this purpose), and an info gauge whose labels give the pool's
+     * shape. The picker reads the labels block_size and num_gpu_blocks by those names
+     * whatever the metric is called, so they are written beside graphserve's own. Queued
+     * and running requests are graphserve_requests_waiting and _running above. */
+    gauge(o, "graphserve_kv_cache_usage_ratio",
+          "Fraction of KV cache pages held by sequences (0 to 1).",
+          st->pages_total ? (double)st->pages_used / st->pages_total : 0);
+    header(o, "graphserve_cache_config_info", "gauge",
+           "KV cache shape; block_size and num_gpu_blocks repeat it under vLLM's label names.");
+    gs_srv_buf_addf(o,
+                    "graphserve_cache_config_info{page_tokens=\"%u\",num_pages=\"%u\","
+                    "block_size=\"%u\",num_gpu_blocks=\"%u\"} 1\n",
+                    st->page_tokens, st->pages_total, st->page_tokens, st->pages_total);
     gauge(o, "graphserve_kv_bytes", "Bytes of the KV page pool.", (double)st->kv_bytes);
 }
 

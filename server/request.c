@@ -1,8 +1,9 @@
 /*
- * server/request.c - a /v1/chat/completions or /v1/completions body, parsed
- * with jansson and checked field by field into struct gs_srv_gen. Every
- * refusal names the field as the client spelled it; nothing unchecked
- * reaches the scheduler. Unknown fields are accepted and listed.
+ * server/request.c - a /v1/chat/completions, /v1/completions or /v1/messages
+ * body, parsed with jansson and checked field by field into struct gs_srv_gen.
+ * Every refusal names the field as the client spelled it; nothing unchecked
+ * reaches the scheduler. Unknown fields are accepted and listed on OpenAI's
+ * routes; Anthropic's route refuses them (see "the Messages API" below).
  */
 #include "server/internal.h"
 
@@ -239,26 +240,31 @@ static enum gs_status parse_prompt(struct pctx *c, json_t *root,
     return GS_OK;
 }
 
-static enum gs_status parse_stop(struct pctx *c, json_t *root,
+/* Stop strings from field key: OpenAI's "stop" (a string or a list) or Anthropic's
+ * "stop_sequences" (a list only, lone false). */
+static enum gs_status parse_stop(struct pctx *c, json_t *root, const char *key, bool lone,
                                  const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
 {
-    json_t *s = json_object_get(root, "stop");
+    json_t *s = json_object_get(root, key);
     if (!s || json_is_null(s))
         return GS_OK;
-    size_t n = json_is_string(s) ? 1 : json_is_array(s) ? json_array_size(s) : 0;
-    if (!json_is_string(s) && !json_is_array(s))
-        return fail(c, "stop", "'stop' must be a string or an array of strings");
+    if (!(lone && json_is_string(s)) && !json_is_array(s))
+        return fail(c, key,
+                    lone ? "'%s' must be a string or an array of strings"
+                         : "'%s' must be an array of strings",
+                    key);
+    size_t n = json_is_string(s) ? 1 : json_array_size(s);
     if (n > lim->max_stop)
-        return fail(c, "stop", "'stop' has %zu strings; at most %u are allowed", n, lim->max_stop);
+        return fail(c, key, "'%s' has %zu strings; at most %u are allowed", key, n, lim->max_stop);
     g->stop = gs_calloc(n ? n : 1, sizeof(*g->stop));
     if (!g->stop)
         return nomem(c);
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_is_string(s) ? s : json_array_get(s, i);
         if (!json_is_string(v))
-            return fail(c, "stop", "'stop[%zu]' must be a string", i);
+            return fail(c, key, "'%s[%zu]' must be a string", key, i);
         if (json_string_length(v) > lim->max_stop_bytes)
-            return fail(c, "stop", "'stop[%zu]' is longer than %u bytes", i, lim->max_stop_bytes);
+            return fail(c, key, "'%s[%zu]' is longer than %u bytes", key, i, lim->max_stop_bytes);
         if (json_string_length(v) == 0 || strlen(json_string_value(v)) != json_string_length(v))
             continue; /* an empty stop string (or one with NUL) can never be matched usefully */
         g->stop[g->n_stop] = gs_strdup(json_string_value(v));
@@ -675,7 +681,7 @@ static enum gs_status parse_root(struct pctx *c, json_t *root,
     if (user && !json_is_null(user) && !json_is_string(user))
         return fail(c, "user", "'user' must be a string");
     if ((st = parse_sampling(c, root, g)) != GS_OK || (st = parse_logprobs(c, root, g)) != GS_OK ||
-        (st = parse_stop(c, root, lim, g)) != GS_OK ||
+        (st = parse_stop(c, root, "stop", true, lim, g)) != GS_OK ||
         (st = parse_logit_bias(c, root, lim, g)) != GS_OK ||
         (st = parse_validation(c, root, g)) != GS_OK ||
         (st = parse_parse_special(c, root, g)) != GS_OK ||
@@ -724,10 +730,316 @@ void gs_srv_gen_free(struct gs_srv_gen *g)
     gs_free(g->model);
     gs_free(g->prompt);
     gs_free(g->prompt_ids);
+    gs_free(g->prefill);
     gs_free(g->bias);
     json_decref(g->messages_json);
     json_decref(g->tools_json);
     json_decref(g->template_kwargs);
     gs_grammar_unref(g->grammar);
     *g = (struct gs_srv_gen){0};
+}
+
+/* ---- the Messages API (Anthropic) ------------------------------------------------------------ */
+
+/*
+ * Anthropic's body is read into the same struct gs_srv_gen as a chat, so that it renders,
+ * tokenizes and generates exactly as /v1/chat/completions does. Unlike OpenAI's routes,
+ * every field is either implemented or refused: a client that sends "tools" or
+ * "thinking" must learn that graphserve did not honour it, not get an answer that
+ * silently lacks it.
+ */
+
+/* What /v1/messages reads; count_tokens reads the first n_count_fields. */
+static const char *const messages_fields[] = {
+    "model",       "messages", "system", "max_tokens", "stop_sequences",
+    "temperature", "top_p",    "top_k",  "stream",     "metadata",
+};
+enum { n_count_fields = 3 };
+
+static enum gs_status messages_refuse_unread(struct pctx *c, json_t *root, bool count_only)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v)
+    {
+        size_t n = count_only ? n_count_fields : GS_ARRAY_LEN(messages_fields);
+        bool known = false;
+        for (size_t k = 0; k < n && !known; k++)
+            known = !strcmp(key, messages_fields[k]);
+        if (!known)
+            return fail(c, key, "'%.64s': graphserve does not implement this field%s; remove it",
+                        key, count_only ? " on count_tokens" : "");
+    }
+    return GS_OK;
+}
+
+/* cache_control on a block: {"type":"ephemeral"} with an optional "ttl". Accepted
+ * because it is honoured without being asked: the prefix cache keeps every prompt's
+ * full pages for the requests after it. */
+static enum gs_status block_cache_control(struct pctx *c, json_t *cc, const char *param)
+{
+    json_t *type = json_object_get(cc, "type"), *ttl = json_object_get(cc, "ttl");
+    if (!json_is_object(cc) || !json_is_string(type) ||
+        strcmp(json_string_value(type), "ephemeral") || (ttl && !json_is_string(ttl)) ||
+        json_object_size(cc) > 1 + (ttl != NULL))
+        return fail(c, param, "'%s.cache_control' must be {\"type\":\"ephemeral\"}", param);
+    return GS_OK;
+}
+
+/* A content (or system) value: a string, or text blocks joined as the chat route joins
+ * text parts. Any other block type is refused by name. */
+static enum gs_status messages_text(struct pctx *c, json_t *v, const char *param, char **out)
+{
+    if (json_is_string(v)) {
+        *out = gs_strndup(json_string_value(v), json_string_length(v));
+        return *out ? GS_OK : nomem(c);
+    }
+    if (!json_is_array(v))
+        return fail(c, param, "'%s' must be a string or an array of text blocks", param);
+    struct gs_srv_buf b = {0};
+    size_t k;
+    json_t *block;
+    enum gs_status st = GS_OK;
+    json_array_foreach(v, k, block)
+    {
+        char bp[64];
+        snprintf(bp, sizeof(bp), "%s[%zu]", param, k);
+        json_t *type = json_object_get(block, "type"), *text = json_object_get(block, "text");
+        if (!json_is_object(block) || !json_is_string(type)) {
+            st = fail(c, bp, "'%s' must be a content block with a 'type'", bp);
+            break;
+        }
+        if (strcmp(json_string_value(type), "text")) {
+            st = fail(c, bp,
+                      "'%s': content blocks of type '%.40s' are not supported by graphserve; "
+                      "only 'text'",
+                      bp, json_string_value(type));
+            break;
+        }
+        const char *key;
+        json_t *f;
+        json_object_foreach(block, key, f)
+        {
+            if (!strcmp(key, "cache_control"))
+                st = block_cache_control(c, f, bp);
+            else if (strcmp(key, "type") && strcmp(key, "text"))
+                st = fail(c, bp, "'%s.%.40s': graphserve does not implement this field", bp, key);
+            if (st != GS_OK)
+                break;
+        }
+        if (st == GS_OK && !json_is_string(text))
+            st = fail(c, bp, "'%s.text' must be a string", bp);
+        if (st != GS_OK)
+            break;
+        gs_srv_buf_add(&b, json_string_value(text), json_string_length(text));
+    }
+    gs_srv_buf_add(&b, "", 0);
+    if (st == GS_OK && b.failed)
+        st = nomem(c);
+    if (st != GS_OK) {
+        gs_srv_buf_free(&b);
+        return st;
+    }
+    *out = b.p;
+    return GS_OK;
+}
+
+static enum gs_status messages_add(struct pctx *c, struct gs_srv_gen *g, const char *role,
+                                   char *content)
+{
+    g->msgs[g->n_msgs].content = content;
+    g->msgs[g->n_msgs].role = gs_strdup(role);
+    g->n_msgs++;
+    return g->msgs[g->n_msgs - 1].role ? GS_OK : nomem(c);
+}
+
+/* The final assistant message: the answer continues it. Anthropic refuses one that ends
+ * in whitespace, and so does graphserve: the tokenizer would end the prompt in a space
+ * that the model's next word normally carries. */
+static enum gs_status messages_prefill(struct pctx *c, size_t i, char *text, struct gs_srv_gen *g)
+{
+    size_t n = strlen(text);
+    if (n && strchr(" \t\n\r", text[n - 1])) {
+        gs_free(text);
+        char param[48];
+        snprintf(param, sizeof(param), "messages[%zu].content", i);
+        return fail(c, param, "'%s': the final assistant content cannot end with whitespace",
+                    param);
+    }
+    if (n)
+        g->prefill = text;
+    else
+        gs_free(text);
+    return GS_OK;
+}
+
+/* The conversation as the Jinja template sees it: {"role","content"} with string content. */
+static enum gs_status messages_json(struct pctx *c, struct gs_srv_gen *g)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < g->n_msgs; i++)
+        if (json_array_append_new(a, json_pack("{s:s,s:s}", "role", g->msgs[i].role, "content",
+                                               g->msgs[i].content))) {
+            json_decref(a);
+            a = NULL;
+        }
+    if (!a)
+        return nomem(c);
+    g->messages_json = a;
+    return GS_OK;
+}
+
+static enum gs_status messages_conversation(struct pctx *c, json_t *root,
+                                            const struct gs_srv_parse_limits *lim,
+                                            struct gs_srv_gen *g)
+{
+    json_t *msgs = json_object_get(root, "messages"), *system = json_object_get(root, "system");
+    if (!msgs)
+        return fail(c, "messages", "'messages' is required");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return fail(c, "messages", "'messages' must be a non-empty array");
+    size_t n = json_array_size(msgs);
+    if (!(g->msgs = gs_calloc(n + 1, sizeof(*g->msgs))))
+        return nomem(c);
+    enum gs_status st;
+    char *text;
+    if (system && !json_is_null(system)) {
+        if ((st = messages_text(c, system, "system", &text)) != GS_OK)
+            return st;
+        if (!*text)
+            gs_free(text);
+        else if ((st = messages_add(c, g, "system", text)) != GS_OK)
+            return st;
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m)
+    {
+        char param[48];
+        snprintf(param, sizeof(param), "messages[%zu]", i);
+        if (!json_is_object(m))
+            return fail(c, param, "'%s' must be an object with 'role' and 'content'", param);
+        const char *key;
+        json_t *f;
+        json_object_foreach(m, key, f)
+        {
+            if (strcmp(key, "role") && strcmp(key, "content"))
+                return fail(c, param, "'%s.%.40s': graphserve does not implement this field", param,
+                            key);
+        }
+        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        const char *r = json_is_string(role) ? json_string_value(role) : "";
+        snprintf(param, sizeof(param), "messages[%zu].role", i);
+        if (strcmp(r, "user") && strcmp(r, "assistant"))
+            return fail(c, param, "'%s' must be 'user' or 'assistant'", param);
+        snprintf(param, sizeof(param), "messages[%zu].content", i);
+        if (!content)
+            return fail(c, param, "'%s' is required", param);
+        if ((st = messages_text(c, content, param, &text)) != GS_OK)
+            return st;
+        if (i + 1 == n && !strcmp(r, "assistant"))
+            st = messages_prefill(c, i, text, g);
+        else
+            st = messages_add(c, g, r, text);
+        if (st != GS_OK)
+            return st;
+    }
+    if (g->n_msgs == 0)
+        return fail(c, "messages", "'messages' has nothing before its final assistant message");
+    return lim->jinja ? messages_json(c, g) : GS_OK;
+}
+
+/* "metadata": {"user_id": string or null}, nothing else. */
+static enum gs_status messages_metadata(struct pctx *c, json_t *root)
+{
+    json_t *md = json_object_get(root, "metadata");
+    if (!md || json_is_null(md))
+        return GS_OK;
+    if (!json_is_object(md))
+        return fail(c, "metadata", "'metadata' must be an object");
+    const char *key;
+    json_t *v;
+    json_object_foreach(md, key, v)
+    {
+        if (strcmp(key, "user_id"))
+            return fail(c, "metadata", "'metadata.%.40s': graphserve does not implement this field",
+                        key);
+        if (!json_is_string(v) && !json_is_null(v))
+            return fail(c, "metadata", "'metadata.user_id' must be a string");
+    }
+    return GS_OK;
+}
+
+static enum gs_status messages_root(struct pctx *c, json_t *root,
+                                    const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
+{
+    enum gs_status st;
+    int64_t i;
+    bool has;
+    double d;
+    if ((st = messages_refuse_unread(c, root, g->count_only)) != GS_OK)
+        return st;
+    json_t *model = json_object_get(root, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model))
+            return fail(c, "model", "'model' must be a string");
+        if (!(g->model = gs_strdup(json_string_value(model))))
+            return nomem(c);
+    }
+    if ((st = messages_conversation(c, root, lim, g)) != GS_OK || g->count_only)
+        return st;
+    if ((st = get_int(c, root, "max_tokens", 1, INT32_MAX, &i, &has)) != GS_OK)
+        return st;
+    if (!has)
+        return fail(c, "max_tokens", "'max_tokens' is required");
+    if (i > lim->max_tokens)
+        return fail(c, "max_tokens", "'max_tokens' is %lld; this server allows at most %u",
+                    (long long)i, lim->max_tokens);
+    g->max_tokens = (uint32_t)i;
+    /* Anthropic's temperature is [0, 1]; top_p and top_k as OpenAI's. */
+    struct gs_sample_params *sp = &g->sp;
+    d = sp->temperature;
+    if ((st = get_num(c, root, "temperature", 0, 1, &d, NULL)) != GS_OK)
+        return st;
+    sp->temperature = (float)d;
+    d = sp->top_p;
+    if ((st = get_num(c, root, "top_p", 0, 1, &d, NULL)) != GS_OK)
+        return st;
+    if (d <= 0)
+        return fail(c, "top_p", "'top_p' must be greater than 0");
+    sp->top_p = (float)d;
+    if ((st = get_int(c, root, "top_k", 0, 1 << 30, &i, &has)) != GS_OK)
+        return st;
+    if (has)
+        sp->top_k = (int32_t)i;
+    if ((st = get_bool(c, root, "stream", &g->stream)) != GS_OK ||
+        (st = parse_stop(c, root, "stop_sequences", false, lim, g)) != GS_OK ||
+        (st = messages_metadata(c, root)) != GS_OK)
+        return st;
+    struct gs_err e;
+    if (gs_sample_params_check(sp, (int32_t)lim->n_vocab, &e) != GS_OK)
+        return fail(c, "", "%s", e.msg);
+    return GS_OK;
+}
+
+enum gs_status gs_srv_messages_parse(const char *body, size_t len, bool count_only,
+                                     const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
+                                     char *param, size_t param_cap, struct gs_err *err)
+{
+    struct pctx c = {param, param_cap, err};
+    *out = (struct gs_srv_gen){
+        .chat = true, .api = GS_SRV_API_ANTHROPIC, .n = 1, .count_only = count_only};
+    gs_sample_params_init(&out->sp);
+    if (param_cap)
+        param[0] = '\0';
+    json_error_t je;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return fail(&c, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
+                    je.text);
+    enum gs_status st = json_is_object(root)
+                            ? messages_root(&c, root, lim, out)
+                            : fail(&c, "", "the request body must be a JSON object");
+    json_decref(root);
+    return st;
 }

@@ -1,7 +1,8 @@
 /*
  * server/routes.c - the endpoint table and the endpoints that need no
  * generation: /health, /ready, /metrics, /v1/models, /tokenize, /detokenize.
- * Generation endpoints are in generate.c.
+ * Generation endpoints (chat, completions, Anthropic's messages and
+ * count_tokens) are in generate.c.
  */
 #include "server/daemon.h"
 #include "server/tls.h"
@@ -170,17 +171,22 @@ static enum MHD_Result detokenize(struct gs_srv_req *r)
     return gs_srv__respond_json(r, 200, json_pack("{s:o}", "content", j));
 }
 
+/* method, path, endpoint label, key required, handler, API of its answers */
 static const struct gs_srv_route routes[] = {
-    {"POST", "/v1/chat/completions", GS_SRV_EP_CHAT, true, gs_srv__gen_start},
-    {"POST", "/v1/completions", GS_SRV_EP_COMPLETIONS, true, gs_srv__gen_start},
-    {"GET", "/v1/models", GS_SRV_EP_MODELS, true, models},
-    {"GET", "/v1/models/*", GS_SRV_EP_MODELS, true, model_one},
-    {"GET", "/health", GS_SRV_EP_HEALTH, false, health},
-    {"GET", "/ready", GS_SRV_EP_READY, false, ready},
-    {"GET", "/metrics", GS_SRV_EP_METRICS, true, metrics},
-    {"POST", "/tokenize", GS_SRV_EP_TOKENIZE, true, tokenize},
-    {"POST", "/detokenize", GS_SRV_EP_DETOKENIZE, true, detokenize},
-    {"POST", "/apply-template", GS_SRV_EP_APPLY_TEMPLATE, true, gs_srv__apply_template},
+    {"POST", "/v1/chat/completions", GS_SRV_EP_CHAT, true, gs_srv__gen_start, GS_SRV_API_OPENAI},
+    {"POST", "/v1/completions", GS_SRV_EP_COMPLETIONS, true, gs_srv__gen_start, GS_SRV_API_OPENAI},
+    {"GET", "/v1/models", GS_SRV_EP_MODELS, true, models, GS_SRV_API_OPENAI},
+    {"GET", "/v1/models/*", GS_SRV_EP_MODELS, true, model_one, GS_SRV_API_OPENAI},
+    {"GET", "/health", GS_SRV_EP_HEALTH, false, health, GS_SRV_API_OPENAI},
+    {"GET", "/ready", GS_SRV_EP_READY, false, ready, GS_SRV_API_OPENAI},
+    {"GET", "/metrics", GS_SRV_EP_METRICS, true, metrics, GS_SRV_API_OPENAI},
+    {"POST", "/tokenize", GS_SRV_EP_TOKENIZE, true, tokenize, GS_SRV_API_OPENAI},
+    {"POST", "/detokenize", GS_SRV_EP_DETOKENIZE, true, detokenize, GS_SRV_API_OPENAI},
+    {"POST", "/apply-template", GS_SRV_EP_APPLY_TEMPLATE, true, gs_srv__apply_template,
+     GS_SRV_API_OPENAI},
+    {"POST", "/v1/messages", GS_SRV_EP_MESSAGES, true, gs_srv__gen_start, GS_SRV_API_ANTHROPIC},
+    {"POST", "/v1/messages/count_tokens", GS_SRV_EP_COUNT_TOKENS, true, gs_srv__gen_start,
+     GS_SRV_API_ANTHROPIC},
 };
 
 /* An exact path, or a pattern ending in slash-asterisk for one more non-empty segment. */
@@ -205,6 +211,14 @@ const struct gs_srv_route *gs_srv__route_find(const char *method, const char *pa
             return &routes[i];
     }
     return NULL;
+}
+
+enum gs_srv_api gs_srv__route_api(const char *path)
+{
+    for (size_t i = 0; path && i < GS_ARRAY_LEN(routes); i++)
+        if (path_match(routes[i].path, path))
+            return routes[i].api;
+    return GS_SRV_API_OPENAI;
 }
 
 void gs_srv__route_allow(const char *path, char *out, size_t cap)

@@ -130,6 +130,7 @@ struct gs_srv_cfg {
     const char *const *cors_origins;
     size_t n_cors_origins;
     size_t n_api_keys;
+    bool metrics_public;       /* GET /metrics needs no key even when keys are configured */
     uint32_t drain_timeout_ms; /* SIGTERM: time in-flight requests get before "abort" */
     const char *chat_template; /* forced template family name; NULL: from the model */
     struct gs_srv_model_info model;

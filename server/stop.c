@@ -49,15 +49,18 @@ bool gs_srv_stop_feed(struct gs_srv_stop *st, const char *text, size_t len, stru
     const char *h = st->held.p;
     size_t n = st->held.len;
     /* The earliest complete stop string wins. */
-    size_t first = SIZE_MAX;
+    size_t first = SIZE_MAX, which = 0;
     for (size_t k = 0; k < st->n_stops; k++) {
         const char *m = memmem(h, n, st->stops[k], strlen(st->stops[k]));
-        if (m && (size_t)(m - h) < first)
+        if (m && (size_t)(m - h) < first) {
             first = (size_t)(m - h);
+            which = k;
+        }
     }
     if (first != SIZE_MAX) {
         gs_srv_buf_add(out, h, first);
         st->hit = true;
+        st->hit_index = which;
         st->held.len = 0;
         return true;
     }

@@ -251,6 +251,7 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
         .limits = GS_SRV_LIMITS_DEFAULT,
         .api_keys = (const char *const *)cfg->api_key.v,
         .n_api_keys = cfg->api_key.n,
+        .metrics_public = cfg->metrics_public,
         .allowed_hosts = (const char *const *)cfg->allowed_hosts.v,
         .n_allowed_hosts = cfg->allowed_hosts.n,
         .cors_origins = (const char *const *)cfg->cors_origins.v,

@@ -1,8 +1,9 @@
 /*
  * tests/fuzz/fuzz_request.c - a request body from a stranger, as each route
  * that takes one parses it: /v1/chat/completions and /v1/completions
- * (gs_srv_gen_parse), /tokenize and /detokenize (server/tokenize_body.c).
- * Every input goes to all four, so a corpus file is one plain body.
+ * (gs_srv_gen_parse), /v1/messages and its count_tokens (gs_srv_messages_parse),
+ * /tokenize and /detokenize (server/tokenize_body.c). Every input goes to all
+ * six, so a corpus file is one plain body.
  *
  * Invariants: a refusal is GS_INVAL or GS_NOMEM with a message, and the
  * error body the daemon would send can be built from it; an accepted body
@@ -91,6 +92,37 @@ static void fuzz_gen(const char *body, size_t len, bool chat)
     gs_srv_gen_free(&g);
 }
 
+/* Anthropic's: a chat of user and assistant turns after an optional system message, the
+ * final assistant turn (if any) set aside as a prefill without trailing whitespace, and
+ * max_tokens always given unless only counting. */
+static void fuzz_messages(const char *body, size_t len, bool count_only)
+{
+    struct gs_srv_gen g;
+    char param[64];
+    struct gs_err err = {0};
+    enum gs_status st =
+        gs_srv_messages_parse(body, len, count_only, &limits, &g, param, sizeof(param), &err);
+    if (st != GS_OK) {
+        check_refusal(st, param, &err);
+        json_t *j = gs_srv_err_json_anthropic(gs_srv_err_from_status(st), err.msg, "msg_1");
+        FUZZ_CHECK(j, "no Anthropic error body for '%s'", err.msg);
+        json_decref(j);
+        gs_srv_gen_free(&g);
+        return;
+    }
+    check_gen(&g, true);
+    FUZZ_CHECK(g.api == GS_SRV_API_ANTHROPIC && g.n == 1 && g.count_only == count_only, "shape");
+    FUZZ_CHECK(count_only || g.max_tokens >= 1, "max_tokens = %u", g.max_tokens);
+    for (size_t i = 0; i < g.n_msgs; i++)
+        FUZZ_CHECK((i == 0 && !strcmp(g.msgs[i].role, "system")) ||
+                       !strcmp(g.msgs[i].role, "user") || !strcmp(g.msgs[i].role, "assistant"),
+                   "message %zu is %s", i, g.msgs[i].role);
+    size_t n = g.prefill ? strlen(g.prefill) : 0;
+    FUZZ_CHECK(!g.prefill || (n && !strchr(" \t\n\r", g.prefill[n - 1])), "prefill '%s'",
+               g.prefill);
+    gs_srv_gen_free(&g);
+}
+
 static void fuzz_tokenize(const char *body, size_t len)
 {
     struct gs_srv_tokenize_req t;
@@ -129,6 +161,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *body = size ? (const char *)data : "";
     fuzz_gen(body, size, true);
     fuzz_gen(body, size, false);
+    fuzz_messages(body, size, false);
+    fuzz_messages(body, size, true);
     fuzz_tokenize(body, size);
     fuzz_detokenize(body, size);
     return 0;

@@ -158,6 +158,28 @@ json_t *e2e_sse_events(const char *body, bool *done)
     return events;
 }
 
+json_t *e2e_sse_named_events(const char *body)
+{
+    json_t *events = json_array();
+    for (const char *p = body; *p;) {
+        const char *eol = strstr(p, "\n\n");
+        cr_assert(eol, "SSE event not terminated by a blank line: '%.80s'", p);
+        int n = (int)(eol - p);
+        if (p[0] != ':') {
+            const char *nl = memchr(p, '\n', (size_t)n);
+            cr_assert(!strncmp(p, "event: ", 7) && nl && !strncmp(nl + 1, "data: ", 6),
+                      "not an 'event:' and 'data:' pair: '%.*s'", n, p);
+            json_error_t je;
+            json_t *j = json_loadb(nl + 7, (size_t)(eol - nl - 7), 0, &je);
+            cr_assert(j, "bad JSON in SSE event (%s): '%.*s'", je.text, n, p);
+            json_array_append_new(
+                events, json_pack("{s:s%,s:o}", "event", p + 7, (size_t)(nl - p - 7), "data", j));
+        }
+        p = eol + 2;
+    }
+    return events;
+}
+
 double e2e_metric(const char *metrics, const char *name_and_labels)
 {
     size_t n = strlen(name_and_labels);

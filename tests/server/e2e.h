@@ -53,6 +53,11 @@ const char *e2e_body_file(const char *body);
  * every data line is valid JSON. */
 json_t *e2e_sse_events(const char *body, bool *done);
 
+/* Parses an SSE body of named events ("event: NAME" then "data: JSON", Anthropic's
+ * streams): returns the array of {"event": NAME, "data": JSON}. Asserts that every
+ * event has both lines and valid JSON; comment lines (keepalives) are skipped. */
+json_t *e2e_sse_named_events(const char *body);
+
 /* The value of a metric sample line "name{labels} value" in a /metrics body,
  * or -1 when absent. name_and_labels must match up to the space exactly. */
 double e2e_metric(const char *metrics, const char *name_and_labels);

@@ -944,3 +944,41 @@ Test(http_opts, served_model_names_and_any_name, .timeout = 120)
     e2e_resp_free(&r);
     cr_expect_eq(e2e_stop(&m), 0);
 }
+
+/* What a cluster's endpoint picker reads (the Gateway API Inference Extension): queue and
+ * running gauges, KV usage as one 0..1 gauge consistent with the page counts, the pool's
+ * shape as an info gauge under vLLM's label names too; and --metrics-public opens
+ * /metrics, and nothing else, to a scraper without a key. */
+Test(http_opts, cluster_gauges_and_metrics_public, .timeout = 120)
+{
+    struct e2e_daemon k;
+    e2e_start(&k, "--api-key sekret --metrics-public");
+    struct e2e_resp r;
+    e2e_http(&k, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":4}",
+             "-H 'Authorization: Bearer sekret'", &r);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    e2e_resp_free(&r);
+    e2e_http(&k, "GET", "/v1/models", NULL, NULL, &r);
+    cr_expect_eq(r.status, 401, "only /metrics is opened");
+    e2e_resp_free(&r);
+    e2e_http(&k, "GET", "/metrics", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_expect_geq(e2e_metric(r.body, "graphserve_requests_waiting"), 0);
+    cr_expect_geq(e2e_metric(r.body, "graphserve_requests_running"), 0);
+    cr_expect(strstr(r.body, "# TYPE graphserve_kv_cache_usage_ratio gauge\n"));
+    double ratio = e2e_metric(r.body, "graphserve_kv_cache_usage_ratio");
+    double used = e2e_metric(r.body, "graphserve_kv_pages{state=\"used\"}");
+    double cap = e2e_metric(r.body, "graphserve_kv_pages_capacity");
+    cr_assert_gt(cap, 0, "%s", r.body);
+    cr_expect(ratio >= 0 && ratio <= 1 && fabs(ratio - used / cap) < 1e-9, "ratio %g, %g/%g",
+              ratio, used, cap);
+    char info[160];
+    snprintf(info, sizeof(info),
+             "graphserve_cache_config_info{page_tokens=\"16\",num_pages=\"%.0f\","
+             "block_size=\"16\",num_gpu_blocks=\"%.0f\"}",
+             cap, cap);
+    cr_expect_eq(e2e_metric(r.body, info), 1, "no %s in %s", info, r.body);
+    cr_expect(strstr(r.body, "# TYPE graphserve_cache_config_info gauge\n"));
+    e2e_resp_free(&r);
+    cr_expect_eq(e2e_stop(&k), 0);
+}

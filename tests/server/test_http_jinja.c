@@ -7,7 +7,8 @@
  * control token of the stories vocabulary); tools and chat_template_kwargs
  * reach the template; raise_exception is a 400 with the template's words;
  * /v1/models says which template serves; a template that does not parse
- * leaves chats to the built-in format, which /v1/models explains.
+ * leaves chats to the built-in format, which /v1/models explains; Anthropic's Messages
+ * API renders through the same template.
  */
 #define _GNU_SOURCE
 #include "tests/common/testutil.h"
@@ -347,4 +348,87 @@ Test(http_jinja, a_template_file_replaces_the_models, .timeout = 180)
     cr_expect(strstr(out, "choose one"), "%s", out);
     free(out);
     free(cmd);
+}
+
+/* A golden case's conversation as a Messages API body: its first message, if a system
+ * one, as "system", the rest as messages, then a prefill turn (if not NULL) and, unless
+ * only counting, max_tokens. */
+static char *messages_body(const json_t *c, const char *prefill, bool count_only)
+{
+    json_t *msgs = json_deep_copy(json_object_get(c, "messages"));
+    json_t *req = json_object();
+    json_t *first = json_array_get(msgs, 0);
+    if (!strcmp(json_string_value(json_object_get(first, "role")), "system")) {
+        json_object_set(req, "system", json_object_get(first, "content"));
+        json_array_remove(msgs, 0);
+    }
+    if (prefill)
+        json_array_append_new(msgs,
+                              json_pack("{s:s,s:s}", "role", "assistant", "content", prefill));
+    json_object_set_new(req, "messages", msgs);
+    if (!count_only)
+        json_object_set_new(req, "max_tokens", json_integer(1));
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    return body;
+}
+
+/* Anthropic's Messages API renders through the model's template as chats do: count_tokens
+ * and usage.input_tokens are the reference rendering's tokens, a prefill follows the
+ * opened assistant turn, and a template's raise_exception is Anthropic's 400. */
+Test(http_jinja, messages_api_renders_through_the_template, .timeout = 180)
+{
+    json_t *golden;
+    char *path = golden_model("Qwen-Qwen2.5-7B-Instruct", &golden);
+    struct e2e_daemon d;
+    start_with(&d, path);
+    static const char *const cases[] = {"system_user", "multi_turn", "single_user"};
+    for (size_t i = 0; i < GS_ARRAY_LEN(cases); i++) {
+        const json_t *c = golden_case(golden, cases[i]);
+        const json_t *want = json_object_get(c, "rendered");
+        size_t expect = count_tokens(&d, json_string_value(want), json_string_length(want));
+        char *body = messages_body(c, NULL, true);
+        struct e2e_resp r;
+        e2e_http(&d, "POST", "/v1/messages/count_tokens", body, NULL, &r);
+        cr_assert_eq(r.status, 200, "%s: %s", cases[i], r.body);
+        cr_expect_eq(json_integer_value(json_object_get(r.json, "input_tokens")),
+                     (json_int_t)expect, "%s: %s, the reference has %zu", cases[i], r.body, expect);
+        e2e_resp_free(&r);
+        free(body);
+    }
+    /* The prefill: the reference rendering (generation prompt opened) plus its text. */
+    const json_t *c = golden_case(golden, "single_user");
+    const char *rendered = json_string_value(json_object_get(c, "rendered"));
+    char text[1024];
+    snprintf(text, sizeof(text), "%sI am", rendered);
+    size_t expect = count_tokens(&d, text, strlen(text));
+    char *body = messages_body(c, "I am", false);
+    struct e2e_resp r;
+    e2e_http(&d, "POST", "/v1/messages", body, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_expect_eq(
+        json_integer_value(json_object_get(json_object_get(r.json, "usage"), "input_tokens")),
+        (json_int_t)expect, "%s: the reference + prefill has %zu", r.body, expect);
+    e2e_resp_free(&r);
+    free(body);
+    cr_expect_eq(e2e_stop(&d), 0);
+    free(path);
+    json_decref(golden);
+
+    path = golden_model("google-gemma-2-2b-it", &golden);
+    start_with(&d, path);
+    c = golden_case(golden, "system_user");
+    body = messages_body(c, NULL, false);
+    e2e_http(&d, "POST", "/v1/messages", body, NULL, &r);
+    cr_expect_eq(r.status, 400, "%s", r.body);
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "type")), "error", "%s", r.body);
+    json_t *e = json_object_get(r.json, "error");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "type")), "invalid_request_error");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "message")),
+                     json_string_value(json_object_get(c, "error")));
+    e2e_resp_free(&r);
+    free(body);
+    cr_expect_eq(e2e_stop(&d), 0);
+    free(path);
+    json_decref(golden);
 }

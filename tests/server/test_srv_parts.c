@@ -234,6 +234,176 @@ Test(srv_request, survives_allocation_failures)
     }
 }
 
+/* ---- the Messages API (Anthropic) --------------------------------------------------------- */
+
+static enum gs_status parse_messages(const char *body, bool count_only, struct gs_srv_gen *g,
+                                     char *param, bool jinja)
+{
+    struct gs_err err;
+    struct gs_srv_parse_limits l = lim;
+    l.jinja = jinja;
+    return gs_srv_messages_parse(body, strlen(body), count_only, &l, g, param, 64, &err);
+}
+
+Test(srv_messages, fields_become_a_chat)
+{
+    struct gs_srv_gen g;
+    char param[64];
+    cr_assert_eq(
+        parse_messages("{\"model\":\"m\",\"system\":[{\"type\":\"text\",\"text\":\"s1\"},"
+                       "{\"type\":\"text\",\"text\":\"s2\"}],\"messages\":[{\"role\":\"user\","
+                       "\"content\":\"u\"},{\"role\":\"assistant\",\"content\":\"a\"},{\"role\":"
+                       "\"user\",\"content\":[{\"type\":\"text\",\"text\":\"v\"}]},{\"role\":"
+                       "\"assistant\",\"content\":\"Once\"}],\"max_tokens\":9,\"temperature\":0.5,"
+                       "\"top_p\":0.5,\"top_k\":3,\"stop_sequences\":[\"x\"],\"stream\":true,"
+                       "\"metadata\":{\"user_id\":\"id\"}}",
+                       false, &g, param, true),
+        GS_OK, "%s", param);
+    cr_expect(g.chat && g.api == GS_SRV_API_ANTHROPIC && g.n == 1 && g.stream);
+    cr_expect_str_eq(g.model, "m");
+    cr_assert_eq(g.n_msgs, 4, "system + three turns; the final assistant turn is the prefill");
+    static const char *const roles[] = {"system", "user", "assistant", "user"};
+    static const char *const texts[] = {"s1s2", "u", "a", "v"};
+    for (size_t i = 0; i < 4; i++) {
+        cr_expect_str_eq(g.msgs[i].role, roles[i]);
+        cr_expect_str_eq(g.msgs[i].content, texts[i]);
+    }
+    cr_expect_str_eq(g.prefill, "Once");
+    cr_expect_eq(json_array_size(g.messages_json), 4, "the template sees what the chat has");
+    cr_expect_eq(g.max_tokens, 9);
+    cr_expect_float_eq(g.sp.temperature, 0.5f, 1e-6);
+    cr_expect_float_eq(g.sp.top_p, 0.5f, 1e-6);
+    cr_expect_eq(g.sp.top_k, 3);
+    cr_expect_eq(g.n_stop, 1);
+    gs_srv_gen_free(&g);
+    cr_assert_eq(parse_messages("{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}]}", true, &g,
+                                param, false),
+                 GS_OK, "count_tokens needs no max_tokens");
+    cr_expect(g.count_only && !g.messages_json && !g.prefill);
+    gs_srv_gen_free(&g);
+}
+
+Test(srv_messages, refusals_name_the_field)
+{
+    static const struct {
+        const char *body;
+        bool count_only;
+        const char *param;
+    } cases[] = {
+        {"[]", false, ""},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}", false, "max_tokens"},
+        {"{\"messages\":[],\"max_tokens\":1}", false, "messages"},
+        {"{\"max_tokens\":1}", false, "messages"},
+        {"{\"messages\":[{\"role\":\"tool\",\"content\":\"a\"}],\"max_tokens\":1}", false,
+         "messages[0].role"},
+        {"{\"messages\":[{\"role\":\"user\"}],\"max_tokens\":1}", false, "messages[0].content"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":\"n\"}],"
+         "\"max_tokens\":1}",
+         false, "messages[0]"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\"}]}],"
+         "\"max_tokens\":1}",
+         false, "messages[0].content[0]"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\","
+         "\"citations\":[]}]}],\"max_tokens\":1}",
+         false, "messages[0].content[0]"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\","
+         "\"cache_control\":{\"type\":\"forever\"}}]}],\"max_tokens\":1}",
+         false, "messages[0].content[0]"},
+        {"{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\"}],\"max_tokens\":1}", false,
+         "messages"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\","
+         "\"content\":\"b\\n\"}],\"max_tokens\":1}",
+         false, "messages[1].content"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"system\":3,\"max_tokens\":1}",
+         false, "system"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1001}", false,
+         "max_tokens"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1,"
+         "\"temperature\":1.5}",
+         false, "temperature"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1,"
+         "\"top_p\":0}",
+         false, "top_p"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1,"
+         "\"stop_sequences\":\"x\"}",
+         false, "stop_sequences"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1,"
+         "\"metadata\":{\"user_id\":1}}",
+         false, "metadata"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1,"
+         "\"tools\":[]}",
+         false, "tools"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1,"
+         "\"n\":2}",
+         false, "n"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1}", true,
+         "max_tokens"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stream\":true}", true, "stream"},
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(cases); i++) {
+        struct gs_srv_gen g;
+        char param[64];
+        struct gs_err err;
+        enum gs_status st =
+            gs_srv_messages_parse(cases[i].body, strlen(cases[i].body), cases[i].count_only, &lim,
+                                  &g, param, sizeof(param), &err);
+        cr_expect_eq(st, GS_INVAL, "case %zu (%s) accepted", i, cases[i].body);
+        cr_expect_str_eq(param, cases[i].param, "case %zu (%s): param '%s' (%s)", i, cases[i].body,
+                         param, err.msg);
+        cr_expect(err.msg[0]);
+        gs_srv_gen_free(&g);
+    }
+}
+
+Test(srv_messages, survives_allocation_failures)
+{
+    const char *body = "{\"system\":\"s\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+                       "\"text\",\"text\":\"a\"}]},{\"role\":\"assistant\",\"content\":\"b\"}],"
+                       "\"max_tokens\":3,\"stop_sequences\":[\"x\",\"y\"]}";
+    for (long n = 0; n < 40; n++) {
+        struct gs_srv_gen g;
+        char param[64];
+        struct gs_err err;
+        struct gs_srv_parse_limits l = lim;
+        l.jinja = true;
+        gs_alloc_fail_after(n);
+        enum gs_status st =
+            gs_srv_messages_parse(body, strlen(body), false, &l, &g, param, 64, &err);
+        gs_alloc_fail_after(-1);
+        cr_expect(st == GS_OK || st == GS_NOMEM, "n=%ld: %d %s", n, st, err.msg);
+        gs_srv_gen_free(&g);
+    }
+}
+
+Test(srv_errors, anthropic_object_has_anthropics_shape)
+{
+    json_t *j = gs_srv_err_json_anthropic(GS_SRV_E_UNAVAILABLE, "draining", "msg_1");
+    cr_expect_str_eq(json_string_value(json_object_get(j, "type")), "error");
+    json_t *e = json_object_get(j, "error");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "type")), "overloaded_error");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "message")), "draining");
+    cr_expect_str_eq(json_string_value(json_object_get(j, "request_id")), "msg_1");
+    json_decref(j);
+    static const struct {
+        enum gs_srv_ekind k;
+        const char *type;
+    } rows[] = {
+        {GS_SRV_E_BAD_REQUEST, "invalid_request_error"},
+        {GS_SRV_E_UNAUTHORIZED, "authentication_error"},
+        {GS_SRV_E_MODEL_NOT_FOUND, "not_found_error"},
+        {GS_SRV_E_TOO_LARGE, "request_too_large"},
+        {GS_SRV_E_BUSY, "rate_limit_error"},
+        {GS_SRV_E_INTERNAL, "api_error"},
+    };
+    for (size_t i = 0; i < GS_ARRAY_LEN(rows); i++) {
+        j = gs_srv_err_json_anthropic(rows[i].k, "m", NULL);
+        cr_expect_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "type")),
+                         rows[i].type);
+        cr_expect(!json_object_get(j, "request_id"));
+        json_decref(j);
+    }
+}
+
 /* ---- chat templates ----------------------------------------------------------------------- */
 
 Test(srv_template, detects_families_from_jinja_markers)

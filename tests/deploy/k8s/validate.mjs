@@ -15,7 +15,14 @@
 // - probes use /health (liveness) and /ready (readiness); the grace period
 //   outlasts drain_timeout_s; memory covers at least the KV pool + 1 GiB;
 // - the HPA's metrics are the ones the prometheus-adapter rules expose, and
-//   those rules query series graphserve's /metrics writes.
+//   those rules query series graphserve's /metrics writes;
+// - custom resources (InferencePool, HTTPRoute) validate against the v1
+//   openAPIV3Schema of their own CRDs, vendored in crds/ (a file names its
+//   release), with unknown fields refused as a structural schema prunes them;
+//   the CEL rules (x-kubernetes-validations) are not evaluated;
+// - the InferencePool selects the Deployment's pods on its container port, the
+//   HTTPRoute sends to the pool, the metric names its comment gives the picker
+//   are series graphserve writes, and /metrics is open to the keyless picker.
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import { createRequire } from "node:module";
@@ -45,6 +52,63 @@ async function schemaErrors(doc) {
     if (!fs.existsSync(file)) return `unknown apiVersion/kind ${doc.apiVersion} ${doc.kind}`;
     const mod = await import(file);
     try { new mod[doc.kind](doc).validate(); return null; } catch (e) { return e.message; }
+}
+
+// ---- custom resources against their CRDs' structural schemas ----------------
+const crdDir = path.join(path.dirname(new URL(import.meta.url).pathname), "crds");
+const crds = new Map();
+for (const f of fs.readdirSync(crdDir).filter(f => f.endsWith(".json"))) {
+    const c = JSON.parse(fs.readFileSync(path.join(crdDir, f), "utf8"));
+    crds.set(`${c.group}/${c.version} ${c.kind}`, c.schema);
+}
+// The keywords a CRD's structural schema uses (type, properties, required, enum, pattern,
+// lengths, bounds, items, additionalProperties, property counts); defaults, formats and
+// list-type markers change nothing a manifest says.
+function crdErrors(v, sc, where, out) {
+    const t = Array.isArray(v) ? "array" : v === null ? "null" : typeof v;
+    if (sc["x-kubernetes-int-or-string"]) {
+        if (!Number.isInteger(v) && t !== "string") out.push(`${where}: not an integer or string`);
+        return;
+    }
+    const want = { object: "object", array: "array", string: "string", boolean: "boolean",
+                   integer: "number", number: "number" }[sc.type];
+    if (want && t !== want) { out.push(`${where}: ${t}, not ${sc.type}`); return; }
+    if (sc.type === "integer" && !Number.isInteger(v)) out.push(`${where}: not an integer`);
+    if (sc.enum && !sc.enum.includes(v)) out.push(`${where}: ${JSON.stringify(v)} not in ${sc.enum}`);
+    if (t === "string") {
+        if (sc.pattern && !new RegExp(sc.pattern).test(v)) out.push(`${where}: '${v}' does not match ${sc.pattern}`);
+        if (sc.minLength !== undefined && v.length < sc.minLength) out.push(`${where}: shorter than ${sc.minLength}`);
+        if (sc.maxLength !== undefined && v.length > sc.maxLength) out.push(`${where}: longer than ${sc.maxLength}`);
+    }
+    if (t === "number") {
+        if (sc.minimum !== undefined && v < sc.minimum) out.push(`${where}: below ${sc.minimum}`);
+        if (sc.maximum !== undefined && v > sc.maximum) out.push(`${where}: above ${sc.maximum}`);
+    }
+    if (t === "array") {
+        if (sc.minItems !== undefined && v.length < sc.minItems) out.push(`${where}: fewer than ${sc.minItems} items`);
+        if (sc.maxItems !== undefined && v.length > sc.maxItems) out.push(`${where}: more than ${sc.maxItems} items`);
+        if (sc.items) v.forEach((e, i) => crdErrors(e, sc.items, `${where}/${i}`, out));
+    }
+    if (t === "object" && (sc.properties || sc.additionalProperties)) {
+        const n = Object.keys(v).length;
+        if (sc.minProperties !== undefined && n < sc.minProperties) out.push(`${where}: fewer than ${sc.minProperties} fields`);
+        if (sc.maxProperties !== undefined && n > sc.maxProperties) out.push(`${where}: more than ${sc.maxProperties} fields`);
+        for (const r of sc.required ?? []) if (!(r in v)) out.push(`${where}/${r}: required`);
+        for (const [k, e] of Object.entries(v)) {
+            const sub = sc.properties?.[k] ?? (typeof sc.additionalProperties === "object" ? sc.additionalProperties : null);
+            if (sub) crdErrors(e, sub, `${where}/${k}`, out);
+            else if (!sc["x-kubernetes-preserve-unknown-fields"]) out.push(`${where}/${k}: unknown field`);
+        }
+    }
+}
+function crdCheck(doc) {
+    const sc = crds.get(`${doc.apiVersion} ${doc.kind}`);
+    if (!sc) return null;
+    const out = [];
+    crdErrors(doc, sc, "", out);
+    // The API server checks metadata as every object's; these need only a valid name.
+    if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(doc.metadata?.name ?? "")) out.push("/metadata/name: not a DNS name");
+    return out;
 }
 
 // ---- strict field names from the package's typed interfaces ----------------
@@ -108,6 +172,11 @@ for (const f of fs.readdirSync(dir).filter(f => f.endsWith(".yaml")).sort()) {
     for (const doc of loaded.filter(Boolean)) {
         docs.push(doc);
         const what = `${f}: ${doc.kind} ${doc.metadata?.name}`;
+        const crd = crdCheck(doc);
+        if (crd) {
+            check(crd.length === 0, `${what} validates against its CRD's ${doc.apiVersion} schema`, crd.join("\n"));
+            continue;
+        }
         const err = await schemaErrors(doc);
         check(err === null, `${what} validates against ${doc.apiVersion} ${doc.kind}`, err);
         const strict = strictCheck(doc);
@@ -181,6 +250,31 @@ for (const r of rules) {
           `adapter rule ${r.name.as} groups by the pod`);
 }
 check(hpa.spec.scaleTargetRef.name === deploy.metadata.name, "the HPA scales the Deployment");
+
+// ---- the inference pool -----------------------------------------------------------------
+const pool = find("InferencePool"), route = find("HTTPRoute");
+if (check(pool && route, "the InferencePool and its HTTPRoute are there")) {
+    const badPool = structuredClone(pool);
+    badPool.spec.targetPorts = [{ number: "8080" }];
+    badPool.spec.selctor = badPool.spec.selector;
+    const e = crdCheck(badPool);
+    check(e.some(x => x.includes("targetPorts/0/number")) && e.some(x => x.includes("selctor")),
+          "the CRD check refuses a string port and a misspelt field", e.join("\n"));
+    const podLabels = deploy.spec.template.metadata.labels;
+    check(Object.entries(pool.spec.selector.matchLabels).every(([k, v]) => podLabels[k] === v),
+          "the InferencePool selects the Deployment's pods");
+    check(pool.spec.targetPorts.map(p => p.number).includes(port.containerPort),
+          "the InferencePool targets the container's port");
+    check(route.spec.rules.every(r => r.backendRefs.every(b => b.kind === "InferencePool" &&
+          b.group === "inference.networking.k8s.io" && b.name === pool.metadata.name)),
+          "the HTTPRoute sends to the InferencePool");
+    check(cfg.metrics_public === true, "/metrics is open to the picker, which sends no key (metrics_public)");
+    const poolText = fs.readFileSync(path.join(dir, "inferencepool.yaml"), "utf8");
+    const named = [...poolText.matchAll(/^#.*?(graphserve_[a-z_]+)/gm)].map(m => m[1]);
+    check(named.length >= 4, "inferencepool.yaml names the picker's metrics", named.join(", "));
+    for (const s of new Set(named))
+        check(metricsSrc.includes(`"${s}"`) || metricsSrc.includes(`"${s}{`), `the picker's metric ${s} is one graphserve writes`);
+}
 fs.rmSync(tmp, { recursive: true });
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

@@ -1,0 +1,127 @@
+// tests/e2e/anthropic_sdk.mjs - the official `@anthropic-ai/sdk` npm package (pinned in
+// package.json) against the real daemon, with an API key as the SDK sends it (x-api-key):
+// messages.create, messages.stream (the text events concatenated are the final message's
+// text), messages.countTokens, and errors surfacing as the SDK's typed errors.
+//
+// Usage: node anthropic_sdk.mjs GRAPHSERVE_BINARY SHARED_DIR
+import { spawn } from 'node:child_process';
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import Anthropic from '@anthropic-ai/sdk';
+
+const [bin, shared] = process.argv.slice(2);
+assert.ok(bin && shared, 'usage: node anthropic_sdk.mjs GRAPHSERVE_BINARY SHARED_DIR');
+const modelPath = `${shared}/models/stories260K.gguf`;
+const KEY = 'sdk-key';
+
+// Starts the daemon on an ephemeral port; resolves with {proc, url, log}.
+function startDaemon(extra = []) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(bin, ['serve', '-m', modelPath, '--port', '0', ...extra],
+                       { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '', log = '';
+    proc.stderr.on('data', (d) => { log += d; });
+    proc.stdout.on('data', (d) => {
+      out += d;
+      const m = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
+      if (m) resolve({ proc, url: m[1], log: () => log });
+    });
+    proc.on('exit', (code) => reject(new Error(`daemon exited ${code} before listening:\n${log}`)));
+  });
+}
+
+function stopDaemon(d) {
+  return new Promise((resolve) => {
+    d.proc.removeAllListeners('exit');
+    d.proc.on('exit', (code, signal) => resolve({ code, signal }));
+    d.proc.kill('SIGTERM');
+  });
+}
+
+let d, client;
+before(async () => {
+  d = await startDaemon(['--api-key', KEY]);
+  // The SDK's baseURL is the host: it appends /v1/messages itself.
+  client = new Anthropic({ baseURL: d.url, apiKey: KEY, maxRetries: 0 });
+});
+after(async () => {
+  const { code } = await stopDaemon(d);
+  assert.equal(code, 0, `daemon exit status; log:\n${d.log()}`);
+  assert.ok(!/Sanitizer/.test(d.log()), d.log());
+});
+
+const conversation = {
+  model: 'stories260K',
+  system: 'You tell stories.',
+  messages: [{ role: 'user', content: 'Tell me about Lily.' }],
+  temperature: 0,
+};
+
+test('messages.create: a message with text, stop_reason and usage', async () => {
+  const msg = await client.messages.create({ ...conversation, max_tokens: 24 });
+  assert.match(msg.id, /^msg_/);
+  assert.equal(msg.type, 'message');
+  assert.equal(msg.role, 'assistant');
+  assert.equal(msg.model, 'stories260K');
+  assert.equal(msg.content.length, 1);
+  assert.equal(msg.content[0].type, 'text');
+  assert.ok(msg.content[0].text.length > 0);
+  assert.equal(msg.stop_reason, 'max_tokens');
+  assert.equal(msg.stop_sequence, null);
+  assert.equal(msg.usage.output_tokens, 24);
+  assert.ok(msg.usage.input_tokens > 0);
+  assert.match(msg._request_id ?? '', /^msg_/, 'the SDK reads the request-id header');
+});
+
+test('messages.stream: the text events make the final message', async () => {
+  const whole = await client.messages.create({ ...conversation, max_tokens: 30 });
+  const stream = client.messages.stream({ ...conversation, max_tokens: 30 });
+  let text = '';
+  const types = [];
+  stream.on('text', (t) => { text += t; });
+  stream.on('streamEvent', (e) => { types.push(e.type); });
+  const final = await stream.finalMessage();
+  assert.equal(text, final.content[0].text);
+  assert.equal(text, whole.content[0].text);
+  assert.equal(final.stop_reason, 'max_tokens');
+  assert.equal(final.usage.output_tokens, 30);
+  assert.equal(final.usage.input_tokens, whole.usage.input_tokens);
+  assert.deepEqual(types.slice(0, 2), ['message_start', 'content_block_start']);
+  assert.deepEqual(types.slice(-3), ['content_block_stop', 'message_delta', 'message_stop']);
+});
+
+test('messages.create with stop_sequences stops there', async () => {
+  const whole = await client.messages.create({ ...conversation, max_tokens: 40 });
+  const words = whole.content[0].text.trim().split(/\s+/);
+  const stop = words[Math.floor(words.length / 2)].replace(/[^A-Za-z]/g, '') || words[1];
+  const msg = await client.messages.create({ ...conversation, max_tokens: 40,
+                                             stop_sequences: [stop] });
+  assert.equal(msg.stop_reason, 'stop_sequence');
+  assert.equal(msg.stop_sequence, stop);
+  assert.equal(msg.content[0].text, whole.content[0].text.slice(0,
+               whole.content[0].text.indexOf(stop)));
+});
+
+test('messages.countTokens: the prompt the message reports', async () => {
+  const { model, system, messages } = conversation;
+  const count = await client.messages.countTokens({ model, system, messages });
+  const msg = await client.messages.create({ ...conversation, max_tokens: 1 });
+  assert.equal(count.input_tokens, msg.usage.input_tokens);
+});
+
+test('errors surface as the SDK\'s typed errors', async () => {
+  await assert.rejects(
+    client.messages.create({ ...conversation, max_tokens: 4, tools: [{ name: 't',
+      input_schema: { type: 'object' } }] }),
+    (e) => e instanceof Anthropic.BadRequestError && e.status === 400 &&
+           e.error?.error?.type === 'invalid_request_error' && /tools/.test(e.message));
+  await assert.rejects(
+    client.messages.create({ ...conversation, model: 'claude-nonesuch', max_tokens: 4 }),
+    (e) => e instanceof Anthropic.NotFoundError && e.error?.error?.type === 'not_found_error');
+  const bad = new Anthropic({ baseURL: d.url, apiKey: 'wrong', maxRetries: 0 });
+  await assert.rejects(bad.messages.create({ ...conversation, max_tokens: 4 }),
+                       (e) => e instanceof Anthropic.AuthenticationError);
+  await assert.rejects(bad.messages.countTokens({ messages: conversation.messages,
+                                                  model: 'stories260K' }),
+                       (e) => e instanceof Anthropic.AuthenticationError);
+});
