@@ -7,9 +7,11 @@
  * Invariants: the status is GS_OK or GS_INVAL (never another, never a
  * crash); GS_OK gives a NUL-terminated grammar of the stated length that
  * starts with the root rule and stays under the converter's 1 MiB cap;
- * GS_INVAL gives no grammar and a non-empty message; and the conversion is a
- * pure function: a second call gives the same status and the same bytes or
- * message.
+ * GS_INVAL gives no grammar and a non-empty message; every grammar it gives
+ * compiles (gs_grammar_compile: no undefined rule, no left recursion, no
+ * repetition of the empty string, within the compiler's limits); and the
+ * conversion is a pure function: a second call gives the same status and the
+ * same bytes or message.
  */
 #include "engine/grammar.h"
 #include "tests/fuzz/fuzz.h"
@@ -30,6 +32,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(g1 && strlen(g1) == n1, "length %zu", n1);
         FUZZ_CHECK(n1 <= (1u << 20), "grammar of %zu bytes", n1);
         FUZZ_CHECK(!strncmp(g1, "root ::= ", 9), "no root rule first");
+        struct gs_grammar *g = NULL;
+        struct gs_err ce = {0};
+        enum gs_status cs = gs_grammar_compile(g1, n1, NULL, NULL, &g, &ce);
+        FUZZ_CHECK(cs == GS_OK, "the grammar does not compile: %s\n%s", ce.msg, g1);
+        gs_grammar_unref(g);
     } else {
         FUZZ_CHECK(!g1 && n1 == 0, "a grammar beside a failure");
         FUZZ_CHECK(e1.msg[0] != '\0' && e1.code == s1, "no message");
