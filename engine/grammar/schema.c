@@ -1418,53 +1418,167 @@ static bool gen_integer(struct conv *c, const json_t *s, struct sbuf *b)
  * keep to 15 significant digits, which doubles tell apart: 9 integer digits
  * and 6 fraction digits. */
 struct frac_mode {
-    const char *any;     /* an optional fraction */
-    const char *nonzero; /* a fraction that is not zero */
-    uint64_t maxmag;     /* the largest integer part without an upper bound */
+    unsigned digits; /* fraction digits at most */
+    uint64_t maxmag; /* the largest integer part without an upper bound */
 };
 
-static const struct frac_mode frac_wide = {"( \".\" [0-9]{1,16} )? ", "\".\" [0-9]{0,15} [1-9] ",
-                                           MAXMAG};
-static const struct frac_mode frac_narrow = {"( \".\" [0-9]{1,6} )? ", "\".\" [0-9]{0,5} [1-9] ",
-                                             999999999ull};
+static const struct frac_mode frac_wide = {16, MAXMAG};
+static const struct frac_mode frac_narrow = {6, 999999999ull};
 
-/* Magnitudes I.f from a to hi (unbounded when !has_hi), each end inclusive or
- * not: I = a with any (or, if a is excluded, a non-zero) fraction, a < I < hi
- * with any fraction, I = hi without one. Returns the alternatives written. */
-static int mag_real(struct sbuf *b, const struct frac_mode *fm, uint64_t a, bool a_excl,
-                    bool has_hi, uint64_t hi, bool hi_excl, bool sep)
+/* One end of a magnitude interval: I.F with F's digits (no trailing zeros). */
+struct dec {
+    uint64_t i;
+    char f[24];
+    size_t nf;
+    bool excl;
+};
+
+/* |v| as a decimal with at most 15 fraction digits that reads back as v. */
+static bool dec_of(double v, bool excl, struct dec *d)
 {
-    int n = 0;
-    if (has_hi && hi < a)
+    v = fabs(v);
+    if (v > SCHEMA_MAX_BOUND)
+        return false;
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%.15f", v);
+    char *dot = strchr(buf, '.');
+    size_t end = strlen(buf);
+    while (end > 0 && buf[end - 1] == '0')
+        end--;
+    if (dot && buf + end - 1 == dot)
+        end--;
+    buf[end] = '\0';
+    if (strtod(buf, NULL) != v)
+        return false;
+    d->excl = excl;
+    d->i = strtoull(buf, NULL, 10);
+    d->nf = dot && (size_t)(dot - buf) + 1 < end ? end - (size_t)(dot - buf) - 1 : 0;
+    memcpy(d->f, dot ? dot + 1 : "", d->nf);
+    d->f[d->nf] = '\0';
+    return true;
+}
+
+static int dec_digit(const struct dec *d, size_t i)
+{
+    return i < d->nf ? d->f[i] - '0' : 0;
+}
+
+/*
+ * The fraction digits from position i on (at most fm->digits in all) that
+ * keep f within the ends: tlo / thi say that the digits so far equal lo's /
+ * hi's. Writes a group; returns 0 for the empty set, 1 when something was
+ * written, and sets *can_end when the fraction may stop here.
+ */
+static int frac_digits(struct sbuf *b, const struct dec *lo, bool tlo, const struct dec *hi, bool thi,
+                       size_t i, unsigned digits, bool *can_end)
+{
+    /* Past lo's last digit every continuation is >= lo: the bound is met
+     * (or, exclusive, met as soon as a non-zero digit comes). */
+    if (tlo && i >= lo->nf && !lo->excl)
+        tlo = false;
+    bool end = (!tlo || (i >= lo->nf && !lo->excl)) && (!thi || i < hi->nf || !hi->excl);
+    *can_end = i > 0 && end;
+    if (i >= digits)
         return 0;
-    if (has_hi && hi == a) {
-        if (a_excl || hi_excl)
+    if (thi && i >= hi->nf) {
+        /* Equal to hi so far: only zeros may follow, and only if hi is
+         * inclusive and lo allows it. */
+        if (hi->excl || (tlo && i < lo->nf))
             return 0;
-        sb_puts(b, sep ? "| " : "");
-        range_uint(b, a, a);
+        if (tlo && lo->excl)
+            return 0;
+        sb_printf(b, "( \"0\"{1,%zu} ) ", digits - i);
         return 1;
     }
-    sb_puts(b, sep ? "| " : "");
-    range_uint(b, a, a);
-    sb_puts(b, a_excl ? fm->nonzero : fm->any);
-    n++;
-    uint64_t top = has_hi ? hi - 1 : fm->maxmag;
-    if (a + 1 <= top) {
-        sb_puts(b, "| ");
-        range_uint(b, a + 1, top);
-        sb_puts(b, fm->any);
+    int dlo = tlo ? dec_digit(lo, i) : 0, dhi = thi ? dec_digit(hi, i) : 9;
+    if (dlo > dhi)
+        return 0;
+    int n = 0;
+    sb_puts(b, "( ");
+    int fa = dlo + (tlo ? 1 : 0), fz = dhi - (thi ? 1 : 0);
+    if (fa <= fz) {
+        sb_printf(b, "[%d-%d] ", fa, fz);
+        if (digits - i > 1)
+            sb_printf(b, "[0-9]{0,%zu} ", (size_t)digits - i - 1);
         n++;
     }
-    if (has_hi && !hi_excl) {
-        sb_puts(b, "| ");
-        range_uint(b, hi, hi);
-        n++;
+    for (int side = 0; side < 2; side++) {
+        bool tight = side ? thi : tlo;
+        int d = side ? dhi : dlo;
+        if (!tight || (side == 1 && tlo && dlo == dhi))
+            continue;
+        struct sbuf sub = {0};
+        bool sub_end;
+        bool nlo = tlo && d == dlo, nhi = thi && d == dhi;
+        int k = frac_digits(&sub, lo, nlo, hi, nhi, i + 1, digits, &sub_end);
+        if (k || sub_end) {
+            sb_printf(b, "%s\"%d\" ", n ? "| " : "", d);
+            if (k) {
+                size_t len = sub.n;
+                while (len && sub.p[len - 1] == ' ')
+                    len--;
+                sb_putn(b, sub.p, len);
+                sb_puts(b, sub_end ? "? " : " ");
+            }
+            n++;
+        }
+        if (sub.bad)
+            b->bad = sub.bad;
+        sb_free(&sub);
     }
+    sb_puts(b, ") ");
     return n;
 }
 
-/* Numbers within integral bounds, exactly (fractions included); a fractional
- * bound is refused. Bounded numbers are written without an exponent. */
+/* Integer part ip with a fraction between the ends (tight on each side as
+ * given); returns whether anything is allowed. */
+static bool mag_with_fraction(struct sbuf *b, uint64_t ip, const struct dec *lo, bool tlo,
+                              const struct dec *hi, bool thi, unsigned digits, bool sep)
+{
+    struct sbuf fr = {0};
+    bool dummy;
+    /* Without a fraction the value is ip itself. */
+    bool bare = (!tlo || (lo->nf == 0 && !lo->excl)) && (!thi || hi->nf > 0 || !hi->excl);
+    int k = frac_digits(&fr, lo, tlo, hi, thi, 0, digits, &dummy);
+    if (k || bare) {
+        sb_puts(b, sep ? "| " : "");
+        range_uint(b, ip, ip);
+        if (k)
+            sb_printf(b, "%s\".\" %s%s", bare ? "( " : "", sb_str(&fr), bare ? ")? " : "");
+    }
+    if (fr.bad)
+        b->bad = fr.bad;
+    sb_free(&fr);
+    return k || bare;
+}
+
+/* Magnitudes m = I.F from lo to hi (no upper end when !hi): I = lo.i with a
+ * fraction above lo's, the integers between with any fraction, I = hi.i with
+ * a fraction below hi's. Returns the alternatives written. */
+static int mag_dec(struct sbuf *b, const struct frac_mode *fm, const struct dec *lo,
+                   const struct dec *hi, bool sep)
+{
+    static const struct dec none = {0};
+    int n = 0;
+    if (hi && hi->i < lo->i)
+        return 0;
+    if (hi && hi->i == lo->i)
+        return mag_with_fraction(b, lo->i, lo, true, hi, true, fm->digits, sep);
+    n += mag_with_fraction(b, lo->i, lo, true, &none, false, fm->digits, sep || n);
+    uint64_t top = hi ? hi->i - 1 : fm->maxmag;
+    if (lo->i + 1 <= top) {
+        sb_puts(b, sep || n ? "| " : "");
+        range_uint(b, lo->i + 1, top);
+        sb_printf(b, "( \".\" [0-9]{1,%u} )? ", fm->digits);
+        n++;
+    }
+    if (hi)
+        n += mag_with_fraction(b, hi->i, &none, false, hi, true, fm->digits, sep || n);
+    return n;
+}
+
+/* Numbers within the bounds, exactly (decimal bounds with up to 15 fraction
+ * digits included). Bounded numbers are written without an exponent. */
 static bool gen_number(struct conv *c, const json_t *s, struct sbuf *b)
 {
     struct bounds bd;
@@ -1490,35 +1604,36 @@ static bool gen_number(struct conv *c, const json_t *s, struct sbuf *b)
         sb_puts(b, "number ");
         return true;
     }
+    const struct frac_mode *fm = &frac_wide;
+    if ((bd.has_lo && bd.lo_excl) || (bd.has_hi && bd.hi_excl))
+        fm = &frac_narrow;
+    struct dec dlo = {0}, dhi = {0};
     for (int side = 0; side < 2; side++) {
         bool has = side ? bd.has_hi : bd.has_lo;
         double v = side ? bd.hi : bd.lo;
-        if (has && v != floor(v))
-            return refuse(c, bound_key(&bd, side), "a fractional bound on a number");
-        if (has && fabs(v) > SCHEMA_MAX_BOUND)
-            return refuse(c, bound_key(&bd, side), "bound beyond 1e18");
+        struct dec *d = side ? &dhi : &dlo;
+        if (!has)
+            continue;
+        if (!dec_of(v, side ? bd.hi_excl : bd.lo_excl, d))
+            return refuse(c, bound_key(&bd, side), "a bound with more than 15 decimals");
+        if (fm == &frac_narrow && (d->i > fm->maxmag || d->nf > fm->digits))
+            return refuse(c, bound_key(&bd, side),
+                          "beside an exclusive bound, a bound over 1e9 or with more than 6 "
+                          "decimals");
     }
-    const struct frac_mode *fm = &frac_wide;
-    if ((bd.has_lo && bd.lo_excl) || (bd.has_hi && bd.hi_excl)) {
-        fm = &frac_narrow;
-        for (int side = 0; side < 2; side++)
-            if ((side ? bd.has_hi : bd.has_lo) && fabs(side ? bd.hi : bd.lo) > 999999999.0)
-                return refuse(c, bound_key(&bd, side), "an exclusive bound beyond 1e9 on a number");
-    }
+    static const struct dec zero_in = {0}, zero_ex = {.excl = true};
     int n = 0;
     sb_puts(b, "( ");
-    /* x >= 0 */
+    /* x >= 0: from lo (or 0) up to hi. */
     if (!bd.has_hi || bd.hi > 0 || (bd.hi == 0 && !bd.hi_excl)) {
-        bool lo_pos = bd.has_lo && bd.lo >= 0;
-        n += mag_real(b, fm, lo_pos ? (uint64_t)bd.lo : 0, lo_pos && bd.lo_excl, bd.has_hi,
-                      bd.has_hi ? (uint64_t)bd.hi : 0, bd.hi_excl, n > 0);
+        const struct dec *lo = bd.has_lo && bd.lo >= 0 ? &dlo : &zero_in;
+        n += mag_dec(b, fm, lo, bd.has_hi ? &dhi : NULL, n > 0);
     }
     /* x < 0: its magnitude is above -hi (or above 0) and up to -lo. */
     if (!bd.has_lo || bd.lo < 0) {
-        bool hi_neg = bd.has_hi && bd.hi < 0;
+        const struct dec *lo = bd.has_hi && bd.hi < 0 ? &dhi : &zero_ex;
         struct sbuf neg = {0};
-        int k = mag_real(&neg, fm, hi_neg ? (uint64_t)-bd.hi : 0, hi_neg ? bd.hi_excl : true,
-                         bd.has_lo, bd.has_lo ? (uint64_t)-bd.lo : 0, bd.lo_excl, false);
+        int k = mag_dec(&neg, fm, lo, bd.has_lo ? &dlo : NULL, false);
         if (k) {
             sb_puts(b, n ? "| " : "");
             sb_puts(b, "\"-\" ( ");
