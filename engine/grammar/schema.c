@@ -1765,6 +1765,7 @@ static bool cset_emit(struct sbuf *b, const struct cset *s)
         if (!done && cur <= hi)
             cset_add(&plain, cur, hi);
     }
+    cset_sort(&plain);
     static const uint32_t escaped[] = {'"', '\\', '\t', '\n', '\r'};
     int alts = plain.n > 0;
     for (size_t i = 0; i < GS_ARRAY_LEN(escaped); i++)
@@ -1795,12 +1796,35 @@ static bool cset_emit(struct sbuf *b, const struct cset *s)
     return true;
 }
 
+#define RX_MAX_TOP 64
+
 struct rx {
     struct conv *c;
     const char *s;
     size_t n, i;
     unsigned depth;
+    /* Lengths, for minLength/maxLength beside a pattern: what the top level
+     * is made of, and one piece whose count may be overridden. */
+    unsigned n_alts;            /* top-level alternatives */
+    bool anchored;              /* the (single) top alternative has ^ and $ */
+    unsigned n_top;             /* top-level pieces (RX_MAX_TOP + 1: too many) */
+    uint64_t amin[RX_MAX_TOP], amax[RX_MAX_TOP]; /* each piece's atom length */
+    uint64_t qm[RX_MAX_TOP], qn[RX_MAX_TOP];     /* and count (qn UINT64_MAX: unbounded) */
+    int ov_piece;               /* the piece whose count is ov_m..ov_n; -1: none */
+    uint64_t ov_m, ov_n;
 };
+
+static uint64_t sat_mul(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return a == UINT64_MAX || b == UINT64_MAX || gs_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return gs_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
 
 static bool rx_refuse(struct rx *r, const char *why)
 {
@@ -1989,13 +2013,15 @@ static bool rx_braces(struct rx *r, unsigned long *m, unsigned long *n, bool *un
     return true;
 }
 
-static bool rx_alt(struct rx *r, struct sbuf *o, bool *nullable, bool top);
+static bool rx_alt(struct rx *r, struct sbuf *o, bool *nullable, bool top, uint64_t *lmin,
+                   uint64_t *lmax);
 
 /* One atom with its quantifier. */
-static bool rx_piece(struct rx *r, struct sbuf *o, bool *nullable)
+static bool rx_piece(struct rx *r, struct sbuf *o, bool *nullable, uint64_t *lmin, uint64_t *lmax)
 {
     struct sbuf a = {0};
     bool ok = true, null = false;
+    uint64_t amin = 1, amax = 1; /* the atom's length in code points */
     char ch = r->s[r->i];
     if (ch == '(') {
         r->i++;
@@ -2019,7 +2045,7 @@ static bool rx_piece(struct rx *r, struct sbuf *o, bool *nullable)
             return rx_refuse(r, "groups nested deeper than 32");
         }
         sb_puts(&a, "( ");
-        ok = rx_alt(r, &a, &null, false);
+        ok = rx_alt(r, &a, &null, false, &amin, &amax);
         sb_puts(&a, ") ");
         r->depth--;
         if (ok && (r->i >= r->n || r->s[r->i] != ')'))
@@ -2090,6 +2116,23 @@ static bool rx_piece(struct rx *r, struct sbuf *o, bool *nullable)
         quant = false;
     if (quant && r->i < r->n && r->s[r->i] == '?')
         r->i++; /* lazy: the same strings */
+    if (r->depth == 0) {
+        unsigned k = r->n_top;
+        if ((int)k == r->ov_piece) {
+            quant = true;
+            m = r->ov_m;
+            n = r->ov_n;
+            unbounded = r->ov_n == UINT64_MAX;
+        }
+        if (k < RX_MAX_TOP) {
+            r->amin[k] = amin;
+            r->amax[k] = amax;
+            r->qm[k] = quant ? m : 1;
+            r->qn[k] = !quant ? 1 : unbounded ? UINT64_MAX : n;
+        }
+        if (r->n_top <= RX_MAX_TOP)
+            r->n_top++;
+    }
     if (quant && r->i < r->n && (r->s[r->i] == '+' || r->s[r->i] == '*' || r->s[r->i] == '{'))
         ok = rx_refuse(r, "possessive or repeated quantifiers are not supported");
     else if (quant && (m > SCHEMA_MAX_REPEAT || (!unbounded && n > SCHEMA_MAX_REPEAT)))
@@ -2125,16 +2168,23 @@ static bool rx_piece(struct rx *r, struct sbuf *o, bool *nullable)
         o->bad = a.bad;
     sb_free(&a);
     *nullable = null;
+    *lmin = quant ? sat_mul(amin, m) : amin;
+    *lmax = quant ? sat_mul(amax, unbounded ? UINT64_MAX : n) : amax;
+    if (quant && !unbounded && n == 0)
+        *lmax = 0;
     return true;
 }
 
 /* alt := seq ('|' seq)*; at the top level each alternative may start with ^
  * and end with $, and an end without its anchor takes any text. */
-static bool rx_alt(struct rx *r, struct sbuf *o, bool *nullable, bool top)
+static bool rx_alt(struct rx *r, struct sbuf *o, bool *nullable, bool top, uint64_t *lmin,
+                   uint64_t *lmax)
 {
     bool any_null = false, sep = false;
+    uint64_t amin = UINT64_MAX, amax = 0;
     for (;;) {
         bool start_anchor = false, end_anchor = false, seq_null = true;
+        uint64_t smin = 0, smax = 0;
         if (top && r->i < r->n && r->s[r->i] == '^') {
             start_anchor = true;
             r->i++;
@@ -2154,10 +2204,21 @@ static bool rx_alt(struct rx *r, struct sbuf *o, bool *nullable, bool top)
                 break;
             }
             bool piece_null;
-            if (!rx_piece(r, o, &piece_null))
+            uint64_t pmin, pmax;
+            if (!rx_piece(r, o, &piece_null, &pmin, &pmax))
                 return false;
             seq_null = seq_null && piece_null;
+            smin = sat_add(smin, pmin);
+            smax = sat_add(smax, pmax);
         }
+        if (top) {
+            r->n_alts++;
+            r->anchored = start_anchor && end_anchor;
+            if (!start_anchor || !end_anchor)
+                smax = UINT64_MAX; /* a search: any text around */
+        }
+        amin = GS_MIN(amin, smin);
+        amax = GS_MAX(amax, smax);
         if (top && !end_anchor) {
             r->c->used |= P_CHAR;
             sb_puts(o, "char* ");
@@ -2174,24 +2235,69 @@ static bool rx_alt(struct rx *r, struct sbuf *o, bool *nullable, bool top)
     if (top && r->i < r->n)
         return rx_refuse(r, "an unbalanced parenthesis");
     *nullable = any_null;
+    *lmin = amin;
+    *lmax = amax;
     return true;
 }
 
-/* The JSON string text matching pattern, without the quotes. */
-static bool gen_pattern(struct conv *c, const json_t *pat, struct sbuf *b)
+/* The JSON string text matching pattern, without the quotes, of lmin to
+ * lmax code points (0 and UINT64_MAX: any). Lengths other than the
+ * pattern's own are enforced when the pattern's lengths lie within them, or
+ * when it is anchored and one single-character piece has a variable count
+ * (^[a-z]*$, ^x-\d{1,8}$): that count absorbs the bounds. */
+static bool gen_pattern(struct conv *c, const json_t *pat, uint64_t lmin, uint64_t lmax,
+                        const char *len_key, struct sbuf *b)
 {
     if (!json_is_string(pat))
         return bad_value(c, "pattern", "must be a string");
     size_t n = json_string_length(pat);
     if (n > SCHEMA_MAX_PATTERN)
         return refuse(c, "pattern", "longer than 4096 bytes");
-    struct rx r = {.c = c, .s = json_string_value(pat), .n = n};
+    struct rx r = {.c = c, .s = json_string_value(pat), .n = n, .ov_piece = -1};
     bool nullable;
-    sb_puts(b, "( ");
-    if (!rx_alt(&r, b, &nullable, true))
-        return false;
-    sb_puts(b, ") ");
-    return true;
+    uint64_t pmin, pmax;
+    struct sbuf out = {0};
+    sb_puts(&out, "( ");
+    bool ok = rx_alt(&r, &out, &nullable, true, &pmin, &pmax);
+    sb_puts(&out, ") ");
+    if (ok && (pmin < lmin || pmax > lmax)) {
+        /* Find the one variable piece; all others of fixed length. */
+        int var = -1;
+        uint64_t fixed = 0;
+        bool fits = r.n_alts == 1 && r.anchored && r.n_top <= RX_MAX_TOP;
+        for (unsigned k = 0; k < r.n_top && fits; k++) {
+            bool single = r.amin[k] == 1 && r.amax[k] == 1;
+            if (r.qm[k] != r.qn[k] && single && var < 0)
+                var = (int)k;
+            else if (r.amin[k] == r.amax[k] && r.qm[k] == r.qn[k])
+                fixed = sat_add(fixed, sat_mul(r.amin[k], r.qm[k]));
+            else
+                fits = false;
+        }
+        fits = fits && var >= 0 && fixed <= lmax;
+        uint64_t lo = 0, hi = 0;
+        if (fits) {
+            lo = GS_MAX(r.qm[var], lmin > fixed ? lmin - fixed : 0);
+            hi = GS_MIN(r.qn[var], lmax == UINT64_MAX ? UINT64_MAX : lmax - fixed);
+            if (hi > SCHEMA_MAX_REPEAT && hi != UINT64_MAX)
+                hi = GS_MAX(lo, (uint64_t)SCHEMA_MAX_REPEAT); /* tightened */
+            fits = lo <= hi && lo <= SCHEMA_MAX_REPEAT;
+        }
+        sb_free(&out);
+        if (!fits)
+            return refuse(c, len_key, "beside a pattern whose lengths it cannot bound");
+        struct rx r2 = {.c = c, .s = json_string_value(pat), .n = n, .ov_piece = var,
+                        .ov_m = lo, .ov_n = hi};
+        sb_puts(&out, "( ");
+        ok = rx_alt(&r2, &out, &nullable, true, &pmin, &pmax);
+        sb_puts(&out, ") ");
+    }
+    if (ok)
+        sb_puts(b, sb_str(&out));
+    if (out.bad)
+        b->bad = out.bad;
+    sb_free(&out);
+    return ok;
 }
 
 /* ---- strings ---------------------------------------------------------------- */
@@ -2232,10 +2338,9 @@ static bool gen_string(struct conv *c, const json_t *s, struct sbuf *b)
         return true;
     }
     if (pat) {
-        if (has_min || has_max)
-            return refuse(c, has_min ? "minLength" : "maxLength", "beside pattern");
         sb_puts(b, "\"\\\"\" ");
-        if (!gen_pattern(c, pat, b))
+        if (!gen_pattern(c, pat, m, has_max ? n : UINT64_MAX, has_max ? "maxLength" : "minLength",
+                         b))
             return false;
         sb_puts(b, "\"\\\"\" ws ");
         return true;
