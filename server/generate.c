@@ -614,7 +614,7 @@ static uint64_t random_seed(void)
 }
 
 /* The model's tokens for grammar masks, built once, on first use: most
- * deployments never pay its memory (about 12 bytes per vocabulary byte). */
+ * deployments never pay its memory (some 18 MB for a 152k vocabulary). */
 static enum gs_status grammar_vocab(struct gs_srv *s, struct gs_err *err)
 {
     if (s->grammar_vocab)

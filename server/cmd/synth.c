@@ -48,6 +48,9 @@ static const char usage[] =
     "                        (default n-embd / n-head; llama, qwen3, gemma2, gemma3)\n"
     "  --n-ff N              feed-forward width (default 4 * n-embd rounded to 32)\n"
     "  --n-vocab N           vocabulary size, >= 259 (default 259)\n"
+    "  --vocab-from FILE     the tokenizer of another GGUF (every tokenizer.* key; a\n"
+    "                        vocabulary file from shared/models/vocab will do): the\n"
+    "                        vocabulary size is its token count\n"
     "  --n-ctx N             context length recorded in the file (default 512)\n"
     "  --type T              weight type: f32 f16 bf16 q8_0 q4_0 q4_K q6_K ... or the\n"
     "                        recipe q4_K_M (q4_K, with q6_K for output and ffn_down)\n"
@@ -101,6 +104,7 @@ struct synth_cfg {
     const char *out;
     const struct synth_arch *arch;
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+    const struct gs_gguf *vocab_from; /* copy its tokenizer.* keys instead of the byte vocabulary */
     int64_t head_dim;       /* 0: n_embd / n_head, and no key_length key */
     int64_t sliding_window; /* -1: the family's default; 0: no key */
     enum gs_type type;      /* matrices */
@@ -277,6 +281,20 @@ out:
     return rc;
 }
 
+/* Every tokenizer.* key of g, so that the model speaks g's vocabulary. */
+static enum gs_status copy_vocab(struct gs_gguf_writer *w, const struct gs_gguf *g,
+                                 struct gs_err *err)
+{
+    for (uint64_t i = 0; i < gs_gguf_n_kv(g); i++) {
+        const struct gs_gguf_kv *kv = gs_gguf_kv_at(g, i);
+        if (kv->key.len < 10 || memcmp(kv->key.data, "tokenizer.", 10))
+            continue;
+        if (gs_gguf_w_copy_kv(w, kv))
+            return gs_err_set(err, GS_NOMEM, "no memory for the vocabulary");
+    }
+    return GS_OK;
+}
+
 static int64_t head_dim(const struct synth_cfg *c)
 {
     return c->head_dim ? c->head_dim : c->n_embd / c->n_head;
@@ -352,7 +370,7 @@ static enum gs_status write_model(const struct synth_cfg *c, struct gs_err *err)
     if (rc)
         gs_err_set(err, rc, "no memory for metadata");
     if (!rc)
-        rc = add_vocab(w, c->n_vocab, err);
+        rc = c->vocab_from ? copy_vocab(w, c->vocab_from, err) : add_vocab(w, c->n_vocab, err);
     if (!rc)
         rc = add_tensor(w, c, &r, "token_embd.weight", c->embd_type, e, c->n_vocab, FILL_MATRIX,
                         err);
@@ -466,7 +484,7 @@ int gs_cmd_synth(int argc, char **argv)
                           .rope_base = 10000.0,
                           .init_std = 0.02,
                           .seed = 1};
-    const char *out_type = NULL;
+    const char *out_type = NULL, *vocab_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -492,6 +510,8 @@ int gs_cmd_synth(int argc, char **argv)
                 return 2;
         } else if (!strcmp(a, "--output-type")) {
             out_type = v;
+        } else if (!strcmp(a, "--vocab-from")) {
+            vocab_path = v;
         } else if (!strcmp(a, "--rope-base")) {
             if (!gs_cli_parse_f64(a, v, 1.0, 1e9, &c.rope_base))
                 return 2;
@@ -542,13 +562,26 @@ int gs_cmd_synth(int argc, char **argv)
             return gs_cli_fail("synth", "unknown or unsupported --output-type '%s'", out_type);
         c.out_type = t;
     }
+    struct gs_err err;
+    struct gs_gguf *vocab = NULL;
+    if (vocab_path) {
+        const struct gs_gguf_kv *toks;
+        if (gs_gguf_open(vocab_path, &vocab, &err))
+            return gs_cli_fail("synth", "--vocab-from: %s", err.msg);
+        if (gs_gguf_get_arr(vocab, "tokenizer.ggml.tokens", GS_GGUF_STRING, &toks, &err)) {
+            gs_gguf_close(vocab);
+            return gs_cli_fail("synth", "--vocab-from %s: %s", vocab_path, err.msg);
+        }
+        c.n_vocab = (int64_t)toks->v.arr.n;
+        c.vocab_from = vocab;
+    }
     int bad = check_shape(&c);
+    double t0 = gs_now_ms();
+    if (!bad && write_model(&c, &err))
+        bad = gs_cli_fail("synth", "%s", err.msg);
+    gs_gguf_close(vocab);
     if (bad)
         return bad;
-    struct gs_err err;
-    double t0 = gs_now_ms();
-    if (write_model(&c, &err))
-        return gs_cli_fail("synth", "%s", err.msg);
     fprintf(stderr,
             "graphserve synth: wrote %s (%s, n_embd %" PRId64 ", %" PRId64 " layers, %" PRId64
             " heads, %" PRId64 " kv heads, head %" PRId64 ", ffn %" PRId64 ", vocab %" PRId64
