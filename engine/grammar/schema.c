@@ -2796,8 +2796,15 @@ static bool gen_object(struct conv *c, const json_t *s, struct sbuf *b)
         n_req += p[j].required;
         n_max += !json_is_false(p[j].schema);
     }
+    /* minProperties over the required ones: the first optional properties
+     * (in the schema's order) become required, a subset that meets it. */
+    for (size_t j = 0; j < n && ok && has_min_p && min_p > n_req; j++)
+        if (!p[j].required && !json_is_false(p[j].schema)) {
+            p[j].required = true;
+            n_req++;
+        }
     if (ok && has_min_p && min_p > n_req)
-        ok = refuse(c, "minProperties", "more than the required properties");
+        ok = refuse(c, "minProperties", "more than the properties that can be written");
     if (ok && has_max_p && max_p < n_max)
         ok = refuse(c, "maxProperties", "fewer than the listed properties");
     if (ok && has_max_p)

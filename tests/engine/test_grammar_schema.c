@@ -279,7 +279,7 @@ static const struct refuse_case refuse_cases[] = {
      "unsupported keyword 'required' at #: names a property that additionalProperties false "
      "forbids"},
     {"min_properties_unmet", "{\"type\": \"object\", \"minProperties\": 1}",
-     "unsupported keyword 'minProperties' at #: more than the required properties"},
+     "unsupported keyword 'minProperties' at #: more than the properties that can be written"},
     {"empty_int_range", "{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}",
      "unsupported keyword 'minimum' at #: no integer lies within the bounds"},
     {"bad_type_name", "{\"type\": \"any\"}", "unsupported keyword 'type' at #: unknown type name"},
@@ -702,6 +702,11 @@ static const struct match_case match_cases[] = {
      "{}}}}",
      {"{}", "{\"a\":1}"},
      {"{\"b\":1}", "{\"a\":1,\"b\":null}"}},
+    {"min_properties_promotes_optional",
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"type\": "
+     "\"integer\"}}, \"minProperties\": 1}",
+     {"{\"a\":1}", "{\"a\":1,\"b\":2}"},
+     {"{}"}},
     {"format_semver", "{\"format\": \"semver\"}",
      {"\"1.0.0\"", "\"10.20.3-rc1\""},
      {"\"1.0\"", "\"01.0.0\""}},
