@@ -53,16 +53,26 @@ static void compile_all(const char *path, const char **largest_gbnf)
         if (!row)
             continue;
         n_rows++;
-        double t0 = gs_now_ms();
+        /* Best of five: the machines this runs on are shared. */
+        double dt = 1e30;
         char *gbnf = NULL;
         size_t len = 0;
         struct gs_err err;
         struct gs_grammar *g = NULL;
-        enum gs_status st =
-            gs_grammar_from_json_schema(json_object_get(row, "schema"), &gbnf, &len, &err);
-        if (!st)
-            st = gs_grammar_compile(gbnf, len, "root", NULL, &g, &err);
-        double dt = gs_now_ms() - t0;
+        enum gs_status st = GS_OK;
+        for (int rep = 0; rep < 5 && !st; rep++) {
+            gs_grammar_unref(g);
+            gs_free(gbnf);
+            g = NULL;
+            gbnf = NULL;
+            double t0 = gs_now_ms();
+            st = gs_grammar_from_json_schema(json_object_get(row, "schema"), &gbnf, &len, &err);
+            if (!st)
+                st = gs_grammar_compile(gbnf, len, "root", NULL, &g, &err);
+            double t = gs_now_ms() - t0;
+            if (t < dt)
+                dt = t;
+        }
         if (st) {
             n_refused++;
         } else {
@@ -87,7 +97,7 @@ static void compile_all(const char *path, const char **largest_gbnf)
     fclose(f);
     qsort(ms, n_ok, sizeof(*ms), cmp_double);
     printf("schemas: %zu rows, %zu compiled, %zu refused\n", n_rows, n_ok, n_refused);
-    printf("compile (schema -> GBNF -> rules) ms: median %.3f, p90 %.3f, p99 %.3f, max %.3f (%s)\n",
+    printf("compile (schema -> GBNF -> rules, best of 5) ms: median %.3f, p90 %.3f, p99 %.3f, max %.3f (%s)\n",
            pct(ms, n_ok, 0.5), pct(ms, n_ok, 0.9), pct(ms, n_ok, 0.99), worst, worst_id);
     printf("largest grammar: %zu bytes of GBNF\n", big_len);
     free(ms);

@@ -123,6 +123,7 @@ struct gs_sched_req_stats {
     uint32_t n_recomputed;      /* tokens computed again after preemption */
     uint32_t n_generated;
     uint32_t n_preemptions;
+    double grammar_ms;          /* structured output: masks and matcher advances, all steps */
 };
 
 enum gs_sched_event_kind {

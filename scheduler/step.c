@@ -328,15 +328,21 @@ static enum gs_finish take_token(struct gs_sched *s, struct seq *q, float *logit
     if (q->served)
         memcpy(q->served + (size_t)q->n_generated * s->n_vocab, logits, s->n_vocab * sizeof(float));
     enum gs_status rc = GS_OK;
+    uint64_t t_grammar = q->matcher ? gs_now_ns() : 0;
     if (q->matcher)
         rc = grammar_mask(s, q, &err);
+    if (q->matcher)
+        q->st.grammar_ms += (double)(gs_now_ns() - t_grammar) / 1e6;
     if (!rc)
         rc = gs_sample_next_masked(q->sampler, logits, (int32_t)s->n_vocab, q->allow, &o, &err);
     /* The grammar follows the text: a token it refuses cannot have been
      * sampled, but an end-of-generation token has no text to follow. */
-    if (!rc && q->matcher && !is_eog(s, o.token) &&
-        (rc = gs_grammar_matcher_accept(q->matcher, o.token, &err)) == GS_BUSY)
-        rc = GS_INVAL;
+    if (!rc && q->matcher && !is_eog(s, o.token)) {
+        t_grammar = gs_now_ns();
+        if ((rc = gs_grammar_matcher_accept(q->matcher, o.token, &err)) == GS_BUSY)
+            rc = GS_INVAL;
+        q->st.grammar_ms += (double)(gs_now_ns() - t_grammar) / 1e6;
+    }
     if (rc) {
         q->err_code = rc;
         snprintf(q->err_msg, sizeof(q->err_msg), "position %u: %.200s", q->n_tokens - 1, err.msg);

@@ -1038,14 +1038,17 @@ static enum gs_status assemble(struct builder *b, uint32_t root, struct gs_gramm
         g->rule_alt[r] = aa;
         for (uint32_t a = 0; a < b->rules[r].n_alts; a++) {
             g->alt_start[aa++] = ea;
-            memcpy(g->el + ea, b->rules[r].alts[a].e, b->rules[r].alts[a].n * sizeof(uint32_t));
+            if (b->rules[r].alts[a].n) /* an empty alternative has no array */
+                memcpy(g->el + ea, b->rules[r].alts[a].e,
+                       b->rules[r].alts[a].n * sizeof(uint32_t));
             ea += b->rules[r].alts[a].n;
             g->el[ea++] = GE_MAKE(GE_END, 0);
         }
     }
     g->rule_alt[b->n_rules] = aa;
     g->el[ea] = GE_MAKE(GE_END, 0);
-    memcpy(g->sets, b->sets, b->n_sets * sizeof(struct gbytes));
+    if (b->n_sets) /* a grammar of empty strings has no byte set */
+        memcpy(g->sets, b->sets, b->n_sets * sizeof(struct gbytes));
     g->n_el = ea;
     g->n_alts = aa;
     g->n_rules = b->n_rules;
