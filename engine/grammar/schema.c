@@ -2374,15 +2374,11 @@ static bool gen_ref(struct conv *c, const json_t *s, const char *hint, struct sb
 
 /* ---- enum and const ---------------------------------------------------------- */
 
-static bool json_dump_cb(const char *buf, size_t size, void *data)
-{
-    sb_putn(data, buf, size);
-    return ((struct sbuf *)data)->bad == 0;
-}
-
+/* json_dump_callback into a struct sbuf. */
 static int dump_cb(const char *buf, size_t size, void *data)
 {
-    return json_dump_cb(buf, size, data) ? 0 : -1;
+    sb_putn(data, buf, size);
+    return ((struct sbuf *)data)->bad ? -1 : 0;
 }
 
 /* Whether pattern (a Python re, PCRE2 here) finds a match in subject. -1:
@@ -2584,9 +2580,12 @@ static void trie_free(struct trie *t)
  * rule's name to into. */
 static bool gen_other_key(struct conv *c, struct trie *t, struct sbuf *into)
 {
-    static const char *const none[] = {""};
-    if (t->n == 0 && !trie_add(c, t, none[0], 0))
-        return false;
+    /* No listed names: the trie is its root alone, and "" is a key like any. */
+    if (t->n == 0) {
+        if (!trie_add(c, t, "", 0))
+            return false;
+        t->terminal[0] = false;
+    }
     char **names = gs_calloc(t->n, sizeof(*names));
     if (!names)
         return fail(c, GS_NOMEM, "out of memory");

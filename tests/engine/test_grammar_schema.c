@@ -667,6 +667,9 @@ static const struct match_case match_cases[] = {
      "\"additionalProperties\": {\"type\": \"string\"}}",
      {"{\"id\":1,\"x\":\"s\"}", "{\"i\":\"s\"}", "{\"idx\":\"s\"}", "{\"x\":\"a\",\"y\":\"b\"}", "{}"},
      {"{\"id\":\"s\"}", "{\"x\":1}", "{\"id\":1,\"id\":\"s\"}"}},
+    {"additional_properties_true_alone", "{\"type\": \"object\", \"additionalProperties\": true}",
+     {"{}", "{\"\":1}", "{\"k\":[true]}", "{\"a\":1,\"b\":{}}"},
+     {"[]", "{\"a\"}"}},
     {"additional_properties_false",
      "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"boolean\"}}, "
      "\"additionalProperties\": false}",
