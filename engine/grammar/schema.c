@@ -563,7 +563,7 @@ static json_t *own(struct conv *c, json_t *v)
 /* ---- keywords --------------------------------------------------------------- */
 
 enum kw_kind {
-    KW_UNKNOWN,
+    KW_UNSUPPORTED, /* a JSON Schema keyword that would constrain, not enforced here */
     KW_ANNOTATION, /* constrains nothing */
     KW_CONTAINER,  /* holds schemas only reached through $ref */
     KW_CONSTRAINT, /* handled below */
@@ -572,8 +572,24 @@ enum kw_kind {
 static const char *const annotations[] = {
     "title",     "description", "default",    "examples",   "example",  "$schema",
     "$id",       "id",          "$comment",   "readOnly",   "writeOnly", "deprecated",
-    "markdownDescription",
+    "markdownDescription", "$anchor", "$vocabulary", "contentEncoding", "contentMediaType",
+    "contentSchema", /* annotations in 2019-09 and 2020-12; validators do not assert them */
     "self", /* Snowplow/Iglu self-describing metadata: vendor, name, format, version */
+};
+
+/*
+ * Keywords of the JSON Schema vocabularies (drafts 4 to 2020-12) that would
+ * constrain an instance and that the converter does not enforce: refused.
+ * A keyword in no draft's vocabulary ("javaType", "links", a typo such as
+ * "pettern") constrains nothing: the specification has implementations treat
+ * it as an annotation, and every validator accepts any instance for it, so
+ * it is ignored as the annotations above are.
+ */
+static const char *const unsupported[] = {
+    "if",           "then",          "else",         "contains",          "minContains",
+    "maxContains",  "propertyNames", "dependentSchemas", "unevaluatedItems",
+    "unevaluatedProperties", "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
+    "$recursiveAnchor",
 };
 
 static const char *const constraints[] = {
@@ -598,17 +614,20 @@ static enum kw_kind kw_kind(const char *k)
     for (size_t i = 0; i < GS_ARRAY_LEN(constraints); i++)
         if (!strcmp(k, constraints[i]))
             return KW_CONSTRAINT;
-    return KW_UNKNOWN;
+    for (size_t i = 0; i < GS_ARRAY_LEN(unsupported); i++)
+        if (!strcmp(k, unsupported[i]))
+            return KW_UNSUPPORTED;
+    return KW_ANNOTATION; /* in no vocabulary: see unsupported[] */
 }
 
-/* Refuses the first unknown keyword of s. */
+/* Refuses the first keyword of s that would constrain and is not enforced. */
 static bool check_keywords(struct conv *c, const json_t *s)
 {
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)s, k, v)
     {
-        if (kw_kind(k) == KW_UNKNOWN)
+        if (kw_kind(k) == KW_UNSUPPORTED)
             return refuse(c, k, NULL);
     }
     return true;
@@ -810,7 +829,7 @@ static bool is_never(const json_t *s)
     json_t *v;
     json_object_foreach((json_t *)n, k, v)
     {
-        if (kw_kind(k) == KW_CONSTRAINT || kw_kind(k) == KW_UNKNOWN)
+        if (kw_kind(k) == KW_CONSTRAINT || kw_kind(k) == KW_UNSUPPORTED)
             return false;
     }
     return true;
@@ -2747,15 +2766,33 @@ static bool gen_object(struct conv *c, const json_t *s, struct sbuf *b)
         p[n].schema = json_is_object(addl) ? addl : NULL;
         p[n++].required = true;
     }
-    /* dependencies: a name whose presence requires others. If it is always
-     * present, so are they; if it is optional, it is never written. */
+    /* dependencies: a name whose presence requires others (the array form)
+     * or a schema (the schema form). If it is always present, so are the
+     * others; if it is optional, it is never written, which meets either
+     * form. A name no listed property has must not be writable as an extra
+     * key. */
     json_object_foreach((json_t *)deps, k, v)
     {
         if (!ok)
             break;
-        if (!json_is_array(v)) {
-            ok = refuse(c, "dependencies", "only the array form (dependentRequired)");
+        bool listed = false;
+        for (size_t j = 0; j < n; j++)
+            listed |= !strcmp(p[j].name, k);
+        if (!listed && object_extras(s)) {
+            ok = refuse(c, "dependencies", "on a name that an extra key could spell");
             break;
+        }
+        if (!json_is_array(v)) {
+            for (size_t j = 0; j < n && ok; j++) {
+                if (strcmp(p[j].name, k))
+                    continue;
+                if (p[j].required)
+                    ok = refuse(c, "dependencies",
+                                "a schema that a required property brings along");
+                else
+                    p[j].schema = json_false();
+            }
+            continue;
         }
         for (size_t j = 0; j < n; j++) {
             if (strcmp(p[j].name, k))

@@ -165,6 +165,10 @@ static const struct accept_case accept_cases[] = {
      "\"x\", \"$id\": \"y\", \"$comment\": \"c\", \"readOnly\": true, \"deprecated\": false, "
      "\"_format\": \"weird\", \"_uniqueItems\": true, \"x-vendor\": 1, \"type\": \"null\"}",
      {"root ::= null"}},
+    /* In no draft's vocabulary, so an annotation, as validators treat it. */
+    {"unknown_keyword_is_an_annotation",
+     "{\"type\": \"null\", \"javaType\": \"x.Y\", \"pettern\": \"x\", \"links\": []}",
+     {"root ::= null"}},
     {"dependencies_on_required",
      "{\"type\": \"object\", \"properties\": {\"a\": {}, \"b\": {}}, \"required\": [\"a\"], "
      "\"dependencies\": {\"a\": [\"b\"]}}",
@@ -223,8 +227,18 @@ static const struct refuse_case refuse_cases[] = {
      "unsupported keyword 'not' at #/properties/a"},
     {"not_with_content", "{\"not\": {\"type\": \"string\"}}", "unsupported keyword 'not' at #"},
     {"if_then_else", "{\"if\": {}, \"then\": {}}", "unsupported keyword 'if' at #"},
-    {"unknown_keyword", "{\"type\": \"string\", \"pettern\": \"x\"}",
-     "unsupported keyword 'pettern' at #"},
+    {"unevaluated_properties", "{\"type\": \"object\", \"unevaluatedProperties\": false}",
+     "unsupported keyword 'unevaluatedProperties' at #"},
+    {"contains", "{\"type\": \"array\", \"contains\": {\"const\": 1}}",
+     "unsupported keyword 'contains' at #"},
+    {"dependencies_schema_on_required",
+     "{\"type\": \"object\", \"properties\": {\"a\": {}}, \"required\": [\"a\"], "
+     "\"dependencies\": {\"a\": {\"required\": [\"b\"]}}}",
+     "unsupported keyword 'dependencies' at #: a schema that a required property brings along"},
+    {"dependencies_on_an_extra_key",
+     "{\"type\": \"object\", \"additionalProperties\": true, \"dependencies\": {\"x\": "
+     "[\"y\"]}}",
+     "unsupported keyword 'dependencies' at #: on a name that an extra key could spell"},
     {"unknown_format", "{\"type\": \"string\", \"format\": \"path\"}",
      "unsupported keyword 'format' at #: unknown format*"},
     {"format_on_integer", "{\"type\": \"integer\", \"format\": \"uuid\"}",
@@ -524,12 +538,8 @@ Test(grammar_schema, shared_schemas_convert_or_name_a_keyword)
         char *g = NULL;
         size_t glen = 0;
         struct gs_err err = {0};
-        double t0 = gs_now_ms();
+        /* Speed is bench/'s to measure (gs-bench-grammar), never a test's. */
         enum gs_status st = gs_grammar_from_json_schema(schema, &g, &glen, &err);
-        double ms = gs_now_ms() - t0;
-        /* A runaway guard, loose enough for valgrind and sanitizers; the
-         * speed goal (compile under 50 ms) is measured by the next test. */
-        cr_expect(ms < 1000, "%s: converting took %.1f ms", id, ms);
         if (st == GS_OK) {
             converted++;
             cr_expect(!strncmp(g, "root ::= ", 9), "%s", id);
@@ -598,6 +608,14 @@ struct match_case {
 };
 
 static const struct match_case match_cases[] = {
+    /* A schema dependency of an optional property: the property is never
+     * written, which meets it. */
+    {"dependencies_schema_form",
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": "
+     "{\"type\": \"integer\"}, \"c\": {\"type\": \"integer\"}}, \"required\": [\"b\"], "
+     "\"additionalProperties\": false, \"dependencies\": {\"a\": {\"required\": [\"c\"]}}}",
+     {"{\"b\":1}", "{\"b\":1,\"c\":2}"},
+     {"{\"a\":1,\"b\":1}", "{\"c\":2}"}},
     {"object_required_optional",
      "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"type\": "
      "\"string\"}}, \"required\": [\"b\"]}",
@@ -811,7 +829,6 @@ Test(grammar_schema, shared_grammars_compile)
                     worst_el = gs_grammar_n_elements(g);
                 }
             }
-            cr_expect(ms < 2000, "%s: compiling took %.1f ms", id, ms);
             gs_grammar_unref(g);
         }
         gs_free(gbnf);
