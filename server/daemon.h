@@ -42,6 +42,13 @@ struct gs_srv_choice {
     uint32_t n_tokens_at_stop; /* n_tokens when the stop string completed */
     double t_first_ms, t_last_ms;
     struct gs_srv_choice_val val;
+    /* Tool calls (tools given and tool_choice not "none"): the stop matcher's output goes
+     * to released, then through the reader, whose content lands in text. */
+    bool tools_on;
+    struct gs_srv_tool_reader tools;
+    struct gs_srv_buf released;
+    json_t *calls;       /* OpenAI's tool call objects found so far, ids assigned */
+    size_t n_calls_sent; /* stream: calls already in chunks */
 };
 
 struct gs_srv_route;
@@ -161,6 +168,8 @@ struct gs_srv {
     uint8_t (*key_digests)[32];
     enum gs_srv_tmpl tmpl;
     struct gs_srv_jinja jinja; /* jinja_prompt.c: the Jinja template, when chats use one */
+    /* How the template's model writes tool calls (tool_format.c); with jinja.tmpl. */
+    const struct gs_srv_tool_format *tool_format;
     struct gs_srv_engine engine;
     bool has_engine;
     /* The model's tokens as byte strings for grammar masks, built on the

@@ -31,12 +31,14 @@ uint32_t gs_srv__choice_tokens(const struct gs_srv_choice *c)
 
 static const char *finish_reason(const struct gs_srv_req *r, const struct gs_srv_choice *c)
 {
+    /* An answer that ended by itself after making calls ends for them. */
+    const char *stop = json_array_size(c->calls) ? "tool_calls" : "stop";
     if (c->stop_hit)
-        return "stop";
+        return stop;
     switch (c->finish) {
     case GS_FINISH_STOP:
     case GS_FINISH_EOS:
-        return "stop";
+        return stop;
     case GS_FINISH_LENGTH:
         return "length";
     case GS_FINISH_ERROR:
@@ -153,9 +155,57 @@ static json_t *chunk_base(const struct gs_srv_req *r, json_t *choices)
                      r->val.fingerprint, "choices", choices);
 }
 
-/* Appends one chunk for choice c carrying its pending text (and logprobs),
- * with finish_reason when fin is set. */
+/* Appends one chunk of choice c with delta (a new reference taken), no logprobs. */
+static void emit_delta(struct gs_srv_req *r, struct gs_srv_choice *c, json_t *delta)
+{
+    json_t *ch = json_pack("{s:i,s:o,s:n,s:n}", "index", (int)c->index, "delta", delta,
+                           "logprobs", "finish_reason");
+    json_t *chunk = chunk_base(r, json_pack("[o]", ch));
+    gs_srv_sse_json(&r->out, chunk);
+    json_decref(chunk);
+}
+
+/*
+ * The calls of c not yet streamed, in OpenAI's delta shape: a call's first delta carries
+ * its index, id, type and name (arguments ""), the next its arguments. A call is sent once
+ * it is whole (the reader checks it first), so its arguments come in one fragment.
+ */
+static void emit_calls(struct gs_srv_req *r, struct gs_srv_choice *c)
+{
+    for (; c->n_calls_sent < json_array_size(c->calls); c->n_calls_sent++) {
+        json_t *call = json_array_get(c->calls, c->n_calls_sent);
+        json_t *fn = json_object_get(call, "function");
+        emit_delta(r, c,
+                   json_pack("{s:[{s:i,s:O,s:s,s:{s:O,s:s}}]}", "tool_calls", "index",
+                             (int)c->n_calls_sent, "id", json_object_get(call, "id"), "type",
+                             "function", "function", "name", json_object_get(fn, "name"),
+                             "arguments", ""));
+        emit_delta(r, c,
+                   json_pack("{s:[{s:i,s:{s:O}}]}", "tool_calls", "index", (int)c->n_calls_sent,
+                             "function", "arguments", json_object_get(fn, "arguments")));
+    }
+}
+
+static void emit_chunk_text(struct gs_srv_req *r, struct gs_srv_choice *c, const char *fin);
+
+/* Appends choice c's pending text (and logprobs), then its new calls, with
+ * finish_reason when fin is set. */
 static void emit_chunk(struct gs_srv_req *r, struct gs_srv_choice *c, const char *fin)
+{
+    if (!r->gen.chat || c->n_calls_sent >= json_array_size(c->calls)) {
+        emit_chunk_text(r, c, fin);
+        return;
+    }
+    if (c->text.len || !c->first_sent || c->logprobs)
+        emit_chunk_text(r, c, NULL);
+    emit_calls(r, c);
+    if (fin)
+        emit_chunk_text(r, c, fin);
+}
+
+/* One chunk for choice c carrying its pending text (and logprobs), with finish_reason
+ * when fin is set. */
+static void emit_chunk_text(struct gs_srv_req *r, struct gs_srv_choice *c, const char *fin)
 {
     json_t *text = gs_srv_json_text(c->text.p ? c->text.p : "", c->text.len);
     c->text.len = 0;
@@ -281,6 +331,75 @@ static struct gs_srv_choice *find_choice(struct gs_srv *s, uint64_t id, struct g
     return NULL;
 }
 
+/*
+ * A control token that spells one of the format's markers ([TOOL_CALLS] and [ARGS] in
+ * Mistral's tekken vocabulary) has no text in the stream; the reader needs it. Any other
+ * control token stays invisible.
+ */
+static const char *marker_piece(struct gs_srv_req *r, struct gs_srv_choice *c, int32_t token,
+                                size_t *len)
+{
+    size_t n = 0;
+    const char *t = gs_tok_token_text(r->srv->cfg.model.tok, token, &n);
+    const char *marks[] = {c->tools.f->open, "[ARGS]", "[CALL_ID]"};
+    for (size_t i = 0; t && i < GS_ARRAY_LEN(marks); i++)
+        if (strlen(marks[i]) == n && !memcmp(t, marks[i], n)) {
+            *len = n;
+            return t;
+        }
+    *len = 0;
+    return "";
+}
+
+/* A call id: "call_" and 24 random letters and digits, or 9 of them where the model's
+ * template checks for that (Mistral's). */
+static void call_id(const struct gs_srv_choice *c, char *out, size_t cap)
+{
+    static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char rnd[24];
+    size_t n = c->tools.f->short_ids ? 9 : 24, at = 0;
+    if (getrandom(rnd, n, GRND_NONBLOCK) != (ssize_t)n) /* then still unique enough in-process */
+        for (size_t i = 0; i < n; i++)
+            rnd[i] = (unsigned char)((gs_now_ns() >> (i % 8)) + i * 131 + c->sched_id);
+    if (!c->tools.f->short_ids)
+        at = (size_t)snprintf(out, cap, "call_");
+    for (size_t i = 0; i < n && at + 1 < cap; i++)
+        out[at++] = alnum[rnd[i] % (sizeof(alnum) - 1)];
+    out[at] = '\0';
+}
+
+/* Passes c's released text through its tool-call reader (fin: the text is over): content
+ * to c->text, new calls into c->calls as OpenAI's objects with their ids. */
+static void read_calls(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin)
+{
+    size_t before = json_array_size(c->calls);
+    json_t *found = json_array();
+    bool ok = found && gs_srv_tool_reader_feed(&c->tools, c->released.p ? c->released.p : "",
+                                               c->released.len, &c->text, found);
+    c->released.len = 0;
+    if (ok && fin)
+        ok = gs_srv_tool_reader_finish(&c->tools, &c->text, found);
+    if (c->tools.malformed[0]) {
+        gs_log(GS_LOG_WARN, "tool_call_malformed", "id=%s choice=%u format=%s reason=%s", r->id,
+               c->index, c->tools.f->name, c->tools.malformed);
+        c->tools.malformed[0] = '\0';
+    }
+    size_t i;
+    json_t *f;
+    json_array_foreach(found, i, f)
+    {
+        char id[40];
+        call_id(c, id, sizeof(id));
+        json_array_append_new(c->calls, json_pack("{s:s,s:s,s:{s:O,s:O}}", "id", id, "type",
+                                                  "function", "function", "name",
+                                                  json_object_get(f, "name"), "arguments",
+                                                  json_object_get(f, "arguments")));
+    }
+    json_decref(found);
+    if (!ok || json_array_size(c->calls) != before + i)
+        c->text.failed = true; /* out of memory: the answer fails as any other would */
+}
+
 static void on_token(struct gs_srv_req *r, struct gs_srv_choice *c, const struct gs_sched_event *ev)
 {
     struct gs_srv *s = r->srv;
@@ -305,12 +424,16 @@ static void on_token(struct gs_srv_req *r, struct gs_srv_choice *c, const struct
         add_logprob(r, c, ev);
     if (r->val.top_k)
         gs_srv__val_token(r, c, ev);
-    if (gs_srv_stop_feed(&c->stop, piece, len, &c->text)) {
+    if (!len && c->tools_on)
+        piece = marker_piece(r, c, ev->token, &len);
+    if (gs_srv_stop_feed(&c->stop, piece, len, c->tools_on ? &c->released : &c->text)) {
         c->stop_hit = true;
         c->n_tokens_at_stop = c->n_tokens;
         s->engine.cancel(s->engine.ctx, c->sched_id);
     }
-    if (r->streaming && (c->text.len || r->gen.logprobs))
+    if (c->tools_on)
+        read_calls(r, c, c->stop_hit);
+    if (r->streaming && (c->text.len || r->gen.logprobs || c->n_calls_sent < json_array_size(c->calls)))
         stream_text(r, c, false);
 }
 
@@ -328,12 +451,15 @@ static void on_finish(struct gs_srv_req *r, struct gs_srv_choice *c,
     if (!c->stop_hit) {
         const char *rest;
         size_t len;
+        struct gs_srv_buf *dst = c->tools_on ? &c->released : &c->text;
         gs_tok_decoder_flush(c->dec, &rest, &len);
-        if (gs_srv_stop_feed(&c->stop, rest, len, &c->text)) {
+        if (gs_srv_stop_feed(&c->stop, rest, len, dst)) {
             c->stop_hit = true;
             c->n_tokens_at_stop = c->n_tokens;
         } else
-            gs_srv_stop_flush(&c->stop, &c->text);
+            gs_srv_stop_flush(&c->stop, dst);
+        if (c->tools_on)
+            read_calls(r, c, true);
     }
     s->metrics.generated_tokens += gs_srv__choice_tokens(c);
     if (c->index == 0) {
@@ -471,6 +597,9 @@ void gs_srv__gen_free(struct gs_srv_req *r)
         json_decref(c->logprobs);
         json_decref(c->val.report);
         json_decref(c->val.top);
+        gs_srv_tool_reader_deinit(&c->tools);
+        gs_srv_buf_free(&c->released);
+        json_decref(c->calls);
     }
     gs_free(r->choices);
     gs_free(r->prompt);
@@ -504,6 +633,14 @@ static enum MHD_Result openai_respond(struct gs_srv_req *r)
         struct gs_srv_choice *c = &r->choices[i];
         json_t *text = gs_srv_json_text(c->text.p ? c->text.p : "", c->text.len);
         json_t *ch;
+        /* With calls, content is null unless the model wrote more than whitespace. */
+        size_t k = 0;
+        while (k < c->text.len && strchr(" \t\r\n", c->text.p[k]))
+            k++;
+        if (json_array_size(c->calls) && k == c->text.len) {
+            json_decref(text);
+            text = json_null();
+        }
         if (r->gen.chat)
             ch = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", (int)i, "message", "role",
                            "assistant", "content", text, "logprobs", take_logprobs(r, c),
@@ -511,6 +648,8 @@ static enum MHD_Result openai_respond(struct gs_srv_req *r)
         else
             ch = json_pack("{s:i,s:o,s:o,s:s}", "index", (int)i, "text", text, "logprobs",
                            take_logprobs(r, c), "finish_reason", finish_reason(r, c));
+        if (ch && r->gen.chat && json_array_size(c->calls))
+            json_object_set(json_object_get(ch, "message"), "tool_calls", c->calls);
         json_array_append_new(choices, ch);
     }
     json_t *body = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", r->id, "object",
@@ -660,6 +799,7 @@ static enum gs_status submit_choice(struct gs_srv_req *r, uint32_t i, struct gs_
         .sampling = g->sp,
         .grammar = g->grammar,
         .grammar_vocab = s->grammar_vocab,
+        .grammar_trigger = g->grammar_trigger,
     };
     if (r->val.top_k > q.n_top_logprobs)
         q.n_top_logprobs = r->val.top_k;
@@ -715,6 +855,12 @@ static enum MHD_Result submit_all(struct gs_srv_req *r)
         c->sched_id = base + i;
         c->index = i;
         gs_srv_stop_init(&c->stop, g->stop, g->n_stop);
+        if (g->chat && g->n_tools && g->tool_choice != GS_SRV_TOOL_CHOICE_NONE) {
+            c->tools_on = true;
+            gs_srv_tool_reader_init(&c->tools, g->tool_format, g->tools, g->n_tools);
+            if (!(c->calls = json_array()))
+                return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
+        }
         struct gs_err err;
         /* The answer continues the prompt: its first piece keeps its space,
          * chat included, as llama.cpp's server sends each piece as it is. */
@@ -769,6 +915,7 @@ struct gs_srv_parse_limits gs_srv__parse_limits(const struct gs_srv *s)
         .max_stop = l->max_stop,
         .max_stop_bytes = l->max_stop_bytes,
         .jinja = s->jinja.tmpl != NULL,
+        .tool_format = s->jinja.tmpl ? s->tool_format : NULL,
     };
 }
 

@@ -354,10 +354,13 @@ static const char *const known_fields[] = {
     "validation",
     "response_format",
     "grammar",
+    "tools", /* read by tools.c: honoured, or refused where they cannot be */
+    "tool_choice",
+    "parallel_tool_calls",
 };
 
 /* Read only when chats render through a Jinja template. */
-static const char *const jinja_fields[] = {"tools", "chat_template_kwargs"};
+static const char *const jinja_fields[] = {"chat_template_kwargs"};
 
 static void list_ignored(json_t *root, bool jinja, struct gs_srv_gen *g)
 {
@@ -690,6 +693,8 @@ static enum gs_status parse_root(struct pctx *c, json_t *root,
     struct gs_err e;
     if (gs_sample_params_check(&g->sp, (int32_t)lim->n_vocab, &e) != GS_OK)
         return fail(c, "", "%s", e.msg);
+    if ((st = gs_srv_tools_parse(root, lim, g, c->param, c->param_cap, c->err)) != GS_OK)
+        return st;
     list_ignored(root, lim->jinja, g);
     return GS_OK;
 }
@@ -736,6 +741,7 @@ void gs_srv_gen_free(struct gs_srv_gen *g)
     json_decref(g->tools_json);
     json_decref(g->template_kwargs);
     gs_grammar_unref(g->grammar);
+    gs_srv_tools_free(g);
     *g = (struct gs_srv_gen){0};
 }
 
