@@ -217,16 +217,14 @@ static enum gs_status parse_choice(struct tctx *c, json_t *tc, struct gs_srv_gen
 
 /* ---- messages: earlier calls and their results ---------------------------------------------- */
 
+/* An earlier call in the history. Other keys than these pass to the template as they are:
+ * they are the conversation, not requests of the server (the SDKs keep their parsed
+ * arguments there). */
 static enum gs_status check_call(struct tctx *c, json_t *call, const char *where)
 {
-    static const char *const keys[] = {"id", "type", "function"};
-    static const char *const fn_keys[] = {"name", "arguments"};
     char p[160];
     if (!json_is_object(call))
         return fail(c, where, "'%s' must be a tool call object", where);
-    enum gs_status st = only_keys(c, call, where, keys, GS_ARRAY_LEN(keys));
-    if (st)
-        return st;
     json_t *id = json_object_get(call, "id"), *type = json_object_get(call, "type");
     json_t *fn = json_object_get(call, "function");
     snprintf(p, sizeof(p), "%s.id", where);
@@ -238,8 +236,6 @@ static enum gs_status check_call(struct tctx *c, json_t *call, const char *where
     snprintf(p, sizeof(p), "%s.function", where);
     if (!json_is_object(fn))
         return fail(c, p, "'%s' must be {\"name\": string, \"arguments\": string}", p);
-    if ((st = only_keys(c, fn, p, fn_keys, GS_ARRAY_LEN(fn_keys))))
-        return st;
     json_t *args = json_object_get(fn, "arguments");
     snprintf(p, sizeof(p), "%s.function.name", where);
     if (!json_is_string(json_object_get(fn, "name")))
@@ -307,7 +303,11 @@ static enum gs_status check_messages(struct tctx *c, json_t *msgs, bool jinja)
     return GS_OK;
 }
 
-/* The generic format is not in the template: a system message teaches it. */
+/*
+ * The generic format is not in the template, so the server teaches it: the instructions
+ * join the system message when the conversation has one, else they open the first
+ * message's text (a template may refuse a system role it was not sent: Gemma's).
+ */
 static enum gs_status add_generic_prompt(struct tctx *c, json_t *msgs, json_t *tools)
 {
     char *list = json_dumps(tools, JSON_COMPACT);
@@ -322,12 +322,17 @@ static enum gs_status add_generic_prompt(struct tctx *c, json_t *msgs, json_t *t
     json_t *first = json_array_get(msgs, 0);
     const char *role = json_string_value(json_object_get(first, "role"));
     json_t *content = json_object_get(first, "content");
-    int rc;
-    if (role && !strcmp(role, "system") && json_is_string(content)) {
+    int rc = 1;
+    if (json_is_string(content)) {
+        bool system = role && !strcmp(role, "system");
         struct gs_srv_buf joined = {0};
-        gs_srv_buf_add(&joined, json_string_value(content), json_string_length(content));
-        gs_srv_buf_adds(&joined, "\n\n");
+        if (system)
+            gs_srv_buf_add(&joined, json_string_value(content), json_string_length(content));
+        gs_srv_buf_adds(&joined, system ? "\n\n" : "");
         gs_srv_buf_add(&joined, b.p, b.len);
+        gs_srv_buf_adds(&joined, system ? "" : "\n\n");
+        if (!system)
+            gs_srv_buf_add(&joined, json_string_value(content), json_string_length(content));
         rc = joined.failed ||
              json_object_set_new(first, "content", json_stringn(joined.p, joined.len));
         gs_srv_buf_free(&joined);
@@ -338,6 +343,111 @@ static enum gs_status add_generic_prompt(struct tctx *c, json_t *msgs, json_t *t
     }
     gs_srv_buf_free(&b);
     return rc ? nomem(c) : GS_OK;
+}
+
+/* A message's content as text: a string as it is, anything else as JSON. */
+static char *content_text(json_t *v)
+{
+    if (json_is_string(v))
+        return gs_strndup(json_string_value(v), json_string_length(v));
+    if (!v || json_is_null(v))
+        return gs_strdup("");
+    char *d = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *t = d ? gs_strdup(d) : NULL;
+    free(d);
+    return t;
+}
+
+/* Whether a conversation holds calls or their results. */
+static bool history_has_tools(json_t *msgs)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m)
+    {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (json_array_size(json_object_get(m, "tool_calls")) || (role && !strcmp(role, "tool")))
+            return true;
+    }
+    return false;
+}
+
+/*
+ * A template without a tool format knows neither tool_calls nor the tool role: the
+ * history is rewritten in the generic format's words, as the model was told to write
+ * them. An assistant's calls become its text {"tool_calls": [...]}; the results that
+ * follow become one user message of {"tool_response": ...} lines, so that roles still
+ * alternate.
+ */
+static enum gs_status polyfill_history(struct tctx *c, struct gs_srv_gen *g)
+{
+    json_t *in = g->messages_json, *out = json_array();
+    size_t i;
+    json_t *m;
+    bool last_results = false;
+    if (!out)
+        return nomem(c);
+    json_array_foreach(in, i, m)
+    {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        json_t *calls = json_object_get(m, "tool_calls");
+        bool is_tool = role && !strcmp(role, "tool");
+        json_t *copy = json_copy(m);
+        char *text = content_text(json_object_get(m, "content"));
+        int rc = !copy || !text;
+        if (!rc && json_array_size(calls)) {
+            json_t *list = json_array();
+            size_t k;
+            json_t *call;
+            json_array_foreach(calls, k, call)
+            {
+                json_t *fn = json_object_get(call, "function");
+                json_array_append_new(list, json_pack("{s:O,s:O}", "name",
+                                                      json_object_get(fn, "name"), "arguments",
+                                                      json_object_get(fn, "arguments")));
+            }
+            json_t *wrap = json_pack("{s:o}", "tool_calls", list);
+            char *d = wrap ? json_dumps(wrap, JSON_COMPACT) : NULL;
+            struct gs_srv_buf b = {0};
+            gs_srv_buf_adds(&b, text);
+            gs_srv_buf_adds(&b, *text ? "\n" : "");
+            gs_srv_buf_adds(&b, d ? d : "");
+            rc = !d || b.failed || json_object_del(copy, "tool_calls") ||
+                 json_object_set_new(copy, "content", json_stringn(b.p, b.len));
+            free(d);
+            json_decref(wrap);
+            gs_srv_buf_free(&b);
+        }
+        if (!rc && is_tool) {
+            json_t *resp = json_pack("{s:{s:O,s:s}}", "tool_response", "tool_call_id",
+                                     json_object_get(m, "tool_call_id"), "content", text);
+            char *d = resp ? json_dumps(resp, JSON_COMPACT) : NULL;
+            json_t *prev = json_array_get(out, json_array_size(out) - 1);
+            struct gs_srv_buf b = {0};
+            if (last_results && prev) {
+                gs_srv_buf_adds(&b, json_string_value(json_object_get(prev, "content")));
+                gs_srv_buf_adds(&b, "\n");
+            }
+            gs_srv_buf_adds(&b, d ? d : "");
+            json_decref(copy);
+            copy = json_pack("{s:s,s:s%}", "role", "user", "content", b.p ? b.p : "", b.len);
+            rc = !d || b.failed || !copy;
+            if (!rc && last_results && prev)
+                rc = json_array_remove(out, json_array_size(out) - 1);
+            free(d);
+            json_decref(resp);
+            gs_srv_buf_free(&b);
+        }
+        gs_free(text);
+        last_results = is_tool;
+        if (rc || json_array_append_new(out, copy)) {
+            json_decref(out);
+            return nomem(c);
+        }
+    }
+    json_decref(g->messages_json);
+    g->messages_json = out;
+    return GS_OK;
 }
 
 /* ---- the grammar of the calls --------------------------------------------------------------- */
@@ -499,6 +609,9 @@ enum gs_status gs_srv_tools_parse(json_t *root, const struct gs_srv_parse_limits
         return fail(&c, "tools",
                     "'tools' needs the model's Jinja chat template, which renders them; this "
                     "server renders chats with a built-in format");
+    if (lim->jinja && lim->tool_format->inject_prompt && g->messages_json &&
+        history_has_tools(g->messages_json) && (st = polyfill_history(&c, g)))
+        return st;
     if (!g->n_tools)
         return GS_OK;
     g->tool_format = lim->tool_format;
