@@ -580,6 +580,9 @@ enum gs_status gs_srv_tools_parse(json_t *root, const struct gs_srv_parse_limits
                                   struct gs_err *err)
 {
     struct tctx c = {param, param_cap, err};
+    /* A caller that renders through Jinja without naming a format gets the generic one. */
+    const struct gs_srv_tool_format *format =
+        lim->tool_format ? lim->tool_format : gs_srv_tool_format_detect(NULL);
     json_t *tools = json_object_get(root, "tools"), *tc = json_object_get(root, "tool_choice");
     json_t *ptc = json_object_get(root, "parallel_tool_calls");
     static const char *const names[] = {"tools", "tool_choice", "parallel_tool_calls"};
@@ -609,12 +612,12 @@ enum gs_status gs_srv_tools_parse(json_t *root, const struct gs_srv_parse_limits
         return fail(&c, "tools",
                     "'tools' needs the model's Jinja chat template, which renders them; this "
                     "server renders chats with a built-in format");
-    if (lim->jinja && lim->tool_format->inject_prompt && g->messages_json &&
+    if (lim->jinja && format->inject_prompt && g->messages_json &&
         history_has_tools(g->messages_json) && (st = polyfill_history(&c, g)))
         return st;
     if (!g->n_tools)
         return GS_OK;
-    g->tool_format = lim->tool_format;
+    g->tool_format = format;
     if (g->tool_choice == GS_SRV_TOOL_CHOICE_NONE)
         return GS_OK;
     if (g->grammar)
