@@ -196,7 +196,7 @@ static void emit_chunk(struct gs_srv_req *r, struct gs_srv_choice *c, const char
         emit_chunk_text(r, c, fin);
         return;
     }
-    if (c->text.len || !c->first_sent || c->logprobs)
+    if (c->text.len || c->reasoning.len || !c->first_sent || c->logprobs)
         emit_chunk_text(r, c, NULL);
     emit_calls(r, c);
     if (fin)
@@ -214,7 +214,12 @@ static void emit_chunk_text(struct gs_srv_req *r, struct gs_srv_choice *c, const
         json_t *delta = json_object();
         if (!c->first_sent)
             json_object_set_new(delta, "role", json_string("assistant"));
-        if (!fin || json_string_length(text))
+        if (c->reasoning.len) {
+            json_object_set_new(delta, "reasoning_content",
+                                gs_srv_json_text(c->reasoning.p, c->reasoning.len));
+            c->reasoning.len = 0;
+        }
+        if ((!fin && !json_object_get(delta, "reasoning_content")) || json_string_length(text))
             json_object_set(delta, "content", text);
         ch = json_pack("{s:i,s:o,s:o,s:o}", "index", (int)c->index, "delta", delta, "logprobs",
                        take_logprobs(r, c), "finish_reason", fin ? json_string(fin) : json_null());
@@ -368,15 +373,16 @@ static void call_id(const struct gs_srv_choice *c, char *out, size_t cap)
     out[at] = '\0';
 }
 
-/* Passes c's released text through its tool-call reader (fin: the text is over): content
+/* Passes src (then emptied) through c's tool-call reader (fin: the text is over): content
  * to c->text, new calls into c->calls as OpenAI's objects with their ids. */
-static void read_calls(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin)
+static void read_calls(struct gs_srv_req *r, struct gs_srv_choice *c, struct gs_srv_buf *src,
+                       bool fin)
 {
     size_t before = json_array_size(c->calls);
     json_t *found = json_array();
-    bool ok = found && gs_srv_tool_reader_feed(&c->tools, c->released.p ? c->released.p : "",
-                                               c->released.len, &c->text, found);
-    c->released.len = 0;
+    bool ok = found && gs_srv_tool_reader_feed(&c->tools, src->p ? src->p : "", src->len,
+                                               &c->text, found);
+    src->len = 0;
     if (ok && fin)
         ok = gs_srv_tool_reader_finish(&c->tools, &c->text, found);
     if (c->tools.malformed[0]) {
@@ -398,6 +404,29 @@ static void read_calls(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin)
     json_decref(found);
     if (!ok || json_array_size(c->calls) != before + i)
         c->text.failed = true; /* out of memory: the answer fails as any other would */
+}
+
+/* c's released text through the thinking splitter and the tool-call reader, as each is
+ * on (fin: the text is over). */
+static void pass_text(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin)
+{
+    struct gs_srv_buf *src = &c->released;
+    if (c->think_on) {
+        bool ok = gs_srv_think_feed(&c->think, c->released.p ? c->released.p : "",
+                                    c->released.len, &c->reasoning, &c->answer);
+        c->released.len = 0;
+        if (ok && fin)
+            ok = gs_srv_think_finish(&c->think, &c->reasoning, &c->answer);
+        if (!ok)
+            c->text.failed = true;
+        src = &c->answer;
+    }
+    if (c->tools_on) {
+        read_calls(r, c, src, fin);
+    } else {
+        gs_srv_buf_add(&c->text, src->p ? src->p : "", src->len);
+        src->len = 0;
+    }
 }
 
 static void on_token(struct gs_srv_req *r, struct gs_srv_choice *c, const struct gs_sched_event *ev)
@@ -426,14 +455,16 @@ static void on_token(struct gs_srv_req *r, struct gs_srv_choice *c, const struct
         gs_srv__val_token(r, c, ev);
     if (!len && c->tools_on)
         piece = marker_piece(r, c, ev->token, &len);
-    if (gs_srv_stop_feed(&c->stop, piece, len, c->tools_on ? &c->released : &c->text)) {
+    bool staged = c->tools_on || c->think_on;
+    if (gs_srv_stop_feed(&c->stop, piece, len, staged ? &c->released : &c->text)) {
         c->stop_hit = true;
         c->n_tokens_at_stop = c->n_tokens;
         s->engine.cancel(s->engine.ctx, c->sched_id);
     }
-    if (c->tools_on)
-        read_calls(r, c, c->stop_hit);
-    if (r->streaming && (c->text.len || r->gen.logprobs || c->n_calls_sent < json_array_size(c->calls)))
+    if (staged)
+        pass_text(r, c, c->stop_hit);
+    if (r->streaming && (c->text.len || c->reasoning.len || r->gen.logprobs ||
+                         c->n_calls_sent < json_array_size(c->calls)))
         stream_text(r, c, false);
 }
 
@@ -451,15 +482,16 @@ static void on_finish(struct gs_srv_req *r, struct gs_srv_choice *c,
     if (!c->stop_hit) {
         const char *rest;
         size_t len;
-        struct gs_srv_buf *dst = c->tools_on ? &c->released : &c->text;
+        bool staged = c->tools_on || c->think_on;
+        struct gs_srv_buf *dst = staged ? &c->released : &c->text;
         gs_tok_decoder_flush(c->dec, &rest, &len);
         if (gs_srv_stop_feed(&c->stop, rest, len, dst)) {
             c->stop_hit = true;
             c->n_tokens_at_stop = c->n_tokens;
         } else
             gs_srv_stop_flush(&c->stop, dst);
-        if (c->tools_on)
-            read_calls(r, c, true);
+        if (staged)
+            pass_text(r, c, true);
     }
     s->metrics.generated_tokens += gs_srv__choice_tokens(c);
     if (c->index == 0) {
@@ -598,6 +630,9 @@ void gs_srv__gen_free(struct gs_srv_req *r)
         json_decref(c->val.report);
         json_decref(c->val.top);
         gs_srv_tool_reader_deinit(&c->tools);
+        gs_srv_think_deinit(&c->think);
+        gs_srv_buf_free(&c->reasoning);
+        gs_srv_buf_free(&c->answer);
         gs_srv_buf_free(&c->released);
         json_decref(c->calls);
     }
@@ -650,6 +685,9 @@ static enum MHD_Result openai_respond(struct gs_srv_req *r)
                            take_logprobs(r, c), "finish_reason", finish_reason(r, c));
         if (ch && r->gen.chat && json_array_size(c->calls))
             json_object_set(json_object_get(ch, "message"), "tool_calls", c->calls);
+        if (ch && r->gen.chat && c->reasoning.len)
+            json_object_set_new(json_object_get(ch, "message"), "reasoning_content",
+                                gs_srv_json_text(c->reasoning.p, c->reasoning.len));
         json_array_append_new(choices, ch);
     }
     json_t *body = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", r->id, "object",
@@ -691,6 +729,7 @@ static enum MHD_Result tokenize_prompt(struct gs_srv_req *r)
     if (g->chat && s->jinja.tmpl) {
         if (!gs_srv__jinja_render(r, &flags, &ret))
             return ret;
+        r->think_open = gs_srv_think_prompt_opens(j->text.p ? j->text.p : "", j->text.len);
     } else if (g->chat) {
         gs_srv_tmpl_render_spans(s->tmpl, g->msgs, g->n_msgs, &j->text, &j->spans);
     } else {
@@ -855,6 +894,11 @@ static enum MHD_Result submit_all(struct gs_srv_req *r)
         c->sched_id = base + i;
         c->index = i;
         gs_srv_stop_init(&c->stop, g->stop, g->n_stop);
+        if (g->chat && g->api == GS_SRV_API_OPENAI && s->jinja.tmpl && s->thinks &&
+            !g->reasoning_inline) {
+            c->think_on = true;
+            gs_srv_think_init(&c->think, r->think_open);
+        }
         if (g->chat && g->n_tools && g->tool_choice != GS_SRV_TOOL_CHOICE_NONE) {
             c->tools_on = true;
             gs_srv_tool_reader_init(&c->tools, g->tool_format, g->tools, g->n_tools);

@@ -250,6 +250,9 @@ struct gs_srv_gen {
     size_t tool_named;        /* NAMED: its index in tools */
     bool parallel_tool_calls; /* default true, as OpenAI's */
     const struct gs_srv_tool_format *tool_format; /* with tools: the server's */
+    /* "reasoning_format": "none" keeps a thinking block in content; by default ("auto")
+     * it goes to reasoning_content when the template writes such blocks. */
+    bool reasoning_inline;
     /* Anthropic's Messages API (gs_srv_messages_parse): */
     enum gs_srv_api api;
     bool count_only; /* /v1/messages/count_tokens: the prompt is counted, nothing generated */
@@ -352,6 +355,35 @@ bool gs_srv_tool_reader_feed(struct gs_srv_tool_reader *t, const char *text, siz
 bool gs_srv_tool_reader_finish(struct gs_srv_tool_reader *t, struct gs_srv_buf *content,
                                json_t *calls);
 void gs_srv_tool_reader_deinit(struct gs_srv_tool_reader *t);
+
+/* ---- reasoning: a thinking block out of the answer (reasoning.c) -------------------------- */
+
+/*
+ * Splits a choice's text into the thinking block a model writes first (<think> ... </think>)
+ * and the answer after it, in pieces cut anywhere. Only a block at the start of the answer
+ * (after whitespace) counts, or one the prompt opened (the template ended the prompt with
+ * <think>: open). Text that may still become a tag is held back; the whitespace after
+ * </think> is dropped.
+ */
+struct gs_srv_think {
+    int state;              /* reasoning.c's enum */
+    struct gs_srv_buf held; /* text not yet given out */
+};
+
+void gs_srv_think_init(struct gs_srv_think *t, bool open);
+/* Feeds text: the block's text to reasoning, the rest to content. false on allocation
+ * failure. */
+bool gs_srv_think_feed(struct gs_srv_think *t, const char *text, size_t len,
+                       struct gs_srv_buf *reasoning, struct gs_srv_buf *content);
+/* The end of the text: what is held goes where it was headed (an unclosed block is all
+ * reasoning). */
+bool gs_srv_think_finish(struct gs_srv_think *t, struct gs_srv_buf *reasoning,
+                         struct gs_srv_buf *content);
+void gs_srv_think_deinit(struct gs_srv_think *t);
+/* Whether a template writes thinking blocks (its text has <think> and </think>). */
+bool gs_srv_think_detect(const char *tmpl);
+/* Whether a rendered prompt ends inside an opened block ("<think>" and whitespace). */
+bool gs_srv_think_prompt_opens(const char *prompt, size_t len);
 
 /* ---- /tokenize and /detokenize bodies (tokenize_body.c) --------------------------------- */
 

@@ -459,3 +459,68 @@ Test(http_tools, what_cannot_be_honoured_is_a_400_naming_it, .timeout = 300)
     e2e_resp_free(&r);
     cr_expect_eq(e2e_stop(&d), 0);
 }
+
+/* ---- reasoning_content ---------------------------------------------------------------------- */
+
+static json_t *think_message(const struct e2e_daemon *d, const char *extra, struct e2e_resp *r)
+{
+    char body[512];
+    snprintf(body, sizeof(body),
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":12,"
+             "\"seed\":3%s}",
+             extra);
+    e2e_http(d, "POST", "/v1/chat/completions", body, NULL, r);
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    return json_object_get(json_array_get(json_object_get(r->json, "choices"), 0), "message");
+}
+
+/*
+ * DeepSeek R1's template ends the prompt inside <think>: what the model writes is its
+ * thinking until </think> (never, for the random model), so it is all reasoning_content,
+ * streamed as that delta field; "reasoning_format": "none" keeps it in content. Qwen 3
+ * with enable_thinking false closes the block in the prompt: the answer is content.
+ */
+Test(http_tools, a_thinking_block_goes_to_reasoning_content, .timeout = 300)
+{
+    struct e2e_daemon d;
+    json_t *g;
+    start_family(&d, "deepseek-ai-DeepSeek-R1-Distill-Llama-8B", &g);
+    struct e2e_resp a, b, c;
+    json_t *split = think_message(&d, "", &a);
+    json_t *inl = think_message(&d, ",\"reasoning_format\":\"none\"", &b);
+    const char *thought = json_string_value(json_object_get(split, "reasoning_content"));
+    cr_assert(thought && *thought, "%s", a.body);
+    cr_expect_str_eq(json_string_value(json_object_get(split, "content")), "", "%s", a.body);
+    cr_expect_str_eq(json_string_value(json_object_get(inl, "content")), thought, "%s", b.body);
+    cr_expect(!json_object_get(inl, "reasoning_content"), "%s", b.body);
+    think_message(&d, ",\"stream\":true", &c);
+    bool done;
+    json_t *ev = e2e_sse_events(c.body, &done);
+    char streamed[1024] = "";
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e)
+    {
+        json_t *delta = json_object_get(json_array_get(json_object_get(e, "choices"), 0), "delta");
+        const char *content = json_string_value(json_object_get(delta, "content"));
+        cr_expect(!content || !*content, "content in a thinking stream: '%s'", content);
+        const char *rc = json_string_value(json_object_get(delta, "reasoning_content"));
+        if (rc)
+            strncat(streamed, rc, sizeof(streamed) - strlen(streamed) - 1);
+    }
+    cr_expect_str_eq(streamed, thought);
+    json_decref(ev);
+    e2e_resp_free(&a);
+    e2e_resp_free(&b);
+    e2e_resp_free(&c);
+    cr_expect_eq(e2e_stop(&d), 0);
+    json_decref(g);
+
+    start_family(&d, "Qwen-Qwen3-0.6B", &g);
+    json_t *m = think_message(&d, ",\"chat_template_kwargs\":{\"enable_thinking\":false}", &a);
+    cr_expect(!json_object_get(m, "reasoning_content"), "%s", a.body);
+    cr_expect(json_string_length(json_object_get(m, "content")) > 0, "%s", a.body);
+    e2e_resp_free(&a);
+    cr_expect_eq(e2e_stop(&d), 0);
+    json_decref(g);
+}

@@ -145,6 +145,9 @@ Test(srv_request, refusals_name_the_field)
         /* Tools are refused where nothing reads them, never listed as ignored. */
         {"{\"prompt\":\"a\",\"tools\":[]}", false, "tools"},
         {"{\"prompt\":\"a\",\"tool_choice\":\"none\"}", false, "tool_choice"},
+        {"{\"prompt\":\"a\",\"reasoning_format\":\"none\"}", false, "reasoning_format"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"reasoning_format\":1}",
+         true, "reasoning_format"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{}]}", true,
          "tools[0].type"},
         {"{\"prompt\":[1,512]}", false, "prompt"},

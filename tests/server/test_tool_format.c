@@ -322,3 +322,81 @@ Test(srv_tool_format, template_markers_choose_the_format)
     cr_expect_str_eq(gs_srv_tool_format_detect(NULL)->name, "generic");
     cr_expect_str_eq(gs_srv_tool_format_detect("[TOOL_CALLS] {{ x }}")->name, "mistral_nemo");
 }
+
+/* ---- thinking blocks (server/reasoning.c) ------------------------------------------------- */
+
+static void think_cut(const char *text, bool open, const size_t *cuts, size_t n,
+                      struct gs_srv_buf *reasoning, struct gs_srv_buf *content)
+{
+    struct gs_srv_think t;
+    gs_srv_think_init(&t, open);
+    *reasoning = (struct gs_srv_buf){0};
+    *content = (struct gs_srv_buf){0};
+    size_t at = 0, len = strlen(text);
+    for (size_t i = 0; i <= n; i++) {
+        size_t end = i < n ? cuts[i] : len;
+        cr_assert(gs_srv_think_feed(&t, text + at, end - at, reasoning, content));
+        at = end;
+    }
+    cr_assert(gs_srv_think_finish(&t, reasoning, content));
+    gs_srv_buf_add(reasoning, "", 0);
+    gs_srv_buf_add(content, "", 0);
+    gs_srv_think_deinit(&t);
+}
+
+/* text split into want_reasoning and want_content whole, cut at every boundary, and byte
+ * by byte. */
+static void check_think(const char *text, bool open, const char *want_reasoning,
+                        const char *want_content)
+{
+    size_t len = strlen(text);
+    size_t *all = malloc((len + 1) * sizeof(*all));
+    for (size_t k = 0; k + 1 < len; k++)
+        all[k] = k + 1;
+    for (size_t k = 0; k <= len + 1; k++) {
+        struct gs_srv_buf r, c;
+        if (k == len + 1)
+            think_cut(text, open, all, len ? len - 1 : 0, &r, &c);
+        else
+            think_cut(text, open, &k, k > 0 && k < len, &r, &c);
+        cr_expect_str_eq(r.p, want_reasoning, "'%s' cut at %zu: reasoning", text, k);
+        cr_expect_str_eq(c.p, want_content, "'%s' cut at %zu: content", text, k);
+        gs_srv_buf_free(&r);
+        gs_srv_buf_free(&c);
+    }
+    free(all);
+}
+
+Test(srv_reasoning, a_leading_block_goes_to_reasoning_in_any_cut)
+{
+    check_think("<think>\nLet me see.</think>\n\nIt is 5.", false, "\nLet me see.", "It is 5.");
+    check_think("  <think>a<b</think>c", false, "a<b", "c");
+    check_think("<think>unfinished </thi", false, "unfinished </thi", "");
+    check_think("<think></think>", false, "", "");
+}
+
+Test(srv_reasoning, a_block_the_prompt_opened_needs_no_tag)
+{
+    check_think("thinking</think>answer", true, "thinking", "answer");
+    check_think("all thought", true, "all thought", "");
+}
+
+Test(srv_reasoning, anything_else_is_content)
+{
+    check_think("Hello <think>x</think>", false, "", "Hello <think>x</think>");
+    check_think("<thinking>x</thinking>", false, "", "<thinking>x</thinking>");
+    check_think("  <thin", false, "", "  <thin");
+    check_think("", false, "", "");
+}
+
+Test(srv_reasoning, templates_and_prompts_that_think)
+{
+    json_t *g = gs_test_load_json(gs_test_shared_path("golden/templates/Qwen-Qwen3-0.6B.json"));
+    cr_expect(gs_srv_think_detect(json_string_value(json_object_get(g, "template"))));
+    json_decref(g);
+    g = gs_test_load_json(gs_test_shared_path("golden/templates/google-gemma-2-2b-it.json"));
+    cr_expect(!gs_srv_think_detect(json_string_value(json_object_get(g, "template"))));
+    json_decref(g);
+    cr_expect(gs_srv_think_prompt_opens("<|Assistant|><think>\n", 21));
+    cr_expect(!gs_srv_think_prompt_opens("<think>\n\n</think>\n\n", 19));
+}
