@@ -403,7 +403,7 @@ static void read_calls(struct gs_srv_req *r, struct gs_srv_choice *c, struct gs_
     }
     json_decref(found);
     if (!ok || json_array_size(c->calls) != before + i)
-        c->text.failed = true; /* out of memory: the answer fails as any other would */
+        c->text.failed = true; /* out of memory: the rest is lost, as with any full buffer */
 }
 
 /* c's released text through the thinking splitter and the tool-call reader, as each is
@@ -418,7 +418,7 @@ static void pass_text(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin)
         if (ok && fin)
             ok = gs_srv_think_finish(&c->think, &c->reasoning, &c->answer);
         if (!ok)
-            c->text.failed = true;
+            c->text.failed = true; /* out of memory, as above */
         src = &c->answer;
     }
     if (c->tools_on) {
