@@ -112,16 +112,24 @@ static json_t *golden_case(const json_t *g, const char *name)
     return NULL;
 }
 
-/* The daemon serving the random Qwen2 file with golden template name. */
-static void start_family(struct e2e_daemon *d, const char *name, json_t **g)
+/* The daemon serving the shared model file rel with golden template name. */
+static void start_family_on(struct e2e_daemon *d, const char *rel, const char *name, json_t **g)
 {
     *g = golden(name);
-    char *path = model_with_template(RANDOM_QWEN2, name,
+    char file[160];
+    snprintf(file, sizeof(file), "%s-%s", strrchr(rel, '/') ? strrchr(rel, '/') + 1 : rel, name);
+    char *path = model_with_template(rel, file,
                                      json_string_value(json_object_get(*g, "template")));
     char args[1024];
     snprintf(args, sizeof(args), "-m '%s'", path); /* the last -m wins */
     e2e_start(d, args);
     free(path);
+}
+
+/* The daemon serving the random Qwen2 file with golden template name. */
+static void start_family(struct e2e_daemon *d, const char *name, json_t **g)
+{
+    start_family_on(d, RANDOM_QWEN2, name, g);
 }
 
 static void post(const struct e2e_daemon *d, const char *path, json_t *req, struct e2e_resp *r)
@@ -246,11 +254,11 @@ static void expect_valid_call(const json_t *call, const char *only, const char *
     json_decref(a);
 }
 
-static void expect_calls_for(const char *family, bool system)
+static void expect_calls_on(const char *rel, const char *family, bool system)
 {
     struct e2e_daemon d;
     json_t *g;
-    start_family(&d, family, &g);
+    start_family_on(&d, rel, family, &g);
     for (int seed = 1; seed <= 6; seed++)
         for (int named = 0; named < 2; named++) {
             struct e2e_resp r;
@@ -273,6 +281,11 @@ static void expect_calls_for(const char *family, bool system)
     json_decref(g);
 }
 
+static void expect_calls_for(const char *family, bool system)
+{
+    expect_calls_on(RANDOM_QWEN2, family, system);
+}
+
 Test(http_tools, required_calls_validate_hermes, .timeout = 300)
 {
     expect_calls_for("Qwen-Qwen2.5-7B-Instruct", true);
@@ -291,6 +304,18 @@ Test(http_tools, required_calls_validate_mistral, .timeout = 300)
 Test(http_tools, required_calls_validate_generic, .timeout = 300)
 {
     expect_calls_for("google-gemma-2-2b-it", false); /* the instructions open the user's text */
+}
+
+/* Every architecture graphserve serves, each with a template of its family: the calls are
+ * the grammar's whatever the model. The Gemma files are the F32 ones, whose known-answer
+ * check passes (as in test_families.c). */
+Test(http_tools, required_calls_validate_on_every_architecture, .timeout = 900)
+{
+    expect_calls_on("models/stories260K.gguf", "meta-llama-Llama-3.1-8B-Instruct", true);
+    expect_calls_on("models/arch/qwen3-tiny-Q4_K_M.gguf", "Qwen-Qwen3-0.6B", true);
+    expect_calls_on("models/arch/phi3-tiny-Q4_K_M.gguf", "microsoft-Phi-3.5-mini-instruct", true);
+    expect_calls_on("models/arch/gemma2-tiny-F32.gguf", "google-gemma-2-2b-it", false);
+    expect_calls_on("models/arch/gemma3-tiny-F32.gguf", "google-gemma-2-2b-it", false);
 }
 
 /* ---- streams and the fallback ---------------------------------------------------------------- */
