@@ -158,8 +158,8 @@ static json_t *chunk_base(const struct gs_srv_req *r, json_t *choices)
 /* Appends one chunk of choice c with delta (a new reference taken), no logprobs. */
 static void emit_delta(struct gs_srv_req *r, struct gs_srv_choice *c, json_t *delta)
 {
-    json_t *ch = json_pack("{s:i,s:o,s:n,s:n}", "index", (int)c->index, "delta", delta,
-                           "logprobs", "finish_reason");
+    json_t *ch = json_pack("{s:i,s:o,s:n,s:n}", "index", (int)c->index, "delta", delta, "logprobs",
+                           "finish_reason");
     json_t *chunk = chunk_base(r, json_pack("[o]", ch));
     gs_srv_sse_json(&r->out, chunk);
     json_decref(chunk);
@@ -380,8 +380,8 @@ static void read_calls(struct gs_srv_req *r, struct gs_srv_choice *c, struct gs_
 {
     size_t before = json_array_size(c->calls);
     json_t *found = json_array();
-    bool ok = found && gs_srv_tool_reader_feed(&c->tools, src->p ? src->p : "", src->len,
-                                               &c->text, found);
+    bool ok = found &&
+              gs_srv_tool_reader_feed(&c->tools, src->p ? src->p : "", src->len, &c->text, found);
     src->len = 0;
     if (ok && fin)
         ok = gs_srv_tool_reader_finish(&c->tools, &c->text, found);
@@ -396,10 +396,10 @@ static void read_calls(struct gs_srv_req *r, struct gs_srv_choice *c, struct gs_
     {
         char id[40];
         call_id(c, id, sizeof(id));
-        json_array_append_new(c->calls, json_pack("{s:s,s:s,s:{s:O,s:O}}", "id", id, "type",
-                                                  "function", "function", "name",
-                                                  json_object_get(f, "name"), "arguments",
-                                                  json_object_get(f, "arguments")));
+        json_array_append_new(c->calls,
+                              json_pack("{s:s,s:s,s:{s:O,s:O}}", "id", id, "type", "function",
+                                        "function", "name", json_object_get(f, "name"), "arguments",
+                                        json_object_get(f, "arguments")));
     }
     json_decref(found);
     if (!ok || json_array_size(c->calls) != before + i)
@@ -412,8 +412,8 @@ static void pass_text(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin)
 {
     struct gs_srv_buf *src = &c->released;
     if (c->think_on) {
-        bool ok = gs_srv_think_feed(&c->think, c->released.p ? c->released.p : "",
-                                    c->released.len, &c->reasoning, &c->answer);
+        bool ok = gs_srv_think_feed(&c->think, c->released.p ? c->released.p : "", c->released.len,
+                                    &c->reasoning, &c->answer);
         c->released.len = 0;
         if (ok && fin)
             ok = gs_srv_think_finish(&c->think, &c->reasoning, &c->answer);

@@ -149,22 +149,22 @@ struct gs_srv_msg {
  * parser also takes any JSON whitespace.
  */
 enum gs_srv_tool_body {
-    GS_SRV_TOOL_BODY_OBJECT,  /* each call one object after its own open marker */
-    GS_SRV_TOOL_BODY_ARRAY,   /* one list of call objects after one open marker */
-    GS_SRV_TOOL_BODY_WRAPPED, /* {"tool_calls": [call objects]} */
+    GS_SRV_TOOL_BODY_OBJECT,    /* each call one object after its own open marker */
+    GS_SRV_TOOL_BODY_ARRAY,     /* one list of call objects after one open marker */
+    GS_SRV_TOOL_BODY_WRAPPED,   /* {"tool_calls": [call objects]} */
     GS_SRV_TOOL_BODY_NAME_ARGS, /* open, the function's name, "[ARGS]", the arguments object */
 };
 
 struct gs_srv_tool_format {
-    const char *name;   /* "hermes", "llama3", "mistral", "mistral_nemo", "generic" */
-    const char *open;   /* "<tool_call>", "{\"name\"", "[TOOL_CALLS]", "{\"tool_calls\"" */
-    bool open_in_body;  /* open is the first bytes of the call's JSON */
-    const char *close;  /* after each call's JSON: "</tool_call>"; "" for none */
-    const char *sep;    /* between calls, as the grammar writes it */
+    const char *name;  /* "hermes", "llama3", "mistral", "mistral_nemo", "generic" */
+    const char *open;  /* "<tool_call>", "{\"name\"", "[TOOL_CALLS]", "{\"tool_calls\"" */
+    bool open_in_body; /* open is the first bytes of the call's JSON */
+    const char *close; /* after each call's JSON: "</tool_call>"; "" for none */
+    const char *sep;   /* between calls, as the grammar writes it */
     enum gs_srv_tool_body body;
-    const char *args_key;  /* "arguments" or "parameters" */
-    bool short_ids;        /* call ids of 9 alphanumerics (Mistral's template checks them) */
-    bool inject_prompt;    /* the template does not teach the format: a system message does */
+    const char *args_key; /* "arguments" or "parameters" */
+    bool short_ids;       /* call ids of 9 alphanumerics (Mistral's template checks them) */
+    bool inject_prompt;   /* the template does not teach the format: a system message does */
 };
 
 /* The format of a template text (its markers); the generic row when none is
@@ -197,8 +197,8 @@ enum gs_srv_tool_choice {
 
 /* One function of a request's "tools". */
 struct gs_srv_tool {
-    char *name;  /* [a-zA-Z0-9_-]{1,64}, gs_malloc'ed */
-    char *gbnf;  /* its parameters as GBNF (start rule root), gs_malloc'ed */
+    char *name; /* [a-zA-Z0-9_-]{1,64}, gs_malloc'ed */
+    char *gbnf; /* its parameters as GBNF (start rule root), gs_malloc'ed */
     size_t gbnf_len;
 };
 
@@ -247,8 +247,8 @@ struct gs_srv_gen {
     struct gs_srv_tool *tools;
     size_t n_tools;
     enum gs_srv_tool_choice tool_choice;
-    size_t tool_named;        /* NAMED: its index in tools */
-    bool parallel_tool_calls; /* default true, as OpenAI's */
+    size_t tool_named;                            /* NAMED: its index in tools */
+    bool parallel_tool_calls;                     /* default true, as OpenAI's */
     const struct gs_srv_tool_format *tool_format; /* with tools: the server's */
     /* "reasoning_format": "none" keeps a thinking block in content; by default ("auto")
      * it goes to reasoning_content when the template writes such blocks. */
@@ -332,16 +332,16 @@ struct gs_srv_tool_reader {
     const struct gs_srv_tool_format *f;
     const struct gs_srv_tool *tools; /* borrowed */
     size_t n_tools;
-    int state;               /* tool_format.c's enum */
-    struct gs_srv_buf held;  /* text not yet given out: a marker prefix, or the call so far */
-    size_t scan;             /* bytes of held already scanned (JSON state below) */
-    size_t json_start;       /* offset of the call's JSON in held */
-    uint32_t depth;          /* JSON nesting at scan */
+    int state;              /* tool_format.c's enum */
+    struct gs_srv_buf held; /* text not yet given out: a marker prefix, or the call so far */
+    size_t scan;            /* bytes of held already scanned (JSON state below) */
+    size_t json_start;      /* offset of the call's JSON in held */
+    uint32_t depth;         /* JSON nesting at scan */
     bool in_string, escaped;
-    bool after_call;         /* only whitespace and separators since the last call */
-    bool off;                /* a malformed call was met: all the rest is content */
-    size_t n_calls;          /* calls found so far */
-    char malformed[160];     /* why the last malformed call was refused; "" if none */
+    bool after_call;     /* only whitespace and separators since the last call */
+    bool off;            /* a malformed call was met: all the rest is content */
+    size_t n_calls;      /* calls found so far */
+    char malformed[160]; /* why the last malformed call was refused; "" if none */
 };
 
 void gs_srv_tool_reader_init(struct gs_srv_tool_reader *t, const struct gs_srv_tool_format *f,

@@ -11,7 +11,7 @@
 
 #include <string.h>
 
-#define OPEN_TAG "<think>"
+#define OPEN_TAG  "<think>"
 #define CLOSE_TAG "</think>"
 
 enum {

@@ -74,8 +74,8 @@ enum {
     ST_CLOSE /* after the JSON, before the close marker */
 };
 
-#define ARGS_MARK "[ARGS]"
-#define CALL_ID_MARK "[CALL_ID]"
+#define ARGS_MARK        "[ARGS]"
+#define CALL_ID_MARK     "[CALL_ID]"
 #define MAX_NAME_SEGMENT 256 /* NAME_ARGS: bytes between [TOOL_CALLS] and [ARGS] */
 
 void gs_srv_tool_reader_init(struct gs_srv_tool_reader *t, const struct gs_srv_tool_format *f,
@@ -115,9 +115,8 @@ static void give(struct gs_srv_tool_reader *t, size_t n, struct gs_srv_buf *cont
 
 /* The call starting at held[0] is not well formed: all of it is content, and so
  * is everything after it. */
-__attribute__((format(printf, 3, 4))) static void malformed(struct gs_srv_tool_reader *t,
-                                                              struct gs_srv_buf *content,
-                                                              const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void
+malformed(struct gs_srv_tool_reader *t, struct gs_srv_buf *content, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -179,8 +178,8 @@ static const char *add_call_object(struct gs_srv_tool_reader *t, json_t *o, json
 static const char *take_json(struct gs_srv_tool_reader *t, size_t end, const char *name,
                              size_t name_len, json_t *calls)
 {
-    json_t *v = json_loadb(t->held.p + t->json_start, end - t->json_start, JSON_DISABLE_EOF_CHECK,
-                           NULL);
+    json_t *v =
+        json_loadb(t->held.p + t->json_start, end - t->json_start, JSON_DISABLE_EOF_CHECK, NULL);
     if (!v)
         return "a call is not valid JSON";
     json_t *found = json_array();
@@ -302,7 +301,8 @@ static bool step(struct gs_srv_tool_reader *t, struct gs_srv_buf *content, json_
             return true;
         }
         if (t->held.p[t->scan] != (f->body == GS_SRV_TOOL_BODY_ARRAY ? '[' : '{')) {
-            malformed(t, content, "no JSON %s after %s", f->body == GS_SRV_TOOL_BODY_ARRAY ? "list" : "object", f->open);
+            malformed(t, content, "no JSON %s after %s",
+                      f->body == GS_SRV_TOOL_BODY_ARRAY ? "list" : "object", f->open);
             return true;
         }
         t->json_start = t->scan;
@@ -341,7 +341,8 @@ static bool step(struct gs_srv_tool_reader *t, struct gs_srv_buf *content, json_
         if (f->body == GS_SRV_TOOL_BODY_NAME_ARGS) {
             name = t->held.p + ol;
             const char *nend = t->held.p + name_end(t);
-            const char *id = memmem(name, (size_t)(nend - name), CALL_ID_MARK, strlen(CALL_ID_MARK));
+            const char *id =
+                memmem(name, (size_t)(nend - name), CALL_ID_MARK, strlen(CALL_ID_MARK));
             name_len = (size_t)((id ? id : nend) - name);
         }
         const char *why = take_json(t, end, name, name_len, calls);

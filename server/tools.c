@@ -21,7 +21,7 @@
 /* Calls one answer may hold with parallel_tool_calls: a bound, so that a model that
  * never stops calling still ends with whole calls (docs/SERVER.md, "Limits"). */
 #define MAX_PARALLEL_CALLS 16
-#define MAX_TOOLS 128 /* functions of one request */
+#define MAX_TOOLS          128 /* functions of one request */
 
 struct tctx {
     char *param;
@@ -295,8 +295,7 @@ static enum gs_status check_messages(struct tctx *c, json_t *msgs, bool jinja)
         }
         snprintf(p, sizeof(p), "messages[%zu].tool_call_id", i);
         if (role && !strcmp(role, "tool") && jinja && !json_is_string(id))
-            return fail(c, p, "'%s' is required for tool messages: the id of the call answered",
-                        p);
+            return fail(c, p, "'%s' is required for tool messages: the id of the call answered", p);
         if (id && !json_is_null(id) && (!role || strcmp(role, "tool")))
             return fail(c, p, "'%s' is for tool messages", p);
     }
@@ -337,9 +336,9 @@ static enum gs_status add_generic_prompt(struct tctx *c, json_t *msgs, json_t *t
              json_object_set_new(first, "content", json_stringn(joined.p, joined.len));
         gs_srv_buf_free(&joined);
     } else {
-        rc = b.failed || json_array_insert_new(msgs, 0,
-                                               json_pack("{s:s,s:s%}", "role", "system",
-                                                         "content", b.p, b.len));
+        rc = b.failed ||
+             json_array_insert_new(
+                 msgs, 0, json_pack("{s:s,s:s%}", "role", "system", "content", b.p, b.len));
     }
     gs_srv_buf_free(&b);
     return rc ? nomem(c) : GS_OK;
@@ -402,9 +401,9 @@ static enum gs_status polyfill_history(struct tctx *c, struct gs_srv_gen *g)
             json_array_foreach(calls, k, call)
             {
                 json_t *fn = json_object_get(call, "function");
-                json_array_append_new(list, json_pack("{s:O,s:O}", "name",
-                                                      json_object_get(fn, "name"), "arguments",
-                                                      json_object_get(fn, "arguments")));
+                json_array_append_new(list,
+                                      json_pack("{s:O,s:O}", "name", json_object_get(fn, "name"),
+                                                "arguments", json_object_get(fn, "arguments")));
             }
             json_t *wrap = json_pack("{s:o}", "tool_calls", list);
             char *d = wrap ? json_dumps(wrap, JSON_COMPACT) : NULL;
@@ -534,8 +533,7 @@ enum gs_status gs_srv_tools_grammar(const struct gs_srv_tool_format *f,
     snprintf(pre, sizeof(pre), "%s%s%s", !list && !f->open_in_body ? f->open : "",
              f->body == GS_SRV_TOOL_BODY_OBJECT && f->close[0] ? "\n" : "",
              name_args ? "" : "{\"name\":");
-    snprintf(post, sizeof(post), "%s%s%s", name_args ? "" : "}", f->close[0] ? "\n" : "",
-             f->close);
+    snprintf(post, sizeof(post), "%s%s%s", name_args ? "" : "}", f->close[0] ? "\n" : "", f->close);
     gs_srv_buf_adds(&b, "\ncall ::=");
     lit_term(&b, pre);
     if (!name_args)
@@ -604,9 +602,9 @@ enum gs_status gs_srv_tools_parse(json_t *root, const struct gs_srv_parse_limits
         return st;
     if ((st = parse_choice(&c, tc, g)))
         return st;
-    if ((st = check_messages(&c, g->messages_json ? g->messages_json
-                                                  : json_object_get(root, "messages"),
-                             lim->jinja)))
+    if ((st = check_messages(
+             &c, g->messages_json ? g->messages_json : json_object_get(root, "messages"),
+             lim->jinja)))
         return st;
     if (g->n_tools && !lim->jinja)
         return fail(&c, "tools",

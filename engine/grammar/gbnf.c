@@ -1039,8 +1039,7 @@ static enum gs_status assemble(struct builder *b, uint32_t root, struct gs_gramm
         for (uint32_t a = 0; a < b->rules[r].n_alts; a++) {
             g->alt_start[aa++] = ea;
             if (b->rules[r].alts[a].n) /* an empty alternative may have no array at all */
-                memcpy(g->el + ea, b->rules[r].alts[a].e,
-                       b->rules[r].alts[a].n * sizeof(uint32_t));
+                memcpy(g->el + ea, b->rules[r].alts[a].e, b->rules[r].alts[a].n * sizeof(uint32_t));
             ea += b->rules[r].alts[a].n;
             g->el[ea++] = GE_MAKE(GE_END, 0);
         }

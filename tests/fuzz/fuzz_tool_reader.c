@@ -19,14 +19,13 @@ static const char *const formats[] = {"hermes", "llama3", "mistral", "mistral_ne
 
 static struct gs_srv_tool tools[2];
 
-static void read_text(const struct gs_srv_tool_format *f, const char *text, size_t len,
-                      size_t cut, struct gs_srv_buf *content, json_t *calls)
+static void read_text(const struct gs_srv_tool_format *f, const char *text, size_t len, size_t cut,
+                      struct gs_srv_buf *content, json_t *calls)
 {
     struct gs_srv_tool_reader t;
     gs_srv_tool_reader_init(&t, f, tools, 2);
     FUZZ_CHECK(gs_srv_tool_reader_feed(&t, text, cut, content, calls), "out of memory");
-    FUZZ_CHECK(gs_srv_tool_reader_feed(&t, text + cut, len - cut, content, calls),
-               "out of memory");
+    FUZZ_CHECK(gs_srv_tool_reader_feed(&t, text + cut, len - cut, content, calls), "out of memory");
     FUZZ_CHECK(gs_srv_tool_reader_finish(&t, content, calls), "out of memory");
     gs_srv_tool_reader_deinit(&t);
 }

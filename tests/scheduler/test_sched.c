@@ -746,8 +746,12 @@ Test(sched, grammar_trigger_constrains_only_after_the_trigger)
         j->prompt[0] = 1;
         j->n_prompt = 1;
         j->max_tokens = MAX_GEN;
-        struct gs_sched_request req = {.id = i, .prompt = j->prompt, .n_prompt = 1,
-                                       .max_tokens = MAX_GEN, .grammar = g, .grammar_vocab = v,
+        struct gs_sched_request req = {.id = i,
+                                       .prompt = j->prompt,
+                                       .n_prompt = 1,
+                                       .max_tokens = MAX_GEN,
+                                       .grammar = g,
+                                       .grammar_vocab = v,
                                        .grammar_trigger = "e"};
         gs_sample_params_init(&req.sampling);
         req.sampling.temperature = 1.0f;
@@ -778,8 +782,7 @@ Test(sched, grammar_trigger_constrains_only_after_the_trigger)
         while (e[k] >= 'a' && e[k] <= 'z')
             k++;
         cr_expect(k <= 4 && e[k] == 'Z' && e[k + 1] == '\0',
-                  "seed %u: after the trigger the grammar's sentence, then the end: '%s'", i,
-                  text);
+                  "seed %u: after the trigger the grammar's sentence, then the end: '%s'", i, text);
     }
     cr_expect_gt(n_stopped, 0, "no sequence reached the end of the grammar");
     gs_sched_free(s);

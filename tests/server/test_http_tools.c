@@ -118,8 +118,7 @@ static void start_family_on(struct e2e_daemon *d, const char *rel, const char *n
     *g = golden(name);
     char file[160];
     snprintf(file, sizeof(file), "%s-%s", strrchr(rel, '/') ? strrchr(rel, '/') + 1 : rel, name);
-    char *path = model_with_template(rel, file,
-                                     json_string_value(json_object_get(*g, "template")));
+    char *path = model_with_template(rel, file, json_string_value(json_object_get(*g, "template")));
     char args[1024];
     snprintf(args, sizeof(args), "-m '%s'", path); /* the last -m wins */
     e2e_start(d, args);
@@ -212,10 +211,10 @@ static json_t *tool_request_sys(const char *choice, int seed, bool system)
     if (system)
         json_array_insert_new(json_object_get(req, "messages"), 0,
                               json_pack("{s:s,s:s}", "role", "system", "content", "Be brief."));
-    json_object_set_new(req, "tool_choice",
-                        choice ? json_pack("{s:s,s:{s:s}}", "type", "function", "function",
-                                           "name", choice)
-                               : json_string("required"));
+    json_object_set_new(
+        req, "tool_choice",
+        choice ? json_pack("{s:s,s:{s:s}}", "type", "function", "function", "name", choice)
+               : json_string("required"));
     return req;
 }
 
@@ -248,8 +247,7 @@ static void expect_valid_call(const json_t *call, const char *only, const char *
     } else {
         cr_expect_str_eq(name, "get_weather", "%s", what);
         const char *u = json_string_value(json_object_get(a, "unit"));
-        cr_expect(u && (!strcmp(u, "celsius") || !strcmp(u, "fahrenheit")), "%s: %s", what,
-                  args);
+        cr_expect(u && (!strcmp(u, "celsius") || !strcmp(u, "fahrenheit")), "%s: %s", what, args);
     }
     json_decref(a);
 }
@@ -269,8 +267,8 @@ static void expect_calls_on(const char *rel, const char *family, bool system)
             json_t *msg = json_object_get(ch, "message");
             char what[160];
             snprintf(what, sizeof(what), "%s seed %d%s", family, seed, named ? " named" : "");
-            cr_expect_str_eq(json_string_value(json_object_get(ch, "finish_reason")),
-                             "tool_calls", "%s: %s", what, r.body);
+            cr_expect_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "tool_calls",
+                             "%s: %s", what, r.body);
             cr_expect(json_is_null(json_object_get(msg, "content")), "%s: %s", what, r.body);
             json_t *calls = json_object_get(msg, "tool_calls");
             cr_assert_eq(json_array_size(calls), 1, "%s: %s", what, r.body);
@@ -370,9 +368,9 @@ Test(http_tools, streams_carry_call_deltas_and_no_markup, .timeout = 300)
     }
     cr_expect_eq(n_first, 1);
     cr_expect_str_eq(fin, "tool_calls");
-    cr_expect_str_eq(args, json_string_value(json_object_get(
-                               json_object_get(json_array_get(wcalls, 0), "function"),
-                               "arguments")),
+    cr_expect_str_eq(args,
+                     json_string_value(json_object_get(
+                         json_object_get(json_array_get(wcalls, 0), "function"), "arguments")),
                      "the streamed arguments are the answer's");
     json_decref(ev);
     e2e_resp_free(&r);
@@ -413,8 +411,8 @@ static void expect_400(const struct e2e_daemon *d, const char *path, const char 
     cr_assert_eq(r.status, 400, "%s: %s", body, r.body);
     json_t *err = json_object_get(r.json, "error");
     cr_expect_str_eq(json_string_value(json_object_get(err, "param")), param, "%s", r.body);
-    cr_expect(strstr(json_string_value(json_object_get(err, "message")), needle), "%s: %s",
-              needle, r.body);
+    cr_expect(strstr(json_string_value(json_object_get(err, "message")), needle), "%s: %s", needle,
+              r.body);
     e2e_resp_free(&r);
 }
 
@@ -448,8 +446,7 @@ Test(http_tools, what_cannot_be_honoured_is_a_400_naming_it, .timeout = 300)
                CHAT_WITH("\"tools\":[" ADD_TOOL "],\"tool_choice\":\"required\","
                          "\"response_format\":{\"type\":\"json_object\"}"),
                "tool_choice", "response_format");
-    expect_400(&d, chat, CHAT_WITH("\"parallel_tool_calls\":1"), "parallel_tool_calls",
-               "boolean");
+    expect_400(&d, chat, CHAT_WITH("\"parallel_tool_calls\":1"), "parallel_tool_calls", "boolean");
     expect_400(&d, chat,
                "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"tool_calls\":[]}]}",
                "messages[0].tool_calls", "assistant");

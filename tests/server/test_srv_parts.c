@@ -120,8 +120,8 @@ Test(srv_request, unknown_fields_are_listed)
 {
     struct gs_srv_gen g;
     char param[64];
-    cr_assert_eq(
-        parse("{\"prompt\":\"a\",\"foo\":1,\"frob\":[],\"bad name\":2}", false, &g, param), GS_OK);
+    cr_assert_eq(parse("{\"prompt\":\"a\",\"foo\":1,\"frob\":[],\"bad name\":2}", false, &g, param),
+                 GS_OK);
     cr_expect_str_eq(g.ignored, "foo,frob");
     gs_srv_gen_free(&g);
 }
@@ -146,8 +146,8 @@ Test(srv_request, refusals_name_the_field)
         {"{\"prompt\":\"a\",\"tools\":[]}", false, "tools"},
         {"{\"prompt\":\"a\",\"tool_choice\":\"none\"}", false, "tool_choice"},
         {"{\"prompt\":\"a\",\"reasoning_format\":\"none\"}", false, "reasoning_format"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"reasoning_format\":1}",
-         true, "reasoning_format"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"reasoning_format\":1}", true,
+         "reasoning_format"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{}]}", true,
          "tools[0].type"},
         {"{\"prompt\":[1,512]}", false, "prompt"},

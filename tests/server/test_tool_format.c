@@ -178,8 +178,9 @@ Test(srv_tool_format, generic_two_calls_in_any_cut)
 
 Test(srv_tool_format, text_alone_passes_through_even_near_a_marker)
 {
-    check("hermes", "I think <tool is not a call, nor <tool_cal", "I think <tool is not a call, "
-                                                                 "nor <tool_cal",
+    check("hermes", "I think <tool is not a call, nor <tool_cal",
+          "I think <tool is not a call, "
+          "nor <tool_cal",
           "[]", false);
     check("mistral", "[TOOL] and [TOOL_CALL", "[TOOL] and [TOOL_CALL", "[]", false);
 }
@@ -194,8 +195,9 @@ Test(srv_tool_format, malformed_calls_come_back_as_content)
           true);
     check("llama3", "{\"name\": \"add\", \"parameters\": [1, 2]}",
           "{\"name\": \"add\", \"parameters\": [1, 2]}", "[]", true);
-    check("hermes", "ok <tool_call>\n{\"name\": \"add\", \"argu", "ok <tool_call>\n{\"name\": "
-                                                                 "\"add\", \"argu",
+    check("hermes", "ok <tool_call>\n{\"name\": \"add\", \"argu",
+          "ok <tool_call>\n{\"name\": "
+          "\"add\", \"argu",
           "[]", true);
     check("mistral", "[TOOL_CALLS]add{\"a\": 1}", "[TOOL_CALLS]add{\"a\": 1}", "[]", true);
 }
@@ -203,8 +205,8 @@ Test(srv_tool_format, malformed_calls_come_back_as_content)
 Test(srv_tool_format, text_after_a_call_is_content)
 {
     check("hermes",
-          "<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}</tool_call> done",
-          " done", "[{\"name\":\"add\",\"arguments\":\"{\\\"a\\\":1,\\\"b\\\":2}\"}]", false);
+          "<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}</tool_call> done", " done",
+          "[{\"name\":\"add\",\"arguments\":\"{\\\"a\\\":1,\\\"b\\\":2}\"}]", false);
 }
 
 /* ---- the grammar -------------------------------------------------------------------------- */
@@ -214,8 +216,8 @@ static struct gs_grammar *grammar(const char *format, size_t only, bool parallel
     char *src;
     size_t len;
     struct gs_err err;
-    cr_assert_eq(gs_srv_tools_grammar(gs_srv_tool_format_by_name(format), tools, 2, only,
-                                      parallel, &src, &len, &err),
+    cr_assert_eq(gs_srv_tools_grammar(gs_srv_tool_format_by_name(format), tools, 2, only, parallel,
+                                      &src, &len, &err),
                  GS_OK, "%s", err.msg);
     struct gs_grammar *g;
     cr_assert_eq(gs_grammar_compile(src, len, "root", NULL, &g, &err), GS_OK, "%s\n%s", err.msg,
@@ -249,7 +251,8 @@ struct canon {
 };
 
 static const struct canon canon[] = {
-    {"hermes", "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>",
+    {"hermes",
+     "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>",
      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"P\"}}\n"
      "</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n"
      "</tool_call>",
@@ -315,8 +318,7 @@ Test(srv_tool_format, template_markers_choose_the_format)
         snprintf(rel, sizeof(rel), "golden/templates/%s.json", rows[i].golden);
         json_t *g = gs_test_load_json(gs_test_shared_path(rel));
         const char *t = json_string_value(json_object_get(g, "template"));
-        cr_expect_str_eq(gs_srv_tool_format_detect(t)->name, rows[i].format, "%s",
-                         rows[i].golden);
+        cr_expect_str_eq(gs_srv_tool_format_detect(t)->name, rows[i].format, "%s", rows[i].golden);
         json_decref(g);
     }
     cr_expect_str_eq(gs_srv_tool_format_detect(NULL)->name, "generic");
