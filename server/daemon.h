@@ -54,7 +54,7 @@ struct gs_srv_choice {
     struct gs_srv_tool_reader tools;
     struct gs_srv_buf released;
     json_t *calls;       /* OpenAI's tool call objects found so far, ids assigned */
-    size_t n_calls_sent; /* stream: calls already in chunks */
+    json_t *call_deltas; /* stream: OpenAI's tool_calls delta entries not yet sent */
 };
 
 struct gs_srv_route;

@@ -165,25 +165,16 @@ static void emit_delta(struct gs_srv_req *r, struct gs_srv_choice *c, json_t *de
     json_decref(chunk);
 }
 
-/*
- * The calls of c not yet streamed, in OpenAI's delta shape: a call's first delta carries
- * its index, id, type and name (arguments ""), the next its arguments. A call is sent once
- * it is whole (the reader checks it first), so its arguments come in one fragment.
- */
+/* The tool_calls deltas of c not yet streamed, one chunk each (see read_calls). */
 static void emit_calls(struct gs_srv_req *r, struct gs_srv_choice *c)
 {
-    for (; c->n_calls_sent < json_array_size(c->calls); c->n_calls_sent++) {
-        json_t *call = json_array_get(c->calls, c->n_calls_sent);
-        json_t *fn = json_object_get(call, "function");
-        emit_delta(r, c,
-                   json_pack("{s:[{s:i,s:O,s:s,s:{s:O,s:s}}]}", "tool_calls", "index",
-                             (int)c->n_calls_sent, "id", json_object_get(call, "id"), "type",
-                             "function", "function", "name", json_object_get(fn, "name"),
-                             "arguments", ""));
-        emit_delta(r, c,
-                   json_pack("{s:[{s:i,s:{s:O}}]}", "tool_calls", "index", (int)c->n_calls_sent,
-                             "function", "arguments", json_object_get(fn, "arguments")));
+    size_t i;
+    json_t *d;
+    json_array_foreach(c->call_deltas, i, d)
+    {
+        emit_delta(r, c, json_pack("{s:[O]}", "tool_calls", d));
     }
+    json_array_clear(c->call_deltas);
 }
 
 static void emit_chunk_text(struct gs_srv_req *r, struct gs_srv_choice *c, const char *fin);
@@ -192,7 +183,7 @@ static void emit_chunk_text(struct gs_srv_req *r, struct gs_srv_choice *c, const
  * finish_reason when fin is set. */
 static void emit_chunk(struct gs_srv_req *r, struct gs_srv_choice *c, const char *fin)
 {
-    if (!r->gen.chat || c->n_calls_sent >= json_array_size(c->calls)) {
+    if (!r->gen.chat || !json_array_size(c->call_deltas)) {
         emit_chunk_text(r, c, fin);
         return;
     }
@@ -373,12 +364,49 @@ static void call_id(const struct gs_srv_choice *c, char *out, size_t cap)
     out[at] = '\0';
 }
 
+/*
+ * One entry of the reader's output into c's calls and, for the stream, OpenAI's deltas: a
+ * call's first delta carries its index, id, type and name (arguments ""), the next ones
+ * its index and arguments. A whole call ({"name","arguments"}) gives both at once; a live
+ * call gives the first when its name is read ({"name"}) and one delta per fragment of its
+ * arguments ({"arguments"}) after it.
+ */
+static bool take_call_entry(struct gs_srv_choice *c, json_t *e)
+{
+    json_t *name = json_object_get(e, "name"), *args = json_object_get(e, "arguments");
+    size_t index = json_array_size(c->calls);
+    if (name) {
+        char id[40];
+        call_id(c, id, sizeof(id));
+        if (json_array_append_new(c->calls,
+                                  json_pack("{s:s,s:s,s:{s:O,s:s}}", "id", id, "type", "function",
+                                            "function", "name", name, "arguments", "")) ||
+            json_array_append_new(c->call_deltas,
+                                  json_pack("{s:i,s:s,s:s,s:{s:O,s:s}}", "index", (int)index, "id",
+                                            id, "type", "function", "function", "name", name,
+                                            "arguments", "")))
+            return false;
+    }
+    if (!args || !json_array_size(c->calls))
+        return true;
+    index = json_array_size(c->calls) - 1;
+    json_t *fn = json_object_get(json_array_get(c->calls, index), "function");
+    const char *had = json_string_value(json_object_get(fn, "arguments"));
+    struct gs_srv_buf b = {0};
+    gs_srv_buf_adds(&b, had ? had : "");
+    gs_srv_buf_add(&b, json_string_value(args), json_string_length(args));
+    bool ok = !b.failed && !json_object_set_new(fn, "arguments", json_stringn(b.p, b.len)) &&
+              !json_array_append_new(c->call_deltas, json_pack("{s:i,s:{s:O}}", "index", (int)index,
+                                                               "function", "arguments", args));
+    gs_srv_buf_free(&b);
+    return ok;
+}
+
 /* Passes src (then emptied) through c's tool-call reader (fin: the text is over): content
- * to c->text, new calls into c->calls as OpenAI's objects with their ids. */
+ * to c->text, calls into c->calls and c->call_deltas. */
 static void read_calls(struct gs_srv_req *r, struct gs_srv_choice *c, struct gs_srv_buf *src,
                        bool fin)
 {
-    size_t before = json_array_size(c->calls);
     json_t *found = json_array();
     bool ok = found &&
               gs_srv_tool_reader_feed(&c->tools, src->p ? src->p : "", src->len, &c->text, found);
@@ -391,18 +419,13 @@ static void read_calls(struct gs_srv_req *r, struct gs_srv_choice *c, struct gs_
         c->tools.malformed[0] = '\0';
     }
     size_t i;
-    json_t *f;
-    json_array_foreach(found, i, f)
+    json_t *e;
+    json_array_foreach(found, i, e)
     {
-        char id[40];
-        call_id(c, id, sizeof(id));
-        json_array_append_new(c->calls,
-                              json_pack("{s:s,s:s,s:{s:O,s:O}}", "id", id, "type", "function",
-                                        "function", "name", json_object_get(f, "name"), "arguments",
-                                        json_object_get(f, "arguments")));
+        ok = ok && take_call_entry(c, e);
     }
     json_decref(found);
-    if (!ok || json_array_size(c->calls) != before + i)
+    if (!ok)
         c->text.failed = true; /* out of memory: the rest is lost, as with any full buffer */
 }
 
@@ -463,8 +486,8 @@ static void on_token(struct gs_srv_req *r, struct gs_srv_choice *c, const struct
     }
     if (staged)
         pass_text(r, c, c->stop_hit);
-    if (r->streaming && (c->text.len || c->reasoning.len || r->gen.logprobs ||
-                         c->n_calls_sent < json_array_size(c->calls)))
+    if (r->streaming &&
+        (c->text.len || c->reasoning.len || r->gen.logprobs || json_array_size(c->call_deltas)))
         stream_text(r, c, false);
 }
 
@@ -635,6 +658,7 @@ void gs_srv__gen_free(struct gs_srv_req *r)
         gs_srv_buf_free(&c->answer);
         gs_srv_buf_free(&c->released);
         json_decref(c->calls);
+        json_decref(c->call_deltas);
     }
     gs_free(r->choices);
     gs_free(r->prompt);
@@ -902,7 +926,11 @@ static enum MHD_Result submit_all(struct gs_srv_req *r)
         if (g->chat && g->n_tools && g->tool_choice != GS_SRV_TOOL_CHOICE_NONE) {
             c->tools_on = true;
             gs_srv_tool_reader_init(&c->tools, g->tool_format, g->tools, g->n_tools);
-            if (!(c->calls = json_array()))
+            /* Under a grammar from the first token a call cannot go wrong but by being cut
+             * off: its arguments may stream as they come. */
+            c->tools.live = g->tool_choice == GS_SRV_TOOL_CHOICE_REQUIRED ||
+                            g->tool_choice == GS_SRV_TOOL_CHOICE_NAMED;
+            if (!(c->calls = json_array()) || !(c->call_deltas = json_array()))
                 return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
         }
         struct gs_err err;

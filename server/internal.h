@@ -342,6 +342,23 @@ struct gs_srv_tool_reader {
     bool off;            /* a malformed call was met: all the rest is content */
     size_t n_calls;      /* calls found so far */
     char malformed[160]; /* why the last malformed call was refused; "" if none */
+    /*
+     * Live calls (set by the caller after init; formats whose calls are one object each or
+     * NAME_ARGS): for text a grammar wrote from its first token (tool_choice "required" or
+     * a named function), so that a call cannot turn out malformed except by being cut
+     * off. A call is then announced as soon as its name is read, {"name": ...} in calls,
+     * and its arguments follow as they come, {"arguments": fragment}; their concatenation
+     * is the arguments' text as written. A call cut off stays a call, with the arguments
+     * it has. Other formats, and readers not live, append whole calls
+     * {"name", "arguments"} once complete.
+     */
+    bool live;
+    bool live_on;     /* a live call's name was announced */
+    size_t args_at;   /* its arguments' first byte in held */
+    size_t args_sent; /* bytes of held given out as fragments */
+    size_t args_scan; /* the arguments' own scanner: position, nesting, strings */
+    uint32_t args_depth;
+    bool args_string, args_escaped, args_done;
 };
 
 void gs_srv_tool_reader_init(struct gs_srv_tool_reader *t, const struct gs_srv_tool_format *f,

@@ -17,7 +17,8 @@
  * one; inside a call it scans the JSON (strings, escapes, nesting) until the
  * value closes, then parses it with jansson and checks it. Its results do not
  * depend on how the text was cut into pieces: every decision waits until the
- * bytes it needs have arrived.
+ * bytes it needs have arrived. A live reader (text a grammar wrote from its first token)
+ * announces a call when its name is read and gives its arguments out as they come.
  *
  * Threads: none of its own; the loop thread.
  */
@@ -252,6 +253,129 @@ static void call_done(struct gs_srv_tool_reader *t, size_t end)
     consume(t, end);
     t->state = ST_TEXT;
     t->after_call = true;
+    t->live_on = false;
+}
+
+/* ---- live calls --------------------------------------------------------------------------- */
+
+static bool live_format(const struct gs_srv_tool_reader *t)
+{
+    return t->live &&
+           (t->f->body == GS_SRV_TOOL_BODY_OBJECT || t->f->body == GS_SRV_TOOL_BODY_NAME_ARGS);
+}
+
+/* Matches lit at held[*at] (a prefix of it when the text ends first: 0, need more). */
+static int match_lit(const struct gs_srv_tool_reader *t, size_t *at, const char *lit)
+{
+    size_t l = strlen(lit), have = t->held.len - *at;
+    if (memcmp(t->held.p + *at, lit, GS_MIN(l, have)))
+        return -1;
+    if (have < l)
+        return 0;
+    *at += l;
+    return 1;
+}
+
+static int match_sp(const struct gs_srv_tool_reader *t, size_t *at)
+{
+    if (*at == t->held.len)
+        return 0;
+    if (t->held.p[*at] == ' ')
+        (*at)++;
+    return 1;
+}
+
+/*
+ * The start of a call object as the grammar writes it, {"name": "f", "<args_key>": , at
+ * json_start: 1 with the name and where the arguments start, 0 when more text is needed,
+ * -1 when the text is not in that shape (the call is then read whole).
+ */
+static int live_prefix(const struct gs_srv_tool_reader *t, size_t *name_at, size_t *name_len,
+                       size_t *args_at)
+{
+    size_t at = t->json_start;
+    int m;
+    char key[32];
+    snprintf(key, sizeof(key), "\"%s\":", t->f->args_key);
+    if ((m = match_lit(t, &at, "{\"name\":")) <= 0 || (m = match_sp(t, &at)) <= 0 ||
+        (m = match_lit(t, &at, "\"")) <= 0)
+        return m;
+    *name_at = at;
+    while (at < t->held.len && t->held.p[at] != '"' && t->held.p[at] != '\\')
+        at++;
+    if (at == t->held.len)
+        return at - *name_at > 64 ? -1 : 0;
+    *name_len = at - *name_at;
+    if ((m = match_lit(t, &at, "\",")) <= 0 || (m = match_sp(t, &at)) <= 0 ||
+        (m = match_lit(t, &at, key)) <= 0 || (m = match_sp(t, &at)) <= 0 ||
+        (m = match_lit(t, &at, "{")) <= 0)
+        return m;
+    /* The arguments are an object, so that their scanner closes where the call's does. */
+    *args_at = at - 1;
+    return 1;
+}
+
+/* Announces a live call of held[name_at, +name_len) whose arguments start at args_at.
+ * false when the name is not a tool's (the call is then read whole, and refused). */
+static bool live_start(struct gs_srv_tool_reader *t, size_t name_at, size_t name_len,
+                       size_t args_at, json_t *calls)
+{
+    if (!find_tool(t, t->held.p + name_at, name_len))
+        return false;
+    json_array_append_new(calls, json_pack("{s:s%}", "name", t->held.p + name_at, name_len));
+    t->live_on = true;
+    t->args_at = t->args_sent = t->args_scan = args_at;
+    t->args_depth = 0;
+    t->args_string = t->args_escaped = t->args_done = false;
+    t->n_calls++;
+    return true;
+}
+
+/* Where p[from, to) stops being whole UTF-8: before a trailing lead byte whose sequence has
+ * not fully arrived (the next piece finishes it), else to. */
+static size_t utf8_whole_end(const char *p, size_t from, size_t to)
+{
+    for (size_t k = to; k > from && to - k < 4; k--) {
+        unsigned char c = (unsigned char)p[k - 1];
+        if ((c & 0xC0) == 0x80)
+            continue; /* a continuation byte: look further back for its lead */
+        size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return to - (k - 1) < need ? k - 1 : to;
+    }
+    return to;
+}
+
+/* Gives out the arguments' bytes that have arrived, up to their end; fin: all of them,
+ * the text is over. A fragment never ends inside a UTF-8 character, and invalid bytes
+ * become U+FFFD, so the fragments are JSON strings whose concatenation does not depend
+ * on how the text was cut. */
+static void live_args(struct gs_srv_tool_reader *t, json_t *calls, bool fin)
+{
+    const char *p = t->held.p;
+    for (; !t->args_done && t->args_scan < t->held.len; t->args_scan++) {
+        char ch = p[t->args_scan];
+        if (t->args_string) {
+            if (t->args_escaped)
+                t->args_escaped = false;
+            else if (ch == '\\')
+                t->args_escaped = true;
+            else if (ch == '"')
+                t->args_string = false;
+        } else if (ch == '"') {
+            t->args_string = true;
+        } else if (ch == '{' || ch == '[') {
+            t->args_depth++;
+        } else if ((ch == '}' || ch == ']') && t->args_depth && --t->args_depth == 0) {
+            t->args_done = true;
+        }
+    }
+    size_t end = fin ? t->args_scan : utf8_whole_end(p, t->args_sent, t->args_scan);
+    if (end > t->args_sent) {
+        json_array_append_new(calls,
+                              json_pack("{s:o}", "arguments",
+                                        gs_srv_json_text(p + t->args_sent, end - t->args_sent)));
+        t->args_sent = end;
+    }
 }
 
 /* One step on held; returns false when it needs more text. */
@@ -330,12 +454,37 @@ static bool step(struct gs_srv_tool_reader *t, struct gs_srv_buf *content, json_
         t->depth = 0;
         t->in_string = t->escaped = false;
         t->state = ST_JSON;
+        if (live_format(t)) {
+            const char *name = t->held.p + ol, *nend = t->held.p + ne;
+            const char *id =
+                memmem(name, (size_t)(nend - name), CALL_ID_MARK, strlen(CALL_ID_MARK));
+            live_start(t, ol, (size_t)((id ? id : nend) - name), t->json_start, calls);
+        }
         return true;
     }
     case ST_JSON: {
+        if (live_format(t) && !t->live_on && f->body == GS_SRV_TOOL_BODY_OBJECT) {
+            size_t name_at = 0, name_len = 0, args_at = 0;
+            int m = live_prefix(t, &name_at, &name_len, &args_at);
+            if (m == 0)
+                return false;
+            if (m > 0)
+                live_start(t, name_at, name_len, args_at, calls);
+        }
+        if (t->live_on)
+            live_args(t, calls, false);
         size_t end = scan_json(t);
         if (!end)
             return false;
+        if (t->live_on) {
+            /* Announced already: the object's checks can no longer take it back. */
+            t->scan = end;
+            if (!f->close[0])
+                call_done(t, end);
+            else
+                t->state = ST_CLOSE;
+            return true;
+        }
         const char *name = NULL;
         size_t name_len = 0;
         if (f->body == GS_SRV_TOOL_BODY_NAME_ARGS) {
@@ -390,13 +539,19 @@ bool gs_srv_tool_reader_feed(struct gs_srv_tool_reader *t, const char *text, siz
 bool gs_srv_tool_reader_finish(struct gs_srv_tool_reader *t, struct gs_srv_buf *content,
                                json_t *calls)
 {
-    (void)calls;
     if (t->state == ST_CLOSE) {
         /* The calls are whole; only the close marker is missing (a stop string, or the
          * length): nothing of them is lost. */
         snprintf(t->malformed, sizeof(t->malformed), "no %s after a call", t->f->close);
         consume(t, t->held.len);
         t->state = ST_TEXT;
+    } else if (t->state != ST_TEXT && t->live_on) {
+        /* A live call cut off stays a call with the arguments it has. */
+        live_args(t, calls, true);
+        snprintf(t->malformed, sizeof(t->malformed), "the text ended inside a call");
+        consume(t, t->held.len);
+        t->state = ST_TEXT;
+        t->live_on = false;
     } else if (t->state != ST_TEXT) {
         malformed(t, content, "the text ended inside a call");
     } else if (t->after_call) {

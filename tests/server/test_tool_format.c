@@ -7,6 +7,7 @@
  * accepts each format's canonical calls and refuses others; and the template markers
  * choose the format.
  */
+#define _GNU_SOURCE
 #include "engine/grammar.h"
 #include "server/internal.h"
 #include "tests/common/testutil.h"
@@ -207,6 +208,115 @@ Test(srv_tool_format, text_after_a_call_is_content)
     check("hermes",
           "<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}</tool_call> done", " done",
           "[{\"name\":\"add\",\"arguments\":\"{\\\"a\\\":1,\\\"b\\\":2}\"}]", false);
+}
+
+/* ---- live calls ---------------------------------------------------------------------------- */
+
+/* Reads text live, cut at cuts[n]: the calls folded from the events ({"name"} starts a call,
+ * {"arguments"} extends the last one's), the content, and how many fragments came. */
+static void read_live(const char *format, const char *text, const size_t *cuts, size_t n,
+                      struct result *out, size_t *n_fragments)
+{
+    struct gs_srv_tool_reader t;
+    gs_srv_tool_reader_init(&t, gs_srv_tool_format_by_name(format), tools, 2);
+    t.live = true;
+    *out = (struct result){.calls = json_array()};
+    json_t *ev = json_array();
+    size_t at = 0, len = strlen(text);
+    for (size_t i = 0; i <= n; i++) {
+        size_t end = i < n ? cuts[i] : len;
+        cr_assert(gs_srv_tool_reader_feed(&t, text + at, end - at, &out->content, ev));
+        at = end;
+    }
+    cr_assert(gs_srv_tool_reader_finish(&t, &out->content, ev));
+    gs_srv_buf_add(&out->content, "", 0);
+    gs_srv_tool_reader_deinit(&t);
+    *n_fragments = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e)
+    {
+        json_t *name = json_object_get(e, "name"), *args = json_object_get(e, "arguments");
+        if (name)
+            json_array_append_new(out->calls,
+                                  json_pack("{s:O,s:s}", "name", name, "arguments", ""));
+        if (args) {
+            json_t *last = json_array_get(out->calls, json_array_size(out->calls) - 1);
+            cr_assert(last, "arguments before any call");
+            char *joined;
+            cr_assert(asprintf(&joined, "%s%s",
+                               json_string_value(json_object_get(last, "arguments")),
+                               json_string_value(args)) > 0);
+            json_object_set_new(last, "arguments", json_string(joined));
+            free(joined);
+            *n_fragments += !name;
+        }
+    }
+    json_decref(ev);
+}
+
+static void check_live(const char *format, const char *text, const char *want_content,
+                       const char *want_calls)
+{
+    struct result whole;
+    size_t nf;
+    read_live(format, text, NULL, 0, &whole, &nf);
+    json_t *want = json_loads(want_calls, 0, NULL);
+    cr_assert(want);
+    char *got = json_dumps(whole.calls, JSON_COMPACT);
+    cr_assert(json_equal(whole.calls, want), "%s live: calls %s, want %s", format, got, want_calls);
+    cr_assert_str_eq(whole.content.p, want_content, "%s live: content", format);
+    free(got);
+    json_decref(want);
+    size_t len = strlen(text);
+    for (size_t k = 1; k < len; k++) {
+        struct result cut;
+        read_live(format, text, &k, 1, &cut, &nf);
+        char what[64];
+        snprintf(what, sizeof(what), "%s live, cut at %zu", format, k);
+        cr_assert_str_eq(cut.content.p, whole.content.p, "%s", what);
+        cr_assert(json_equal(cut.calls, whole.calls), "%s", what);
+        result_free(&cut);
+    }
+    size_t *all = malloc(len * sizeof(*all));
+    for (size_t k = 0; k + 1 < len; k++)
+        all[k] = k + 1;
+    struct result bytes;
+    read_live(format, text, all, len - 1, &bytes, &nf);
+    cr_assert(json_equal(bytes.calls, whole.calls), "%s live, byte by byte", format);
+    cr_expect_gt(nf, json_array_size(whole.calls), "%s: arguments in several fragments", format);
+    result_free(&bytes);
+    free(all);
+    result_free(&whole);
+}
+
+Test(srv_tool_format, live_calls_stream_their_arguments_in_any_cut)
+{
+    check_live(
+        "hermes",
+        "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": \"}\"}}\n"
+        "</tool_call>\n<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{}}\n</tool_call>",
+        "",
+        "[{\"name\":\"add\",\"arguments\":\"{\\\"a\\\": 1, \\\"b\\\": \\\"}\\\"}\"},"
+        "{\"name\":\"get_weather\",\"arguments\":\"{}\"}]");
+    check_live("llama3", "{\"name\": \"add\", \"parameters\": {\"a\": [1, {}]}}", "",
+               "[{\"name\":\"add\",\"arguments\":\"{\\\"a\\\": [1, {}]}\"}]");
+    check_live("mistral", "[TOOL_CALLS]add[ARGS]{\"a\": 1}[TOOL_CALLS]get_weather[ARGS]{}", "",
+               "[{\"name\":\"add\",\"arguments\":\"{\\\"a\\\": 1}\"},"
+               "{\"name\":\"get_weather\",\"arguments\":\"{}\"}]");
+}
+
+Test(srv_tool_format, a_live_call_cut_off_keeps_what_it_has)
+{
+    check_live("hermes", "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 12", "",
+               "[{\"name\":\"add\",\"arguments\":\"{\\\"a\\\": 12\"}]");
+    /* Before its name is whole, nothing was announced: the text is content. */
+    struct result r;
+    size_t nf;
+    read_live("hermes", "<tool_call>\n{\"name\": \"ad", NULL, 0, &r, &nf);
+    cr_expect_eq(json_array_size(r.calls), 0);
+    cr_expect_str_eq(r.content.p, "<tool_call>\n{\"name\": \"ad");
+    result_free(&r);
 }
 
 /* ---- the grammar -------------------------------------------------------------------------- */
