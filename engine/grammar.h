@@ -126,6 +126,11 @@ enum gs_status gs_grammar_vocab_new(const char *const *pieces, const uint32_t *l
                                     struct gs_err *err);
 void gs_grammar_vocab_free(struct gs_grammar_vocab *v); /* NULL is a no-op */
 uint32_t gs_grammar_vocab_n(const struct gs_grammar_vocab *v);
+/* Token t's bytes (borrowed for v's life; *len 0 for a control token) and the
+ * longest token's length, for callers that watch the text a sequence writes
+ * (a grammar trigger, scheduler/). t must be < gs_grammar_vocab_n(v). */
+const char *gs_grammar_vocab_piece(const struct gs_grammar_vocab *v, int32_t t, uint32_t *len);
+uint32_t gs_grammar_vocab_max_len(const struct gs_grammar_vocab *v);
 
 /* ---- matchers -------------------------------------------------------------- */
 

@@ -42,6 +42,16 @@ struct seq {
     struct gs_sample_state *sampler;
     struct gs_grammar_matcher *matcher; /* structured output, or NULL */
     uint64_t *allow;                    /* [(n_vocab + 63) / 64] its mask, with matcher */
+    /* A grammar with a trigger (gs_sched_request.grammar_trigger): off until
+     * the text holds trigger; window keeps the last trigger_len - 1 bytes of
+     * text, plus room for one token, so that a trigger split across tokens
+     * is found. */
+    bool grammar_on;
+    const struct gs_grammar_vocab *vocab; /* borrowed, with matcher */
+    char *trigger;                        /* owned; NULL: the grammar is on from the start */
+    uint32_t trigger_len;
+    char *window; /* [trigger_len + longest token] owned */
+    uint32_t window_len;
     bool ignore_eos;
     bool want_logprobs;
     uint32_t n_top;

@@ -53,6 +53,8 @@ void gs_sched__seq_free(struct gs_sched *s, struct seq *q)
     gs_sample_state_free(q->sampler);
     gs_grammar_matcher_free(q->matcher);
     gs_free(q->allow);
+    gs_free(q->trigger);
+    gs_free(q->window);
     gs_free(q->tokens);
     gs_free(q->served);
     gs_free(q);
@@ -407,6 +409,16 @@ enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request
         rc = gs_grammar_matcher_new(req->grammar, req->grammar_vocab, &q->matcher, err);
         if (!rc && !(q->allow = gs_calloc(((size_t)s->n_vocab + 63) / 64, sizeof(uint64_t))))
             rc = gs_err_set(err, GS_NOMEM, "no memory for a grammar mask");
+        q->vocab = req->grammar_vocab;
+        q->grammar_on = !req->grammar_trigger || !req->grammar_trigger[0];
+        if (!rc && !q->grammar_on) {
+            /* Sized here so that a step allocates nothing. */
+            q->trigger_len = (uint32_t)strlen(req->grammar_trigger);
+            q->trigger = gs_strdup(req->grammar_trigger);
+            q->window = gs_malloc((size_t)q->trigger_len + gs_grammar_vocab_max_len(q->vocab) + 1);
+            if (!q->trigger || !q->window)
+                rc = gs_err_set(err, GS_NOMEM, "no memory for a grammar trigger");
+        }
         if (rc) {
             gs_sched__seq_free(s, q);
             return rc;

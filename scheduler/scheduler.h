@@ -99,6 +99,13 @@ struct gs_sched_request {
      * engine/grammar.h) is borrowed and must outlive the scheduler. */
     struct gs_grammar *grammar;
     const struct gs_grammar_vocab *grammar_vocab;
+    /* With grammar: the text from which it applies (NUL-terminated, copied;
+     * NULL or "": from the first token). Until the sequence's text contains
+     * it, tokens are sampled freely; the token that completes it is fed to
+     * the grammar from the trigger's first byte on, so the grammar's sentence
+     * starts with the trigger itself (a tool call's start marker). If the
+     * grammar refuses that text, the sequence goes on unconstrained. */
+    const char *grammar_trigger;
 };
 
 enum gs_finish {

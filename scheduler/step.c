@@ -317,6 +317,39 @@ static enum gs_status grammar_mask(struct gs_sched *s, struct seq *q, struct gs_
     return GS_OK;
 }
 
+/*
+ * A grammar with a trigger: appends token's bytes to q's window and, once the
+ * window holds the trigger, starts the grammar on the text from the trigger's
+ * first byte. A grammar that refuses that text is dropped: the sequence goes
+ * on free, and its reader finds no well-formed call. GS_BUSY (over a matcher
+ * limit) is the sequence's error, as in take_token.
+ */
+static enum gs_status watch_trigger(struct seq *q, int32_t token, struct gs_err *err)
+{
+    uint32_t n;
+    const char *p = gs_grammar_vocab_piece(q->vocab, token, &n);
+    memcpy(q->window + q->window_len, p, n);
+    q->window_len += n;
+    const char *at = memmem(q->window, q->window_len, q->trigger, q->trigger_len);
+    if (at) {
+        enum gs_status rc = gs_grammar_matcher_accept_bytes(
+            q->matcher, at, (size_t)(q->window + q->window_len - at), err);
+        if (rc == GS_BUSY)
+            return rc;
+        if (rc == GS_OK) {
+            q->grammar_on = true;
+            return GS_OK;
+        }
+        gs_grammar_matcher_free(q->matcher);
+        q->matcher = NULL;
+        return GS_OK;
+    }
+    uint32_t keep = GS_MIN(q->window_len, q->trigger_len - 1);
+    memmove(q->window, q->window + q->window_len - keep, keep);
+    q->window_len = keep;
+    return GS_OK;
+}
+
 /* Samples q's next token from its logits row and decides whether it ends. A
  * non-finite logit ends this sequence alone, with GS_NUMERIC. */
 static enum gs_finish take_token(struct gs_sched *s, struct seq *q, float *logits)
@@ -328,18 +361,26 @@ static enum gs_finish take_token(struct gs_sched *s, struct seq *q, float *logit
     if (q->served)
         memcpy(q->served + (size_t)q->n_generated * s->n_vocab, logits, s->n_vocab * sizeof(float));
     enum gs_status rc = GS_OK;
+    bool masked = q->matcher && q->grammar_on;
     uint64_t t_grammar = q->matcher ? gs_now_ns() : 0;
-    if (q->matcher)
+    if (masked)
         rc = grammar_mask(s, q, &err);
     if (q->matcher)
         q->st.grammar_ms += (double)(gs_now_ns() - t_grammar) / 1e6;
     if (!rc)
-        rc = gs_sample_next_masked(q->sampler, logits, (int32_t)s->n_vocab, q->allow, &o, &err);
+        rc = gs_sample_next_masked(q->sampler, logits, (int32_t)s->n_vocab,
+                                   masked ? q->allow : NULL, &o, &err);
     /* The grammar follows the text: a token it refuses cannot have been
      * sampled, but an end-of-generation token has no text to follow. */
-    if (!rc && q->matcher && !is_eog(s, o.token)) {
+    if (!rc && masked && !is_eog(s, o.token)) {
         t_grammar = gs_now_ns();
         if ((rc = gs_grammar_matcher_accept(q->matcher, o.token, &err)) == GS_BUSY)
+            rc = GS_INVAL;
+        q->st.grammar_ms += (double)(gs_now_ns() - t_grammar) / 1e6;
+    }
+    if (!rc && q->matcher && !masked && !is_eog(s, o.token)) {
+        t_grammar = gs_now_ns();
+        if ((rc = watch_trigger(q, o.token, &err)) == GS_BUSY)
             rc = GS_INVAL;
         q->st.grammar_ms += (double)(gs_now_ns() - t_grammar) / 1e6;
     }
@@ -363,7 +404,7 @@ static enum gs_finish take_token(struct gs_sched *s, struct seq *q, float *logit
         return GS_FINISH_STOP;
     if (!q->ignore_eos && is_eog(s, o.token))
         return GS_FINISH_EOS;
-    if (q->matcher && gs_grammar_matcher_done(q->matcher))
+    if (q->matcher && q->grammar_on && gs_grammar_matcher_done(q->matcher))
         return GS_FINISH_STOP;
     if (q->n_generated >= q->max_tokens || q->n_tokens >= s->n_ctx)
         return GS_FINISH_LENGTH;

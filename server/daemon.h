@@ -42,6 +42,19 @@ struct gs_srv_choice {
     uint32_t n_tokens_at_stop; /* n_tokens when the stop string completed */
     double t_first_ms, t_last_ms;
     struct gs_srv_choice_val val;
+    /* Tool calls (tools given and tool_choice not "none") and thinking blocks: the stop
+     * matcher's output goes to released, then through the thinking splitter (its block to
+     * reasoning, the rest to answer) and the tool-call reader, whose content lands in
+     * text. */
+    bool think_on;
+    struct gs_srv_think think;
+    struct gs_srv_buf reasoning; /* released thinking: all of it (non-stream) or not yet sent */
+    struct gs_srv_buf answer;    /* after the splitter, before the reader */
+    bool tools_on;
+    struct gs_srv_tool_reader tools;
+    struct gs_srv_buf released;
+    json_t *calls;       /* OpenAI's tool call objects found so far, ids assigned */
+    json_t *call_deltas; /* stream: OpenAI's tool_calls delta entries not yet sent */
 };
 
 struct gs_srv_route;
@@ -147,6 +160,7 @@ struct gs_srv_req {
     uint32_t max_tokens;   /* as submitted (the request's, or what the context allows) */
     uint64_t seed;         /* choice i samples with seed + i */
     bool deferred;         /* choices 1.. wait for choice 0's prompt to be cached */
+    bool think_open;       /* the rendered prompt ends inside an opened <think> block */
     long long created;     /* unix seconds */
     struct gs_srv_buf out; /* stream: SSE bytes not yet handed to MHD */
     bool stream_end;       /* "[DONE]" is in out */
@@ -161,6 +175,9 @@ struct gs_srv {
     uint8_t (*key_digests)[32];
     enum gs_srv_tmpl tmpl;
     struct gs_srv_jinja jinja; /* jinja_prompt.c: the Jinja template, when chats use one */
+    /* How the template's model writes tool calls (tool_format.c); with jinja.tmpl. */
+    const struct gs_srv_tool_format *tool_format;
+    bool thinks; /* the template writes <think> blocks: answers split them out */
     struct gs_srv_engine engine;
     bool has_engine;
     /* The model's tokens as byte strings for grammar masks, built on the

@@ -31,12 +31,14 @@ uint32_t gs_srv__choice_tokens(const struct gs_srv_choice *c)
 
 static const char *finish_reason(const struct gs_srv_req *r, const struct gs_srv_choice *c)
 {
+    /* An answer that ended by itself after making calls ends for them. */
+    const char *stop = json_array_size(c->calls) ? "tool_calls" : "stop";
     if (c->stop_hit)
-        return "stop";
+        return stop;
     switch (c->finish) {
     case GS_FINISH_STOP:
     case GS_FINISH_EOS:
-        return "stop";
+        return stop;
     case GS_FINISH_LENGTH:
         return "length";
     case GS_FINISH_ERROR:
@@ -157,9 +159,48 @@ static json_t *chunk_base(const struct gs_srv_req *r, json_t *choices)
                      r->val.fingerprint, "choices", choices);
 }
 
-/* Appends one chunk for choice c carrying its pending text (and logprobs),
- * with finish_reason when fin is set. */
+/* Appends one chunk of choice c with delta (a new reference taken), no logprobs. */
+static void emit_delta(struct gs_srv_req *r, struct gs_srv_choice *c, json_t *delta)
+{
+    json_t *ch = json_pack("{s:i,s:o,s:n,s:n}", "index", (int)c->index, "delta", delta, "logprobs",
+                           "finish_reason");
+    json_t *chunk = chunk_base(r, json_pack("[o]", ch));
+    gs_srv_sse_json(&r->out, chunk);
+    json_decref(chunk);
+}
+
+/* The tool_calls deltas of c not yet streamed, one chunk each (see read_calls). */
+static void emit_calls(struct gs_srv_req *r, struct gs_srv_choice *c)
+{
+    size_t i;
+    json_t *d;
+    json_array_foreach(c->call_deltas, i, d)
+    {
+        emit_delta(r, c, json_pack("{s:[O]}", "tool_calls", d));
+    }
+    json_array_clear(c->call_deltas);
+}
+
+static void emit_chunk_text(struct gs_srv_req *r, struct gs_srv_choice *c, const char *fin);
+
+/* Appends choice c's pending text (and logprobs), then its new calls, with
+ * finish_reason when fin is set. */
 static void emit_chunk(struct gs_srv_req *r, struct gs_srv_choice *c, const char *fin)
+{
+    if (!r->gen.chat || !json_array_size(c->call_deltas)) {
+        emit_chunk_text(r, c, fin);
+        return;
+    }
+    if (c->text.len || c->reasoning.len || !c->first_sent || c->logprobs)
+        emit_chunk_text(r, c, NULL);
+    emit_calls(r, c);
+    if (fin)
+        emit_chunk_text(r, c, fin);
+}
+
+/* One chunk for choice c carrying its pending text (and logprobs), with finish_reason
+ * when fin is set. */
+static void emit_chunk_text(struct gs_srv_req *r, struct gs_srv_choice *c, const char *fin)
 {
     json_t *text = gs_srv_json_text(c->text.p ? c->text.p : "", c->text.len);
     c->text.len = 0;
@@ -168,7 +209,12 @@ static void emit_chunk(struct gs_srv_req *r, struct gs_srv_choice *c, const char
         json_t *delta = json_object();
         if (!c->first_sent)
             json_object_set_new(delta, "role", json_string("assistant"));
-        if (!fin || json_string_length(text))
+        if (c->reasoning.len) {
+            json_object_set_new(delta, "reasoning_content",
+                                gs_srv_json_text(c->reasoning.p, c->reasoning.len));
+            c->reasoning.len = 0;
+        }
+        if ((!fin && !json_object_get(delta, "reasoning_content")) || json_string_length(text))
             json_object_set(delta, "content", text);
         ch = json_pack("{s:i,s:o,s:o,s:o}", "index", (int)c->index, "delta", delta, "logprobs",
                        take_logprobs(r, c), "finish_reason", fin ? json_string(fin) : json_null());
@@ -285,6 +331,131 @@ static struct gs_srv_choice *find_choice(struct gs_srv *s, uint64_t id, struct g
     return NULL;
 }
 
+/*
+ * A control token that spells one of the format's markers ([TOOL_CALLS] and [ARGS] in
+ * Mistral's tekken vocabulary) has no text in the stream; the reader needs it. Any other
+ * control token stays invisible.
+ */
+static const char *marker_piece(struct gs_srv_req *r, struct gs_srv_choice *c, int32_t token,
+                                size_t *len)
+{
+    size_t n = 0;
+    const char *t = gs_tok_token_text(r->srv->cfg.model.tok, token, &n);
+    const char *marks[] = {c->tools.f->open, "[ARGS]", "[CALL_ID]"};
+    for (size_t i = 0; t && i < GS_ARRAY_LEN(marks); i++)
+        if (strlen(marks[i]) == n && !memcmp(t, marks[i], n)) {
+            *len = n;
+            return t;
+        }
+    *len = 0;
+    return "";
+}
+
+/* A call id: "call_" and 24 random letters and digits, or 9 of them where the model's
+ * template checks for that (Mistral's). */
+static void call_id(const struct gs_srv_choice *c, char *out, size_t cap)
+{
+    static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char rnd[24];
+    size_t n = c->tools.f->short_ids ? 9 : 24, at = 0;
+    if (getrandom(rnd, n, GRND_NONBLOCK) != (ssize_t)n) /* then still unique enough in-process */
+        for (size_t i = 0; i < n; i++)
+            rnd[i] = (unsigned char)((gs_now_ns() >> (i % 8)) + i * 131 + c->sched_id);
+    if (!c->tools.f->short_ids)
+        at = (size_t)snprintf(out, cap, "call_");
+    for (size_t i = 0; i < n && at + 1 < cap; i++)
+        out[at++] = alnum[rnd[i] % (sizeof(alnum) - 1)];
+    out[at] = '\0';
+}
+
+/*
+ * One entry of the reader's output into c's calls and, for the stream, OpenAI's deltas: a
+ * call's first delta carries its index, id, type and name (arguments ""), the next ones
+ * its index and arguments. A whole call ({"name","arguments"}) gives both at once; a live
+ * call gives the first when its name is read ({"name"}) and one delta per fragment of its
+ * arguments ({"arguments"}) after it.
+ */
+static bool take_call_entry(struct gs_srv_choice *c, json_t *e)
+{
+    json_t *name = json_object_get(e, "name"), *args = json_object_get(e, "arguments");
+    size_t index = json_array_size(c->calls);
+    if (name) {
+        char id[40];
+        call_id(c, id, sizeof(id));
+        if (json_array_append_new(c->calls,
+                                  json_pack("{s:s,s:s,s:{s:O,s:s}}", "id", id, "type", "function",
+                                            "function", "name", name, "arguments", "")) ||
+            json_array_append_new(c->call_deltas,
+                                  json_pack("{s:i,s:s,s:s,s:{s:O,s:s}}", "index", (int)index, "id",
+                                            id, "type", "function", "function", "name", name,
+                                            "arguments", "")))
+            return false;
+    }
+    if (!args || !json_array_size(c->calls))
+        return true;
+    index = json_array_size(c->calls) - 1;
+    json_t *fn = json_object_get(json_array_get(c->calls, index), "function");
+    const char *had = json_string_value(json_object_get(fn, "arguments"));
+    struct gs_srv_buf b = {0};
+    gs_srv_buf_adds(&b, had ? had : "");
+    gs_srv_buf_add(&b, json_string_value(args), json_string_length(args));
+    bool ok = !b.failed && !json_object_set_new(fn, "arguments", json_stringn(b.p, b.len)) &&
+              !json_array_append_new(c->call_deltas, json_pack("{s:i,s:{s:O}}", "index", (int)index,
+                                                               "function", "arguments", args));
+    gs_srv_buf_free(&b);
+    return ok;
+}
+
+/* Passes src (then emptied) through c's tool-call reader (fin: the text is over): content
+ * to c->text, calls into c->calls and c->call_deltas. */
+static void read_calls(struct gs_srv_req *r, struct gs_srv_choice *c, struct gs_srv_buf *src,
+                       bool fin)
+{
+    json_t *found = json_array();
+    bool ok = found &&
+              gs_srv_tool_reader_feed(&c->tools, src->p ? src->p : "", src->len, &c->text, found);
+    src->len = 0;
+    if (ok && fin)
+        ok = gs_srv_tool_reader_finish(&c->tools, &c->text, found);
+    if (c->tools.malformed[0]) {
+        gs_log(GS_LOG_WARN, "tool_call_malformed", "id=%s choice=%u format=%s reason=%s", r->id,
+               c->index, c->tools.f->name, c->tools.malformed);
+        c->tools.malformed[0] = '\0';
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(found, i, e)
+    {
+        ok = ok && take_call_entry(c, e);
+    }
+    json_decref(found);
+    if (!ok)
+        c->text.failed = true; /* out of memory: the rest is lost, as with any full buffer */
+}
+
+/* c's released text through the thinking splitter and the tool-call reader, as each is
+ * on (fin: the text is over). */
+static void pass_text(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin)
+{
+    struct gs_srv_buf *src = &c->released;
+    if (c->think_on) {
+        bool ok = gs_srv_think_feed(&c->think, c->released.p ? c->released.p : "", c->released.len,
+                                    &c->reasoning, &c->answer);
+        c->released.len = 0;
+        if (ok && fin)
+            ok = gs_srv_think_finish(&c->think, &c->reasoning, &c->answer);
+        if (!ok)
+            c->text.failed = true; /* out of memory, as above */
+        src = &c->answer;
+    }
+    if (c->tools_on) {
+        read_calls(r, c, src, fin);
+    } else {
+        gs_srv_buf_add(&c->text, src->p ? src->p : "", src->len);
+        src->len = 0;
+    }
+}
+
 static void on_token(struct gs_srv_req *r, struct gs_srv_choice *c, const struct gs_sched_event *ev)
 {
     struct gs_srv *s = r->srv;
@@ -309,12 +480,18 @@ static void on_token(struct gs_srv_req *r, struct gs_srv_choice *c, const struct
         add_logprob(r, c, ev);
     if (r->val.top_k)
         gs_srv__val_token(r, c, ev);
-    if (gs_srv_stop_feed(&c->stop, piece, len, &c->text)) {
+    if (!len && c->tools_on)
+        piece = marker_piece(r, c, ev->token, &len);
+    bool staged = c->tools_on || c->think_on;
+    if (gs_srv_stop_feed(&c->stop, piece, len, staged ? &c->released : &c->text)) {
         c->stop_hit = true;
         c->n_tokens_at_stop = c->n_tokens;
         s->engine.cancel(s->engine.ctx, c->sched_id);
     }
-    if (r->streaming && (c->text.len || r->gen.logprobs))
+    if (staged)
+        pass_text(r, c, c->stop_hit);
+    if (r->streaming &&
+        (c->text.len || c->reasoning.len || r->gen.logprobs || json_array_size(c->call_deltas)))
         stream_text(r, c, false);
 }
 
@@ -332,12 +509,16 @@ static void on_finish(struct gs_srv_req *r, struct gs_srv_choice *c,
     if (!c->stop_hit) {
         const char *rest;
         size_t len;
+        bool staged = c->tools_on || c->think_on;
+        struct gs_srv_buf *dst = staged ? &c->released : &c->text;
         gs_tok_decoder_flush(c->dec, &rest, &len);
-        if (gs_srv_stop_feed(&c->stop, rest, len, &c->text)) {
+        if (gs_srv_stop_feed(&c->stop, rest, len, dst)) {
             c->stop_hit = true;
             c->n_tokens_at_stop = c->n_tokens;
         } else
-            gs_srv_stop_flush(&c->stop, &c->text);
+            gs_srv_stop_flush(&c->stop, dst);
+        if (staged)
+            pass_text(r, c, true);
     }
     s->metrics.generated_tokens += gs_srv__choice_tokens(c);
     if (c->index == 0) {
@@ -475,6 +656,13 @@ void gs_srv__gen_free(struct gs_srv_req *r)
         json_decref(c->logprobs);
         json_decref(c->val.report);
         json_decref(c->val.top);
+        gs_srv_tool_reader_deinit(&c->tools);
+        gs_srv_think_deinit(&c->think);
+        gs_srv_buf_free(&c->reasoning);
+        gs_srv_buf_free(&c->answer);
+        gs_srv_buf_free(&c->released);
+        json_decref(c->calls);
+        json_decref(c->call_deltas);
     }
     gs_free(r->choices);
     gs_free(r->prompt);
@@ -508,6 +696,14 @@ static enum MHD_Result openai_respond(struct gs_srv_req *r)
         struct gs_srv_choice *c = &r->choices[i];
         json_t *text = gs_srv_json_text(c->text.p ? c->text.p : "", c->text.len);
         json_t *ch;
+        /* With calls, content is null unless the model wrote more than whitespace. */
+        size_t k = 0;
+        while (k < c->text.len && strchr(" \t\r\n", c->text.p[k]))
+            k++;
+        if (json_array_size(c->calls) && k == c->text.len) {
+            json_decref(text);
+            text = json_null();
+        }
         if (r->gen.chat)
             ch = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", (int)i, "message", "role",
                            "assistant", "content", text, "logprobs", take_logprobs(r, c),
@@ -515,6 +711,11 @@ static enum MHD_Result openai_respond(struct gs_srv_req *r)
         else
             ch = json_pack("{s:i,s:o,s:o,s:s}", "index", (int)i, "text", text, "logprobs",
                            take_logprobs(r, c), "finish_reason", finish_reason(r, c));
+        if (ch && r->gen.chat && json_array_size(c->calls))
+            json_object_set(json_object_get(ch, "message"), "tool_calls", c->calls);
+        if (ch && r->gen.chat && c->reasoning.len)
+            json_object_set_new(json_object_get(ch, "message"), "reasoning_content",
+                                gs_srv_json_text(c->reasoning.p, c->reasoning.len));
         json_array_append_new(choices, ch);
     }
     json_t *body = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", r->id, "object",
@@ -556,6 +757,7 @@ static enum MHD_Result tokenize_prompt(struct gs_srv_req *r)
     if (g->chat && s->jinja.tmpl) {
         if (!gs_srv__jinja_render(r, &flags, &ret))
             return ret;
+        r->think_open = gs_srv_think_prompt_opens(j->text.p ? j->text.p : "", j->text.len);
     } else if (g->chat) {
         gs_srv_tmpl_render_spans(s->tmpl, g->msgs, g->n_msgs, &j->text, &j->spans);
     } else {
@@ -664,6 +866,7 @@ static enum gs_status submit_choice(struct gs_srv_req *r, uint32_t i, struct gs_
         .sampling = g->sp,
         .grammar = g->grammar,
         .grammar_vocab = s->grammar_vocab,
+        .grammar_trigger = g->grammar_trigger,
     };
     if (r->val.top_k > q.n_top_logprobs)
         q.n_top_logprobs = r->val.top_k;
@@ -719,6 +922,21 @@ static enum MHD_Result submit_all(struct gs_srv_req *r)
         c->sched_id = base + i;
         c->index = i;
         gs_srv_stop_init(&c->stop, g->stop, g->n_stop);
+        if (g->chat && g->api == GS_SRV_API_OPENAI && s->jinja.tmpl && s->thinks &&
+            !g->reasoning_inline) {
+            c->think_on = true;
+            gs_srv_think_init(&c->think, r->think_open);
+        }
+        if (g->chat && g->n_tools && g->tool_choice != GS_SRV_TOOL_CHOICE_NONE) {
+            c->tools_on = true;
+            gs_srv_tool_reader_init(&c->tools, g->tool_format, g->tools, g->n_tools);
+            /* Under a grammar from the first token a call cannot go wrong but by being cut
+             * off: its arguments may stream as they come. */
+            c->tools.live = g->tool_choice == GS_SRV_TOOL_CHOICE_REQUIRED ||
+                            g->tool_choice == GS_SRV_TOOL_CHOICE_NAMED;
+            if (!(c->calls = json_array()) || !(c->call_deltas = json_array()))
+                return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
+        }
         struct gs_err err;
         /* The answer continues the prompt: its first piece keeps its space,
          * chat included, as llama.cpp's server sends each piece as it is. */
@@ -773,6 +991,7 @@ struct gs_srv_parse_limits gs_srv__parse_limits(const struct gs_srv *s)
         .max_stop = l->max_stop,
         .max_stop_bytes = l->max_stop_bytes,
         .jinja = s->jinja.tmpl != NULL,
+        .tool_format = s->jinja.tmpl ? s->tool_format : NULL,
     };
 }
 

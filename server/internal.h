@@ -136,6 +136,43 @@ struct gs_srv_msg {
     char *content; /* text parts joined */
 };
 
+/* ---- tool calling: formats (tool_format.c) ----------------------------------------------- */
+
+/*
+ * How a model family writes tool calls: one row of tool_format.c's table. A
+ * row says what starts the calls (open; also the text after which an "auto"
+ * request's grammar applies), whether that text is the start of the JSON
+ * itself, what follows each call, what separates calls, whether the calls
+ * are one JSON object each, one list, or a list inside {"tool_calls": ...},
+ * and under which key the arguments go. The canonical spellings (sep and the
+ * spaces after colons) are what the grammar of "required" produces; the
+ * parser also takes any JSON whitespace.
+ */
+enum gs_srv_tool_body {
+    GS_SRV_TOOL_BODY_OBJECT,    /* each call one object after its own open marker */
+    GS_SRV_TOOL_BODY_ARRAY,     /* one list of call objects after one open marker */
+    GS_SRV_TOOL_BODY_WRAPPED,   /* {"tool_calls": [call objects]} */
+    GS_SRV_TOOL_BODY_NAME_ARGS, /* open, the function's name, "[ARGS]", the arguments object */
+};
+
+struct gs_srv_tool_format {
+    const char *name;  /* "hermes", "llama3", "mistral", "mistral_nemo", "generic" */
+    const char *open;  /* "<tool_call>", "{\"name\"", "[TOOL_CALLS]", "{\"tool_calls\"" */
+    bool open_in_body; /* open is the first bytes of the call's JSON */
+    const char *close; /* after each call's JSON: "</tool_call>"; "" for none */
+    const char *sep;   /* between calls, as the grammar writes it */
+    enum gs_srv_tool_body body;
+    const char *args_key; /* "arguments" or "parameters" */
+    bool short_ids;       /* call ids of 9 alphanumerics (Mistral's template checks them) */
+    bool inject_prompt;   /* the template does not teach the format: a system message does */
+};
+
+/* The format of a template text (its markers); the generic row when none is
+ * recognised or tmpl is NULL. Never NULL. */
+const struct gs_srv_tool_format *gs_srv_tool_format_detect(const char *tmpl);
+/* The row named name, or NULL. */
+const struct gs_srv_tool_format *gs_srv_tool_format_by_name(const char *name);
+
 /* What the parser checks requests against. */
 struct gs_srv_parse_limits {
     uint32_t n_vocab;
@@ -147,6 +184,22 @@ struct gs_srv_parse_limits {
      * client sent them, content may be null (an assistant's tool calls), and
      * tools and chat_template_kwargs are read. */
     bool jinja;
+    /* With jinja: how the template's model writes tool calls (never NULL then). */
+    const struct gs_srv_tool_format *tool_format;
+};
+
+enum gs_srv_tool_choice {
+    GS_SRV_TOOL_CHOICE_NONE,     /* "none", or no tools: the answer is text */
+    GS_SRV_TOOL_CHOICE_AUTO,     /* text, or calls once the format's open marker is written */
+    GS_SRV_TOOL_CHOICE_REQUIRED, /* only calls (one, or with parallel_tool_calls several) */
+    GS_SRV_TOOL_CHOICE_NAMED,    /* only calls of tools[tool_named] */
+};
+
+/* One function of a request's "tools". */
+struct gs_srv_tool {
+    char *name; /* [a-zA-Z0-9_-]{1,64}, gs_malloc'ed */
+    char *gbnf; /* its parameters as GBNF (start rule root), gs_malloc'ed */
+    size_t gbnf_len;
 };
 
 struct gs_srv_gen {
@@ -183,8 +236,23 @@ struct gs_srv_gen {
     json_t *tools_json;
     json_t *template_kwargs; /* "chat_template_kwargs": an object */
     /* "response_format" (json_object, json_schema) or "grammar", compiled;
-     * NULL: free text. Each choice's sequence takes its own reference. */
+     * NULL: free text. Each choice's sequence takes its own reference. With
+     * tools, the grammar of the calls instead (tools.c). */
     struct gs_grammar *grammar;
+    /* With grammar: the text after which it applies (tool_choice "auto": the
+     * format's open marker); NULL: from the first token. Points into a
+     * static table row. */
+    const char *grammar_trigger;
+    /* "tools", "tool_choice", "parallel_tool_calls" (tools.c). */
+    struct gs_srv_tool *tools;
+    size_t n_tools;
+    enum gs_srv_tool_choice tool_choice;
+    size_t tool_named;                            /* NAMED: its index in tools */
+    bool parallel_tool_calls;                     /* default true, as OpenAI's */
+    const struct gs_srv_tool_format *tool_format; /* with tools: the server's */
+    /* "reasoning_format": "none" keeps a thinking block in content; by default ("auto")
+     * it goes to reasoning_content when the template writes such blocks. */
+    bool reasoning_inline;
     /* Anthropic's Messages API (gs_srv_messages_parse): */
     enum gs_srv_api api;
     bool count_only; /* /v1/messages/count_tokens: the prompt is counted, nothing generated */
@@ -215,6 +283,124 @@ void gs_srv_gen_free(struct gs_srv_gen *g);
 enum gs_status gs_srv_messages_parse(const char *body, size_t len, bool count_only,
                                      const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
                                      char *param, size_t param_cap, struct gs_err *err);
+
+/* ---- tool calling: the request side (tools.c) ------------------------------------------- */
+
+/*
+ * Reads "tools", "tool_choice" and "parallel_tool_calls" of a chat body into
+ * g, after its messages: every tool validated (type "function", a name of
+ * [a-zA-Z0-9_-]{1,64}, unique; "parameters" an object schema the JSON Schema
+ * converter accepts; a refusal names tools[i].function.parameters and the
+ * keyword), the messages' tool_calls and tool_call_id checked, and, when the
+ * answer may hold calls, the grammar of the calls compiled into g->grammar
+ * (with g->grammar_trigger for "auto"). Tools need a Jinja template
+ * (lim->jinja); otherwise, and on /v1/completions, they are a 400. Also
+ * rewrites g->messages_json for the template: arguments strings of earlier
+ * calls as JSON objects, and the generic format's instructions as a system
+ * message. Errors as gs_srv_gen_parse.
+ */
+enum gs_status gs_srv_tools_parse(json_t *root, const struct gs_srv_parse_limits *lim,
+                                  struct gs_srv_gen *g, char *param, size_t param_cap,
+                                  struct gs_err *err);
+void gs_srv_tools_free(struct gs_srv_gen *g);
+
+/*
+ * GBNF whose sentences are tool calls in format f: exactly one call, or with
+ * parallel one or more, of tools[only] (only < n) or of any tool (only >= n),
+ * each call's arguments a sentence of that tool's parameters grammar (its
+ * rules renamed t<i>-... so that several coexist). gs_malloc'ed, start rule
+ * root; GS_NOMEM or GS_INVAL (a grammar over the converter's limits).
+ */
+enum gs_status gs_srv_tools_grammar(const struct gs_srv_tool_format *f,
+                                    const struct gs_srv_tool *tools, size_t n, size_t only,
+                                    bool parallel, char **gbnf, size_t *len, struct gs_err *err);
+
+/* ---- tool calling: reading calls out of the text (tool_format.c) ------------------------- */
+
+/*
+ * A streaming reader of one choice's text in format f: text outside calls
+ * passes through as content, each complete call becomes an entry of calls
+ * ({"name": string, "arguments": JSON text as a string}), and nothing of the
+ * calls' markup reaches the content. Text is fed in pieces cut anywhere; the
+ * same text cut anywhere gives the same content and calls. Text that could
+ * still be the start of a marker is held back. A call that is not well formed
+ * (bad JSON, an unknown function, arguments that are not an object, a
+ * missing close marker) is given back as content, with the reason in
+ * malformed, and the reader passes everything after it as content.
+ */
+struct gs_srv_tool_reader {
+    const struct gs_srv_tool_format *f;
+    const struct gs_srv_tool *tools; /* borrowed */
+    size_t n_tools;
+    int state;              /* tool_format.c's enum */
+    struct gs_srv_buf held; /* text not yet given out: a marker prefix, or the call so far */
+    size_t scan;            /* bytes of held already scanned (JSON state below) */
+    size_t json_start;      /* offset of the call's JSON in held */
+    uint32_t depth;         /* JSON nesting at scan */
+    bool in_string, escaped;
+    bool after_call;     /* only whitespace and separators since the last call */
+    bool off;            /* a malformed call was met: all the rest is content */
+    size_t n_calls;      /* calls found so far */
+    char malformed[160]; /* why the last malformed call was refused; "" if none */
+    /*
+     * Live calls (set by the caller after init; formats whose calls are one object each or
+     * NAME_ARGS): for text a grammar wrote from its first token (tool_choice "required" or
+     * a named function), so that a call cannot turn out malformed except by being cut
+     * off. A call is then announced as soon as its name is read, {"name": ...} in calls,
+     * and its arguments follow as they come, {"arguments": fragment}; their concatenation
+     * is the arguments' text as written. A call cut off stays a call, with the arguments
+     * it has. Other formats, and readers not live, append whole calls
+     * {"name", "arguments"} once complete.
+     */
+    bool live;
+    bool live_on;     /* a live call's name was announced */
+    size_t args_at;   /* its arguments' first byte in held */
+    size_t args_sent; /* bytes of held given out as fragments */
+    size_t args_scan; /* the arguments' own scanner: position, nesting, strings */
+    uint32_t args_depth;
+    bool args_string, args_escaped, args_done;
+};
+
+void gs_srv_tool_reader_init(struct gs_srv_tool_reader *t, const struct gs_srv_tool_format *f,
+                             const struct gs_srv_tool *tools, size_t n_tools);
+/* Feeds text: content to content, calls appended to calls (a JSON array).
+ * Returns false on allocation failure. */
+bool gs_srv_tool_reader_feed(struct gs_srv_tool_reader *t, const char *text, size_t len,
+                             struct gs_srv_buf *content, json_t *calls);
+/* The end of the text: what is held is content (an unfinished call is
+ * malformed), or dropped when it is only the whitespace after a call. */
+bool gs_srv_tool_reader_finish(struct gs_srv_tool_reader *t, struct gs_srv_buf *content,
+                               json_t *calls);
+void gs_srv_tool_reader_deinit(struct gs_srv_tool_reader *t);
+
+/* ---- reasoning: a thinking block out of the answer (reasoning.c) -------------------------- */
+
+/*
+ * Splits a choice's text into the thinking block a model writes first (<think> ... </think>)
+ * and the answer after it, in pieces cut anywhere. Only a block at the start of the answer
+ * (after whitespace) counts, or one the prompt opened (the template ended the prompt with
+ * <think>: open). Text that may still become a tag is held back; the whitespace after
+ * </think> is dropped.
+ */
+struct gs_srv_think {
+    int state;              /* reasoning.c's enum */
+    struct gs_srv_buf held; /* text not yet given out */
+};
+
+void gs_srv_think_init(struct gs_srv_think *t, bool open);
+/* Feeds text: the block's text to reasoning, the rest to content. false on allocation
+ * failure. */
+bool gs_srv_think_feed(struct gs_srv_think *t, const char *text, size_t len,
+                       struct gs_srv_buf *reasoning, struct gs_srv_buf *content);
+/* The end of the text: what is held goes where it was headed (an unclosed block is all
+ * reasoning). */
+bool gs_srv_think_finish(struct gs_srv_think *t, struct gs_srv_buf *reasoning,
+                         struct gs_srv_buf *content);
+void gs_srv_think_deinit(struct gs_srv_think *t);
+/* Whether a template writes thinking blocks (its text has <think> and </think>). */
+bool gs_srv_think_detect(const char *tmpl);
+/* Whether a rendered prompt ends inside an opened block ("<think>" and whitespace). */
+bool gs_srv_think_prompt_opens(const char *prompt, size_t len);
 
 /* ---- /tokenize and /detokenize bodies (tokenize_body.c) --------------------------------- */
 

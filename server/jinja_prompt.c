@@ -63,6 +63,9 @@ enum gs_status gs_srv__jinja_init(struct gs_srv *s, const struct gs_srv_cfg *cfg
         j->error = gs_strdup(perr.msg);
         return j->error ? GS_OK : gs_err_set(err, GS_NOMEM, "out of memory");
     }
+    s->tool_format = gs_srv_tool_format_detect(src);
+    s->thinks = gs_srv_think_detect(src);
+    gs_log(GS_LOG_INFO, "tool_call_format", "format=%s", s->tool_format->name);
     j->origin = gs_strdup(file ? "file" : "gguf");
     if (!j->origin || set_trusted(j, cfg->model.tok) != GS_OK)
         return gs_err_set(err, GS_NOMEM, "out of memory");

@@ -354,10 +354,14 @@ static const char *const known_fields[] = {
     "validation",
     "response_format",
     "grammar",
+    "tools", /* read by tools.c: honoured, or refused where they cannot be */
+    "tool_choice",
+    "parallel_tool_calls",
+    "reasoning_format",
 };
 
 /* Read only when chats render through a Jinja template. */
-static const char *const jinja_fields[] = {"tools", "chat_template_kwargs"};
+static const char *const jinja_fields[] = {"chat_template_kwargs"};
 
 static void list_ignored(json_t *root, bool jinja, struct gs_srv_gen *g)
 {
@@ -632,6 +636,22 @@ static enum gs_status parse_structured(struct pctx *c, json_t *root, struct gs_s
     return GS_OK;
 }
 
+/* "reasoning_format": "auto" (a thinking block goes to reasoning_content) or "none" (it
+ * stays in content). Chat only. */
+static enum gs_status parse_reasoning_format(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+{
+    json_t *v = json_object_get(root, "reasoning_format");
+    if (!v || json_is_null(v))
+        return GS_OK;
+    if (!g->chat)
+        return fail(c, "reasoning_format", "'reasoning_format' is for /v1/chat/completions");
+    const char *s = json_string_value(v);
+    if (!s || (strcmp(s, "auto") && strcmp(s, "none")))
+        return fail(c, "reasoning_format", "'reasoning_format' must be \"auto\" or \"none\"");
+    g->reasoning_inline = !strcmp(s, "none");
+    return GS_OK;
+}
+
 static enum gs_status parse_root(struct pctx *c, json_t *root,
                                  const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
 {
@@ -690,6 +710,9 @@ static enum gs_status parse_root(struct pctx *c, json_t *root,
     struct gs_err e;
     if (gs_sample_params_check(&g->sp, (int32_t)lim->n_vocab, &e) != GS_OK)
         return fail(c, "", "%s", e.msg);
+    if ((st = gs_srv_tools_parse(root, lim, g, c->param, c->param_cap, c->err)) != GS_OK ||
+        (st = parse_reasoning_format(c, root, g)) != GS_OK)
+        return st;
     list_ignored(root, lim->jinja, g);
     return GS_OK;
 }
@@ -736,6 +759,7 @@ void gs_srv_gen_free(struct gs_srv_gen *g)
     json_decref(g->tools_json);
     json_decref(g->template_kwargs);
     gs_grammar_unref(g->grammar);
+    gs_srv_tools_free(g);
     *g = (struct gs_srv_gen){0};
 }
 

@@ -60,8 +60,10 @@ static json_t *model_json(const struct gs_srv *s)
                   "n_params", (json_int_t)m->n_params, "size", (json_int_t)m->size_bytes,
                   "chat_template", s->jinja.tmpl ? "jinja" : gs_srv_tmpl_name(s->tmpl));
     /* Which template chats render with, and why not the model's own. */
-    if (meta && s->jinja.tmpl)
+    if (meta && s->jinja.tmpl) {
         json_object_set_new(meta, "chat_template_source", json_string(s->jinja.origin));
+        json_object_set_new(meta, "tool_call_format", json_string(s->tool_format->name));
+    }
     if (meta && s->jinja.error)
         json_object_set_new(meta, "chat_template_error", json_string(s->jinja.error));
     return json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", m->id, "object", "model", "created",

@@ -51,6 +51,17 @@ uint32_t gs_grammar_vocab_n(const struct gs_grammar_vocab *v)
     return v->n_vocab;
 }
 
+const char *gs_grammar_vocab_piece(const struct gs_grammar_vocab *v, int32_t t, uint32_t *len)
+{
+    *len = v->len[t];
+    return v->piece[t] ? v->piece[t] : "";
+}
+
+uint32_t gs_grammar_vocab_max_len(const struct gs_grammar_vocab *v)
+{
+    return v->max_depth;
+}
+
 enum gs_status gs_grammar_vocab_new(const char *const *pieces, const uint32_t *lens,
                                     uint32_t n_vocab, struct gs_grammar_vocab **out,
                                     struct gs_err *err)

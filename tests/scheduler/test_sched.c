@@ -8,7 +8,9 @@
  * the only one in every step it takes part in.
  */
 #include "engine/gguf.h"
+#include "engine/grammar.h"
 #include "engine/model.h"
+#include "engine/tok.h"
 #include "kvcache/kvcache.h"
 #include "scheduler/scheduler.h"
 #include "tests/common/testutil.h"
@@ -700,5 +702,94 @@ Test(sched_validate, cancel_drops_pending_validation)
     gs_sched_stats(s, &st);
     cr_assert_eq(st.n_validated, 0);
     gs_sched_free(s);
+    rig_close(&r);
+}
+
+/*
+ * A grammar with a trigger (tool_choice "auto"): free text until the text holds the
+ * trigger, then constrained from the trigger's first byte. The grammar here, "e" then at
+ * most three letters then "Z", ends the sequence (STOP) a few tokens after the first "e"
+ * of the text, once the token carrying that "e" was one the grammar takes (a token like
+ * "e," drops the grammar, and the text goes on free). Over seeds: every sequence that
+ * stopped ends in "Z" right after its first "e" and at most three letters, some do, and
+ * the text before the first "e" is free (it differs between seeds).
+ */
+Test(sched, grammar_trigger_constrains_only_after_the_trigger)
+{
+    struct rig r;
+    rig_open(&r);
+    struct gs_err err;
+    struct gs_tok *tok;
+    cr_assert_eq(gs_tok_open(gs_test_shared_path("models/stories260K.gguf"), &tok, &err), GS_OK,
+                 "%s", err.msg);
+    uint32_t n = gs_tok_n_vocab(tok);
+    const char **piece = calloc(n, sizeof(*piece));
+    uint32_t *len = calloc(n, sizeof(*len));
+    cr_assert(piece && len);
+    for (uint32_t i = 0; i < n; i++) {
+        size_t l = 0;
+        piece[i] = gs_tok_piece(tok, (int32_t)i, 0, &l);
+        len[i] = (uint32_t)l;
+    }
+    struct gs_grammar_vocab *v;
+    cr_assert_eq(gs_grammar_vocab_new(piece, len, n, &v, &err), GS_OK, "%s", err.msg);
+    const char *src = "root ::= \"e\" [a-z]{0,3} \"Z\"";
+    struct gs_grammar *g;
+    cr_assert_eq(gs_grammar_compile(src, strlen(src), "root", NULL, &g, &err), GS_OK, "%s",
+                 err.msg);
+    struct gs_sched *s = new_sched(&r, 8, 256, 512, false);
+    enum { N = 16 };
+    static struct job jobs[N];
+    for (uint32_t i = 0; i < N; i++) {
+        struct job *j = &jobs[i];
+        memset(j, 0, sizeof(*j));
+        j->prompt[0] = 1;
+        j->n_prompt = 1;
+        j->max_tokens = MAX_GEN;
+        struct gs_sched_request req = {.id = i,
+                                       .prompt = j->prompt,
+                                       .n_prompt = 1,
+                                       .max_tokens = MAX_GEN,
+                                       .grammar = g,
+                                       .grammar_vocab = v,
+                                       .grammar_trigger = "e"};
+        gs_sample_params_init(&req.sampling);
+        req.sampling.temperature = 1.0f;
+        req.sampling.seed = 1000 + i;
+        cr_assert_eq(gs_sched_submit(s, &req, &err), GS_OK, "%s", err.msg);
+        j->finish = GS_FINISH_NONE;
+    }
+    run_to_idle(s, jobs, N);
+    int n_stopped = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        char text[MAX_GEN * 64] = "";
+        size_t at = 0;
+        for (uint32_t k = 0; k < jobs[i].n_out; k++) {
+            size_t l = 0;
+            const char *p = gs_tok_piece(tok, jobs[i].out[k], 0, &l);
+            if (p && at + l < sizeof(text)) {
+                memcpy(text + at, p, l);
+                at += l;
+            }
+        }
+        text[at] = '\0';
+        if (jobs[i].finish != GS_FINISH_STOP)
+            continue;
+        n_stopped++;
+        const char *e = strchr(text, 'e');
+        cr_assert(e, "seed %u stopped without its trigger: '%s'", i, text);
+        size_t k = 1;
+        while (e[k] >= 'a' && e[k] <= 'z')
+            k++;
+        cr_expect(k <= 4 && e[k] == 'Z' && e[k + 1] == '\0',
+                  "seed %u: after the trigger the grammar's sentence, then the end: '%s'", i, text);
+    }
+    cr_expect_gt(n_stopped, 0, "no sequence reached the end of the grammar");
+    gs_sched_free(s);
+    gs_grammar_unref(g);
+    gs_grammar_vocab_free(v);
+    free(piece);
+    free(len);
+    gs_tok_free(tok);
     rig_close(&r);
 }

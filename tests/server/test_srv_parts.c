@@ -120,9 +120,9 @@ Test(srv_request, unknown_fields_are_listed)
 {
     struct gs_srv_gen g;
     char param[64];
-    cr_assert_eq(
-        parse("{\"prompt\":\"a\",\"foo\":1,\"tools\":[],\"bad name\":2}", false, &g, param), GS_OK);
-    cr_expect_str_eq(g.ignored, "foo,tools");
+    cr_assert_eq(parse("{\"prompt\":\"a\",\"foo\":1,\"frob\":[],\"bad name\":2}", false, &g, param),
+                 GS_OK);
+    cr_expect_str_eq(g.ignored, "foo,frob");
     gs_srv_gen_free(&g);
 }
 
@@ -142,6 +142,14 @@ Test(srv_request, refusals_name_the_field)
         {"{\"messages\":[{\"role\":\"user\"}]}", true, "messages[0].content"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":5}]}", true, "messages[0].content"},
         {"{}", false, "prompt"},
+        /* Tools are refused where nothing reads them, never listed as ignored. */
+        {"{\"prompt\":\"a\",\"tools\":[]}", false, "tools"},
+        {"{\"prompt\":\"a\",\"tool_choice\":\"none\"}", false, "tool_choice"},
+        {"{\"prompt\":\"a\",\"reasoning_format\":\"none\"}", false, "reasoning_format"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"reasoning_format\":1}", true,
+         "reasoning_format"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{}]}", true,
+         "tools[0].type"},
         {"{\"prompt\":[1,512]}", false, "prompt"},
         {"{\"prompt\":[1,-1]}", false, "prompt"},
         {"{\"prompt\":[]}", false, "prompt"},
