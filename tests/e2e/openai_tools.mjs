@@ -265,7 +265,7 @@ for (const { family, golden } of families) {
         await bad([tools[0], tools[0]], 'tools[1].function.name', /unique/);
         await bad([{ type: 'function', function: { name: 'f', parameters: { type: 'string' } } }],
                   'tools[0].function.parameters', /object schema/);
-        await bad([{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { a: { not: {} } } } } }],
+        await bad([{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { a: { not: { type: 'string' } } } } } }],
                   'tools[0].function.parameters', /'not'/);
         await bad(tools, 'tool_choice.function.name', /no function/,
                   { tool_choice: { type: 'function', function: { name: 'nope' } } });

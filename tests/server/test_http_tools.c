@@ -438,7 +438,7 @@ Test(http_tools, what_cannot_be_honoured_is_a_400_naming_it, .timeout = 300)
     expect_400(&d, chat,
                CHAT_WITH("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
                          "\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"not\":"
-                         "{}}}}}}]"),
+                         "{\"type\":\"string\"}}}}}}]"),
                "tools[0].function.parameters", "'not'");
     expect_400(&d, chat, CHAT_WITH("\"tools\":[{\"type\":\"retrieval\"}]"), "tools[0].type",
                "must be \"function\"");
