@@ -14,6 +14,9 @@ Cases:
                       finished output validates; prints the fraction accepted
   errors              malformed structured-output requests get 400s naming the field
   isolation           a grammar whose parse blows up ends only its own sequence
+  combos              a grammar with a stop string, with logprobs, with n > 1 streamed
+  preemption          (daemon with a small KV pool) concurrent schema requests that preempt
+                      each other still give valid documents
 
 The model is a random-weight or tiny one: only the grammar can make its output valid.
 Outputs that stop at max_tokens are unfinished and not judged, but each case needs
@@ -377,6 +380,99 @@ def case_isolation():
           "the error does not name the limit: %s" % data[:300])
 
 
+def case_combos():
+    # A stop string inside the grammar's language cuts the output there.
+    st, _, data = post("/v1/completions", {
+        "prompt": "x", "max_tokens": 20, "temperature": 1.0, "seed": 3, "stop": ["yy"],
+        "grammar": 'root ::= "x"{3} "yy" "z"{3}\n'})
+    check(st == 200, "stop: %d %s" % (st, data[:200]))
+    if st == 200:
+        ch = json.loads(data)["choices"][0]
+        check(ch["text"] == "xxx" and ch["finish_reason"] == "stop",
+              "stop: %r finished %s" % (ch["text"], ch["finish_reason"]))
+    # logprobs report the model's distribution; the tokens are the grammar's text.
+    st, _, data = post("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "x"}], "max_tokens": 300, "temperature": 1.0,
+        "seed": 4, "logprobs": True, "top_logprobs": 3,
+        "response_format": {"type": "json_schema",
+                            "json_schema": {"name": "s", "schema": HAND_SCHEMAS[2]}}})
+    check(st == 200, "logprobs: %d %s" % (st, data[:200]))
+    if st == 200:
+        ch = json.loads(data)["choices"][0]
+        lp = ch["logprobs"]["content"]
+        text = ch["message"]["content"]
+        check("".join(t["token"] for t in lp) == text, "logprobs tokens do not spell the text")
+        check(all(t["logprob"] <= 0 and len(t["top_logprobs"]) == 3 for t in lp),
+              "logprobs out of shape")
+        if ch["finish_reason"] == "stop":
+            errs = list(jsonschema_validator(HAND_SCHEMAS[2], "draft202012").iter_errors(
+                json.loads(text)))
+            check(not errs, "logprobs run: invalid output %r" % text)
+    # n > 1, streamed: every choice's deltas make a valid document.
+    st, _, data = post("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "x"}], "max_tokens": 400, "temperature": 1.0,
+        "seed": 6, "n": 3, "stream": True,
+        "response_format": {"type": "json_schema",
+                            "json_schema": {"name": "s", "schema": HAND_SCHEMAS[0]}}})
+    texts, finish = {}, {}
+    for line in data.splitlines():
+        if line.startswith("data: {"):
+            for c in json.loads(line[6:]).get("choices", []):
+                texts[c["index"]] = texts.get(c["index"], "") + (c["delta"].get("content") or "")
+                finish[c["index"]] = c.get("finish_reason") or finish.get(c["index"])
+    check(sorted(texts) == [0, 1, 2], "n=3 stream: choices %r" % sorted(texts))
+    for i, t in texts.items():
+        if finish.get(i) == "stop":
+            errs = list(jsonschema_validator(HAND_SCHEMAS[0], "draft202012").iter_errors(
+                json.loads(t)))
+            check(not errs, "n=3 stream, choice %d: invalid %r" % (i, t))
+    print("combos: stop, logprobs, n=3 streamed")
+
+
+def metric(name):
+    with urllib.request.urlopen(BASE + "/metrics", timeout=60) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return -1
+
+
+def case_preemption():
+    """Eight schema requests at once on a KV pool that holds about one: the
+    scheduler preempts and resumes them; each matcher is part of its
+    sequence's state, so every finished output is still a valid document."""
+    before = metric("graphserve_preemptions_total")
+    results = []
+
+    def one(seed):
+        results.append(post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "x"}], "max_tokens": 180,
+            "temperature": 1.0, "seed": seed,
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": "s", "schema": HAND_SCHEMAS[3]}}}))
+
+    ts = [threading.Thread(target=one, args=(s,)) for s in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    finished = 0
+    v = jsonschema_validator(HAND_SCHEMAS[3], "draft202012")
+    for st, _, data in results:
+        check(st == 200, "preemption: %d %s" % (st, data[:200]))
+        if st != 200:
+            continue
+        ch = json.loads(data)["choices"][0]
+        if ch["finish_reason"] == "stop":
+            finished += 1
+            errs = list(v.iter_errors(json.loads(ch["message"]["content"])))
+            check(not errs, "preemption: invalid %r" % ch["message"]["content"])
+    after = metric("graphserve_preemptions_total")
+    print("preemption: %d preemptions, %d of 8 finished, all valid" % (after - before, finished))
+    check(after > before, "no preemption happened: the test tested nothing")
+    check(finished >= 1, "no output finished")
+
+
 if CASE == "grammars":
     case_grammars()
 elif CASE == "json_object":
@@ -389,6 +485,10 @@ elif CASE == "errors":
     case_errors()
 elif CASE == "isolation":
     case_isolation()
+elif CASE == "combos":
+    case_combos()
+elif CASE == "preemption":
+    case_preemption()
 else:
     sys.exit("unknown case " + CASE)
 if failures:

@@ -35,10 +35,11 @@ static const char *python_with_jsonschema(void)
     return NULL;
 }
 
-static void run_case(const char *model, const char *args)
+static void run_case_with(const char *model, const char *daemon_args, const char *args)
 {
     char extra[1024];
-    snprintf(extra, sizeof(extra), "-m '%s' --backend cpu", gs_test_shared_path(model));
+    snprintf(extra, sizeof(extra), "-m '%s' --backend cpu %s", gs_test_shared_path(model),
+             daemon_args);
     struct e2e_daemon d;
     e2e_start(&d, extra);
     char src[1024];
@@ -52,6 +53,11 @@ static void run_case(const char *model, const char *args)
     free(out);
     free(cmd);
     cr_assert_eq(e2e_stop(&d), 0);
+}
+
+static void run_case(const char *model, const char *args)
+{
+    run_case_with(model, "", args);
 }
 
 #define RANDOM_QWEN2 "models/arch/qwen2-tiny-Q4_K_M.gguf"
@@ -92,6 +98,18 @@ Test(structured, shared_schema_file_is_refused_by_keyword_or_validates, .timeout
 Test(structured, bad_requests_are_400s_naming_the_field, .timeout = 900)
 {
     run_case(RANDOM_QWEN2, "errors");
+}
+
+Test(structured, stop_strings_logprobs_and_n_streamed_work_with_a_grammar, .timeout = 900)
+{
+    run_case(RANDOM_QWEN2, "combos");
+}
+
+/* A pool of 16 pages (1 KiB a token on this model): eight schema requests
+ * preempt each other, and their matchers resume with them. */
+Test(structured, matchers_survive_preemption, .timeout = 900)
+{
+    run_case_with(RANDOM_QWEN2, "--kv-cache-bytes 256KiB", "preemption");
 }
 
 Test(structured, an_exploding_grammar_ends_only_its_own_sequence, .timeout = 900)
