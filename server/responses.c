@@ -166,8 +166,12 @@ static void open_item(struct gs_srv_req *r, int kind, json_t *item)
     s->item = item;
     s->open = kind;
     size_t oi = out_index(r);
+    /* A message is announced without content; its part follows in content_part.added. */
+    json_t *added = json_copy(item);
+    if (added && kind == OPEN_MESSAGE)
+        json_object_set_new(added, "content", json_array());
     event(r, "response.output_item.added",
-          json_pack("{s:i,s:O}", "output_index", (int)oi, "item", item));
+          json_pack("{s:i,s:o}", "output_index", (int)oi, "item", added));
     if (kind == OPEN_MESSAGE)
         event(r, "response.content_part.added",
               json_pack("{s:s,s:i,s:i,s:{s:s,s:s,s:[]}}", "item_id", open_id(r), "output_index",

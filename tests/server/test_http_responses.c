@@ -167,6 +167,10 @@ Test(http_responses, stream_is_the_typed_event_sequence)
             strncat(text, str(data, "delta"), sizeof(text) - strlen(text) - 1);
         }
     }
+    /* A message is announced empty; its part comes in content_part.added. */
+    json_t *added = json_object_get(json_object_get(json_array_get(ev, 2), "data"), "item");
+    cr_expect_eq(json_array_size(json_object_get(added, "content")), 0, "%s", r.body);
+    cr_expect_str_eq(str(added, "status"), "in_progress");
     json_t *created = json_object_get(json_object_get(json_array_get(ev, 0), "data"), "response");
     cr_expect_str_eq(str(created, "status"), "in_progress");
     json_t *done = json_object_get(json_array_get(ev, n - 4), "data");
