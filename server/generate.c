@@ -1027,8 +1027,8 @@ static enum MHD_Result start_responses(struct gs_srv_req *r, const char *body,
     json_decref(root);
     if (!go)
         return ret;
-    enum gs_status st = gs_srv_responses_parse(body, r->body.len, prior, pl, &r->gen, param,
-                                               sizeof(param), &err);
+    enum gs_status st =
+        gs_srv_responses_parse(body, r->body.len, prior, pl, &r->gen, param, sizeof(param), &err);
     return parsed(r, st, param, &err);
 }
 

@@ -333,9 +333,8 @@ enum gs_status gs_srv_tools_grammar(const struct gs_srv_tool_format *f,
  * decides the 404). Errors and ownership as gs_srv_gen_parse.
  */
 enum gs_status gs_srv_responses_parse(const char *body, size_t len, const json_t *prior,
-                                      const struct gs_srv_parse_limits *lim,
-                                      struct gs_srv_gen *out, char *param, size_t param_cap,
-                                      struct gs_err *err);
+                                      const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
+                                      char *param, size_t param_cap, struct gs_err *err);
 
 /* ---- tool calling: reading calls out of the text (tool_format.c) ------------------------- */
 

@@ -55,8 +55,8 @@ static void item_id(const struct gs_srv_req *r, const char *prefix, size_t index
     snprintf(out, cap, "%s%s_%zu", prefix, r->id + strlen("resp_"), index);
 }
 
-static json_t *message_item(const struct gs_srv_req *r, size_t index, const char *text,
-                            size_t len, const char *status)
+static json_t *message_item(const struct gs_srv_req *r, size_t index, const char *text, size_t len,
+                            const char *status)
 {
     char id[80];
     item_id(r, "msg_", index, id, sizeof(id));
@@ -66,15 +66,14 @@ static json_t *message_item(const struct gs_srv_req *r, size_t index, const char
 }
 
 /* A chat tool call object ({"id","function":{"name","arguments"}}) as a function_call item. */
-static json_t *call_item(const struct gs_srv_req *r, size_t index, json_t *call,
-                         const char *status)
+static json_t *call_item(const struct gs_srv_req *r, size_t index, json_t *call, const char *status)
 {
     char id[80];
     item_id(r, "fc_", index, id, sizeof(id));
     json_t *fn = json_object_get(call, "function");
     return json_pack("{s:s,s:s,s:O,s:O,s:O,s:s}", "type", "function_call", "id", id, "call_id",
-                     json_object_get(call, "id"), "name", json_object_get(fn, "name"),
-                     "arguments", json_object_get(fn, "arguments"), "status", status);
+                     json_object_get(call, "id"), "name", json_object_get(fn, "name"), "arguments",
+                     json_object_get(fn, "arguments"), "status", status);
 }
 
 static json_t *usage(const struct gs_srv_req *r)
@@ -140,8 +139,8 @@ static void close_item(struct gs_srv_req *r)
         json_object_set(part, "text", text);
     } else if (s->open == OPEN_CALL) {
         event(r, "response.function_call_arguments.done",
-              json_pack("{s:s,s:i,s:O,s:O}", "item_id", open_id(r), "output_index", (int)oi,
-                        "name", json_object_get(s->item, "name"), "arguments", text));
+              json_pack("{s:s,s:i,s:O,s:O}", "item_id", open_id(r), "output_index", (int)oi, "name",
+                        json_object_get(s->item, "name"), "arguments", text));
         json_object_set(s->item, "arguments", text);
     }
     json_decref(text);
@@ -198,8 +197,8 @@ static void stream_deltas(struct gs_srv_req *r, struct gs_srv_choice *c)
         if (json_object_get(d, "id")) {
             size_t k = (size_t)json_integer_value(json_object_get(d, "index"));
             json_t *call = json_array_get(c->calls, k);
-            json_t *item = call_item(r, out_index(r) + (r->resp.open != OPEN_NONE), call,
-                                     "in_progress");
+            json_t *item =
+                call_item(r, out_index(r) + (r->resp.open != OPEN_NONE), call, "in_progress");
             if (item)
                 json_object_set_new(item, "arguments", json_string(""));
             open_item(r, OPEN_CALL, item);
@@ -220,9 +219,9 @@ static void stream_text(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin)
     (void)fin; /* the end is told by stream_end, once any validation report is in */
     if (c->text.len) {
         if (r->resp.open != OPEN_MESSAGE)
-            open_item(r, OPEN_MESSAGE,
-                      message_item(r, out_index(r) + (r->resp.open != OPEN_NONE), "", 0,
-                                   "in_progress"));
+            open_item(
+                r, OPEN_MESSAGE,
+                message_item(r, out_index(r) + (r->resp.open != OPEN_NONE), "", 0, "in_progress"));
         json_t *delta = gs_srv_json_text(c->text.p, c->text.len);
         gs_srv_buf_add(&r->resp.text, c->text.p, c->text.len);
         c->text.len = 0;

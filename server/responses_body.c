@@ -41,9 +41,18 @@ static enum gs_status nomem(struct rctx *c)
 
 /* What /v1/responses reads. previous_response_id is read by the route (responses.c). */
 static const char *const fields[] = {
-    "model",       "input",       "instructions",        "max_output_tokens",
-    "temperature", "top_p",       "stream",              "store",
-    "text",        "tools",       "tool_choice",         "parallel_tool_calls",
+    "model",
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "stream",
+    "store",
+    "text",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
     "previous_response_id",
 };
 
@@ -303,8 +312,8 @@ static enum gs_status parse_tools(struct rctx *c, json_t *root, json_t *chat)
             json_t *fn = json_deep_copy(t);
             if (fn)
                 json_object_del(fn, "type");
-            if (json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function",
-                                                     fn)))
+            if (json_array_append_new(out,
+                                      json_pack("{s:s,s:o}", "type", "function", "function", fn)))
                 return nomem(c);
         }
     }
@@ -445,9 +454,8 @@ static enum gs_status responses_root(struct rctx *c, json_t *root, const json_t 
 }
 
 enum gs_status gs_srv_responses_parse(const char *body, size_t len, const json_t *prior,
-                                      const struct gs_srv_parse_limits *lim,
-                                      struct gs_srv_gen *out, char *param, size_t param_cap,
-                                      struct gs_err *err)
+                                      const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
+                                      char *param, size_t param_cap, struct gs_err *err)
 {
     struct rctx c = {param, param_cap, err};
     *out = (struct gs_srv_gen){.chat = true, .n = 1};

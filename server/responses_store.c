@@ -78,11 +78,11 @@ static json_t *assistant_message(const json_t *output)
             json_t *t = json_object_get(part, "text");
             gs_srv_buf_add(&text, json_string_value(t), json_string_length(t));
         } else if (type && !strcmp(type, "function_call")) {
-            json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id",
-                                                   json_object_get(it, "call_id"), "type",
-                                                   "function", "function", "name",
-                                                   json_object_get(it, "name"), "arguments",
-                                                   json_object_get(it, "arguments")));
+            json_array_append_new(calls,
+                                  json_pack("{s:O,s:s,s:{s:O,s:O}}", "id",
+                                            json_object_get(it, "call_id"), "type", "function",
+                                            "function", "name", json_object_get(it, "name"),
+                                            "arguments", json_object_get(it, "arguments")));
         }
     }
     json_t *m = text.failed ? NULL

@@ -145,9 +145,8 @@ Test(http_responses, stream_is_the_typed_event_sequence)
     cr_assert_eq(r.status, 200, "%s", r.body);
     cr_expect(strstr(r.headers, "content-type: text/event-stream"));
     json_t *ev = e2e_sse_named_events(r.body);
-    static const char *const head[] = {
-        "response.created", "response.in_progress", "response.output_item.added",
-        "response.content_part.added"};
+    static const char *const head[] = {"response.created", "response.in_progress",
+                                       "response.output_item.added", "response.content_part.added"};
     static const char *const tail[] = {"response.output_text.done", "response.content_part.done",
                                        "response.output_item.done", "response.incomplete"};
     size_t n = json_array_size(ev);
