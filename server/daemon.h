@@ -87,12 +87,6 @@ extern const struct gs_srv_shape gs_srv__anthropic_shape;
 /* responses.c: OpenAI's Responses API */
 extern const struct gs_srv_shape gs_srv__responses_shape;
 
-/* The responses kept for previous_response_id (responses_store.c): at most this many,
- * of at most this many bytes of conversation in all, each for at most this long. */
-#define GS_SRV_RESP_STORE_MAX       256
-#define GS_SRV_RESP_STORE_MAX_BYTES (16u << 20)
-#define GS_SRV_RESP_STORE_MAX_AGE_S 3600
-
 struct gs_srv_resp_store;
 
 /* A /v1/responses stream's state (responses.c): the typed events are numbered, and

@@ -6,10 +6,10 @@
  * request's input is appended to. The instructions are not kept: as OpenAI's, they
  * apply to one request.
  *
- * Limits (GS_SRV_RESP_STORE_*, server/daemon.h): a count, a total of bytes (the
- * conversation's compact JSON) and an age; the oldest entries go first. An entry older
- * than the age limit is as unknown as one never stored: 404. Nothing is written to disk
- * and a restart forgets everything.
+ * Limits (gs_srv_limits.responses_store_*: --responses-store-max, -bytes, -max-age-s): a
+ * count, a total of bytes (the conversations' compact JSON) and an age; the oldest entries go
+ * first. An entry older than the age limit is as unknown as one never stored: 404. Nothing is
+ * written to disk and a restart forgets everything.
  *
  * Threads: the loop thread only.
  */
@@ -45,9 +45,10 @@ static void drop_oldest(struct gs_srv_resp_store *st)
     gs_free(e);
 }
 
-static void expire(struct gs_srv_resp_store *st, double now_ms)
+static void expire(const struct gs_srv *s, struct gs_srv_resp_store *st, double now_ms)
 {
-    while (st->oldest && now_ms - st->oldest->t_ms > GS_SRV_RESP_STORE_MAX_AGE_S * 1000.0)
+    double max_ms = s->cfg.limits.responses_store_max_age_s * 1000.0;
+    while (st->oldest && now_ms - st->oldest->t_ms > max_ms)
         drop_oldest(st);
 }
 
@@ -56,7 +57,7 @@ const json_t *gs_srv__responses_find(struct gs_srv *s, const char *id)
     struct gs_srv_resp_store *st = s->resp_store;
     if (!st || !id)
         return NULL;
-    expire(st, gs_now_ms());
+    expire(s, st, gs_now_ms());
     for (struct gs_srv_resp_entry *e = st->oldest; e; e = e->next)
         if (!strcmp(e->id, id))
             return e->conv;
@@ -113,7 +114,7 @@ void gs_srv__responses_keep(struct gs_srv_req *r, const json_t *resp)
     size_t bytes = dump ? strlen(dump) : 0;
     free(dump); /* jansson's allocator */
     struct gs_srv_resp_entry *e = dump ? gs_calloc(1, sizeof(*e)) : NULL;
-    if (!e || bytes > GS_SRV_RESP_STORE_MAX_BYTES) {
+    if (!e || bytes > s->cfg.limits.responses_store_bytes) {
         gs_log(GS_LOG_WARN, "response_not_stored", "id=%s bytes=%zu", r->id, bytes);
         gs_free(e);
         json_decref(conv);
@@ -123,9 +124,9 @@ void gs_srv__responses_keep(struct gs_srv_req *r, const json_t *resp)
     e->conv = conv;
     e->bytes = bytes;
     e->t_ms = gs_now_ms();
-    expire(st, e->t_ms);
-    while (st->oldest &&
-           (st->n + 1 > GS_SRV_RESP_STORE_MAX || st->bytes + bytes > GS_SRV_RESP_STORE_MAX_BYTES))
+    expire(s, st, e->t_ms);
+    while (st->oldest && (st->n + 1 > s->cfg.limits.responses_store_max ||
+                          st->bytes + bytes > s->cfg.limits.responses_store_bytes))
         drop_oldest(st);
     if (st->newest)
         st->newest->next = e;

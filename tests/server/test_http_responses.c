@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static struct e2e_daemon d;
 
@@ -313,4 +314,106 @@ Test(http_responses, errors_name_the_field_in_openais_shape)
     e2e_http(&d, "GET", "/v1/responses", NULL, NULL, &r);
     cr_expect_eq(r.status, 405, "%s", r.body);
     e2e_resp_free(&r);
+}
+
+/* ---- the store's limits, each on a daemon of its own --------------------------------------- */
+
+static struct e2e_daemon small;
+
+static void start_small(void)
+{
+    e2e_start(&small, "--responses-store-max 2 --responses-store-bytes 1KiB");
+}
+
+static void stop_small(void)
+{
+    cr_expect_eq(e2e_stop(&small), 0, "the daemon did not exit 0 after SIGTERM");
+}
+
+TestSuite(http_responses_store, .init = start_small, .fini = stop_small, .timeout = 120);
+
+/* Stores input on daemon dm; the response's id (malloc'ed). */
+static char *store(struct e2e_daemon *dm, const char *input)
+{
+    char body[2048];
+    snprintf(body, sizeof(body),
+             "{\"input\":\"%s\",\"store\":true,\"max_output_tokens\":1,\"temperature\":0}", input);
+    struct e2e_resp r;
+    e2e_http(dm, "POST", "/v1/responses", body, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    char *id = strdup(str(r.json, "id"));
+    e2e_resp_free(&r);
+    return id;
+}
+
+/* The status of a request continuing id. */
+static int continue_status(struct e2e_daemon *dm, const char *id)
+{
+    char body[256];
+    snprintf(body, sizeof(body),
+             "{\"previous_response_id\":\"%s\",\"input\":\"x\",\"max_output_tokens\":1}", id);
+    struct e2e_resp r;
+    e2e_http(dm, "POST", "/v1/responses", body, NULL, &r);
+    int status = r.status;
+    if (status != 200)
+        cr_expect_str_eq(str(json_object_get(r.json, "error"), "code"),
+                         "previous_response_not_found", "%s", r.body);
+    e2e_resp_free(&r);
+    return status;
+}
+
+Test(http_responses_store, the_oldest_goes_past_the_count)
+{
+    char *a = store(&small, "One."), *b = store(&small, "Two."), *c = store(&small, "Three.");
+    cr_expect_eq(continue_status(&small, c), 200);
+    cr_expect_eq(continue_status(&small, b), 200);
+    cr_expect_eq(continue_status(&small, a), 404, "a third response pushes out the first");
+    free(a);
+    free(b);
+    free(c);
+}
+
+/* Inputs of 100 words (about 500 bytes of conversation each): two do not fit in 1 KiB,
+ * and one of 250 words is not kept at all. */
+Test(http_responses_store, the_oldest_goes_past_the_bytes_and_a_larger_one_is_not_kept)
+{
+    char words[1400] = "";
+    for (int i = 0; i < 100; i++)
+        strcat(words, "Lily ");
+    char *a = store(&small, words), *b = store(&small, words);
+    cr_expect_eq(continue_status(&small, b), 200);
+    cr_expect_eq(continue_status(&small, a), 404, "two conversations over 1KiB: the first goes");
+    for (int i = 100; i < 250; i++)
+        strcat(words, "Lily ");
+    char *big = store(&small, words);
+    cr_expect_eq(continue_status(&small, big), 404, "a conversation over the limit is not kept");
+    cr_expect_eq(continue_status(&small, b), 200, "and it pushed nothing out");
+    cr_expect_geq(e2e_log_count(&small, "response_not_stored"), 1);
+    free(a);
+    free(b);
+    free(big);
+}
+
+static struct e2e_daemon brief;
+
+static void start_brief(void)
+{
+    e2e_start(&brief, "--responses-store-max-age-s 1");
+}
+
+static void stop_brief(void)
+{
+    cr_expect_eq(e2e_stop(&brief), 0, "the daemon did not exit 0 after SIGTERM");
+}
+
+TestSuite(http_responses_age, .init = start_brief, .fini = stop_brief, .timeout = 120);
+
+/* Past the age limit a stored response is unknown. Only the lower bound is timed: the
+ * request comes at least 2 s after the store, however slow the machine. */
+Test(http_responses_age, an_expired_response_is_a_404)
+{
+    char *a = store(&brief, "One.");
+    sleep(2);
+    cr_expect_eq(continue_status(&brief, a), 404);
+    free(a);
 }
