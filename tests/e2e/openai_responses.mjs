@@ -201,9 +201,17 @@ test('function tools, tool_choice "required" (hermes: Qwen 2.5\'s template)', as
         input, tools, tool_choice: 'required', parallel_tool_calls: false,
         max_output_tokens: 300, temperature: 0,
       });
-      let args = '';
-      for await (const ev of stream)
+      let args = '', seq = 0;
+      const types = [];
+      for await (const ev of stream) {
+        assert.equal(ev.sequence_number, seq++);
+        if (types.at(-1) !== ev.type) types.push(ev.type);
         if (ev.type === 'response.function_call_arguments.delta') args += ev.delta;
+      }
+      assert.deepEqual(types, ['response.created', 'response.in_progress',
+        'response.output_item.added', 'response.function_call_arguments.delta',
+        'response.function_call_arguments.done', 'response.output_item.done',
+        'response.completed']);
       const final = await stream.finalResponse();
       const item = final.output.find((o) => o.type === 'function_call');
       check(item);
