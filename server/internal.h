@@ -265,6 +265,9 @@ struct gs_srv_gen {
      * for a later request's previous_response_id (responses_store.c). */
     bool store;
     json_t *resp_conv; /* the conversation to keep: prior and input as chat messages */
+    /* The request's settings as the response object repeats them (instructions, tools,
+     * tool_choice, text, temperature, ...); NULL on other routes. */
+    json_t *resp_echo;
 };
 
 /*

@@ -91,11 +91,15 @@ static json_t *response(const struct gs_srv_req *r, const char *status, json_t *
     json_t *incomplete = !strcmp(status, "incomplete")
                              ? json_pack("{s:s}", "reason", "max_output_tokens")
                              : json_null();
-    return json_pack("{s:s,s:s,s:I,s:s,s:n,s:o,s:s,s:o,s:o,s:b,s:b}", "id", r->id, "object",
-                     "response", "created_at", (json_int_t)r->created, "status", status, "error",
-                     "incomplete_details", incomplete, "model", r->srv->cfg.model.id, "output",
-                     output ? output : json_array(), "usage", usage_obj ? usage_obj : json_null(),
-                     "store", r->gen.store, "parallel_tool_calls", r->gen.parallel_tool_calls);
+    json_t *o =
+        json_pack("{s:s,s:s,s:I,s:s,s:n,s:o,s:s,s:o,s:o,s:b,s:b}", "id", r->id, "object",
+                  "response", "created_at", (json_int_t)r->created, "status", status, "error",
+                  "incomplete_details", incomplete, "model", r->srv->cfg.model.id, "output",
+                  output ? output : json_array(), "usage", usage_obj ? usage_obj : json_null(),
+                  "store", r->gen.store, "parallel_tool_calls", r->gen.parallel_tool_calls);
+    if (o && r->gen.resp_echo)
+        json_object_update_missing(o, r->gen.resp_echo);
+    return o;
 }
 
 /* ---- the stream ---------------------------------------------------------------------------- */

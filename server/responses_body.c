@@ -351,6 +351,31 @@ static enum gs_status copy_fields(struct rctx *c, json_t *root, json_t *chat)
     return GS_OK;
 }
 
+/* The settings the response object repeats, as the request gave them or their defaults. */
+static json_t *echo(json_t *root, const struct gs_srv_gen *g)
+{
+    static const char *const keys[] = {"instructions", "previous_response_id", "max_output_tokens"};
+    json_t *e = json_object();
+    for (size_t i = 0; e && i < GS_ARRAY_LEN(keys); i++) {
+        json_t *v = json_object_get(root, keys[i]);
+        json_object_set(e, keys[i], v ? v : json_null());
+    }
+    json_t *tools = json_object_get(root, "tools"), *tc = json_object_get(root, "tool_choice");
+    json_t *text = json_object_get(root, "text");
+    if (e && (json_object_set(e, "tools", json_is_array(tools) ? tools : json_array()) ||
+              json_object_set_new(e, "tool_choice", tc ? json_incref(tc) : json_string("auto")) ||
+              json_object_set_new(e, "text",
+                                  json_object_get(text, "format")
+                                      ? json_incref(text)
+                                      : json_pack("{s:{s:s}}", "format", "type", "text")) ||
+              json_object_set_new(e, "temperature", json_real(g->sp.temperature)) ||
+              json_object_set_new(e, "top_p", json_real(g->sp.top_p)))) {
+        json_decref(e);
+        e = NULL;
+    }
+    return e;
+}
+
 /* Chat's spelling of a field back into the Responses spelling, in place; longest first. */
 static void respell(char *s, size_t cap)
 {
@@ -443,6 +468,8 @@ static enum gs_status responses_root(struct rctx *c, json_t *root, const json_t 
     free(body); /* jansson's allocator */
     g->store = json_is_true(store);
     g->resp_conv = conv;
+    if (st == GS_OK && !(g->resp_echo = echo(root, g)))
+        st = nomem(c);
     /* The Responses answer has no reasoning_content beside its text: a thinking block
      * stays in output_text rather than being dropped. */
     g->reasoning_inline = true;

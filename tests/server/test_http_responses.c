@@ -103,6 +103,15 @@ Test(http_responses, response_has_the_responses_shape_and_the_chat_routes_text)
     cr_expect_str_eq(str(r.json, "status"), "incomplete", "%s", r.body);
     cr_expect_str_eq(str(json_object_get(r.json, "incomplete_details"), "reason"),
                      "max_output_tokens");
+    /* The settings, repeated as the API does. */
+    cr_expect_str_eq(str(r.json, "instructions"), SYSTEM);
+    cr_expect_eq(num(r.json, "max_output_tokens"), 24);
+    cr_expect(json_is_null(json_object_get(r.json, "previous_response_id")), "%s", r.body);
+    cr_expect_eq(json_real_value(json_object_get(r.json, "temperature")), 0);
+    cr_expect_eq(json_array_size(json_object_get(r.json, "tools")), 0);
+    cr_expect_str_eq(str(r.json, "tool_choice"), "auto");
+    cr_expect_str_eq(str(json_object_get(json_object_get(r.json, "text"), "format"), "type"),
+                     "text");
     json_t *u = json_object_get(r.json, "usage");
     cr_expect_eq(num(u, "input_tokens"), chat_prompt, "%s", r.body);
     cr_expect_eq(num(u, "output_tokens"), 24);
