@@ -19,7 +19,19 @@ struct rctx {
     char *param;
     size_t param_cap;
     struct gs_err *err;
+    /* For each chat message, the field it came from ("instructions", "input[3]",
+     * "previous_response_id"), so that the chat parser's "messages[k]" is told back as
+     * the client wrote it. */
+    json_t *origin;
 };
+
+/* Names the chat messages from msgs' end back to origin's size as coming from where. */
+static void came_from(struct rctx *c, const json_t *msgs, const char *where)
+{
+    while (c->origin && json_array_size(c->origin) < json_array_size(msgs))
+        if (json_array_append_new(c->origin, json_string(where)))
+            break;
+}
 
 __attribute__((format(printf, 3, 4))) static enum gs_status fail(struct rctx *c, const char *param,
                                                                  const char *fmt, ...)
@@ -215,6 +227,7 @@ static enum gs_status parse_input(struct rctx *c, json_t *input, json_t *msgs)
     if (json_is_string(input)) {
         if (json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", input)))
             return nomem(c);
+        came_from(c, msgs, "input");
         return GS_OK;
     }
     if (!json_is_array(input) || !json_array_size(input))
@@ -242,6 +255,7 @@ static enum gs_status parse_input(struct rctx *c, json_t *input, json_t *msgs)
                       where, type);
         if (st != GS_OK)
             return st;
+        came_from(c, msgs, where);
     }
     return GS_OK;
 }
@@ -377,7 +391,7 @@ static json_t *echo(json_t *root, const struct gs_srv_gen *g)
 }
 
 /* Chat's spelling of a field back into the Responses spelling, in place; longest first. */
-static void respell(char *s, size_t cap)
+static void respell(char *s, size_t cap, const json_t *origin)
 {
     static const char *const map[][2] = {
         {"response_format.json_schema", "text.format"},
@@ -390,6 +404,18 @@ static void respell(char *s, size_t cap)
     char out[GS_ERR_MSG_LEN];
     size_t w = 0;
     for (const char *p = s; *p && w + 1 < sizeof(out);) {
+        char *end;
+        unsigned long m = strncmp(p, "messages[", 9) ? 0 : strtoul(p + 9, &end, 10);
+        const char *from = !strncmp(p, "messages[", 9) && *end == ']'
+                               ? json_string_value(json_array_get(origin, m))
+                               : NULL;
+        if (from) {
+            w += (size_t)snprintf(out + w, sizeof(out) - w, "%s", from);
+            if (w >= sizeof(out))
+                w = sizeof(out) - 1;
+            p = end + 1;
+            continue;
+        }
         size_t k = 0;
         while (k < GS_ARRAY_LEN(map) && strncmp(p, map[k][0], strlen(map[k][0])))
             k++;
@@ -435,8 +461,10 @@ static enum gs_status responses_root(struct rctx *c, json_t *root, const json_t 
         st = nomem(c);
     else
         st = GS_OK;
+    came_from(c, msgs, "instructions");
     if (st == GS_OK && prior && json_array_extend(msgs, (json_t *)prior))
         st = nomem(c);
+    came_from(c, msgs, "previous_response_id");
     size_t n_sys = json_array_size(msgs) - (prior ? json_array_size(prior) : 0);
     if (st == GS_OK)
         st = parse_input(c, json_object_get(root, "input"), msgs);
@@ -474,8 +502,8 @@ static enum gs_status responses_root(struct rctx *c, json_t *root, const json_t 
      * stays in output_text rather than being dropped. */
     g->reasoning_inline = true;
     if (st != GS_OK) {
-        respell(c->param, c->param_cap);
-        respell(c->err->msg, sizeof(c->err->msg));
+        respell(c->param, c->param_cap, c->origin);
+        respell(c->err->msg, sizeof(c->err->msg), c->origin);
     }
     return st;
 }
@@ -484,7 +512,7 @@ enum gs_status gs_srv_responses_parse(const char *body, size_t len, const json_t
                                       const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
                                       char *param, size_t param_cap, struct gs_err *err)
 {
-    struct rctx c = {param, param_cap, err};
+    struct rctx c = {param, param_cap, err, NULL};
     *out = (struct gs_srv_gen){.chat = true, .n = 1};
     gs_sample_params_init(&out->sp);
     if (param_cap)
@@ -494,9 +522,11 @@ enum gs_status gs_srv_responses_parse(const char *body, size_t len, const json_t
     if (!root)
         return fail(&c, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
                     je.text);
+    c.origin = json_array(); /* NULL (out of memory): refusals keep chat's indexes */
     enum gs_status st = json_is_object(root)
                             ? responses_root(&c, root, prior, lim, out)
                             : fail(&c, "", "the request body must be a JSON object");
     json_decref(root);
+    json_decref(c.origin);
     return st;
 }
