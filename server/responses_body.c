@@ -376,7 +376,8 @@ static json_t *echo(json_t *root, const struct gs_srv_gen *g)
     }
     json_t *tools = json_object_get(root, "tools"), *tc = json_object_get(root, "tool_choice");
     json_t *text = json_object_get(root, "text");
-    if (e && (json_object_set(e, "tools", json_is_array(tools) ? tools : json_array()) ||
+    if (e && (json_object_set_new(e, "tools",
+                                  json_is_array(tools) ? json_incref(tools) : json_array()) ||
               json_object_set_new(e, "tool_choice", tc ? json_incref(tc) : json_string("auto")) ||
               json_object_set_new(e, "text",
                                   json_object_get(text, "format")
