@@ -136,6 +136,9 @@ struct gs_cfg {
     int64_t max_conns_per_ip;  /* (R) open connections per client address */
     int64_t max_tokens;        /* (R) cap on a request's max_tokens */
     int64_t drain_timeout_s;   /* (R) on SIGTERM: time for in-flight requests */
+    int64_t responses_store_max;       /* responses kept for previous_response_id */
+    uint64_t responses_store_bytes;    /* their conversations' bytes in all */
+    int64_t responses_store_max_age_s; /* how long each is kept */
 
     /* auth */
     struct gs_cfg_strlist api_key; /* (R) accepted Bearer keys: --api-key values, then the

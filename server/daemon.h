@@ -84,6 +84,20 @@ struct gs_srv_shape {
 
 /* anthropic.c */
 extern const struct gs_srv_shape gs_srv__anthropic_shape;
+/* responses.c: OpenAI's Responses API */
+extern const struct gs_srv_shape gs_srv__responses_shape;
+
+struct gs_srv_resp_store;
+
+/* A /v1/responses stream's state (responses.c): the typed events are numbered, and
+ * response.completed carries every output item, so the items are kept as they close. */
+struct gs_srv_resp_stream {
+    uint32_t seq;           /* sequence_number of the next event */
+    json_t *output;         /* the output items closed so far; owned */
+    int open;               /* responses.c's enum: which item is open, if any */
+    struct gs_srv_buf text; /* the open message's text, or the open call's arguments */
+    json_t *item;           /* the open item; owned */
+};
 
 /* A text being tokenized on libuv's thread pool (gs_srv__tokenize_async). */
 struct gs_srv_tok_job {
@@ -167,6 +181,7 @@ struct gs_srv_req {
     bool slow_reader;      /* out passed max_stream_buffer_bytes: cancelled, nothing more added */
     double t_last_out_ms;
     struct gs_srv_req_val val;
+    struct gs_srv_resp_stream resp; /* /v1/responses streams */
 };
 
 struct gs_srv {
@@ -226,6 +241,7 @@ struct gs_srv {
 
     struct gs_srv_metrics metrics;
     struct gs_srv_val_metrics val_metrics;
+    struct gs_srv_resp_store *resp_store; /* responses_store.c; NULL until one is kept */
     bool known_answer_set, known_answer_passed;
     char known_answer[256]; /* the readiness check's verdict, for /health */
 };
@@ -320,6 +336,17 @@ void gs_srv__gen_try_end(struct gs_srv_req *r);
 /* After a change: try_end, resume the connection if it has something to
  * send or answer, leave the active list when nothing is awaited. */
 void gs_srv__gen_settle(struct gs_srv_req *r);
+
+/* responses.c and responses_store.c: /v1/responses */
+/* Frees r's stream state (from gs_srv__gen_free). */
+void gs_srv__responses_free(struct gs_srv_req *r);
+/* The conversation kept for response id (chat messages; borrowed until the next call
+ * into the store), or NULL when unknown or expired. */
+const json_t *gs_srv__responses_find(struct gs_srv *s, const char *id);
+/* Keeps r's conversation and its answer resp (the response object) when r asked for
+ * "store": true; a conversation too large for the store is not kept (logged). */
+void gs_srv__responses_keep(struct gs_srv_req *r, const json_t *resp);
+void gs_srv__responses_store_free(struct gs_srv *s);
 
 /* validation.c: the request side (see server/validation.h) */
 /* Whether r is validated (asked, or sampled by validate_rate); its fingerprint. */

@@ -671,6 +671,7 @@ void gs_srv__gen_free(struct gs_srv_req *r)
     gs_srv_spans_free(&r->tok_job.spans);
     gs_srv_buf_free(&r->out);
     gs_srv_gen_free(&r->gen);
+    gs_srv__responses_free(r);
     r->choices = NULL;
     r->n_choices = 0;
 }
@@ -995,12 +996,52 @@ struct gs_srv_parse_limits gs_srv__parse_limits(const struct gs_srv *s)
     };
 }
 
+static enum MHD_Result parsed(struct gs_srv_req *r, enum gs_status st, const char *param,
+                              const struct gs_err *e);
+
+/* /v1/responses: previous_response_id looked up (404 when unknown or expired), then the
+ * body parsed after the conversation it names. */
+static enum MHD_Result start_responses(struct gs_srv_req *r, const char *body,
+                                       const struct gs_srv_parse_limits *pl)
+{
+    char param[64];
+    struct gs_err err;
+    json_t *root = json_loadb(body, r->body.len, 0, NULL);
+    json_t *prev = json_object_get(root, "previous_response_id");
+    const json_t *prior = NULL;
+    enum MHD_Result ret = MHD_YES;
+    bool go = true;
+    if (prev && !json_is_null(prev)) {
+        if (!json_is_string(prev)) {
+            ret = gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, "previous_response_id",
+                                        "'previous_response_id' must be a string");
+            go = false;
+        } else if (!(prior = gs_srv__responses_find(r->srv, json_string_value(prev)))) {
+            ret = gs_srv__respond_error(r, GS_SRV_E_RESPONSE_NOT_FOUND, "previous_response_id",
+                                        "Previous response with id '%.64s' not found (unknown, "
+                                        "not stored, or expired).",
+                                        json_string_value(prev));
+            go = false;
+        }
+    }
+    json_decref(root);
+    if (!go)
+        return ret;
+    enum gs_status st =
+        gs_srv_responses_parse(body, r->body.len, prior, pl, &r->gen, param, sizeof(param), &err);
+    return parsed(r, st, param, &err);
+}
+
 enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r)
 {
     struct gs_srv *s = r->srv;
     bool chat = r->ep == GS_SRV_EP_CHAT;
     bool messages = r->route->api == GS_SRV_API_ANTHROPIC;
-    r->shape = messages ? &gs_srv__anthropic_shape : chat ? &openai_chat : &openai_completion;
+    bool responses = r->ep == GS_SRV_EP_RESPONSES;
+    r->shape = messages    ? &gs_srv__anthropic_shape
+               : responses ? &gs_srv__responses_shape
+               : chat      ? &openai_chat
+                           : &openai_completion;
     char why[64];
     if (!gs_srv__is_ready(s, why, sizeof(why)))
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "the server is %s",
@@ -1011,14 +1052,25 @@ enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r)
     char param[64];
     struct gs_err err;
     const char *body = r->body.p ? r->body.p : "";
-    enum gs_status st =
-        messages
-            ? gs_srv_messages_parse(body, r->body.len, r->ep == GS_SRV_EP_COUNT_TOKENS, &pl,
-                                    &r->gen, param, sizeof(param), &err)
-            : gs_srv_gen_parse(body, r->body.len, chat, &pl, &r->gen, param, sizeof(param), &err);
     char serial[40];
     snprintf(serial, sizeof(serial), "%s", r->id + 4); /* after "req-" */
     snprintf(r->id, sizeof(r->id), "%s%s", r->shape->id_prefix, serial);
+    enum gs_status st;
+    if (responses)
+        return start_responses(r, body, &pl);
+    st = messages
+             ? gs_srv_messages_parse(body, r->body.len, r->ep == GS_SRV_EP_COUNT_TOKENS, &pl,
+                                     &r->gen, param, sizeof(param), &err)
+             : gs_srv_gen_parse(body, r->body.len, chat, &pl, &r->gen, param, sizeof(param), &err);
+    return parsed(r, st, param, &err);
+}
+
+/* After the parse: the refusal, or the model check and the prompt's tokens. */
+static enum MHD_Result parsed(struct gs_srv_req *r, enum gs_status st, const char *param,
+                              const struct gs_err *e)
+{
+    struct gs_srv *s = r->srv;
+    const struct gs_err err = *e;
     if (st != GS_OK)
         return gs_srv__respond_error(r, gs_srv_err_from_status(st), param, "%s", err.msg);
     if (!gs_srv__model_name_ok(s, r->gen.model))

@@ -1151,6 +1151,7 @@ void gs_srv_free(struct gs_srv *s)
     free_strs(s->cors_origins, s->head_policy.n_origins);
     free_strs(s->model_aliases, s->cfg.model.n_aliases);
     gs_srv__jinja_free(s);
+    gs_srv__responses_store_free(s);
     gs_grammar_vocab_free(s->grammar_vocab);
     gs_free(s);
 }

@@ -45,6 +45,8 @@ void gs_srv_buf_free(struct gs_srv_buf *b);
     X(UNAUTHORIZED, 401, "authentication_error", "invalid_api_key", "authentication_error")        \
     X(NOT_FOUND, 404, "not_found_error", "not_found", "not_found_error")                           \
     X(MODEL_NOT_FOUND, 404, "invalid_request_error", "model_not_found", "not_found_error")         \
+    X(RESPONSE_NOT_FOUND, 404, "invalid_request_error", "previous_response_not_found",             \
+      "not_found_error")                                                                           \
     X(FORBIDDEN, 403, "permission_error", "forbidden", "permission_error")                         \
     X(METHOD, 405, "invalid_request_error", "method_not_allowed", "invalid_request_error")         \
     X(TOO_LARGE, 413, "invalid_request_error", "request_too_large", "request_too_large")           \
@@ -259,6 +261,13 @@ struct gs_srv_gen {
     /* A chat's final assistant message, which the answer continues: not in msgs (nor in
      * messages_json); its text follows the rendered prompt as plain text. NULL: none. */
     char *prefill;
+    /* OpenAI's Responses API (gs_srv_responses_parse): "store": true keeps the answer
+     * for a later request's previous_response_id (responses_store.c). */
+    bool store;
+    json_t *resp_conv; /* the conversation to keep: prior and input as chat messages */
+    /* The request's settings as the response object repeats them (instructions, tools,
+     * tool_choice, text, temperature, ...); NULL on other routes. */
+    json_t *resp_echo;
 };
 
 /*
@@ -314,6 +323,21 @@ void gs_srv_tools_free(struct gs_srv_gen *g);
 enum gs_status gs_srv_tools_grammar(const struct gs_srv_tool_format *f,
                                     const struct gs_srv_tool *tools, size_t n, size_t only,
                                     bool parallel, char **gbnf, size_t *len, struct gs_err *err);
+
+/*
+ * Parses an OpenAI Responses API body (POST /v1/responses) into *out as a chat: "input"
+ * (a string, or message, function_call and function_call_output items) and
+ * "instructions" become the messages, "text.format" the response_format and the flat
+ * function tools chat's nested ones, so that everything after the parse (templates,
+ * tool calls, structured output) is the chat route's path. prior, when not NULL, is a
+ * stored conversation (a JSON array of chat messages, previous_response_id's) that comes
+ * before input. A field graphserve does not implement is refused, named in param, never
+ * ignored. previous_response_id is not read here: the caller looks it up first (it
+ * decides the 404). Errors and ownership as gs_srv_gen_parse.
+ */
+enum gs_status gs_srv_responses_parse(const char *body, size_t len, const json_t *prior,
+                                      const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
+                                      char *param, size_t param_cap, struct gs_err *err);
 
 /* ---- tool calling: reading calls out of the text (tool_format.c) ------------------------- */
 
@@ -549,6 +573,7 @@ struct gs_srv_hist {
     X(APPLY_TEMPLATE, "/apply-template")                                                           \
     X(MESSAGES, "/v1/messages")                                                                    \
     X(COUNT_TOKENS, "/v1/messages/count_tokens")                                                   \
+    X(RESPONSES, "/v1/responses")                                                                  \
     X(OTHER, "other")
 
 enum gs_srv_endpoint {

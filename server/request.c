@@ -758,6 +758,8 @@ void gs_srv_gen_free(struct gs_srv_gen *g)
     json_decref(g->messages_json);
     json_decref(g->tools_json);
     json_decref(g->template_kwargs);
+    json_decref(g->resp_conv);
+    json_decref(g->resp_echo);
     gs_grammar_unref(g->grammar);
     gs_srv_tools_free(g);
     *g = (struct gs_srv_gen){0};

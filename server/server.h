@@ -47,6 +47,10 @@ struct gs_srv_limits {
     uint32_t max_n;            /* largest n (choices per request) */
     uint32_t max_stop;         /* stop strings per request */
     uint32_t max_stop_bytes;   /* bytes per stop string */
+    /* /v1/responses' store for previous_response_id (responses_store.c). */
+    uint32_t responses_store_max;       /* responses kept */
+    uint64_t responses_store_bytes;     /* their conversations' compact JSON, in all */
+    uint32_t responses_store_max_age_s; /* how long each is kept */
 };
 
 #define GS_SRV_LIMITS_DEFAULT                                                                      \
@@ -62,6 +66,9 @@ struct gs_srv_limits {
         .max_n = 16,                                                                               \
         .max_stop = 16,                                                                            \
         .max_stop_bytes = 256,                                                                     \
+        .responses_store_max = 256,                                                                \
+        .responses_store_bytes = 16u << 20,                                                        \
+        .responses_store_max_age_s = 3600,                                                         \
     })
 
 /* What the routes need to know about the served model. */

@@ -269,6 +269,9 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
     c->limits.max_stream_buffer_bytes = cfg->max_stream_buffer_bytes;
     c->limits.max_conns = (uint32_t)cfg->max_conns;
     c->limits.max_conns_per_ip = (uint32_t)cfg->max_conns_per_ip;
+    c->limits.responses_store_max = (uint32_t)cfg->responses_store_max;
+    c->limits.responses_store_bytes = cfg->responses_store_bytes;
+    c->limits.responses_store_max_age_s = (uint32_t)cfg->responses_store_max_age_s;
     /* No request can generate more than the context holds: a larger cap
      * would only turn into context_length_exceeded later. */
     c->limits.max_tokens = (uint32_t)GS_MIN((uint64_t)cfg->max_tokens, gs_sched_n_ctx(sv->sched));

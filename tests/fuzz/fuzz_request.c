@@ -2,8 +2,9 @@
  * tests/fuzz/fuzz_request.c - a request body from a stranger, as each route
  * that takes one parses it: /v1/chat/completions and /v1/completions
  * (gs_srv_gen_parse), /v1/messages and its count_tokens (gs_srv_messages_parse),
- * /tokenize and /detokenize (server/tokenize_body.c). Every input goes to all
- * six, so a corpus file is one plain body.
+ * /v1/responses (gs_srv_responses_parse, with and without a stored conversation before
+ * it), /tokenize and /detokenize (server/tokenize_body.c). Every input goes to all
+ * eight, so a corpus file is one plain body.
  *
  * Invariants: a refusal is GS_INVAL or GS_NOMEM with a message, and the
  * error body the daemon would send can be built from it; an accepted body
@@ -11,6 +12,7 @@
  * choices, non-empty stop strings within their caps, known roles), and a
  * chat renders through every template.
  */
+#define _GNU_SOURCE /* memmem */
 #include "server/internal.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -123,6 +125,35 @@ static void fuzz_messages(const char *body, size_t len, bool count_only)
     gs_srv_gen_free(&g);
 }
 
+/* The Responses API's: a chat (rewritten into chat's body, so every check of a chat
+ * holds), one answer, a refusal named in the Responses spelling; the conversation to store
+ * (with "store": true) is the chat without its instructions, prior included. */
+static void fuzz_responses(const char *body, size_t len, const json_t *prior)
+{
+    struct gs_srv_gen g;
+    char param[64];
+    struct gs_err err = {0};
+    enum gs_status st =
+        gs_srv_responses_parse(body, len, prior, &limits, &g, param, sizeof(param), &err);
+    if (st != GS_OK) {
+        check_refusal(st, param, &err);
+        /* Unless the client itself wrote the name (a refused field of that name). */
+        static const char *const chat_names[] = {"response_format", "max_tokens"};
+        for (size_t i = 0; i < GS_ARRAY_LEN(chat_names); i++)
+            FUZZ_CHECK(!strstr(param, chat_names[i]) ||
+                           memmem(body, len, chat_names[i], strlen(chat_names[i])),
+                       "chat's spelling in param '%s'", param);
+        gs_srv_gen_free(&g);
+        return;
+    }
+    check_gen(&g, true);
+    FUZZ_CHECK(g.n == 1 && g.api == GS_SRV_API_OPENAI && g.reasoning_inline, "shape");
+    FUZZ_CHECK(!g.store == !g.resp_conv, "store %d without its conversation", g.store);
+    FUZZ_CHECK(!g.resp_conv || json_array_size(g.resp_conv) >= json_array_size(prior) + 1,
+               "the stored conversation lacks the prior or the input");
+    gs_srv_gen_free(&g);
+}
+
 static void fuzz_tokenize(const char *body, size_t len)
 {
     struct gs_srv_tokenize_req t;
@@ -163,6 +194,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_gen(body, size, false);
     fuzz_messages(body, size, false);
     fuzz_messages(body, size, true);
+    fuzz_responses(body, size, NULL);
+    json_t *prior =
+        json_pack("[{s:s,s:s},{s:s,s:n,s:[{s:s,s:s,s:{s:s,s:s}}]},{s:s,s:s,s:s}]", "role", "user",
+                  "content", "Hi", "role", "assistant", "content", "tool_calls", "id", "call_1",
+                  "type", "function", "function", "name", "f", "arguments", "{}", "role", "tool",
+                  "tool_call_id", "call_1", "content", "ok");
+    if (prior)
+        fuzz_responses(body, size, prior);
+    json_decref(prior);
     fuzz_tokenize(body, size);
     fuzz_detokenize(body, size);
     return 0;

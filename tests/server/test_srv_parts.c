@@ -464,6 +464,9 @@ Test(srv_limits, defaults_equal_the_config_table)
     cr_expect_eq(d.max_conns, cfg.max_conns);
     cr_expect_eq(d.max_conns_per_ip, cfg.max_conns_per_ip);
     cr_expect_eq(d.max_tokens, cfg.max_tokens);
+    cr_expect_eq(d.responses_store_max, cfg.responses_store_max);
+    cr_expect_eq(d.responses_store_bytes, cfg.responses_store_bytes);
+    cr_expect_eq(d.responses_store_max_age_s, cfg.responses_store_max_age_s);
     gs_cfg_deinit(&cfg);
 }
 
