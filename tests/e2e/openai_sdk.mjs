@@ -3,40 +3,17 @@
 // not, stop strings, n = 2, logprobs, usage, and the SDK's error classes.
 //
 // Usage: node openai_sdk.mjs GRAPHSERVE_BINARY SHARED_DIR
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { startDaemon as spawnDaemon, stopDaemon } from './daemon.mjs';
 
 const [bin, shared] = process.argv.slice(2);
 assert.ok(bin && shared, 'usage: node openai_sdk.mjs GRAPHSERVE_BINARY SHARED_DIR');
 const model = `${shared}/models/stories260K.gguf`;
+const startDaemon = (extra = []) => spawnDaemon(bin, ['-m', model, ...extra]);
 const golden = (name) => JSON.parse(readFileSync(`${shared}/golden/server/${name}`, 'utf8'));
-
-// Starts the daemon on an ephemeral port; resolves with {proc, url, log}.
-function startDaemon(extra = []) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(bin, ['serve', '-m', model, '--port', '0', ...extra],
-                       { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '', log = '';
-    proc.stderr.on('data', (d) => { log += d; });
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
-      if (m) resolve({ proc, url: m[1], log: () => log });
-    });
-    proc.on('exit', (code) => reject(new Error(`daemon exited ${code} before listening:\n${log}`)));
-  });
-}
-
-function stopDaemon(d) {
-  return new Promise((resolve) => {
-    d.proc.removeAllListeners('exit');
-    d.proc.on('exit', (code, signal) => resolve({ code, signal }));
-    d.proc.kill('SIGTERM');
-  });
-}
 
 let d, client;
 before(async () => {

@@ -5,39 +5,17 @@
 // helper's parsed result, and json_object mode.
 //
 // Usage: node openai_structured.mjs GRAPHSERVE_BINARY SHARED_DIR
-import { spawn } from 'node:child_process';
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
 import { z } from 'zod';
+import { startDaemon as spawnDaemon, stopDaemon } from './daemon.mjs';
 
 const [bin, shared] = process.argv.slice(2);
 assert.ok(bin && shared, 'usage: node openai_structured.mjs GRAPHSERVE_BINARY SHARED_DIR');
 const model = `${shared}/models/arch/qwen2-tiny-Q4_K_M.gguf`;
-
-function startDaemon() {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(bin, ['serve', '-m', model, '--port', '0', '--backend', 'cpu'],
-                       { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '', log = '';
-    proc.stderr.on('data', (d) => { log += d; });
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
-      if (m) resolve({ proc, url: m[1], log: () => log });
-    });
-    proc.on('exit', (code) => reject(new Error(`daemon exited ${code} before listening:\n${log}`)));
-  });
-}
-
-function stopDaemon(d) {
-  return new Promise((resolve) => {
-    d.proc.removeAllListeners('exit');
-    d.proc.on('exit', (code, signal) => resolve({ code, signal }));
-    d.proc.kill('SIGTERM');
-  });
-}
+const startDaemon = () => spawnDaemon(bin, ['-m', model, '--backend', 'cpu']);
 
 let d, client;
 before(async () => {

@@ -12,65 +12,19 @@
 // gives several calls with distinct ids; bad tool definitions are 400s naming them.
 //
 // Usage: node openai_tools.mjs GRAPHSERVE_BINARY SHARED_DIR
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { startDaemon as spawnDaemon, stopDaemon, withTemplate } from './daemon.mjs';
 
 const [bin, shared] = process.argv.slice(2);
 assert.ok(bin && shared, 'usage: node openai_tools.mjs GRAPHSERVE_BINARY SHARED_DIR');
+const startDaemon = (m) => spawnDaemon(bin, ['-m', m]);
 const dir = mkdtempSync(join(tmpdir(), 'gs-tools-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
-
-// A copy of the GGUF at src with tokenizer.chat_template = tmpl, written after the
-// header with a padding key that keeps the data section aligned (as
-// tests/server/test_http_jinja.c does).
-function withTemplate(src, tmpl, out) {
-  const d = readFileSync(src);
-  const align = 32; // the arch files' general.alignment (the default)
-  const key = Buffer.from('tokenizer.chat_template'), t = Buffer.from(tmpl, 'utf8');
-  const padPrefix = 'graphserve.test.pad';
-  const kv = 8 + key.length + 4 + 8 + t.length, base = 8 + 4 + 4;
-  let pk = padPrefix.length;
-  while ((kv + base + pk) % align) pk++;
-  const u64 = (v) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); return b; };
-  const u32 = (v) => { const b = Buffer.alloc(4); b.writeUInt32LE(v); return b; };
-  const nKv = d.readBigUInt64LE(16);
-  const pad = Buffer.from(padPrefix + 'x'.repeat(pk - padPrefix.length));
-  writeFileSync(out, Buffer.concat([
-    d.subarray(0, 16), u64(nKv + 2n),
-    u64(key.length), key, u32(8), u64(t.length), t,
-    u64(pad.length), pad, u32(4), u32(0),
-    d.subarray(24),
-  ]));
-  return out;
-}
-
-function startDaemon(model) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(bin, ['serve', '-m', model, '--port', '0'],
-                       { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '', log = '';
-    proc.stderr.on('data', (d) => { log += d; });
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
-      if (m) resolve({ proc, url: m[1], log: () => log });
-    });
-    proc.on('exit', (code) => reject(new Error(`daemon exited ${code} before listening:\n${log}`)));
-  });
-}
-
-function stopDaemon(d) {
-  return new Promise((resolve) => {
-    d.proc.removeAllListeners('exit');
-    d.proc.on('exit', (code, signal) => resolve({ code, signal }));
-    d.proc.kill('SIGTERM');
-  });
-}
 
 // The functions, with schemas whose every instance is short (bounded strings and
 // integers), so that a random model always finishes its call within max_tokens.
