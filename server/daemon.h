@@ -55,6 +55,7 @@ struct gs_srv_choice {
     struct gs_srv_buf released;
     json_t *calls;       /* OpenAI's tool call objects found so far, ids assigned */
     json_t *call_deltas; /* stream: OpenAI's tool_calls delta entries not yet sent */
+    float *embd;         /* /v1/embeddings: [n_embd] this input's unit vector; owned */
 };
 
 struct gs_srv_route;
@@ -84,6 +85,8 @@ struct gs_srv_shape {
 
 /* anthropic.c */
 extern const struct gs_srv_shape gs_srv__anthropic_shape;
+/* embed.c: only respond (embeddings never stream) */
+extern const struct gs_srv_shape gs_srv__embed_shape;
 
 /* A text being tokenized on libuv's thread pool (gs_srv__tokenize_async). */
 struct gs_srv_tok_job {
@@ -167,6 +170,7 @@ struct gs_srv_req {
     bool slow_reader;      /* out passed max_stream_buffer_bytes: cancelled, nothing more added */
     double t_last_out_ms;
     struct gs_srv_req_val val;
+    struct gs_srv_embed_req *embed; /* /v1/embeddings (embed.c): its body; owned; else NULL */
 };
 
 struct gs_srv {
@@ -320,6 +324,11 @@ void gs_srv__gen_try_end(struct gs_srv_req *r);
 /* After a change: try_end, resume the connection if it has something to
  * send or answer, leave the active list when nothing is awaited. */
 void gs_srv__gen_settle(struct gs_srv_req *r);
+
+/* embed.c: POST /v1/embeddings, and each input's FINISH event (its vector). */
+enum MHD_Result gs_srv__embed_start(struct gs_srv_req *r);
+void gs_srv__embed_event(struct gs_srv_req *r, struct gs_srv_choice *c,
+                         const struct gs_sched_event *ev);
 
 /* validation.c: the request side (see server/validation.h) */
 /* Whether r is validated (asked, or sampled by validate_rate); its fingerprint. */
