@@ -86,7 +86,7 @@ static const struct gs_cfg_opt opts[] = {
      "404 model_not_found for a name this server does not serve."},
     {"pooling", 0, GS_CFG_ENUM, F(pooling), g_model, "auto", 0, 0, pooling_choices, 0, NULL,
      "How /v1/embeddings pools a text's final hidden states: mean, cls (the first token's) or "
-     "last; auto takes the model's <arch>.pooling_type when it names one of these, else mean."},
+     "last; auto takes the GGUF's ARCH.pooling_type key when it names one of these, else mean."},
 
     {"host", 0, GS_CFG_STR, F(host), g_http, "127.0.0.1", 0, 0, NULL, 0, NULL,
      "Address to listen on; 0.0.0.0 or :: listens on every interface."},
