@@ -122,3 +122,71 @@ Test(runner, every_failed_allocation_is_reported, .init = load, .fini = unload)
         gs_runner_free(r);
     }
 }
+
+/* Every row's hidden state and all five rows' logits of the prompt, from runner r. */
+static void run_hidden(struct gs_runner *r, float *hidden, float *logits)
+{
+    static const int32_t toks[] = {1, 403, 407, 261, 378};
+    enum { N = 5 };
+    struct gs_err err = {0};
+    struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(model), .kv_dim = gs_model_kv_dim(model),
+                                .elem_bytes = 4, .page_tokens = 16, .n_pages = 2};
+    struct gs_kv_pool *pool;
+    cr_assert_eq(gs_kv_pool_new(&pc, &pool, &err), GS_OK, "%s", err.msg);
+    struct gs_kv_seq seq;
+    gs_kv_seq_init(&seq);
+    cr_assert_eq(gs_kv_seq_reserve(pool, &seq, N, &err), GS_OK, "%s", err.msg);
+    struct gs_kv_view kv = gs_kv_pool_view(pool);
+    int32_t pos[N] = {0, 1, 2, 3, 4};
+    uint32_t sidx[N] = {0}, rows[N] = {0, 1, 2, 3, 4};
+    struct gs_seq_pages sp = {seq.pages, seq.n_pages};
+    struct gs_step_io io = {.n_tokens = N, .tokens = toks, .pos = pos, .seq = sidx, .n_seqs = 1,
+                            .seqs = &sp, .kv = &kv, .n_outputs = N, .out_rows = rows,
+                            .logits = logits, .hidden = hidden};
+    cr_assert_eq(gs_runner_step(r, &io, &err), GS_OK, "%s", err.msg);
+    gs_kv_seq_release(pool, &seq);
+    gs_kv_pool_free(pool);
+}
+
+/* The hidden rows are exactly what the output projection multiplies: each
+ * row's logits are its hidden state times the projection's rows, computed
+ * here in double from the file's F32 weights; cpu's rows match ref's. */
+Test(runner, hidden_rows_are_the_projection_input, .init = load, .fini = unload)
+{
+    enum { N = 5 };
+    struct gs_err err = {0};
+    const uint32_t nv = model->hp.n_vocab, d = model->hp.n_embd;
+    cr_assert_neq(gs_graph_hidden_node(model->graph), GS_NODE_NONE);
+    const struct gs_gguf_tensor *w = gs_gguf_find_tensor(file, "output.weight");
+    if (!w)
+        w = gs_gguf_find_tensor(file, "token_embd.weight");
+    cr_assert(w && w->type == GS_TYPE_F32 && w->ne[0] == d && w->ne[1] == nv);
+    const float *wf = w->data;
+    float *hid = calloc((size_t)N * d, sizeof(float)), *lg = calloc((size_t)N * nv, sizeof(float));
+    float *hid_cpu = calloc((size_t)N * d, sizeof(float)),
+          *lg_cpu = calloc((size_t)N * nv, sizeof(float));
+    cr_assert(hid && lg && hid_cpu && lg_cpu);
+    struct gs_runner *r;
+    const struct gs_runner_cfg as_built = {.backend = "ref", .no_passes = true};
+    cr_assert_eq(gs_runner_new(model->graph, &as_built, &r, &err), GS_OK, "%s", err.msg);
+    run_hidden(r, hid, lg);
+    gs_runner_free(r);
+    for (uint32_t t = 0; t < N; t++)
+        for (uint32_t v = 0; v < nv; v++) {
+            double s = 0;
+            for (uint32_t j = 0; j < d; j++)
+                s += (double)hid[t * d + j] * wf[(size_t)v * d + j];
+            cr_assert_float_eq(lg[(size_t)t * nv + v], s, 1e-4 * (1 + fabs(s)), "row %u logit %u",
+                               t, v);
+        }
+    const struct gs_runner_cfg with_passes = {.backend = "cpu"};
+    cr_assert_eq(gs_runner_new(model->graph, &with_passes, &r, &err), GS_OK, "%s", err.msg);
+    run_hidden(r, hid_cpu, lg_cpu);
+    gs_runner_free(r);
+    for (uint32_t i = 0; i < N * d; i++)
+        cr_assert_float_eq(hid_cpu[i], hid[i], 1e-3f * (1 + fabsf(hid[i])), "hidden %u", i);
+    free(hid);
+    free(lg);
+    free(hid_cpu);
+    free(lg_cpu);
+}
