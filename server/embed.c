@@ -81,9 +81,8 @@ static enum gs_status take_input(const json_t *in, uint32_t n_vocab, struct gs_s
 {
     const char *what =
         "must be a string, a list of strings, a list of token ids or a list of such lists";
-    const bool one = json_is_string(in) ||
-                     (json_is_array(in) && json_array_size(in) > 0 &&
-                      json_is_integer(json_array_get(in, 0)));
+    const bool one = json_is_string(in) || (json_is_array(in) && json_array_size(in) > 0 &&
+                                            json_is_integer(json_array_get(in, 0)));
     size_t n = one ? 1 : json_array_size(in);
     if (!json_is_string(in) && !json_is_array(in)) {
         set_param(param, cap, "input");
@@ -114,8 +113,8 @@ static enum gs_status take_input(const json_t *in, uint32_t n_vocab, struct gs_s
             return gs_err_set(err, GS_INVAL, "input[%zu]: %s, all of one kind", i, what);
         }
         if (!text) {
-            enum gs_status st = take_ids(v, (int)i, n_vocab, &e->ids[i], &e->n_ids[i], param, cap,
-                                         err);
+            enum gs_status st =
+                take_ids(v, (int)i, n_vocab, &e->ids[i], &e->n_ids[i], param, cap, err);
             if (st)
                 return st;
             continue;
@@ -154,18 +153,15 @@ enum gs_status gs_srv_embed_parse(const char *body, size_t len, uint32_t n_vocab
         if (!strcmp(key, "input")) {
             st = take_input(v, n_vocab, e, param, param_cap, err);
         } else if (!strcmp(key, "model")) {
-            if (!json_is_string(v))
-                {
+            if (!json_is_string(v)) {
                 set_param(param, param_cap, key);
                 st = gs_err_set(err, GS_INVAL, "%s: must be a string", key);
-            }
-            else if (!(e->model = gs_strdup(json_string_value(v))))
+            } else if (!(e->model = gs_strdup(json_string_value(v))))
                 st = gs_err_set(err, GS_NOMEM, "out of memory");
         } else if (!strcmp(key, "encoding_format")) {
             const char *f = json_is_string(v) ? json_string_value(v) : "";
             e->base64 = !strcmp(f, "base64");
-            if (!json_is_null(v) && strcmp(f, "float") && !e->base64)
-                {
+            if (!json_is_null(v) && strcmp(f, "float") && !e->base64) {
                 set_param(param, param_cap, key);
                 st = gs_err_set(err, GS_INVAL, "%s: must be \"float\" or \"base64\"", key);
             }
@@ -178,8 +174,7 @@ enum gs_status gs_srv_embed_parse(const char *body, size_t len, uint32_t n_vocab
                                 n_embd);
             }
         } else if (!strcmp(key, "user")) {
-            if (!json_is_string(v) && !json_is_null(v))
-                {
+            if (!json_is_string(v) && !json_is_null(v)) {
                 set_param(param, param_cap, key);
                 st = gs_err_set(err, GS_INVAL, "%s: must be a string", key);
             }
@@ -188,8 +183,7 @@ enum gs_status gs_srv_embed_parse(const char *body, size_t len, uint32_t n_vocab
             st = gs_err_set(err, GS_INVAL, "unknown field '%.64s'", key);
         }
     }
-    if (!st && e->n_inputs == 0)
-        {
+    if (!st && e->n_inputs == 0) {
         set_param(param, param_cap, "input");
         st = gs_err_set(err, GS_INVAL, "input: is required");
     }
@@ -379,10 +373,9 @@ enum MHD_Result gs_srv__embed_start(struct gs_srv_req *r)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "no engine is running");
     char param[64];
     struct gs_err err;
-    enum gs_status st =
-        gs_srv_embed_parse(r->body.p ? r->body.p : "", r->body.len,
-                           gs_tok_n_vocab(s->cfg.model.tok), s->cfg.model.n_embd, &r->embed,
-                           param, sizeof(param), &err);
+    enum gs_status st = gs_srv_embed_parse(r->body.p ? r->body.p : "", r->body.len,
+                                           gs_tok_n_vocab(s->cfg.model.tok), s->cfg.model.n_embd,
+                                           &r->embed, param, sizeof(param), &err);
     if (st != GS_OK)
         return gs_srv__respond_error(r, gs_srv_err_from_status(st), param[0] ? param : NULL, "%s",
                                      err.msg);

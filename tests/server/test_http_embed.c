@@ -104,9 +104,9 @@ Test(http_embed, batch_of_16_equals_alone_and_vectors_are_unit)
     json_int_t n_alone =
         json_integer_value(json_object_get(json_object_get(r.json, "usage"), "prompt_tokens"));
     cr_expect_gt(n_alone, 5);
-    cr_expect_eq(json_integer_value(
-                     json_object_get(json_object_get(r.json, "usage"), "total_tokens")),
-                 n_alone);
+    cr_expect_eq(
+        json_integer_value(json_object_get(json_object_get(r.json, "usage"), "total_tokens")),
+        n_alone);
     cr_expect_float_eq(dot(alone, alone), 1.0, 1e-5);
     e2e_resp_free(&r);
 
@@ -130,9 +130,9 @@ Test(http_embed, batch_of_16_equals_alone_and_vectors_are_unit)
     for (int j = 0; j < N_EMBD; j++)
         cr_expect_float_eq(v[j], alone[j], 1e-6, "[%d] %.9g in the batch, %.9g alone", j, v[j],
                            alone[j]);
-    cr_expect_gt(json_integer_value(json_object_get(json_object_get(r.json, "usage"),
-                                                    "prompt_tokens")),
-                 16 * 3);
+    cr_expect_gt(
+        json_integer_value(json_object_get(json_object_get(r.json, "usage"), "prompt_tokens")),
+        16 * 3);
     e2e_resp_free(&r);
 }
 
@@ -158,8 +158,8 @@ Test(http_embed, base64_decodes_to_the_float_vector)
                 u |= (uint32_t)bytes[4 * j + k] << (8 * k);
             float x;
             memcpy(&x, &u, 4);
-            cr_expect_eq(x, f[i][j], "input %zu [%d]: %.9g from base64, %.9g as a number", i, j,
-                         x, f[i][j]);
+            cr_expect_eq(x, f[i][j], "input %zu [%d]: %.9g from base64, %.9g as a number", i, j, x,
+                         f[i][j]);
         }
     }
     e2e_resp_free(&r);
@@ -208,9 +208,9 @@ Test(http_embed, beside_a_generation)
     json_t *gen = gs_test_load_json(path);
     snprintf(path, sizeof(path), "%s.emb", d.log_path);
     json_t *emb = gs_test_load_json(path);
-    cr_expect_eq(json_integer_value(json_object_get(json_object_get(gen, "usage"),
-                                                    "completion_tokens")),
-                 200);
+    cr_expect_eq(
+        json_integer_value(json_object_get(json_object_get(gen, "usage"), "completion_tokens")),
+        200);
     cr_expect_eq(json_array_size(json_object_get(emb, "data")), 3);
     json_decref(gen);
     json_decref(emb);
