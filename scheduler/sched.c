@@ -371,7 +371,8 @@ enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request
     const bool embed = req->pooling != GS_POOLING_NONE;
     if (embed && (!gs_pooling_name(req->pooling) || !s->hidden))
         return gs_err_set(err, GS_UNSUPPORTED, "embeddings: %s",
-                          s->hidden ? "unknown pooling" : "this model's graph has no hidden states");
+                          s->hidden ? "unknown pooling"
+                                    : "this model's graph has no hidden states");
     if (embed && req->n_prompt > s->n_ctx)
         return gs_err_set(err, GS_INVAL,
                           "context_length_exceeded: %u input tokens exceed the context length %u",
@@ -408,8 +409,8 @@ enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request
     sp.logprobs = req->want_logprobs || req->n_top_logprobs > 0;
     sp.top_logprobs = (int32_t)req->n_top_logprobs;
     enum gs_status rc = !q->tokens ? gs_err_set(err, GS_NOMEM, "no memory for a request")
-                        : embed   ? GS_OK
-                                  : gs_sample_state_new(&sp, (int32_t)s->n_vocab, &q->sampler, err);
+                        : embed    ? GS_OK
+                                : gs_sample_state_new(&sp, (int32_t)s->n_vocab, &q->sampler, err);
     if (!rc && embed && !(q->embd = gs_calloc(s->n_embd, sizeof(float))))
         rc = gs_err_set(err, GS_NOMEM, "no memory for an embedding");
     if (!rc && !embed)

@@ -88,13 +88,13 @@ enum gs_srv_api {
 /* A parsed /v1/embeddings body. texts (when the input was text) are tokenized
  * into ids before anything is queued. */
 struct gs_srv_embed_req {
-    char *model;             /* NULL when absent; owned */
-    bool base64;             /* encoding_format "base64" */
-    uint32_t n_inputs;       /* 1..2048 */
+    char *model;              /* NULL when absent; owned */
+    bool base64;              /* encoding_format "base64" */
+    uint32_t n_inputs;        /* 1..2048 */
     struct gs_srv_buf *texts; /* [n_inputs] the texts; NULL when ids were given */
-    int32_t **ids;           /* [n_inputs] token ids, each gs_malloc'd; given or tokenized */
-    uint32_t *n_ids;         /* [n_inputs] */
-    uint32_t n_tokenized;    /* texts tokenized so far */
+    int32_t **ids;            /* [n_inputs] token ids, each gs_malloc'd; given or tokenized */
+    uint32_t *n_ids;          /* [n_inputs] */
+    uint32_t n_tokenized;     /* texts tokenized so far */
 };
 
 /* Parses an embeddings body: input (a string, strings, token ids below

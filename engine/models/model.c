@@ -179,8 +179,7 @@ const char *gs_pooling_name(enum gs_pooling p)
     return (unsigned)p < GS_ARRAY_LEN(names) ? names[p] : NULL;
 }
 
-enum gs_status gs_model_pooling(const struct gs_model *m, enum gs_pooling *out,
-                                struct gs_err *err)
+enum gs_status gs_model_pooling(const struct gs_model *m, enum gs_pooling *out, struct gs_err *err)
 {
     char key[128];
     snprintf(key, sizeof(key), "%s.pooling_type", m->hp.arch);

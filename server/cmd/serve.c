@@ -285,9 +285,8 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
     c->limits.max_tokens = (uint32_t)GS_MIN((uint64_t)cfg->max_tokens, gs_sched_n_ctx(sv->sched));
     c->model = (struct gs_srv_model_info){
         .id = id,
-        .aliases = cfg->served_model_name.n > 1
-                       ? (const char *const *)cfg->served_model_name.v + 1
-                       : NULL,
+        .aliases =
+            cfg->served_model_name.n > 1 ? (const char *const *)cfg->served_model_name.v + 1 : NULL,
         .n_aliases = cfg->served_model_name.n > 1 ? cfg->served_model_name.n - 1 : 0,
         .accept_any_name = cfg->accept_any_model_name,
         .tok = sv->tok,

@@ -131,8 +131,11 @@ static void run_hidden(const struct gs_model *m, struct gs_runner *r, float *hid
     for (int i = 0; i < N; i++)
         toks[i] %= (int32_t)m->hp.n_vocab;
     struct gs_err err = {0};
-    struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(m), .kv_dim = gs_model_kv_dim(m),
-                                .elem_bytes = 4, .page_tokens = 16, .n_pages = 2};
+    struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(m),
+                                .kv_dim = gs_model_kv_dim(m),
+                                .elem_bytes = 4,
+                                .page_tokens = 16,
+                                .n_pages = 2};
     struct gs_kv_pool *pool;
     cr_assert_eq(gs_kv_pool_new(&pc, &pool, &err), GS_OK, "%s", err.msg);
     struct gs_kv_seq seq;
@@ -142,9 +145,17 @@ static void run_hidden(const struct gs_model *m, struct gs_runner *r, float *hid
     int32_t pos[N] = {0, 1, 2, 3, 4};
     uint32_t sidx[N] = {0}, rows[N] = {0, 1, 2, 3, 4};
     struct gs_seq_pages sp = {seq.pages, seq.n_pages};
-    struct gs_step_io io = {.n_tokens = N, .tokens = toks, .pos = pos, .seq = sidx, .n_seqs = 1,
-                            .seqs = &sp, .kv = &kv, .n_outputs = N, .out_rows = rows,
-                            .logits = logits, .hidden = hidden};
+    struct gs_step_io io = {.n_tokens = N,
+                            .tokens = toks,
+                            .pos = pos,
+                            .seq = sidx,
+                            .n_seqs = 1,
+                            .seqs = &sp,
+                            .kv = &kv,
+                            .n_outputs = N,
+                            .out_rows = rows,
+                            .logits = logits,
+                            .hidden = hidden};
     cr_assert_eq(gs_runner_step(r, &io, &err), GS_OK, "%s", err.msg);
     gs_kv_seq_release(pool, &seq);
     gs_kv_pool_free(pool);
@@ -158,9 +169,9 @@ static void run_hidden(const struct gs_model *m, struct gs_runner *r, float *hid
 Test(runner, hidden_rows_are_the_projection_input)
 {
     static const char *const files[] = {
-        "models/stories260K.gguf",          "models/arch/qwen2-tiny-F32.gguf",
-        "models/arch/qwen3-tiny-F32.gguf",  "models/arch/phi3-tiny-F32.gguf",
-        "models/arch/gemma2-tiny-F32.gguf", "models/arch/gemma3-tiny-F32.gguf",
+        "models/stories260K.gguf",           "models/arch/qwen2-tiny-F32.gguf",
+        "models/arch/qwen3-tiny-F32.gguf",   "models/arch/phi3-tiny-F32.gguf",
+        "models/arch/gemma2-tiny-F32.gguf",  "models/arch/gemma3-tiny-F32.gguf",
         "models/arch/gemma3n-tiny-F32.gguf",
     };
     enum { N = 5 };
@@ -175,8 +186,7 @@ Test(runner, hidden_rows_are_the_projection_input)
         const struct gs_gguf_tensor *w = gs_gguf_find_tensor(f, "output.weight");
         if (!w)
             w = gs_gguf_find_tensor(f, "token_embd.weight");
-        cr_assert(w && w->type == GS_TYPE_F32 && w->ne[0] == d && w->ne[1] == nv, "%s",
-                  files[fi]);
+        cr_assert(w && w->type == GS_TYPE_F32 && w->ne[0] == d && w->ne[1] == nv, "%s", files[fi]);
         const float *wf = w->data;
         const double cap = m->hp.final_softcap;
         float *hid = calloc((size_t)N * d, sizeof(float));

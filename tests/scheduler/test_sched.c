@@ -86,8 +86,11 @@ struct job {
 
 static void submit(struct gs_sched *s, struct job *j, uint64_t id)
 {
-    struct gs_sched_request req = {.id = id, .prompt = j->prompt, .n_prompt = j->n_prompt,
-                                   .max_tokens = j->max_tokens, .ignore_eos = true,
+    struct gs_sched_request req = {.id = id,
+                                   .prompt = j->prompt,
+                                   .n_prompt = j->n_prompt,
+                                   .max_tokens = j->max_tokens,
+                                   .ignore_eos = true,
                                    .pooling = j->pooling};
     gs_sample_params_init(&req.sampling);
     req.sampling.temperature = j->temperature;
@@ -818,8 +821,10 @@ static void embed_direct(struct rig *r, const struct job *j, float *out)
     const struct gs_runner_cfg rc = {.backend = "ref", .no_passes = true};
     cr_assert_eq(gs_runner_new(r->model->graph, &rc, &run, &err), GS_OK, "%s", err.msg);
     struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(r->model),
-                                .kv_dim = gs_model_kv_dim(r->model), .elem_bytes = 2,
-                                .page_tokens = 16, .n_pages = 16};
+                                .kv_dim = gs_model_kv_dim(r->model),
+                                .elem_bytes = 2,
+                                .page_tokens = 16,
+                                .n_pages = 16};
     struct gs_kv_pool *pool;
     cr_assert_eq(gs_kv_pool_new(&pc, &pool, &err), GS_OK, "%s", err.msg);
     struct gs_kv_seq seq;
@@ -834,15 +839,22 @@ static void embed_direct(struct rig *r, const struct job *j, float *out)
     float *lg = calloc(r->model->hp.n_vocab, sizeof(float));
     cr_assert(hid && lg);
     struct gs_seq_pages sp = {seq.pages, seq.n_pages};
-    struct gs_step_io io = {.n_tokens = j->n_prompt, .tokens = j->prompt, .pos = pos,
-                            .seq = sidx, .n_seqs = 1, .seqs = &sp, .kv = &kv, .n_outputs = 1,
-                            .out_rows = &row, .logits = lg, .hidden = hid};
+    struct gs_step_io io = {.n_tokens = j->n_prompt,
+                            .tokens = j->prompt,
+                            .pos = pos,
+                            .seq = sidx,
+                            .n_seqs = 1,
+                            .seqs = &sp,
+                            .kv = &kv,
+                            .n_outputs = 1,
+                            .out_rows = &row,
+                            .logits = lg,
+                            .hidden = hid};
     cr_assert_eq(gs_runner_step(run, &io, &err), GS_OK, "%s", err.msg);
     double acc[D] = {0}, ss = 0;
     for (uint32_t t = 0; t < j->n_prompt; t++)
         for (int k = 0; k < D; k++) {
-            bool take = j->pooling == GS_POOLING_MEAN ||
-                        (j->pooling == GS_POOLING_CLS && t == 0) ||
+            bool take = j->pooling == GS_POOLING_MEAN || (j->pooling == GS_POOLING_CLS && t == 0) ||
                         (j->pooling == GS_POOLING_LAST && t == j->n_prompt - 1);
             if (take)
                 acc[k] += hid[t * D + k];
@@ -928,8 +940,8 @@ Test(sched_embed, limits_and_cancellation)
     for (int i = 0; i < 600; i++)
         prompt[i] = 3 + i % 400;
     struct gs_err err;
-    struct gs_sched_request req = {.id = 0, .prompt = prompt, .n_prompt = 513,
-                                   .pooling = GS_POOLING_MEAN};
+    struct gs_sched_request req = {
+        .id = 0, .prompt = prompt, .n_prompt = 513, .pooling = GS_POOLING_MEAN};
     cr_assert_eq(gs_sched_submit(s, &req, &err), GS_INVAL);
     cr_assert(strstr(err.msg, "context"), "%s", err.msg);
     req.pooling = (enum gs_pooling)4; /* rank: not ours */
