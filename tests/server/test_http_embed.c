@@ -330,8 +330,8 @@ Test(http_embed, errors_name_the_field)
 
 /*
  * Against llama.cpp: tests/server/golden/llama_embedding_stories260K.json holds
- * llama.cpp's llama-embedding output for the same file and texts, with mean
- * pooling and L2 normalisation (its "command" field says exactly how it was
+ * llama.cpp's llama-embedding output for the same file and texts, with mean,
+ * last and cls pooling and L2 normalisation (its "command" field says how it was
  * run; llama.cpp was built outside this repository from the source that the
  * npm package node-llama-cpp@3.21.1 carries as llama/gitRelease.bundle:
  * `git clone gitRelease.bundle llama.cpp && cmake -B build -DLLAMA_CURL=OFF &&
@@ -340,6 +340,33 @@ Test(http_embed, errors_name_the_field)
  * (llama.cpp's kernels and ours round differently; it prints seven decimals),
  * so the bounds are cosine >= 0.9999 and 5e-4 per element.
  */
+/* The vectors of daemon k for the golden's prompts against its array key. */
+static void expect_llama_cpp(const struct e2e_daemon *k, const json_t *g, const char *key)
+{
+    json_t *prompts = json_object_get(g, "prompts");
+    cr_assert(json_array_size(prompts) > 0);
+    json_t *req = json_pack("{s:O}", "input", prompts);
+    char *body = json_dumps(req, JSON_COMPACT);
+    struct e2e_resp r;
+    embed(k, body, 200, &r);
+    for (size_t i = 0; i < json_array_size(prompts); i++) {
+        float ours[N_EMBD], theirs[N_EMBD];
+        vector_of(r.json, i, ours);
+        json_t *v = json_object_get(json_array_get(json_object_get(g, key), i), "embedding");
+        cr_assert_eq(json_array_size(v), N_EMBD, "%s[%zu]", key, i);
+        for (int j = 0; j < N_EMBD; j++)
+            theirs[j] = (float)json_number_value(json_array_get(v, j));
+        double c = dot(ours, theirs) / sqrt(dot(ours, ours) * dot(theirs, theirs));
+        cr_expect_geq(c, 0.9999, "%s, prompt %zu: cosine %.7f with llama.cpp", key, i, c);
+        for (int j = 0; j < N_EMBD; j++)
+            cr_expect_float_eq(ours[j], theirs[j], 5e-4, "%s, prompt %zu [%d]: %.7f vs %.7f", key,
+                               i, j, ours[j], theirs[j]);
+    }
+    e2e_resp_free(&r);
+    free(body);
+    json_decref(req);
+}
+
 Test(http_embed, matches_llama_cpp_llama_embedding)
 {
     const char *src = getenv("GS_SOURCE_DIR");
@@ -348,27 +375,13 @@ Test(http_embed, matches_llama_cpp_llama_embedding)
     snprintf(path, sizeof(path), "%s/tests/server/golden/llama_embedding_stories260K.json", src);
     json_t *g = gs_test_load_json(path);
     cr_assert(g, "cannot read %s", path);
-    json_t *prompts = json_object_get(g, "prompts");
-    cr_assert(json_array_size(prompts) > 0);
-    json_t *req = json_pack("{s:O}", "input", prompts);
-    char *body = json_dumps(req, JSON_COMPACT);
-    struct e2e_resp r;
-    embed(&d, body, 200, &r);
-    for (size_t i = 0; i < json_array_size(prompts); i++) {
-        float ours[N_EMBD], theirs[N_EMBD];
-        vector_of(r.json, i, ours);
-        json_t *v = json_object_get(json_array_get(json_object_get(g, "data"), i), "embedding");
-        cr_assert_eq(json_array_size(v), N_EMBD);
-        for (int j = 0; j < N_EMBD; j++)
-            theirs[j] = (float)json_number_value(json_array_get(v, j));
-        double c = dot(ours, theirs) / sqrt(dot(ours, ours) * dot(theirs, theirs));
-        cr_expect_geq(c, 0.9999, "prompt %zu: cosine %.7f with llama.cpp", i, c);
-        for (int j = 0; j < N_EMBD; j++)
-            cr_expect_float_eq(ours[j], theirs[j], 5e-4, "prompt %zu [%d]: %.7f vs llama.cpp %.7f",
-                               i, j, ours[j], theirs[j]);
-    }
-    e2e_resp_free(&r);
-    free(body);
-    json_decref(req);
+    expect_llama_cpp(&d, g, "data"); /* mean, the default */
+    struct e2e_daemon k;
+    e2e_start(&k, "--pooling last");
+    expect_llama_cpp(&k, g, "data_last");
+    cr_expect_eq(e2e_stop(&k), 0);
+    e2e_start(&k, "--pooling cls");
+    expect_llama_cpp(&k, g, "data_cls");
+    cr_expect_eq(e2e_stop(&k), 0);
     json_decref(g);
 }
