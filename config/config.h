@@ -84,6 +84,13 @@ enum gs_cfg_chat_template {
     GS_CFG_TEMPLATE_GEMMA4,   /* "gemma4" */
 };
 
+enum gs_cfg_pooling {
+    GS_CFG_POOLING_AUTO = 0, /* "auto": the GGUF's <arch>.pooling_type, else mean */
+    GS_CFG_POOLING_MEAN = 1, /* "mean"; this and the next equal enum gs_pooling's values */
+    GS_CFG_POOLING_CLS = 2,  /* "cls": the first token's */
+    GS_CFG_POOLING_LAST = 3, /* "last": the last token's */
+};
+
 /* What the command line asked for besides running. */
 enum gs_cfg_action {
     GS_CFG_RUN = 0,       /* start serving */
@@ -119,6 +126,7 @@ struct gs_cfg {
     char *chat_template_file; /* a Jinja template instead of the GGUF's; NULL: the GGUF's */
     struct gs_cfg_strlist served_model_name; /* names requests may use; the first is the id */
     bool accept_any_model_name;              /* any "model" is this one, never a 404 */
+    enum gs_cfg_pooling pooling;             /* /v1/embeddings: how hidden states pool */
 
     /* HTTP */
     char *host;   /* listen address */

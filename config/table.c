@@ -19,6 +19,8 @@ static const char *const kv_type_choices[] = {"f16", "f32", NULL};
 static const char *const template_choices[] = {"auto",  "chatml", "llama2", "llama3", "mistral",
                                                "gemma", "phi3",   "zephyr", "plain",  "gemma4",
                                                NULL};
+/* In the order of enum gs_cfg_pooling, whose values past auto are engine/model.h's. */
+static const char *const pooling_choices[] = {"auto", "mean", "cls", "last", NULL};
 static const char *const log_level_choices[] = {"debug", "info", "warn", "error", NULL};
 static const char *const log_format_choices[] = {"logfmt", "json", NULL};
 
@@ -82,6 +84,9 @@ static const struct gs_cfg_opt opts[] = {
      NULL, 0, NULL,
      "Answer a request whatever model it names, for clients that hard-code one, instead of "
      "404 model_not_found for a name this server does not serve."},
+    {"pooling", 0, GS_CFG_ENUM, F(pooling), g_model, "auto", 0, 0, pooling_choices, 0, NULL,
+     "How /v1/embeddings pools a text's final hidden states: mean, cls (the first token's) or "
+     "last; auto takes the GGUF's ARCH.pooling_type key when it names one of these, else mean."},
 
     {"host", 0, GS_CFG_STR, F(host), g_http, "127.0.0.1", 0, 0, NULL, 0, NULL,
      "Address to listen on; 0.0.0.0 or :: listens on every interface."},
@@ -174,6 +179,7 @@ _Static_assert(GS_ARRAY_LEN(opts) <= GS_CFG_MAX_OPTS, "raise GS_CFG_MAX_OPTS");
 _Static_assert(sizeof(enum gs_cfg_backend) == sizeof(int), "enum fields are int-sized");
 _Static_assert(sizeof(enum gs_cfg_kv_type) == sizeof(int), "enum fields are int-sized");
 _Static_assert(sizeof(enum gs_cfg_chat_template) == sizeof(int), "enum fields are int-sized");
+_Static_assert(sizeof(enum gs_cfg_pooling) == sizeof(int), "enum fields are int-sized");
 _Static_assert(sizeof(enum gs_log_level) == sizeof(int), "enum fields are int-sized");
 _Static_assert(sizeof(enum gs_log_format) == sizeof(int), "enum fields are int-sized");
 

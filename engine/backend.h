@@ -72,6 +72,10 @@ struct gs_step_io {
     uint32_t n_outputs;
     const uint32_t *out_rows; /* [n_outputs] token rows that want logits, strictly increasing */
     float *logits;            /* OUT: [n_outputs][n_vocab] */
+    /* OUT, optional: [n_tokens][n_embd] every token row's final hidden state (the
+     * output norm's result, before the projection) when the graph has a HIDDEN
+     * root; NULL: not copied. */
+    float *hidden;
 };
 
 /*

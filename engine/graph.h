@@ -82,6 +82,8 @@
     X(OUTPUTS, "outputs", 1, 0)                                                                    \
     /* copies x [n_vocab x n_outputs] to the caller's logits buffer */                             \
     X(LOGITS, "logits", 1, GS_OPF_ROOT)                                                            \
+    /* copies x [n_embd x n_tokens] to the caller's hidden buffer, when it gives one           */  \
+    X(HIDDEN, "hidden", 1, GS_OPF_ROOT)                                                            \
     /* rms_norm_mul(x, w) with its rows quantized to the node's type, the dot partner of the   */  \
     /* quantized matmuls that read it: fused by the rms_norm_quant pass                        */  \
     X(RMS_NORM_QUANT, "rms_norm_quant", 2, 0)                                                      \
@@ -300,6 +302,8 @@ uint32_t gs_graph_mag_match(struct gs_graph *g, uint32_t x, uint32_t ref);
 uint32_t gs_graph_gauss_topk(struct gs_graph *g, uint32_t x, float k);
 uint32_t gs_graph_outputs(struct gs_graph *g, uint32_t x);
 uint32_t gs_graph_logits(struct gs_graph *g, uint32_t x);
+/* The hidden-state root: x has one row per token; at most one per graph. */
+uint32_t gs_graph_hidden(struct gs_graph *g, uint32_t x);
 
 /* Names node id (printf-style, copied into the arena); returns id for chaining. */
 uint32_t gs_graph_name(struct gs_graph *g, uint32_t id, const char *fmt, ...)
@@ -307,6 +311,8 @@ uint32_t gs_graph_name(struct gs_graph *g, uint32_t id, const char *fmt, ...)
 
 /* Node id of the LOGITS root, GS_NODE_NONE when the graph has none. */
 uint32_t gs_graph_logits_node(const struct gs_graph *g);
+/* Node id of the HIDDEN root, GS_NODE_NONE when the graph has none. */
+uint32_t gs_graph_hidden_node(const struct gs_graph *g);
 
 /* ---- editing (used by passes) --------------------------------------------- */
 

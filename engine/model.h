@@ -206,4 +206,22 @@ uint32_t gs_model_ones(struct gs_model *m, int64_t n);
 /* Whether general.architecture value arch has a builder. */
 bool gs_model_arch_supported(const char *arch, size_t len);
 
+/* How an embedding pools a prompt's final hidden states; the values are
+ * llama.cpp's (enum llama_pooling_type), as GGUF files store them in
+ * <arch>.pooling_type. */
+enum gs_pooling {
+    GS_POOLING_NONE = 0, /* no embedding: the request generates */
+    GS_POOLING_MEAN = 1, /* the mean over every token */
+    GS_POOLING_CLS = 2,  /* the first token's */
+    GS_POOLING_LAST = 3, /* the last token's */
+};
+
+/* "none", "mean", "cls", "last"; NULL for any other value. */
+const char *gs_pooling_name(enum gs_pooling p);
+
+/* The file's <arch>.pooling_type into *out. GS_NOTFOUND when the key is absent;
+ * GS_UNSUPPORTED for a value graphserve does not pool by (4, rank), naming it. */
+enum gs_status gs_model_pooling(const struct gs_model *m, enum gs_pooling *out,
+                                struct gs_err *err);
+
 #endif /* GS_MODEL_H */

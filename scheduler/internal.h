@@ -61,6 +61,9 @@ struct seq {
     bool in_batch;         /* placed in the step being built */
     uint32_t batch_tokens; /* tokens of this sequence in that step */
     int32_t out_row;       /* its logits row in that step, -1 if none */
+    uint32_t row0;         /* its first token row in that step */
+    enum gs_pooling pooling; /* an embedding request unless GS_POOLING_NONE */
+    float *embd;             /* [n_embd] pooled rows so far, with pooling; owned */
     enum gs_finish finish;
     enum gs_status err_code;
     char err_msg[GS_ERR_MSG_LEN];
@@ -72,6 +75,7 @@ struct ev_item {
     struct gs_sched_event ev;
     struct gs_sched_top top[GS_SAMPLE_TOP_LOGPROBS_MAX];
     struct gs_val_report *report; /* VALIDATION: owned by the item */
+    float *embd;                  /* FINISH of an embedding: owned by the item */
 };
 
 /* A finished request waiting for, or in, its reference evaluation. It runs on
@@ -113,6 +117,8 @@ struct gs_sched {
     struct gs_seq_pages *step_pages;
     struct seq **step_seqs;
     float *logits; /* [max_seqs][n_vocab] */
+    uint32_t n_embd;
+    float *hidden; /* [max_batch_tokens][n_embd]; NULL when the graph has no HIDDEN root */
     /* validation: a ref runner opened on first use, and its jobs */
     struct gs_runner *ref;
     struct vjob *vjobs_head, *vjobs_tail;
@@ -152,6 +158,8 @@ bool gs_sched__push_event_report(struct gs_sched *s, const struct gs_sched_event
                                  const struct gs_sample_logprob *top, uint32_t n_top,
                                  struct gs_val_report *report);
 void gs_sched__seq_free(struct gs_sched *s, struct seq *q);
+/* Frees what an event item owns (its report, its embedding). */
+void gs_sched__item_free(struct ev_item *it);
 
 /* step.c */
 void gs_sched__abort_all(struct gs_sched *s, enum gs_finish why);

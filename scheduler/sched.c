@@ -57,6 +57,7 @@ void gs_sched__seq_free(struct gs_sched *s, struct seq *q)
     gs_free(q->window);
     gs_free(q->tokens);
     gs_free(q->served);
+    gs_free(q->embd);
     gs_free(q);
 }
 
@@ -72,12 +73,20 @@ uint32_t gs_sched__pages_for(const struct gs_sched *s, uint64_t n_tokens)
 
 /* ---- events ---------------------------------------------------------------------- */
 
-/* Appends an event under the lock, taking ownership of report. Returns false
- * when memory is short: the event (and report) is then lost, which the caller
- * turns into an error for the request. */
-bool gs_sched__push_event_report(struct gs_sched *s, const struct gs_sched_event *ev,
-                                 const struct gs_sample_logprob *top, uint32_t n_top,
-                                 struct gs_val_report *report)
+void gs_sched__item_free(struct ev_item *it)
+{
+    gs_val_report_free(it->report);
+    gs_free(it->embd);
+    it->report = NULL;
+    it->embd = NULL;
+}
+
+/* Appends an event under the lock, taking ownership of report and embd.
+ * Returns false when memory is short: the event (and what it owns) is then
+ * lost, which the caller turns into an error for the request. */
+static bool push_item(struct gs_sched *s, const struct gs_sched_event *ev,
+                      const struct gs_sample_logprob *top, uint32_t n_top,
+                      struct gs_val_report *report, float *embd)
 {
     pthread_mutex_lock(&s->mu);
     if (s->n_events == s->cap_events) {
@@ -86,6 +95,7 @@ bool gs_sched__push_event_report(struct gs_sched *s, const struct gs_sched_event
         if (!e) {
             pthread_mutex_unlock(&s->mu);
             gs_val_report_free(report);
+            gs_free(embd);
             return false;
         }
         s->events = e;
@@ -97,12 +107,21 @@ bool gs_sched__push_event_report(struct gs_sched *s, const struct gs_sched_event
     it->ev.validation = NULL;
     it->ev.n_top = n_top;
     it->report = report;
+    it->embd = embd;
+    it->ev.embedding = NULL;
     for (uint32_t i = 0; i < n_top; i++) {
         it->top[i].token = top[i].token;
         it->top[i].logprob = top[i].logprob;
     }
     pthread_mutex_unlock(&s->mu);
     return true;
+}
+
+bool gs_sched__push_event_report(struct gs_sched *s, const struct gs_sched_event *ev,
+                                 const struct gs_sample_logprob *top, uint32_t n_top,
+                                 struct gs_val_report *report)
+{
+    return push_item(s, ev, top, n_top, report, NULL);
 }
 
 bool gs_sched__push_event(struct gs_sched *s, const struct gs_sched_event *ev,
@@ -131,7 +150,13 @@ void gs_sched__emit_finish(struct gs_sched *s, struct seq *q, bool validation_pe
                                 .err_code = q->err_code,
                                 .validation_pending = validation_pending};
     memcpy(ev.err_msg, q->err_msg, sizeof(ev.err_msg));
-    gs_sched__push_event(s, &ev, NULL, 0);
+    /* The pooled vector moves into the event. */
+    float *embd = q->finish == GS_FINISH_STOP ? q->embd : NULL;
+    if (embd) {
+        q->embd = NULL;
+        ev.n_embd = s->n_embd;
+    }
+    push_item(s, &ev, NULL, 0, NULL, embd);
 }
 
 /* ---- creation ---------------------------------------------------------------------- */
@@ -236,8 +261,12 @@ static enum gs_status alloc_step_buffers(struct gs_sched *s)
     s->step_pages = gs_alloc_array(ns, sizeof(*s->step_pages));
     s->step_seqs = gs_alloc_array(ns, sizeof(*s->step_seqs));
     s->logits = gs_alloc_array((size_t)ns * s->n_vocab, sizeof(float));
+    /* Embeddings need every row's hidden state: a graph without the root serves none. */
+    if (gs_graph_hidden_node(s->model->graph) != GS_NODE_NONE)
+        s->hidden = gs_alloc_array((size_t)nt * s->n_embd, sizeof(float));
     bool ok = s->running && s->step_tokens && s->step_pos && s->step_seq && s->step_rows &&
-              s->step_pages && s->step_seqs && s->logits;
+              s->step_pages && s->step_seqs && s->logits &&
+              (s->hidden || gs_graph_hidden_node(s->model->graph) == GS_NODE_NONE);
     return ok ? GS_OK : GS_NOMEM;
 }
 
@@ -251,6 +280,7 @@ enum gs_status gs_sched_new(const struct gs_sched_cfg *cfg, struct gs_model *mod
     s->cfg = *cfg;
     s->model = model;
     s->n_vocab = model->hp.n_vocab;
+    s->n_embd = model->hp.n_embd;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     enum gs_status rc = check_cfg(&s->cfg, err);
@@ -315,9 +345,10 @@ void gs_sched_free(struct gs_sched *s)
     gs_free(s->eog);
     gs_free(s->cancels);
     for (size_t i = 0; i < s->n_events; i++)
-        gs_val_report_free(s->events[i].report);
+        gs_sched__item_free(&s->events[i]);
     for (size_t i = 0; i < s->n_borrowed; i++)
-        gs_val_report_free(s->borrowed[i].report);
+        gs_sched__item_free(&s->borrowed[i]);
+    gs_free(s->hidden);
     gs_free(s->events);
     gs_free(s->borrowed);
     pthread_mutex_destroy(&s->mu);
@@ -337,9 +368,18 @@ enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request
 {
     if (req->n_prompt < 1)
         return gs_err_set(err, GS_INVAL, "prompt: at least one token is required");
-    if (req->max_tokens < 1)
+    const bool embed = req->pooling != GS_POOLING_NONE;
+    if (embed && (!gs_pooling_name(req->pooling) || !s->hidden))
+        return gs_err_set(err, GS_UNSUPPORTED, "embeddings: %s",
+                          s->hidden ? "unknown pooling"
+                                    : "this model's graph has no hidden states");
+    if (embed && req->n_prompt > s->n_ctx)
+        return gs_err_set(err, GS_INVAL,
+                          "context_length_exceeded: %u input tokens exceed the context length %u",
+                          req->n_prompt, s->n_ctx);
+    if (!embed && req->max_tokens < 1)
         return gs_err_set(err, GS_INVAL, "max_tokens: must be at least 1");
-    uint64_t total = (uint64_t)req->n_prompt + req->max_tokens;
+    uint64_t total = (uint64_t)req->n_prompt + (embed ? 0 : req->max_tokens);
     if (total > s->n_ctx)
         return gs_err_set(err, GS_INVAL,
                           "context_length_exceeded: %u prompt tokens plus max_tokens %u exceed "
@@ -368,12 +408,16 @@ enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request
     struct gs_sample_params sp = req->sampling;
     sp.logprobs = req->want_logprobs || req->n_top_logprobs > 0;
     sp.top_logprobs = (int32_t)req->n_top_logprobs;
-    enum gs_status rc = q->tokens ? gs_sample_state_new(&sp, (int32_t)s->n_vocab, &q->sampler, err)
-                                  : gs_err_set(err, GS_NOMEM, "no memory for a request");
-    if (!rc)
+    enum gs_status rc = !q->tokens ? gs_err_set(err, GS_NOMEM, "no memory for a request")
+                        : embed    ? GS_OK
+                                : gs_sample_state_new(&sp, (int32_t)s->n_vocab, &q->sampler, err);
+    if (!rc && embed && !(q->embd = gs_calloc(s->n_embd, sizeof(float))))
+        rc = gs_err_set(err, GS_NOMEM, "no memory for an embedding");
+    if (!rc && !embed)
         rc = gs_sample_accept_prompt(q->sampler, req->prompt, (int32_t)req->n_prompt, err);
     if (rc) {
         gs_sample_state_free(q->sampler);
+        gs_free(q->embd);
         gs_free(q->tokens);
         gs_free(q);
         return rc;
@@ -381,14 +425,15 @@ enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request
     memcpy(q->tokens, req->prompt, req->n_prompt * sizeof(*q->tokens));
     q->id = req->id;
     q->n_tokens = q->n_prompt = req->n_prompt;
-    q->max_tokens = req->max_tokens;
+    q->max_tokens = embed ? 0 : req->max_tokens;
+    q->pooling = req->pooling;
     q->ignore_eos = req->ignore_eos;
     q->want_logprobs = sp.logprobs;
     q->n_top = req->n_top_logprobs;
     q->chain_hash = GS_KV_HASH_SEED;
     q->out_row = -1;
     q->t_submit_ms = gs_now_ms();
-    if (req->validate) {
+    if (req->validate && !embed) {
         /* one extra row: a sequence that fails on a non-finite row keeps it */
         uint64_t bytes = ((uint64_t)q->max_tokens + 1) * s->n_vocab * sizeof(float);
         if (bytes > MAX_VALIDATE_BYTES) {
@@ -403,7 +448,7 @@ enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request
             return gs_err_set(err, GS_NOMEM, "validation: no memory for the served logits");
         }
     }
-    if (req->grammar) {
+    if (req->grammar && !embed) {
         /* The matcher starts here, on the caller's thread: it only reads the
          * rules. Its masks (and the grammar's cache) belong to the engine. */
         rc = gs_grammar_matcher_new(req->grammar, req->grammar_vocab, &q->matcher, err);
@@ -469,7 +514,7 @@ size_t gs_sched_poll(struct gs_sched *s, struct gs_sched_event *out, size_t cap)
 {
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < s->n_borrowed; i++)
-        gs_val_report_free(s->borrowed[i].report);
+        gs_sched__item_free(&s->borrowed[i]);
     s->n_borrowed = 0;
     size_t n = GS_MIN(cap, s->n_events);
     if (n == 0) {
@@ -496,6 +541,7 @@ size_t gs_sched_poll(struct gs_sched *s, struct gs_sched_event *out, size_t cap)
         out[i] = s->borrowed[i].ev;
         out[i].top = s->borrowed[i].ev.n_top ? s->borrowed[i].top : NULL;
         out[i].validation = s->borrowed[i].report;
+        out[i].embedding = s->borrowed[i].embd;
     }
     return n;
 }

@@ -106,6 +106,15 @@ struct gs_sched_request {
      * starts with the trigger itself (a tool call's start marker). If the
      * grammar refuses that text, the sequence goes on unconstrained. */
     const char *grammar_trigger;
+    /* Embedding (GS_POOLING_NONE: a generation): the prompt is computed like
+     * any prefill, in chunks beside other work, and its final hidden states
+     * pooled so and L2-normalised into the FINISH event's embedding (finish
+     * GS_FINISH_STOP); nothing is generated, so max_tokens, sampling, logprobs,
+     * grammar and validate are ignored, and the prompt alone must fit the
+     * context. The prefix cache is not used for its prompt (pooling needs every
+     * row), though its pages are registered for others. GS_UNSUPPORTED when the
+     * model's graph has no hidden-state output (engine/graph.h, HIDDEN). */
+    enum gs_pooling pooling;
 };
 
 enum gs_finish {
@@ -158,6 +167,10 @@ struct gs_sched_event {
     enum gs_status err_code;       /* GS_OK unless finish == GS_FINISH_ERROR */
     char err_msg[GS_ERR_MSG_LEN];
     bool validation_pending;       /* FINISH: a VALIDATION event will follow */
+    /* FINISH of an embedding request that ended GS_FINISH_STOP: [n_embd] unit
+     * vector, borrowed until the next gs_sched_poll; NULL otherwise. */
+    const float *embedding;
+    uint32_t n_embd;
     /* VALIDATION: the comparison of the served logits with the ref backend's at
      * every generated position (the positions whose logits were sampled).
      * Borrowed until the next gs_sched_poll; NULL if validation could not run,

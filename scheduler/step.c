@@ -146,6 +146,9 @@ static void drop_pages(struct gs_sched *s, struct seq *q)
     q->n_computed = 0;
     q->n_registered = 0;
     q->chain_hash = GS_KV_HASH_SEED;
+    /* An embedding pools again from the first row. */
+    if (q->embd)
+        memset(q->embd, 0, s->n_embd * sizeof(*q->embd));
 }
 
 /* Attaches cached pages for the leading full pages of q's tokens, leaving at
@@ -174,7 +177,8 @@ static void admit(struct gs_sched *s)
 {
     while (s->n_running < s->cfg.max_seqs && s->wait_head) {
         struct seq *q = s->wait_head;
-        if (s->cfg.prefix_cache && q->n_computed == 0)
+        /* An embedding pools every row: cached pages would skip them. */
+        if (s->cfg.prefix_cache && q->n_computed == 0 && !q->pooling)
             attach_prefix(s, q);
         uint32_t need = gs_sched__pages_for(s, (uint64_t)q->n_tokens + 1) - q->kv.n_pages;
         if (need > gs_kv_pool_n_free(s->pool) && s->n_running > 0) {
@@ -261,13 +265,14 @@ static uint32_t place(struct gs_sched *s, struct seq *q, uint32_t budget, uint32
     q->in_batch = true;
     q->batch_tokens = c;
     q->out_row = -1;
+    q->row0 = *n_tokens;
     for (uint32_t i = 0; i < c; i++) {
         uint32_t t = (*n_tokens)++;
         s->step_tokens[t] = q->tokens[q->n_computed + i];
         s->step_pos[t] = (int32_t)(q->n_computed + i);
         s->step_seq[t] = si;
     }
-    if (q->n_computed + c == q->n_tokens) {
+    if (q->n_computed + c == q->n_tokens && !q->pooling) {
         s->step_rows[*n_out] = *n_tokens - 1;
         q->out_row = (int32_t)(*n_out)++;
     }
@@ -411,6 +416,46 @@ static enum gs_finish take_token(struct gs_sched *s, struct seq *q, float *logit
     return GS_FINISH_NONE;
 }
 
+/*
+ * Adds an embedding's rows for positions [a, b) of this step to its pool and,
+ * once the prompt is whole, turns the pool into a unit vector. The rows are
+ * taken in position order whatever the chunking, so a prompt pools to the same
+ * vector alone or in any batch. A non-finite or zero vector ends q alone.
+ */
+static enum gs_finish pool_rows(struct gs_sched *s, struct seq *q, uint32_t a, uint32_t b)
+{
+    const uint32_t d = s->n_embd;
+    for (uint32_t p = a; p < b; p++) {
+        const float *row = s->hidden + (size_t)(q->row0 + (p - a)) * d;
+        if (q->pooling == GS_POOLING_MEAN)
+            for (uint32_t j = 0; j < d; j++)
+                q->embd[j] += row[j];
+        else if ((q->pooling == GS_POOLING_CLS && p == 0) ||
+                 (q->pooling == GS_POOLING_LAST && p == q->n_prompt - 1))
+            memcpy(q->embd, row, d * sizeof(*row));
+    }
+    if (b < q->n_prompt)
+        return GS_FINISH_NONE;
+    double ss = 0;
+    const float scale = q->pooling == GS_POOLING_MEAN ? 1.0f / (float)q->n_prompt : 1.0f;
+    for (uint32_t j = 0; j < d; j++) {
+        q->embd[j] *= scale;
+        ss += (double)q->embd[j] * q->embd[j];
+    }
+    if (!(ss > 0) || !isfinite(ss)) {
+        q->err_code = GS_NUMERIC;
+        snprintf(q->err_msg, sizeof(q->err_msg), "embedding: the pooled vector is %s",
+                 ss == 0 ? "zero" : "not finite");
+        return GS_FINISH_ERROR;
+    }
+    const float inv = (float)(1.0 / sqrt(ss));
+    for (uint32_t j = 0; j < d; j++)
+        q->embd[j] *= inv;
+    if (!q->t_first_ms)
+        q->t_first_ms = gs_now_ms();
+    return GS_FINISH_STOP;
+}
+
 void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t prompt_tokens,
                             uint64_t gen_tokens)
 {
@@ -478,6 +523,9 @@ enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err)
     uint64_t prompt_tokens = 0, gen_tokens = 0;
     enum gs_status rc = GS_OK;
     if (n_tokens > 0) {
+        bool pooling = false;
+        for (uint32_t i = 0; i < n_seqs; i++)
+            pooling |= s->step_seqs[i]->pooling != GS_POOLING_NONE;
         for (uint32_t i = 0; i < n_seqs; i++)
             s->step_pages[i] =
                 (struct gs_seq_pages){s->step_seqs[i]->kv.pages, s->step_seqs[i]->kv.n_pages};
@@ -490,7 +538,8 @@ enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err)
                                 .kv = &s->kv,
                                 .n_outputs = n_out,
                                 .out_rows = s->step_rows,
-                                .logits = s->logits};
+                                .logits = s->logits,
+                                .hidden = pooling ? s->hidden : NULL};
         rc = gs_runner_step(s->run, &io, err);
     }
     for (uint32_t i = 0; i < n_seqs; i++) {
@@ -509,7 +558,9 @@ enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err)
                 prompt_tokens += GS_MIN(b, q->n_prompt) - a;
             q->n_computed = b;
             q->high_water = GS_MAX(q->high_water, b);
-            if (q->out_row >= 0) {
+            if (q->pooling) {
+                fin = pool_rows(s, q, a, b);
+            } else if (q->out_row >= 0) {
                 fin = take_token(s, q, s->logits + (size_t)q->out_row * s->n_vocab);
                 gen_tokens += fin != GS_FINISH_ERROR;
             }

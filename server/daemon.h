@@ -55,6 +55,7 @@ struct gs_srv_choice {
     struct gs_srv_buf released;
     json_t *calls;       /* OpenAI's tool call objects found so far, ids assigned */
     json_t *call_deltas; /* stream: OpenAI's tool_calls delta entries not yet sent */
+    float *embd;         /* /v1/embeddings: [n_embd] this input's unit vector; owned */
 };
 
 struct gs_srv_route;
@@ -98,6 +99,8 @@ struct gs_srv_resp_stream {
     struct gs_srv_buf text; /* the open message's text, or the open call's arguments */
     json_t *item;           /* the open item; owned */
 };
+/* embed.c: only respond (embeddings never stream) */
+extern const struct gs_srv_shape gs_srv__embed_shape;
 
 /* A text being tokenized on libuv's thread pool (gs_srv__tokenize_async). */
 struct gs_srv_tok_job {
@@ -182,6 +185,7 @@ struct gs_srv_req {
     double t_last_out_ms;
     struct gs_srv_req_val val;
     struct gs_srv_resp_stream resp; /* /v1/responses streams */
+    struct gs_srv_embed_req *embed; /* /v1/embeddings (embed.c): its body; owned; else NULL */
 };
 
 struct gs_srv {
@@ -347,6 +351,10 @@ const json_t *gs_srv__responses_find(struct gs_srv *s, const char *id);
  * "store": true; a conversation too large for the store is not kept (logged). */
 void gs_srv__responses_keep(struct gs_srv_req *r, const json_t *resp);
 void gs_srv__responses_store_free(struct gs_srv *s);
+/* embed.c: POST /v1/embeddings, and each input's FINISH event (its vector). */
+enum MHD_Result gs_srv__embed_start(struct gs_srv_req *r);
+void gs_srv__embed_event(struct gs_srv_req *r, struct gs_srv_choice *c,
+                         const struct gs_sched_event *ev);
 
 /* validation.c: the request side (see server/validation.h) */
 /* Whether r is validated (asked, or sampled by validate_rate); its fingerprint. */

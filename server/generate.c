@@ -600,6 +600,11 @@ void gs_srv__gen_event(struct gs_srv *s, const struct gs_sched_event *ev)
     struct gs_srv_choice *c = find_choice(s, ev->id, &r);
     if (!c || (c->done && ev->kind != GS_SCHED_EV_VALIDATION))
         return; /* its client went away; the request is gone */
+    if (r->embed) {
+        gs_srv__embed_event(r, c, ev);
+        gs_srv__gen_settle(r);
+        return;
+    }
     if (ev->kind == GS_SCHED_EV_VALIDATION) {
         if (!c->val.pending)
             return; /* timed out already */
@@ -663,6 +668,7 @@ void gs_srv__gen_free(struct gs_srv_req *r)
         gs_srv_buf_free(&c->released);
         json_decref(c->calls);
         json_decref(c->call_deltas);
+        gs_free(c->embd);
     }
     gs_free(r->choices);
     gs_free(r->prompt);
@@ -672,6 +678,8 @@ void gs_srv__gen_free(struct gs_srv_req *r)
     gs_srv_buf_free(&r->out);
     gs_srv_gen_free(&r->gen);
     gs_srv__responses_free(r);
+    gs_srv_embed_req_free(r->embed);
+    r->embed = NULL;
     r->choices = NULL;
     r->n_choices = 0;
 }

@@ -85,6 +85,29 @@ enum gs_srv_api {
     GS_SRV_API_ANTHROPIC, /* Anthropic's Messages API: /v1/messages, /v1/messages/count_tokens */
 };
 
+/* ---- /v1/embeddings bodies (embed.c) ------------------------------------------------------ */
+
+/* A parsed /v1/embeddings body. texts (when the input was text) are tokenized
+ * into ids before anything is queued. */
+struct gs_srv_embed_req {
+    char *model;              /* NULL when absent; owned */
+    bool base64;              /* encoding_format "base64" */
+    uint32_t n_inputs;        /* 1..2048 */
+    struct gs_srv_buf *texts; /* [n_inputs] the texts; NULL when ids were given */
+    int32_t **ids;            /* [n_inputs] token ids, each gs_malloc'd; given or tokenized */
+    uint32_t *n_ids;          /* [n_inputs] */
+    uint32_t n_tokenized;     /* texts tokenized so far */
+};
+
+/* Parses an embeddings body: input (a string, strings, token ids below
+ * n_vocab, or lists of them; none empty), model, encoding_format ("float",
+ * "base64"), dimensions (only n_embd), user. Any other field, or a bad one, is
+ * GS_INVAL with its name in param. *out is freed with gs_srv_embed_req_free. */
+enum gs_status gs_srv_embed_parse(const char *body, size_t len, uint32_t n_vocab, uint32_t n_embd,
+                                  struct gs_srv_embed_req **out, char *param, size_t param_cap,
+                                  struct gs_err *err);
+void gs_srv_embed_req_free(struct gs_srv_embed_req *e);
+
 /* ---- request heads: framing, names and body type, before any route ----------------------- */
 
 struct gs_srv_header {
@@ -574,6 +597,7 @@ struct gs_srv_hist {
     X(MESSAGES, "/v1/messages")                                                                    \
     X(COUNT_TOKENS, "/v1/messages/count_tokens")                                                   \
     X(RESPONSES, "/v1/responses")                                                                  \
+    X(EMBEDDINGS, "/v1/embeddings")                                                                \
     X(OTHER, "other")
 
 enum gs_srv_endpoint {

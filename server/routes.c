@@ -187,6 +187,8 @@ static const struct gs_srv_route routes[] = {
     {"POST", "/apply-template", GS_SRV_EP_APPLY_TEMPLATE, true, gs_srv__apply_template,
      GS_SRV_API_OPENAI},
     {"POST", "/v1/responses", GS_SRV_EP_RESPONSES, true, gs_srv__gen_start, GS_SRV_API_OPENAI},
+    {"POST", "/v1/embeddings", GS_SRV_EP_EMBEDDINGS, true, gs_srv__embed_start,
+     GS_SRV_API_OPENAI},
     {"POST", "/v1/messages", GS_SRV_EP_MESSAGES, true, gs_srv__gen_start, GS_SRV_API_ANTHROPIC},
     {"POST", "/v1/messages/count_tokens", GS_SRV_EP_COUNT_TOKENS, true, gs_srv__gen_start,
      GS_SRV_API_ANTHROPIC},

@@ -85,6 +85,7 @@ struct gs_srv_model_info {
     uint32_t n_ctx;            /* longest sequence (prompt + output) */
     uint32_t n_ctx_train;
     uint32_t n_embd;
+    enum gs_pooling pooling;   /* how /v1/embeddings pools (never GS_POOLING_NONE when set) */
     uint64_t n_params;
     uint64_t size_bytes; /* model file size */
     const char *backend; /* for logs and the fingerprint */

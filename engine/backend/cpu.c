@@ -376,6 +376,7 @@ static void elementwise_span(const struct run *r, int64_t i, int64_t j0, int64_t
     case GS_OP_MATMUL_ADD:
     case GS_OP_OUTPUTS:
     case GS_OP_LOGITS:
+    case GS_OP_HIDDEN:
     case GS_OP_RMS_NORM_QUANT:
     case GS_OP_SWIGLU_QUANT:
     case GS_OP_MATMUL_SWIGLU:
@@ -893,6 +894,18 @@ static void k_logits(struct run *r, int chunk, int n_chunks, int thread)
                (size_t)((o1 - o0) * n->ne[0]) * sizeof(float));
 }
 
+static void k_hidden(struct run *r, int chunk, int n_chunks, int thread)
+{
+    const struct gs_node *n = r->n;
+    if (!r->io->hidden)
+        return;
+    int64_t t0, t1;
+    gs_cpu_split(r->io->n_tokens, 1, chunk, n_chunks, &t0, &t1);
+    if (t1 > t0)
+        memcpy(r->io->hidden + t0 * n->ne[0], value(r, n->src[0]) + t0 * n->ne[0],
+               (size_t)((t1 - t0) * n->ne[0]) * sizeof(float));
+}
+
 /* One row per op; WEIGHT has no kernel and never appears in a plan's order. */
 static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_EMBED] = k_embed,
@@ -916,6 +929,7 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_SOFTMAX] = k_softmax,
     [GS_OP_OUTPUTS] = k_outputs,
     [GS_OP_LOGITS] = k_logits,
+    [GS_OP_HIDDEN] = k_hidden,
     [GS_OP_RMS_NORM_HEADS] = k_rms_norm_heads,
     [GS_OP_COLS] = k_cols,
     [GS_OP_CONCAT] = k_concat,

@@ -369,6 +369,7 @@ static void k_elementwise(const struct run *r, const struct gs_node *n, float *o
             case GS_OP_MATMUL_ADD:
             case GS_OP_OUTPUTS:
             case GS_OP_LOGITS:
+            case GS_OP_HIDDEN:
             case GS_OP_RMS_NORM_QUANT:
             case GS_OP_MATMUL_SWIGLU:
             case GS_OP_COLS:
@@ -652,6 +653,14 @@ static void k_logits(const struct run *r, const struct gs_node *n, float *out)
            (size_t)(n->ne[0] * (int64_t)r->io->n_outputs) * sizeof(float));
 }
 
+static void k_hidden(const struct run *r, const struct gs_node *n, float *out)
+{
+    (void)out;
+    if (r->io->hidden)
+        memcpy(r->io->hidden, value(r, n->src[0]),
+               (size_t)(n->ne[0] * (int64_t)r->io->n_tokens) * sizeof(float));
+}
+
 /* One row per op; WEIGHT has no kernel and never appears in a plan's order. */
 static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_EMBED] = k_embed,       [GS_OP_RMS_NORM] = k_rms_norm, [GS_OP_RMS_NORM_MUL] = k_rms_norm,
@@ -660,7 +669,7 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_SCALE] = k_elementwise, [GS_OP_SOFTCAP] = k_elementwise,  [GS_OP_MATMUL] = k_matmul,
     [GS_OP_MATMUL_ADD] = k_matmul, [GS_OP_ROPE] = k_rope,         [GS_OP_KV_STORE] = k_kv_store,
     [GS_OP_ATTN] = k_attn,         [GS_OP_SOFTMAX] = k_softmax,   [GS_OP_OUTPUTS] = k_outputs,
-    [GS_OP_LOGITS] = k_logits,     [GS_OP_RMS_NORM_QUANT] = k_rms_norm,
+    [GS_OP_LOGITS] = k_logits,     [GS_OP_HIDDEN] = k_hidden,     [GS_OP_RMS_NORM_QUANT] = k_rms_norm,
     [GS_OP_SWIGLU_QUANT] = k_elementwise, [GS_OP_MATMUL_SWIGLU] = k_matmul_swiglu,
     [GS_OP_RMS_NORM_HEADS] = k_rms_norm_heads,
     [GS_OP_COLS] = k_cols,         [GS_OP_CONCAT] = k_concat,     [GS_OP_ALTUP_PREDICT] = k_altup_predict,

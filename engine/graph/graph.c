@@ -404,6 +404,18 @@ uint32_t gs_graph_logits(struct gs_graph *g, uint32_t x)
     return id;
 }
 
+uint32_t gs_graph_hidden(struct gs_graph *g, uint32_t x)
+{
+    const struct gs_node *s[1];
+    if (!get_srcs(g, "hidden", &x, 1, s))
+        return GS_NODE_NONE;
+    if (s[0]->rows != GS_ROWS_TOKENS)
+        return fail(g, GS_INVAL, "hidden: source must have one row per token");
+    if (gs_graph_hidden_node(g) != GS_NODE_NONE)
+        return fail(g, GS_INVAL, "hidden: the graph already has a hidden node");
+    return push(g, GS_OP_HIDDEN, GS_ROWS_NONE, s[0]->ne[0], &x, 1, NULL);
+}
+
 /* a (activation) with b of the same shape, or b a single row broadcast. */
 static uint32_t binary(struct gs_graph *g, enum gs_op op, uint32_t a, uint32_t b)
 {
@@ -635,6 +647,14 @@ uint32_t gs_graph_logits_node(const struct gs_graph *g)
 {
     for (uint32_t i = g->n_nodes; i-- > 0;)
         if (g->nodes[i].op == GS_OP_LOGITS)
+            return i;
+    return GS_NODE_NONE;
+}
+
+uint32_t gs_graph_hidden_node(const struct gs_graph *g)
+{
+    for (uint32_t i = g->n_nodes; i-- > 0;)
+        if (g->nodes[i].op == GS_OP_HIDDEN)
             return i;
     return GS_NODE_NONE;
 }

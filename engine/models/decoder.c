@@ -450,6 +450,13 @@ enum gs_status gs_model_build_decoder(struct gs_model *m, const struct gs_block_
     for (uint32_t l = 0; l < hp->n_layer; l++)
         if ((st = build_block(m, d, l, rope_ff, &x, err)))
             return st;
+    /* Every token row's final hidden state, for embeddings: a norm of its own
+     * over all rows, since the logits' branch norms only the output rows. A
+     * step that gives no hidden buffer pays the norm (n_embd x n_tokens, small
+     * beside any matmul) and copies nothing. */
+    uint32_t h = gs_graph_name(g, gs_graph_rms_norm(g, x, hp->rms_eps), "hidden_norm");
+    h = gs_graph_name(g, gs_graph_mul(g, h, out_norm), "hidden_result");
+    gs_graph_name(g, gs_graph_hidden(g, h), "hidden");
     /* Only the rows that want logits go through the final norm and projection. */
     x = gs_graph_name(g, gs_graph_outputs(g, x), "inp_out");
     x = gs_graph_name(g, gs_graph_rms_norm(g, x, hp->rms_eps), "norm");

@@ -378,6 +378,10 @@ static enum gs_status build(struct g3n *b, struct gs_err *err)
         sum = gs_graph_add(g, sum, gs_graph_mag_match(g, u, active));
     }
     x = gs_graph_name(g, gs_graph_scale(g, sum, 1.0f / (float)ms), "unembd_merged");
+    /* Every row's final hidden state for embeddings, as the shared decoder does. */
+    uint32_t h = gs_graph_name(g, gs_graph_rms_norm(g, x, hp->rms_eps), "hidden_norm");
+    h = gs_graph_name(g, gs_graph_mul(g, h, out_norm), "hidden_result");
+    gs_graph_name(g, gs_graph_hidden(g, h), "hidden");
     x = gs_graph_name(g, gs_graph_outputs(g, x), "inp_out");
     x = gs_graph_name(g, gs_graph_rms_norm(g, x, hp->rms_eps), "norm");
     x = gs_graph_name(g, gs_graph_mul(g, x, out_norm), "result_norm");

@@ -1,6 +1,7 @@
 /* engine/models/model.c - the table of model builders and helpers they share. */
 #include "engine/model.h"
 
+#include <stdio.h>
 #include <string.h>
 
 struct family {
@@ -165,4 +166,30 @@ uint32_t gs_model_ones(struct gs_model *m, int64_t n)
         return gs_graph_weight(m->graph, "ones", GS_TYPE_F32, n, 1, NULL);
     return gs_graph_name(m->graph, gs_graph_weight(m->graph, "ones", GS_TYPE_F32, n, 1, m->ones),
                          "ones[%lld]", (long long)n);
+}
+
+const char *gs_pooling_name(enum gs_pooling p)
+{
+    static const char *const names[] = {
+        [GS_POOLING_NONE] = "none",
+        [GS_POOLING_MEAN] = "mean",
+        [GS_POOLING_CLS] = "cls",
+        [GS_POOLING_LAST] = "last",
+    };
+    return (unsigned)p < GS_ARRAY_LEN(names) ? names[p] : NULL;
+}
+
+enum gs_status gs_model_pooling(const struct gs_model *m, enum gs_pooling *out, struct gs_err *err)
+{
+    char key[128];
+    snprintf(key, sizeof(key), "%s.pooling_type", m->hp.arch);
+    uint32_t v;
+    enum gs_status st = gs_gguf_get_u32(m->file, key, &v, err);
+    if (st)
+        return st;
+    if (v > GS_POOLING_LAST)
+        return gs_err_set(err, GS_UNSUPPORTED, "metadata '%s': pooling type %u is not supported",
+                          key, v);
+    *out = (enum gs_pooling)v;
+    return GS_OK;
 }

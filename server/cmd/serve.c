@@ -201,6 +201,17 @@ static int load(struct serve *sv)
     return 0;
 }
 
+/* --pooling, or with auto the model's own pooling type when it is one we pool by. */
+static enum gs_pooling pooling_for(const struct gs_cfg *cfg, const struct gs_model *m)
+{
+    if (cfg->pooling != GS_CFG_POOLING_AUTO)
+        return (enum gs_pooling)cfg->pooling;
+    enum gs_pooling p = GS_POOLING_NONE;
+    if (gs_model_pooling(m, &p, NULL) != GS_OK || p == GS_POOLING_NONE)
+        p = GS_POOLING_MEAN;
+    return p;
+}
+
 static void print_start(const struct serve *sv, const struct gs_srv_cfg *c)
 {
     struct gs_sched_stats st;
@@ -277,9 +288,8 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
     c->limits.max_tokens = (uint32_t)GS_MIN((uint64_t)cfg->max_tokens, gs_sched_n_ctx(sv->sched));
     c->model = (struct gs_srv_model_info){
         .id = id,
-        .aliases = cfg->served_model_name.n > 1
-                       ? (const char *const *)cfg->served_model_name.v + 1
-                       : NULL,
+        .aliases =
+            cfg->served_model_name.n > 1 ? (const char *const *)cfg->served_model_name.v + 1 : NULL,
         .n_aliases = cfg->served_model_name.n > 1 ? cfg->served_model_name.n - 1 : 0,
         .accept_any_name = cfg->accept_any_model_name,
         .tok = sv->tok,
@@ -294,6 +304,7 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
         .sha256 = sv->receipt.sha256,
         .kernel_variant = sv->receipt.variant,
         .graph_hash = sv->receipt.graph_hash,
+        .pooling = pooling_for(cfg, sv->model),
     };
     c->validate_rate = cfg->validate_rate;
     c->validate_timeout_ms = (uint32_t)cfg->validate_timeout_ms;

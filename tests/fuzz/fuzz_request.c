@@ -3,8 +3,8 @@
  * that takes one parses it: /v1/chat/completions and /v1/completions
  * (gs_srv_gen_parse), /v1/messages and its count_tokens (gs_srv_messages_parse),
  * /v1/responses (gs_srv_responses_parse, with and without a stored conversation before
- * it), /tokenize and /detokenize (server/tokenize_body.c). Every input goes to all
- * eight, so a corpus file is one plain body.
+ * it), /tokenize and /detokenize (server/tokenize_body.c), /v1/embeddings
+ * (gs_srv_embed_parse). Every input goes to all nine, so a corpus file is one plain body.
  *
  * Invariants: a refusal is GS_INVAL or GS_NOMEM with a message, and the
  * error body the daemon would send can be built from it; an accepted body
@@ -187,6 +187,33 @@ static void fuzz_detokenize(const char *body, size_t len)
     gs_free(ids);
 }
 
+/* Embeddings: 1..2048 inputs, each texts or ids in the vocabulary, none empty. */
+static void fuzz_embed(const char *body, size_t len)
+{
+    struct gs_srv_embed_req *e = NULL;
+    char param[64];
+    struct gs_err err = {0};
+    enum gs_status st =
+        gs_srv_embed_parse(body, len, limits.n_vocab, 64, &e, param, sizeof(param), &err);
+    if (st != GS_OK) {
+        FUZZ_CHECK(!e, "a request after a refusal");
+        check_refusal(st, param, &err);
+        return;
+    }
+    FUZZ_CHECK(e && e->n_inputs >= 1 && e->n_inputs <= 2048, "%u inputs", e ? e->n_inputs : 0);
+    for (uint32_t i = 0; i < e->n_inputs; i++) {
+        if (e->texts) {
+            FUZZ_CHECK(e->texts[i].len > 0 && !e->ids[i], "input %u", i);
+            continue;
+        }
+        FUZZ_CHECK(e->ids[i] && e->n_ids[i] > 0, "input %u", i);
+        for (uint32_t k = 0; k < e->n_ids[i]; k++)
+            FUZZ_CHECK(e->ids[i][k] >= 0 && (uint32_t)e->ids[i][k] < limits.n_vocab,
+                       "input %u id %d", i, e->ids[i][k]);
+    }
+    gs_srv_embed_req_free(e);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *body = size ? (const char *)data : "";
@@ -205,5 +232,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_decref(prior);
     fuzz_tokenize(body, size);
     fuzz_detokenize(body, size);
+    fuzz_embed(body, size);
     return 0;
 }

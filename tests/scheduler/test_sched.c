@@ -2,7 +2,8 @@
  * tests/scheduler/test_sched.c - continuous batching on the real engine
  * (stories260K on the ref backend): outputs that do not depend on batch
  * company, preemption on a pool too small for everyone, cancellation, the
- * prefix cache, admission errors, and the threaded mode.
+ * prefix cache, admission errors, the threaded mode, and embedding requests
+ * (pooled hidden rows beside generation, through preemption).
  *
  * "Alone" means a scheduler with max_seqs 1 and a roomy pool: the sequence is
  * the only one in every step it takes part in.
@@ -10,6 +11,7 @@
 #include "engine/gguf.h"
 #include "engine/grammar.h"
 #include "engine/model.h"
+#include "engine/runner.h"
 #include "engine/tok.h"
 #include "kvcache/kvcache.h"
 #include "scheduler/scheduler.h"
@@ -77,12 +79,19 @@ struct job {
     bool cancel_after; /* cancel once it has produced cancel_at tokens */
     uint32_t cancel_at;
     bool cancel_sent;
+    enum gs_pooling pooling; /* an embedding unless GS_POOLING_NONE */
+    float embd[64];          /* FINISH's vector (stories260K is 64 wide) */
+    bool has_embd;
 };
 
 static void submit(struct gs_sched *s, struct job *j, uint64_t id)
 {
-    struct gs_sched_request req = {.id = id, .prompt = j->prompt, .n_prompt = j->n_prompt,
-                                   .max_tokens = j->max_tokens, .ignore_eos = true};
+    struct gs_sched_request req = {.id = id,
+                                   .prompt = j->prompt,
+                                   .n_prompt = j->n_prompt,
+                                   .max_tokens = j->max_tokens,
+                                   .ignore_eos = true,
+                                   .pooling = j->pooling};
     gs_sample_params_init(&req.sampling);
     req.sampling.temperature = j->temperature;
     req.sampling.seed = j->seed;
@@ -91,6 +100,7 @@ static void submit(struct gs_sched *s, struct job *j, uint64_t id)
     j->n_out = 0;
     j->finish = GS_FINISH_NONE;
     j->cancel_sent = false;
+    j->has_embd = false;
 }
 
 /* Steps until idle, routing events to jobs[id]. */
@@ -117,6 +127,11 @@ static void run_to_idle(struct gs_sched *s, struct job *jobs, uint32_t n_jobs)
                 } else {
                     j->finish = ev[i].finish;
                     j->stats = ev[i].stats;
+                    if (ev[i].embedding) {
+                        cr_assert_eq(ev[i].n_embd, 64);
+                        memcpy(j->embd, ev[i].embedding, sizeof(j->embd));
+                        j->has_embd = true;
+                    }
                 }
             }
         }
@@ -791,5 +806,200 @@ Test(sched, grammar_trigger_constrains_only_after_the_trigger)
     free(piece);
     free(len);
     gs_tok_free(tok);
+    rig_close(&r);
+}
+
+/* ---- embeddings ------------------------------------------------------------------- */
+
+/* The prompt's hidden rows from one direct step on a runner of the scheduler's
+ * graph, over an F16 pool as the scheduler's, pooled and normalised here. */
+static void embed_direct(struct rig *r, const struct job *j, float *out)
+{
+    enum { D = 64 };
+    struct gs_err err = {0};
+    struct gs_runner *run;
+    const struct gs_runner_cfg rc = {.backend = "ref", .no_passes = true};
+    cr_assert_eq(gs_runner_new(r->model->graph, &rc, &run, &err), GS_OK, "%s", err.msg);
+    struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(r->model),
+                                .kv_dim = gs_model_kv_dim(r->model),
+                                .elem_bytes = 2,
+                                .page_tokens = 16,
+                                .n_pages = 16};
+    struct gs_kv_pool *pool;
+    cr_assert_eq(gs_kv_pool_new(&pc, &pool, &err), GS_OK, "%s", err.msg);
+    struct gs_kv_seq seq;
+    gs_kv_seq_init(&seq);
+    cr_assert_eq(gs_kv_seq_reserve(pool, &seq, j->n_prompt, &err), GS_OK, "%s", err.msg);
+    struct gs_kv_view kv = gs_kv_pool_view(pool);
+    int32_t pos[200];
+    uint32_t sidx[200] = {0}, row = j->n_prompt - 1;
+    for (uint32_t i = 0; i < j->n_prompt; i++)
+        pos[i] = (int32_t)i;
+    float *hid = calloc((size_t)j->n_prompt * D, sizeof(float));
+    float *lg = calloc(r->model->hp.n_vocab, sizeof(float));
+    cr_assert(hid && lg);
+    struct gs_seq_pages sp = {seq.pages, seq.n_pages};
+    struct gs_step_io io = {.n_tokens = j->n_prompt,
+                            .tokens = j->prompt,
+                            .pos = pos,
+                            .seq = sidx,
+                            .n_seqs = 1,
+                            .seqs = &sp,
+                            .kv = &kv,
+                            .n_outputs = 1,
+                            .out_rows = &row,
+                            .logits = lg,
+                            .hidden = hid};
+    cr_assert_eq(gs_runner_step(run, &io, &err), GS_OK, "%s", err.msg);
+    double acc[D] = {0}, ss = 0;
+    for (uint32_t t = 0; t < j->n_prompt; t++)
+        for (int k = 0; k < D; k++) {
+            bool take = j->pooling == GS_POOLING_MEAN || (j->pooling == GS_POOLING_CLS && t == 0) ||
+                        (j->pooling == GS_POOLING_LAST && t == j->n_prompt - 1);
+            if (take)
+                acc[k] += hid[t * D + k];
+        }
+    for (int k = 0; k < D; k++)
+        ss += acc[k] * acc[k];
+    for (int k = 0; k < D; k++)
+        out[k] = (float)(acc[k] / sqrt(ss));
+    free(hid);
+    free(lg);
+    gs_kv_seq_release(pool, &seq);
+    gs_kv_pool_free(pool);
+    gs_runner_free(run);
+}
+
+/* Embeddings (every pooling) and generations share small steps on a pool too
+ * small for all: each vector equals the direct computation and the one it
+ * gets alone, every generation its tokens alone, and every page comes back. */
+Test(sched_embed, pool_beside_generation_with_preemption)
+{
+    struct rig r;
+    rig_open(&r);
+    enum { N = 12 };
+    struct job jobs[N], alone[N];
+    unsigned seed = 22;
+    for (uint32_t i = 0; i < N; i++) {
+        random_job(&jobs[i], &seed, 120);
+        if (i % 2 == 0)
+            jobs[i].pooling = (enum gs_pooling)(GS_POOLING_MEAN + (i / 2) % 3);
+    }
+    /* Alone: one sequence at a time, roomy pool, big steps. */
+    struct gs_sched *s = new_sched(&r, 1, 64, 256, false);
+    for (uint32_t i = 0; i < N; i++) {
+        alone[i] = jobs[i];
+        submit(s, &alone[i], 0);
+        run_to_idle(s, &alone[i], 1);
+        bool embed = jobs[i].pooling != GS_POOLING_NONE;
+        cr_assert_eq(alone[i].finish, embed ? GS_FINISH_STOP : GS_FINISH_LENGTH);
+        cr_assert_eq(alone[i].has_embd, embed);
+        cr_assert_eq(alone[i].n_out, embed ? 0 : alone[i].max_tokens);
+    }
+    gs_sched_free(s);
+    for (uint32_t i = 0; i < N; i += 2) {
+        float direct[64];
+        embed_direct(&r, &jobs[i], direct);
+        double norm = 0;
+        for (int k = 0; k < 64; k++) {
+            norm += (double)alone[i].embd[k] * alone[i].embd[k];
+            cr_assert_float_eq(alone[i].embd[k], direct[k], 1e-5, "job %u (%s) [%d]", i,
+                               gs_pooling_name(jobs[i].pooling), k);
+        }
+        cr_assert_float_eq(norm, 1.0, 1e-5);
+    }
+    /* Together: 8 at once, 24-token steps, a pool of 14 pages (preemption), prefix cache on. */
+    s = new_sched(&r, 8, 14, 24, true);
+    for (uint32_t i = 0; i < N; i++)
+        submit(s, &jobs[i], i);
+    run_to_idle(s, jobs, N);
+    struct gs_sched_stats st;
+    gs_sched_stats(s, &st);
+    cr_expect_gt(st.n_preemptions, 0, "the pool was meant to be too small");
+    for (uint32_t i = 0; i < N; i++) {
+        cr_assert_eq(jobs[i].finish, alone[i].finish, "job %u", i);
+        cr_assert_eq(jobs[i].n_out, alone[i].n_out, "job %u", i);
+        for (uint32_t t = 0; t < jobs[i].n_out; t++)
+            cr_assert_eq(jobs[i].out[t], alone[i].out[t], "job %u token %u", i, t);
+        for (int k = 0; jobs[i].has_embd && k < 64; k++)
+            cr_assert_float_eq(jobs[i].embd[k], alone[i].embd[k], 1e-6, "job %u [%d]", i, k);
+    }
+    assert_all_pages_free(s);
+    gs_sched_free(s);
+    rig_close(&r);
+}
+
+/* An embedding asks nothing of max_tokens; its prompt alone must fit the
+ * context; a cancelled one ends without a vector and gives its pages back. */
+Test(sched_embed, limits_and_cancellation)
+{
+    struct rig r;
+    rig_open(&r);
+    struct gs_sched *s = new_sched(&r, 4, 32, 16, false);
+    static int32_t prompt[600];
+    for (int i = 0; i < 600; i++)
+        prompt[i] = 3 + i % 400;
+    struct gs_err err;
+    struct gs_sched_request req = {
+        .id = 0, .prompt = prompt, .n_prompt = 513, .pooling = GS_POOLING_MEAN};
+    cr_assert_eq(gs_sched_submit(s, &req, &err), GS_INVAL);
+    cr_assert(strstr(err.msg, "context"), "%s", err.msg);
+    req.pooling = (enum gs_pooling)4; /* rank: not ours */
+    req.n_prompt = 10;
+    cr_assert_eq(gs_sched_submit(s, &req, &err), GS_UNSUPPORTED);
+    struct job j = {.n_prompt = 200, .pooling = GS_POOLING_MEAN};
+    memcpy(j.prompt, prompt, sizeof(j.prompt));
+    submit(s, &j, 0);
+    cr_assert_eq(gs_sched_step(s, &err), GS_OK, "%s", err.msg);
+    gs_sched_cancel(s, 0);
+    run_to_idle(s, &j, 1);
+    cr_assert_eq(j.finish, GS_FINISH_CANCELLED);
+    cr_assert(!j.has_embd);
+    submit(s, &j, 0);
+    run_to_idle(s, &j, 1);
+    cr_assert_eq(j.finish, GS_FINISH_STOP);
+    cr_assert(j.has_embd);
+    assert_all_pages_free(s);
+    gs_sched_free(s);
+    rig_close(&r);
+}
+
+/* Decoding streams that grow take the pages of an embedding in mid-prefill
+ * (the most recently admitted): it starts again from its first row and still
+ * pools to the vector it gets alone. */
+Test(sched_embed, preempted_mid_prefill_pools_again_from_the_start)
+{
+    struct rig r;
+    rig_open(&r);
+    struct job jobs[3] = {0}, alone;
+    for (int i = 0; i < 2; i++) {
+        jobs[i].n_prompt = 15;
+        jobs[i].max_tokens = MAX_GEN;
+        for (uint32_t t = 0; t < 15; t++)
+            jobs[i].prompt[t] = t ? 5 + 17 * (int32_t)t + i : 1;
+    }
+    jobs[2].n_prompt = 150;
+    jobs[2].pooling = GS_POOLING_MEAN;
+    for (uint32_t t = 0; t < 150; t++)
+        jobs[2].prompt[t] = t ? 3 + (int32_t)(t * 7 % 400) : 1;
+    struct gs_sched *s = new_sched(&r, 1, 64, 256, false);
+    alone = jobs[2];
+    submit(s, &alone, 0);
+    run_to_idle(s, &alone, 1);
+    cr_assert(alone.has_embd);
+    gs_sched_free(s);
+
+    /* 13 pages: the streams' first pages leave the embedding its 10 at admission, and
+     * their second ones take what it needs for its last chunk. */
+    s = new_sched(&r, 4, 13, 24, false);
+    for (uint64_t i = 0; i < 3; i++)
+        submit(s, &jobs[i], i);
+    run_to_idle(s, jobs, 3);
+    cr_assert_gt(jobs[2].stats.n_preemptions, 0, "the embedding was meant to be preempted");
+    cr_assert(jobs[2].has_embd);
+    for (int k = 0; k < 64; k++)
+        cr_assert_float_eq(jobs[2].embd[k], alone.embd[k], 1e-6, "[%d]", k);
+    assert_all_pages_free(s);
+    gs_sched_free(s);
     rig_close(&r);
 }
