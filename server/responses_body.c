@@ -86,7 +86,7 @@ static enum gs_status only_keys(struct rctx *c, json_t *o, const char *where,
     {
         if (listed(k, keys, n))
             continue;
-        char p[96];
+        char p[192]; /* where (at most 127 bytes, see its callers), ".", 40 of k */
         snprintf(p, sizeof(p), "%s%s%.40s", where, *where ? "." : "", k);
         return fail(c, p, "'%s': graphserve does not implement this field; remove it", p);
     }
