@@ -154,6 +154,28 @@ bool gs_srv_head_check(const char *method, const char *version, const struct gs_
 /* Whether a host name (lower-case, no port or brackets) passes p's names. */
 bool gs_srv_host_name_allowed(const char *name, const struct gs_srv_head_policy *p);
 
+/* ---- a request parser's refusals (refuse.c) ------------------------------------------------ */
+
+/* Where a parser reports what it refused: the field's name for the error
+ * object's "param" (param_cap bytes) and the message in err. */
+struct gs_srv_refusal {
+    char *param;
+    size_t param_cap;
+    struct gs_err *err;
+};
+
+/* Records param and the message; returns GS_INVAL. */
+enum gs_status gs_srv_refuse(const struct gs_srv_refusal *c, const char *param, const char *fmt,
+                             ...) __attribute__((format(printf, 3, 4)));
+/* param "" and GS_NOMEM. */
+enum gs_status gs_srv_refuse_nomem(const struct gs_srv_refusal *c);
+/* The keys of object o must be among keys[n]; else a 400 for where naming
+ * "where.key": a field is read and honoured, or refused, never ignored. */
+enum gs_status gs_srv_only_keys(const struct gs_srv_refusal *c, json_t *o, const char *where,
+                                const char *const *keys, size_t n);
+/* OpenAI's names of functions and json_schema: 1 to 64 of a-z A-Z 0-9 _ -. */
+bool gs_srv_name_ok(const char *n);
+
 /* ---- a generation request, parsed and validated ----------------------------------------- */
 
 struct gs_srv_msg {

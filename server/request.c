@@ -12,32 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct pctx {
-    char *param;
-    size_t param_cap;
-    struct gs_err *err;
-};
 
-__attribute__((format(printf, 3, 4))) static enum gs_status fail(struct pctx *c, const char *param,
-                                                                 const char *fmt, ...)
-{
-    snprintf(c->param, c->param_cap, "%s", param);
-    va_list ap;
-    va_start(ap, fmt);
-    char msg[GS_ERR_MSG_LEN];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return gs_err_set(c->err, GS_INVAL, "%s", msg);
-}
 
-static enum gs_status nomem(struct pctx *c)
-{
-    snprintf(c->param, c->param_cap, "%s", "");
-    return gs_err_set(c->err, GS_NOMEM, "out of memory");
-}
 
 /* A number field in [lo, hi]; absent or null leaves *out unchanged. */
-static enum gs_status get_num(struct pctx *c, json_t *root, const char *key, double lo, double hi,
+static enum gs_status get_num(const struct gs_srv_refusal *c, json_t *root, const char *key, double lo, double hi,
                               double *out, bool *present)
 {
     json_t *v = json_object_get(root, key);
@@ -46,10 +25,10 @@ static enum gs_status get_num(struct pctx *c, json_t *root, const char *key, dou
     if (!v || json_is_null(v))
         return GS_OK;
     if (!json_is_number(v))
-        return fail(c, key, "'%s' must be a number", key);
+        return gs_srv_refuse(c, key, "'%s' must be a number", key);
     double d = json_number_value(v);
     if (!isfinite(d) || d < lo || d > hi)
-        return fail(c, key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
+        return gs_srv_refuse(c, key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
     *out = d;
     if (present)
         *present = true;
@@ -57,7 +36,7 @@ static enum gs_status get_num(struct pctx *c, json_t *root, const char *key, dou
 }
 
 /* An integer field in [lo, hi]. */
-static enum gs_status get_int(struct pctx *c, json_t *root, const char *key, int64_t lo, int64_t hi,
+static enum gs_status get_int(const struct gs_srv_refusal *c, json_t *root, const char *key, int64_t lo, int64_t hi,
                               int64_t *out, bool *present)
 {
     json_t *v = json_object_get(root, key);
@@ -72,9 +51,9 @@ static enum gs_status get_int(struct pctx *c, json_t *root, const char *key, int
              fabs(json_real_value(v)) < 9e15)
         i = (int64_t)json_real_value(v);
     else
-        return fail(c, key, "'%s' must be an integer", key);
+        return gs_srv_refuse(c, key, "'%s' must be an integer", key);
     if (i < lo || i > hi)
-        return fail(c, key, "'%s' must be between %lld and %lld, got %lld", key, (long long)lo,
+        return gs_srv_refuse(c, key, "'%s' must be between %lld and %lld, got %lld", key, (long long)lo,
                     (long long)hi, (long long)i);
     *out = i;
     if (present)
@@ -82,33 +61,33 @@ static enum gs_status get_int(struct pctx *c, json_t *root, const char *key, int
     return GS_OK;
 }
 
-static enum gs_status get_bool(struct pctx *c, json_t *root, const char *key, bool *out)
+static enum gs_status get_bool(const struct gs_srv_refusal *c, json_t *root, const char *key, bool *out)
 {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v))
         return GS_OK;
     if (!json_is_boolean(v))
-        return fail(c, key, "'%s' must be a boolean", key);
+        return gs_srv_refuse(c, key, "'%s' must be a boolean", key);
     *out = json_is_true(v);
     return GS_OK;
 }
 
 /* A message's content: a string, or an array of {"type":"text","text":...}
  * parts joined. */
-static enum gs_status message_content(struct pctx *c, json_t *v, size_t i, char **out)
+static enum gs_status message_content(const struct gs_srv_refusal *c, json_t *v, size_t i, char **out)
 {
     char param[48];
     snprintf(param, sizeof(param), "messages[%zu].content", i);
     if (json_is_string(v)) {
         *out = gs_strndup(json_string_value(v), json_string_length(v));
-        return *out ? GS_OK : nomem(c);
+        return *out ? GS_OK : gs_srv_refuse_nomem(c);
     }
     if (json_is_null(v)) {
         *out = gs_strdup("");
-        return *out ? GS_OK : nomem(c);
+        return *out ? GS_OK : gs_srv_refuse_nomem(c);
     }
     if (!json_is_array(v))
-        return fail(c, param, "'%s' must be a string or an array of text parts", param);
+        return gs_srv_refuse(c, param, "'%s' must be a string or an array of text parts", param);
     struct gs_srv_buf b = {0};
     size_t k;
     json_t *part;
@@ -118,7 +97,7 @@ static enum gs_status message_content(struct pctx *c, json_t *v, size_t i, char 
         if (!json_is_string(type) || strcmp(json_string_value(type), "text") ||
             !json_is_string(text)) {
             gs_srv_buf_free(&b);
-            return fail(c, param, "'%s[%zu]' must be {\"type\":\"text\",\"text\":string}", param,
+            return gs_srv_refuse(c, param, "'%s[%zu]' must be {\"type\":\"text\",\"text\":string}", param,
                         k);
         }
         gs_srv_buf_add(&b, json_string_value(text), json_string_length(text));
@@ -126,23 +105,23 @@ static enum gs_status message_content(struct pctx *c, json_t *v, size_t i, char 
     gs_srv_buf_add(&b, "", 0);
     if (b.failed) {
         gs_srv_buf_free(&b);
-        return nomem(c);
+        return gs_srv_refuse_nomem(c);
     }
     *out = b.p;
     return GS_OK;
 }
 
-static enum gs_status parse_messages(struct pctx *c, json_t *root, bool jinja,
+static enum gs_status parse_messages(const struct gs_srv_refusal *c, json_t *root, bool jinja,
                                      struct gs_srv_gen *g)
 {
     json_t *msgs = json_object_get(root, "messages");
     if (!msgs)
-        return fail(c, "messages", "'messages' is required");
+        return gs_srv_refuse(c, "messages", "'messages' is required");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return fail(c, "messages", "'messages' must be a non-empty array");
+        return gs_srv_refuse(c, "messages", "'messages' must be a non-empty array");
     g->msgs = gs_calloc(json_array_size(msgs), sizeof(*g->msgs));
     if (!g->msgs)
-        return nomem(c);
+        return gs_srv_refuse_nomem(c);
     size_t i;
     json_t *m;
     json_array_foreach(msgs, i, m)
@@ -151,30 +130,30 @@ static enum gs_status parse_messages(struct pctx *c, json_t *root, bool jinja,
         snprintf(param, sizeof(param), "messages[%zu].role", i);
         json_t *role = json_object_get(m, "role");
         if (!json_is_object(m) || !json_is_string(role))
-            return fail(c, param, "'%s' must be a string", param);
+            return gs_srv_refuse(c, param, "'%s' must be a string", param);
         const char *r = json_string_value(role);
         static const char *const roles[] = {"system", "user", "assistant", "tool", "developer"};
         bool known = false;
         for (size_t k = 0; k < GS_ARRAY_LEN(roles); k++)
             known = known || !strcmp(r, roles[k]);
         if (!known)
-            return fail(c, param, "'%s' must be one of system, user, assistant, tool, developer",
+            return gs_srv_refuse(c, param, "'%s' must be one of system, user, assistant, tool, developer",
                         param);
         g->msgs[i].role = gs_strdup(!strcmp(r, "developer") ? "system" : r);
         g->n_msgs = i + 1;
         if (!g->msgs[i].role)
-            return nomem(c);
+            return gs_srv_refuse_nomem(c);
         json_t *content = json_object_get(m, "content");
         if (jinja && (!content || json_is_null(content))) {
             /* An assistant's tool calls come with null content; the template
              * sees the message as sent. */
             if (!(g->msgs[i].content = gs_strdup("")))
-                return nomem(c);
+                return gs_srv_refuse_nomem(c);
             continue;
         }
         if (!content) {
             snprintf(param, sizeof(param), "messages[%zu].content", i);
-            return fail(c, param, "'%s' is required", param);
+            return gs_srv_refuse(c, param, "'%s' is required", param);
         }
         enum gs_status st = message_content(c, content, i, &g->msgs[i].content);
         if (st != GS_OK)
@@ -186,29 +165,29 @@ static enum gs_status parse_messages(struct pctx *c, json_t *root, bool jinja,
 }
 
 /* tools and chat_template_kwargs, for a Jinja template. */
-static enum gs_status parse_template_inputs(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_template_inputs(const struct gs_srv_refusal *c, json_t *root, struct gs_srv_gen *g)
 {
     json_t *tools = json_object_get(root, "tools");
     if (tools && !json_is_null(tools)) {
         if (!json_is_array(tools))
-            return fail(c, "tools", "'tools' must be an array");
+            return gs_srv_refuse(c, "tools", "'tools' must be an array");
         g->tools_json = json_incref(tools);
     }
     json_t *kw = json_object_get(root, "chat_template_kwargs");
     if (kw && !json_is_null(kw)) {
         if (!json_is_object(kw))
-            return fail(c, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+            return gs_srv_refuse(c, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
         g->template_kwargs = json_incref(kw);
     }
     return GS_OK;
 }
 
-static enum gs_status parse_prompt(struct pctx *c, json_t *root,
+static enum gs_status parse_prompt(const struct gs_srv_refusal *c, json_t *root,
                                    const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
 {
     json_t *p = json_object_get(root, "prompt");
     if (!p)
-        return fail(c, "prompt", "'prompt' is required");
+        return gs_srv_refuse(c, "prompt", "'prompt' is required");
     /* A one-element list of a string or of token ids is the same prompt. */
     if (json_is_array(p) && json_array_size(p) == 1 &&
         (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
@@ -216,22 +195,22 @@ static enum gs_status parse_prompt(struct pctx *c, json_t *root,
     if (json_is_string(p)) {
         g->prompt = gs_strndup(json_string_value(p), json_string_length(p));
         g->prompt_len = json_string_length(p);
-        return g->prompt ? GS_OK : nomem(c);
+        return g->prompt ? GS_OK : gs_srv_refuse_nomem(c);
     }
     if (!json_is_array(p) || json_array_size(p) == 0)
-        return fail(c, "prompt", "'prompt' must be a string or a non-empty array of token ids");
+        return gs_srv_refuse(c, "prompt", "'prompt' must be a string or a non-empty array of token ids");
     g->prompt_ids = gs_alloc_array(json_array_size(p), sizeof(*g->prompt_ids));
     if (!g->prompt_ids)
-        return nomem(c);
+        return gs_srv_refuse_nomem(c);
     size_t i;
     json_t *v;
     json_array_foreach(p, i, v)
     {
         if (!json_is_integer(v))
-            return fail(c, "prompt", "'prompt[%zu]' must be a token id (an integer)", i);
+            return gs_srv_refuse(c, "prompt", "'prompt[%zu]' must be a token id (an integer)", i);
         json_int_t id = json_integer_value(v);
         if (id < 0 || (uint64_t)id >= lim->n_vocab)
-            return fail(c, "prompt",
+            return gs_srv_refuse(c, "prompt",
                         "'prompt[%zu]': token id %lld is outside the vocabulary [0, %u)", i,
                         (long long)id, lim->n_vocab);
         g->prompt_ids[i] = (int32_t)id;
@@ -242,54 +221,54 @@ static enum gs_status parse_prompt(struct pctx *c, json_t *root,
 
 /* Stop strings from field key: OpenAI's "stop" (a string or a list) or Anthropic's
  * "stop_sequences" (a list only, lone false). */
-static enum gs_status parse_stop(struct pctx *c, json_t *root, const char *key, bool lone,
+static enum gs_status parse_stop(const struct gs_srv_refusal *c, json_t *root, const char *key, bool lone,
                                  const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
 {
     json_t *s = json_object_get(root, key);
     if (!s || json_is_null(s))
         return GS_OK;
     if (!(lone && json_is_string(s)) && !json_is_array(s))
-        return fail(c, key,
+        return gs_srv_refuse(c, key,
                     lone ? "'%s' must be a string or an array of strings"
                          : "'%s' must be an array of strings",
                     key);
     size_t n = json_is_string(s) ? 1 : json_array_size(s);
     if (n > lim->max_stop)
-        return fail(c, key, "'%s' has %zu strings; at most %u are allowed", key, n, lim->max_stop);
+        return gs_srv_refuse(c, key, "'%s' has %zu strings; at most %u are allowed", key, n, lim->max_stop);
     g->stop = gs_calloc(n ? n : 1, sizeof(*g->stop));
     if (!g->stop)
-        return nomem(c);
+        return gs_srv_refuse_nomem(c);
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_is_string(s) ? s : json_array_get(s, i);
         if (!json_is_string(v))
-            return fail(c, key, "'%s[%zu]' must be a string", key, i);
+            return gs_srv_refuse(c, key, "'%s[%zu]' must be a string", key, i);
         if (json_string_length(v) > lim->max_stop_bytes)
-            return fail(c, key, "'%s[%zu]' is longer than %u bytes", key, i, lim->max_stop_bytes);
+            return gs_srv_refuse(c, key, "'%s[%zu]' is longer than %u bytes", key, i, lim->max_stop_bytes);
         if (json_string_length(v) == 0 || strlen(json_string_value(v)) != json_string_length(v))
             continue; /* an empty stop string (or one with NUL) can never be matched usefully */
         g->stop[g->n_stop] = gs_strdup(json_string_value(v));
         if (!g->stop[g->n_stop])
-            return nomem(c);
+            return gs_srv_refuse_nomem(c);
         g->n_stop++;
     }
     return GS_OK;
 }
 
-static enum gs_status parse_logit_bias(struct pctx *c, json_t *root,
+static enum gs_status parse_logit_bias(const struct gs_srv_refusal *c, json_t *root,
                                        const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
 {
     json_t *b = json_object_get(root, "logit_bias");
     if (!b || json_is_null(b))
         return GS_OK;
     if (!json_is_object(b))
-        return fail(c, "logit_bias", "'logit_bias' must be an object of token id to bias");
+        return gs_srv_refuse(c, "logit_bias", "'logit_bias' must be an object of token id to bias");
     size_t n = json_object_size(b);
     if (n > GS_SAMPLE_N_BIAS_MAX)
-        return fail(c, "logit_bias", "'logit_bias' has %zu entries; at most %d are allowed", n,
+        return gs_srv_refuse(c, "logit_bias", "'logit_bias' has %zu entries; at most %d are allowed", n,
                     GS_SAMPLE_N_BIAS_MAX);
     g->bias = gs_calloc(n ? n : 1, sizeof(*g->bias));
     if (!g->bias)
-        return nomem(c);
+        return gs_srv_refuse_nomem(c);
     const char *key;
     json_t *v;
     size_t i = 0, n_banned = 0;
@@ -303,10 +282,10 @@ static enum gs_status parse_logit_bias(struct pctx *c, json_t *root,
             decimal = *k >= '0' && *k <= '9';
         long long id = decimal ? strtoll(key, NULL, 10) : -1;
         if (id < 0 || (uint64_t)id >= lim->n_vocab)
-            return fail(c, "logit_bias", "'logit_bias': key '%.40s' is not a token id in [0, %u)",
+            return gs_srv_refuse(c, "logit_bias", "'logit_bias': key '%.40s' is not a token id in [0, %u)",
                         key, lim->n_vocab);
         if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
-            return fail(c, "logit_bias", "'logit_bias[%.40s]' must be a number in [-100, 100]",
+            return gs_srv_refuse(c, "logit_bias", "'logit_bias[%.40s]' must be a number in [-100, 100]",
                         key);
         g->bias[i].token = (int32_t)id;
         /* -100 bans the token, as OpenAI describes it. */
@@ -316,7 +295,7 @@ static enum gs_status parse_logit_bias(struct pctx *c, json_t *root,
     }
     /* Keys are distinct ids, so this is every token: nothing could be sampled. */
     if (n_banned >= lim->n_vocab)
-        return fail(c, "logit_bias",
+        return gs_srv_refuse(c, "logit_bias",
                     "'logit_bias' bans every one of the %u tokens; nothing could be sampled",
                     lim->n_vocab);
     g->sp.bias = g->bias;
@@ -393,7 +372,7 @@ static void list_ignored(json_t *root, bool jinja, struct gs_srv_gen *g)
     }
 }
 
-static enum gs_status parse_sampling(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_sampling(const struct gs_srv_refusal *c, json_t *root, struct gs_srv_gen *g)
 {
     double d;
     int64_t i;
@@ -415,7 +394,7 @@ static enum gs_status parse_sampling(struct pctx *c, json_t *root, struct gs_srv
     NUM("repeat_penalty", 0.0001, 100, repeat_penalty);
 #undef NUM
     if (sp->top_p <= 0)
-        return fail(c, "top_p", "'top_p' must be greater than 0");
+        return gs_srv_refuse(c, "top_p", "'top_p' must be greater than 0");
     if ((st = get_int(c, root, "top_k", 0, 1 << 30, &i, &has)) != GS_OK)
         return st;
     if (has)
@@ -435,7 +414,7 @@ static enum gs_status parse_sampling(struct pctx *c, json_t *root, struct gs_srv
 
 /* logprobs: chat takes a boolean plus top_logprobs; completions take an
  * integer (the number of alternatives). */
-static enum gs_status parse_logprobs(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_logprobs(const struct gs_srv_refusal *c, json_t *root, struct gs_srv_gen *g)
 {
     enum gs_status st;
     int64_t i;
@@ -449,7 +428,7 @@ static enum gs_status parse_logprobs(struct pctx *c, json_t *root, struct gs_srv
             return st;
         if (has) {
             if (!g->logprobs)
-                return fail(c, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+                return gs_srv_refuse(c, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
             g->top_logprobs = (int32_t)i;
         }
     } else if (lp && !json_is_null(lp)) {
@@ -469,7 +448,7 @@ static enum gs_status parse_logprobs(struct pctx *c, json_t *root, struct gs_srv
 
 /* "validation": true, or {"top_logprobs": k} for the served top-k per
  * position as well (server/validation.h). */
-static enum gs_status parse_validation(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_validation(const struct gs_srv_refusal *c, json_t *root, struct gs_srv_gen *g)
 {
     json_t *v = json_object_get(root, "validation");
     if (!v || json_is_null(v) || json_is_false(v))
@@ -478,11 +457,11 @@ static enum gs_status parse_validation(struct pctx *c, json_t *root, struct gs_s
     if (json_is_true(v))
         return GS_OK;
     if (!json_is_object(v))
-        return fail(c, "validation", "'validation' must be a boolean or an object");
+        return gs_srv_refuse(c, "validation", "'validation' must be a boolean or an object");
     int64_t k;
     bool has;
     if (get_int(c, v, "top_logprobs", 0, GS_SAMPLE_TOP_LOGPROBS_MAX, &k, &has) != GS_OK)
-        return fail(c, "validation.top_logprobs",
+        return gs_srv_refuse(c, "validation.top_logprobs",
                     "'validation.top_logprobs' must be an integer from 0 to %d",
                     GS_SAMPLE_TOP_LOGPROBS_MAX);
     if (has)
@@ -493,48 +472,17 @@ static enum gs_status parse_validation(struct pctx *c, json_t *root, struct gs_s
 /* "parse_special": a completion's text prompt may spell control tokens.
  * Refused where nothing would read it: chat contents are always plain text,
  * and token ids are not tokenized. */
-static enum gs_status parse_parse_special(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_parse_special(const struct gs_srv_refusal *c, json_t *root, struct gs_srv_gen *g)
 {
     json_t *v = json_object_get(root, "parse_special");
     enum gs_status st = get_bool(c, root, "parse_special", &g->parse_special);
     if (st != GS_OK || !v || json_is_null(v))
         return st;
     if (g->chat)
-        return fail(c, "parse_special",
+        return gs_srv_refuse(c, "parse_special",
                     "'parse_special' is for /v1/completions; chat messages are always plain text");
     if (!g->prompt)
-        return fail(c, "parse_special", "'parse_special' needs a text prompt, not token ids");
-    return GS_OK;
-}
-
-/* OpenAI's json_schema names: [a-zA-Z0-9_-], at most 64. */
-static bool schema_name_ok(const char *n)
-{
-    size_t len = strlen(n);
-    if (!len || len > 64)
-        return false;
-    for (; *n; n++)
-        if (!((*n >= 'a' && *n <= 'z') || (*n >= 'A' && *n <= 'Z') || (*n >= '0' && *n <= '9') ||
-              *n == '_' || *n == '-'))
-            return false;
-    return true;
-}
-
-/* The keys of object o must be among keys[n]; else a 400 naming the first
- * other one (never accepted and then ignored). */
-static enum gs_status only_keys(struct pctx *c, json_t *o, const char *where,
-                                const char *const *keys, size_t n)
-{
-    const char *k;
-    json_t *v;
-    json_object_foreach(o, k, v)
-    {
-        bool known = false;
-        for (size_t i = 0; i < n && !known; i++)
-            known = !strcmp(k, keys[i]);
-        if (!known)
-            return fail(c, where, "'%s.%.60s' is not supported", where, k);
-    }
+        return gs_srv_refuse(c, "parse_special", "'parse_special' needs a text prompt, not token ids");
     return GS_OK;
 }
 
@@ -544,20 +492,20 @@ static enum gs_status only_keys(struct pctx *c, json_t *o, const char *where,
  * compiled here, so that a schema or grammar the engine cannot enforce is a
  * 400 that names what is wrong, before anything is queued.
  */
-static enum gs_status parse_structured(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_structured(const struct gs_srv_refusal *c, json_t *root, struct gs_srv_gen *g)
 {
     json_t *rf = json_object_get(root, "response_format");
     json_t *gr = json_object_get(root, "grammar");
     bool has_rf = rf && !json_is_null(rf), has_gr = gr && !json_is_null(gr);
     if (has_rf && has_gr)
-        return fail(c, "grammar", "'grammar' and 'response_format' cannot both be given");
+        return gs_srv_refuse(c, "grammar", "'grammar' and 'response_format' cannot both be given");
     const char *src = NULL, *param = "grammar";
     size_t len = 0;
     char *owned = NULL;
     struct gs_err e;
     if (has_gr) {
         if (!json_is_string(gr))
-            return fail(c, "grammar", "'grammar' must be a string of GBNF rules");
+            return gs_srv_refuse(c, "grammar", "'grammar' must be a string of GBNF rules");
         src = json_string_value(gr);
         len = json_string_length(gr);
     } else if (has_rf) {
@@ -566,17 +514,17 @@ static enum gs_status parse_structured(struct pctx *c, json_t *root, struct gs_s
         json_t *type = json_object_get(rf, "type");
         enum gs_status st;
         if (!json_is_object(rf))
-            return fail(c, "response_format", "'response_format' must be an object");
-        if ((st = only_keys(c, rf, "response_format", rf_keys, GS_ARRAY_LEN(rf_keys))))
+            return gs_srv_refuse(c, "response_format", "'response_format' must be an object");
+        if ((st = gs_srv_only_keys(c, rf, "response_format", rf_keys, GS_ARRAY_LEN(rf_keys))))
             return st;
         if (!json_is_string(type))
-            return fail(c, "response_format.type",
+            return gs_srv_refuse(c, "response_format.type",
                         "'response_format.type' must be \"text\", \"json_object\" or "
                         "\"json_schema\"");
         const char *t = json_string_value(type);
         json_t *js = json_object_get(rf, "json_schema");
         if (strcmp(t, "json_schema") && js)
-            return fail(c, "response_format.json_schema",
+            return gs_srv_refuse(c, "response_format.json_schema",
                         "'response_format.json_schema' goes with type \"json_schema\"");
         if (!strcmp(t, "text"))
             return GS_OK;
@@ -586,40 +534,40 @@ static enum gs_status parse_structured(struct pctx *c, json_t *root, struct gs_s
             len = strlen(src);
         } else if (!strcmp(t, "json_schema")) {
             if (!json_is_object(js))
-                return fail(c, "response_format.json_schema",
+                return gs_srv_refuse(c, "response_format.json_schema",
                             "'response_format.json_schema' must be an object with 'name' and "
                             "'schema'");
-            if ((st = only_keys(c, js, "response_format.json_schema", js_keys,
+            if ((st = gs_srv_only_keys(c, js, "response_format.json_schema", js_keys,
                                 GS_ARRAY_LEN(js_keys))))
                 return st;
             json_t *name = json_object_get(js, "name");
-            if (!json_is_string(name) || !schema_name_ok(json_string_value(name)))
-                return fail(c, "response_format.json_schema.name",
+            if (!json_is_string(name) || !gs_srv_name_ok(json_string_value(name)))
+                return gs_srv_refuse(c, "response_format.json_schema.name",
                             "'response_format.json_schema.name' must be 1 to 64 of a-z, A-Z, "
                             "0-9, '_' and '-'");
             json_t *strict = json_object_get(js, "strict");
             if (strict && !json_is_null(strict) && !json_is_boolean(strict))
-                return fail(c, "response_format.json_schema.strict",
+                return gs_srv_refuse(c, "response_format.json_schema.strict",
                             "'response_format.json_schema.strict' must be a boolean");
             json_t *desc = json_object_get(js, "description");
             if (desc && !json_is_null(desc) && !json_is_string(desc))
-                return fail(c, "response_format.json_schema.description",
+                return gs_srv_refuse(c, "response_format.json_schema.description",
                             "'response_format.json_schema.description' must be a string");
             json_t *schema = json_object_get(js, "schema");
             if (!json_is_object(schema) && !json_is_boolean(schema))
-                return fail(c, "response_format.json_schema.schema",
+                return gs_srv_refuse(c, "response_format.json_schema.schema",
                             "'response_format.json_schema.schema' must be a JSON Schema object");
             param = "response_format.json_schema.schema";
             /* The output is enforced whatever strict says: "strict": false
              * gets the same guarantee. */
             if (gs_grammar_from_json_schema(schema, &owned, &len, &e) != GS_OK) {
                 if (e.code == GS_NOMEM)
-                    return nomem(c);
-                return fail(c, param, "%s", e.msg);
+                    return gs_srv_refuse_nomem(c);
+                return gs_srv_refuse(c, param, "%s", e.msg);
             }
             src = owned;
         } else {
-            return fail(c, "response_format.type",
+            return gs_srv_refuse(c, "response_format.type",
                         "'response_format.type' must be \"text\", \"json_object\" or "
                         "\"json_schema\", not \"%.40s\"",
                         t);
@@ -630,29 +578,29 @@ static enum gs_status parse_structured(struct pctx *c, json_t *root, struct gs_s
     enum gs_status st = gs_grammar_compile(src, len, "root", NULL, &g->grammar, &e);
     gs_free(owned);
     if (st == GS_NOMEM)
-        return nomem(c);
+        return gs_srv_refuse_nomem(c);
     if (st)
-        return fail(c, param, "%s", e.msg);
+        return gs_srv_refuse(c, param, "%s", e.msg);
     return GS_OK;
 }
 
 /* "reasoning_format": "auto" (a thinking block goes to reasoning_content) or "none" (it
  * stays in content). Chat only. */
-static enum gs_status parse_reasoning_format(struct pctx *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_reasoning_format(const struct gs_srv_refusal *c, json_t *root, struct gs_srv_gen *g)
 {
     json_t *v = json_object_get(root, "reasoning_format");
     if (!v || json_is_null(v))
         return GS_OK;
     if (!g->chat)
-        return fail(c, "reasoning_format", "'reasoning_format' is for /v1/chat/completions");
+        return gs_srv_refuse(c, "reasoning_format", "'reasoning_format' is for /v1/chat/completions");
     const char *s = json_string_value(v);
     if (!s || (strcmp(s, "auto") && strcmp(s, "none")))
-        return fail(c, "reasoning_format", "'reasoning_format' must be \"auto\" or \"none\"");
+        return gs_srv_refuse(c, "reasoning_format", "'reasoning_format' must be \"auto\" or \"none\"");
     g->reasoning_inline = !strcmp(s, "none");
     return GS_OK;
 }
 
-static enum gs_status parse_root(struct pctx *c, json_t *root,
+static enum gs_status parse_root(const struct gs_srv_refusal *c, json_t *root,
                                  const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
 {
     enum gs_status st;
@@ -661,9 +609,9 @@ static enum gs_status parse_root(struct pctx *c, json_t *root,
     json_t *model = json_object_get(root, "model");
     if (model && !json_is_null(model)) {
         if (!json_is_string(model))
-            return fail(c, "model", "'model' must be a string");
+            return gs_srv_refuse(c, "model", "'model' must be a string");
         if (!(g->model = gs_strdup(json_string_value(model))))
-            return nomem(c);
+            return gs_srv_refuse_nomem(c);
     }
     if ((st = g->chat ? parse_messages(c, root, lim->jinja, g) : parse_prompt(c, root, lim, g)) !=
         GS_OK)
@@ -676,7 +624,7 @@ static enum gs_status parse_root(struct pctx *c, json_t *root,
     if ((st = get_int(c, root, mt, 1, INT32_MAX, &i, &has)) != GS_OK)
         return st;
     if (has && i > lim->max_tokens)
-        return fail(c, mt, "'%s' is %lld; this server allows at most %u", mt, (long long)i,
+        return gs_srv_refuse(c, mt, "'%s' is %lld; this server allows at most %u", mt, (long long)i,
                     lim->max_tokens);
     if (has)
         g->max_tokens = (uint32_t)i;
@@ -692,14 +640,14 @@ static enum gs_status parse_root(struct pctx *c, json_t *root,
     json_t *so = json_object_get(root, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so))
-            return fail(c, "stream_options", "'stream_options' must be an object");
+            return gs_srv_refuse(c, "stream_options", "'stream_options' must be an object");
         if ((st = get_bool(c, so, "include_usage", &g->include_usage)) != GS_OK)
-            return fail(c, "stream_options.include_usage",
+            return gs_srv_refuse(c, "stream_options.include_usage",
                         "'stream_options.include_usage' must be a boolean");
     }
     json_t *user = json_object_get(root, "user");
     if (user && !json_is_null(user) && !json_is_string(user))
-        return fail(c, "user", "'user' must be a string");
+        return gs_srv_refuse(c, "user", "'user' must be a string");
     if ((st = parse_sampling(c, root, g)) != GS_OK || (st = parse_logprobs(c, root, g)) != GS_OK ||
         (st = parse_stop(c, root, "stop", true, lim, g)) != GS_OK ||
         (st = parse_logit_bias(c, root, lim, g)) != GS_OK ||
@@ -709,7 +657,7 @@ static enum gs_status parse_root(struct pctx *c, json_t *root,
         return st;
     struct gs_err e;
     if (gs_sample_params_check(&g->sp, (int32_t)lim->n_vocab, &e) != GS_OK)
-        return fail(c, "", "%s", e.msg);
+        return gs_srv_refuse(c, "", "%s", e.msg);
     if ((st = gs_srv_tools_parse(root, lim, g, c->param, c->param_cap, c->err)) != GS_OK ||
         (st = parse_reasoning_format(c, root, g)) != GS_OK)
         return st;
@@ -721,7 +669,7 @@ enum gs_status gs_srv_gen_parse(const char *body, size_t len, bool chat,
                                 const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
                                 char *param, size_t param_cap, struct gs_err *err)
 {
-    struct pctx c = {param, param_cap, err};
+    const struct gs_srv_refusal c = {param, param_cap, err};
     *out = (struct gs_srv_gen){.chat = chat};
     gs_sample_params_init(&out->sp);
     if (param_cap)
@@ -729,11 +677,11 @@ enum gs_status gs_srv_gen_parse(const char *body, size_t len, bool chat,
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return fail(&c, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
+        return gs_srv_refuse(&c, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
                     je.text);
     enum gs_status st;
     if (!json_is_object(root))
-        st = fail(&c, "", "the request body must be a JSON object");
+        st = gs_srv_refuse(&c, "", "the request body must be a JSON object");
     else
         st = parse_root(&c, root, lim, out);
     json_decref(root);
@@ -782,7 +730,7 @@ static const char *const messages_fields[] = {
 };
 enum { n_count_fields = 3 };
 
-static enum gs_status messages_refuse_unread(struct pctx *c, json_t *root, bool count_only)
+static enum gs_status messages_refuse_unread(const struct gs_srv_refusal *c, json_t *root, bool count_only)
 {
     const char *key;
     json_t *v;
@@ -793,7 +741,7 @@ static enum gs_status messages_refuse_unread(struct pctx *c, json_t *root, bool 
         for (size_t k = 0; k < n && !known; k++)
             known = !strcmp(key, messages_fields[k]);
         if (!known)
-            return fail(c, key, "'%.64s': graphserve does not implement this field%s; remove it",
+            return gs_srv_refuse(c, key, "'%.64s': graphserve does not implement this field%s; remove it",
                         key, count_only ? " on count_tokens" : "");
     }
     return GS_OK;
@@ -802,26 +750,26 @@ static enum gs_status messages_refuse_unread(struct pctx *c, json_t *root, bool 
 /* cache_control on a block: {"type":"ephemeral"} with an optional "ttl". Accepted
  * because it is honoured without being asked: the prefix cache keeps every prompt's
  * full pages for the requests after it. */
-static enum gs_status block_cache_control(struct pctx *c, json_t *cc, const char *param)
+static enum gs_status block_cache_control(const struct gs_srv_refusal *c, json_t *cc, const char *param)
 {
     json_t *type = json_object_get(cc, "type"), *ttl = json_object_get(cc, "ttl");
     if (!json_is_object(cc) || !json_is_string(type) ||
         strcmp(json_string_value(type), "ephemeral") || (ttl && !json_is_string(ttl)) ||
         json_object_size(cc) > 1 + (ttl != NULL))
-        return fail(c, param, "'%s.cache_control' must be {\"type\":\"ephemeral\"}", param);
+        return gs_srv_refuse(c, param, "'%s.cache_control' must be {\"type\":\"ephemeral\"}", param);
     return GS_OK;
 }
 
 /* A content (or system) value: a string, or text blocks joined as the chat route joins
  * text parts. Any other block type is refused by name. */
-static enum gs_status messages_text(struct pctx *c, json_t *v, const char *param, char **out)
+static enum gs_status messages_text(const struct gs_srv_refusal *c, json_t *v, const char *param, char **out)
 {
     if (json_is_string(v)) {
         *out = gs_strndup(json_string_value(v), json_string_length(v));
-        return *out ? GS_OK : nomem(c);
+        return *out ? GS_OK : gs_srv_refuse_nomem(c);
     }
     if (!json_is_array(v))
-        return fail(c, param, "'%s' must be a string or an array of text blocks", param);
+        return gs_srv_refuse(c, param, "'%s' must be a string or an array of text blocks", param);
     struct gs_srv_buf b = {0};
     size_t k;
     json_t *block;
@@ -832,11 +780,11 @@ static enum gs_status messages_text(struct pctx *c, json_t *v, const char *param
         snprintf(bp, sizeof(bp), "%s[%zu]", param, k);
         json_t *type = json_object_get(block, "type"), *text = json_object_get(block, "text");
         if (!json_is_object(block) || !json_is_string(type)) {
-            st = fail(c, bp, "'%s' must be a content block with a 'type'", bp);
+            st = gs_srv_refuse(c, bp, "'%s' must be a content block with a 'type'", bp);
             break;
         }
         if (strcmp(json_string_value(type), "text")) {
-            st = fail(c, bp,
+            st = gs_srv_refuse(c, bp,
                       "'%s': content blocks of type '%.40s' are not supported by graphserve; "
                       "only 'text'",
                       bp, json_string_value(type));
@@ -849,19 +797,19 @@ static enum gs_status messages_text(struct pctx *c, json_t *v, const char *param
             if (!strcmp(key, "cache_control"))
                 st = block_cache_control(c, f, bp);
             else if (strcmp(key, "type") && strcmp(key, "text"))
-                st = fail(c, bp, "'%s.%.40s': graphserve does not implement this field", bp, key);
+                st = gs_srv_refuse(c, bp, "'%s.%.40s': graphserve does not implement this field", bp, key);
             if (st != GS_OK)
                 break;
         }
         if (st == GS_OK && !json_is_string(text))
-            st = fail(c, bp, "'%s.text' must be a string", bp);
+            st = gs_srv_refuse(c, bp, "'%s.text' must be a string", bp);
         if (st != GS_OK)
             break;
         gs_srv_buf_add(&b, json_string_value(text), json_string_length(text));
     }
     gs_srv_buf_add(&b, "", 0);
     if (st == GS_OK && b.failed)
-        st = nomem(c);
+        st = gs_srv_refuse_nomem(c);
     if (st != GS_OK) {
         gs_srv_buf_free(&b);
         return st;
@@ -870,26 +818,26 @@ static enum gs_status messages_text(struct pctx *c, json_t *v, const char *param
     return GS_OK;
 }
 
-static enum gs_status messages_add(struct pctx *c, struct gs_srv_gen *g, const char *role,
+static enum gs_status messages_add(const struct gs_srv_refusal *c, struct gs_srv_gen *g, const char *role,
                                    char *content)
 {
     g->msgs[g->n_msgs].content = content;
     g->msgs[g->n_msgs].role = gs_strdup(role);
     g->n_msgs++;
-    return g->msgs[g->n_msgs - 1].role ? GS_OK : nomem(c);
+    return g->msgs[g->n_msgs - 1].role ? GS_OK : gs_srv_refuse_nomem(c);
 }
 
 /* The final assistant message: the answer continues it. Anthropic refuses one that ends
  * in whitespace, and so does graphserve: the tokenizer would end the prompt in a space
  * that the model's next word normally carries. */
-static enum gs_status messages_prefill(struct pctx *c, size_t i, char *text, struct gs_srv_gen *g)
+static enum gs_status messages_prefill(const struct gs_srv_refusal *c, size_t i, char *text, struct gs_srv_gen *g)
 {
     size_t n = strlen(text);
     if (n && strchr(" \t\n\r", text[n - 1])) {
         gs_free(text);
         char param[48];
         snprintf(param, sizeof(param), "messages[%zu].content", i);
-        return fail(c, param, "'%s': the final assistant content cannot end with whitespace",
+        return gs_srv_refuse(c, param, "'%s': the final assistant content cannot end with whitespace",
                     param);
     }
     if (n)
@@ -900,7 +848,7 @@ static enum gs_status messages_prefill(struct pctx *c, size_t i, char *text, str
 }
 
 /* The conversation as the Jinja template sees it: {"role","content"} with string content. */
-static enum gs_status messages_json(struct pctx *c, struct gs_srv_gen *g)
+static enum gs_status messages_json(const struct gs_srv_refusal *c, struct gs_srv_gen *g)
 {
     json_t *a = json_array();
     for (size_t i = 0; a && i < g->n_msgs; i++)
@@ -910,23 +858,23 @@ static enum gs_status messages_json(struct pctx *c, struct gs_srv_gen *g)
             a = NULL;
         }
     if (!a)
-        return nomem(c);
+        return gs_srv_refuse_nomem(c);
     g->messages_json = a;
     return GS_OK;
 }
 
-static enum gs_status messages_conversation(struct pctx *c, json_t *root,
+static enum gs_status messages_conversation(const struct gs_srv_refusal *c, json_t *root,
                                             const struct gs_srv_parse_limits *lim,
                                             struct gs_srv_gen *g)
 {
     json_t *msgs = json_object_get(root, "messages"), *system = json_object_get(root, "system");
     if (!msgs)
-        return fail(c, "messages", "'messages' is required");
+        return gs_srv_refuse(c, "messages", "'messages' is required");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return fail(c, "messages", "'messages' must be a non-empty array");
+        return gs_srv_refuse(c, "messages", "'messages' must be a non-empty array");
     size_t n = json_array_size(msgs);
     if (!(g->msgs = gs_calloc(n + 1, sizeof(*g->msgs))))
-        return nomem(c);
+        return gs_srv_refuse_nomem(c);
     enum gs_status st;
     char *text;
     if (system && !json_is_null(system)) {
@@ -944,23 +892,23 @@ static enum gs_status messages_conversation(struct pctx *c, json_t *root,
         char param[48];
         snprintf(param, sizeof(param), "messages[%zu]", i);
         if (!json_is_object(m))
-            return fail(c, param, "'%s' must be an object with 'role' and 'content'", param);
+            return gs_srv_refuse(c, param, "'%s' must be an object with 'role' and 'content'", param);
         const char *key;
         json_t *f;
         json_object_foreach(m, key, f)
         {
             if (strcmp(key, "role") && strcmp(key, "content"))
-                return fail(c, param, "'%s.%.40s': graphserve does not implement this field", param,
+                return gs_srv_refuse(c, param, "'%s.%.40s': graphserve does not implement this field", param,
                             key);
         }
         json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
         const char *r = json_is_string(role) ? json_string_value(role) : "";
         snprintf(param, sizeof(param), "messages[%zu].role", i);
         if (strcmp(r, "user") && strcmp(r, "assistant"))
-            return fail(c, param, "'%s' must be 'user' or 'assistant'", param);
+            return gs_srv_refuse(c, param, "'%s' must be 'user' or 'assistant'", param);
         snprintf(param, sizeof(param), "messages[%zu].content", i);
         if (!content)
-            return fail(c, param, "'%s' is required", param);
+            return gs_srv_refuse(c, param, "'%s' is required", param);
         if ((st = messages_text(c, content, param, &text)) != GS_OK)
             return st;
         if (i + 1 == n && !strcmp(r, "assistant"))
@@ -971,32 +919,32 @@ static enum gs_status messages_conversation(struct pctx *c, json_t *root,
             return st;
     }
     if (g->n_msgs == 0)
-        return fail(c, "messages", "'messages' has nothing before its final assistant message");
+        return gs_srv_refuse(c, "messages", "'messages' has nothing before its final assistant message");
     return lim->jinja ? messages_json(c, g) : GS_OK;
 }
 
 /* "metadata": {"user_id": string or null}, nothing else. */
-static enum gs_status messages_metadata(struct pctx *c, json_t *root)
+static enum gs_status messages_metadata(const struct gs_srv_refusal *c, json_t *root)
 {
     json_t *md = json_object_get(root, "metadata");
     if (!md || json_is_null(md))
         return GS_OK;
     if (!json_is_object(md))
-        return fail(c, "metadata", "'metadata' must be an object");
+        return gs_srv_refuse(c, "metadata", "'metadata' must be an object");
     const char *key;
     json_t *v;
     json_object_foreach(md, key, v)
     {
         if (strcmp(key, "user_id"))
-            return fail(c, "metadata", "'metadata.%.40s': graphserve does not implement this field",
+            return gs_srv_refuse(c, "metadata", "'metadata.%.40s': graphserve does not implement this field",
                         key);
         if (!json_is_string(v) && !json_is_null(v))
-            return fail(c, "metadata", "'metadata.user_id' must be a string");
+            return gs_srv_refuse(c, "metadata", "'metadata.user_id' must be a string");
     }
     return GS_OK;
 }
 
-static enum gs_status messages_root(struct pctx *c, json_t *root,
+static enum gs_status messages_root(const struct gs_srv_refusal *c, json_t *root,
                                     const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
 {
     enum gs_status st;
@@ -1008,18 +956,18 @@ static enum gs_status messages_root(struct pctx *c, json_t *root,
     json_t *model = json_object_get(root, "model");
     if (model && !json_is_null(model)) {
         if (!json_is_string(model))
-            return fail(c, "model", "'model' must be a string");
+            return gs_srv_refuse(c, "model", "'model' must be a string");
         if (!(g->model = gs_strdup(json_string_value(model))))
-            return nomem(c);
+            return gs_srv_refuse_nomem(c);
     }
     if ((st = messages_conversation(c, root, lim, g)) != GS_OK || g->count_only)
         return st;
     if ((st = get_int(c, root, "max_tokens", 1, INT32_MAX, &i, &has)) != GS_OK)
         return st;
     if (!has)
-        return fail(c, "max_tokens", "'max_tokens' is required");
+        return gs_srv_refuse(c, "max_tokens", "'max_tokens' is required");
     if (i > lim->max_tokens)
-        return fail(c, "max_tokens", "'max_tokens' is %lld; this server allows at most %u",
+        return gs_srv_refuse(c, "max_tokens", "'max_tokens' is %lld; this server allows at most %u",
                     (long long)i, lim->max_tokens);
     g->max_tokens = (uint32_t)i;
     /* Anthropic's temperature is [0, 1]; top_p and top_k as OpenAI's. */
@@ -1032,7 +980,7 @@ static enum gs_status messages_root(struct pctx *c, json_t *root,
     if ((st = get_num(c, root, "top_p", 0, 1, &d, NULL)) != GS_OK)
         return st;
     if (d <= 0)
-        return fail(c, "top_p", "'top_p' must be greater than 0");
+        return gs_srv_refuse(c, "top_p", "'top_p' must be greater than 0");
     sp->top_p = (float)d;
     if ((st = get_int(c, root, "top_k", 0, 1 << 30, &i, &has)) != GS_OK)
         return st;
@@ -1044,7 +992,7 @@ static enum gs_status messages_root(struct pctx *c, json_t *root,
         return st;
     struct gs_err e;
     if (gs_sample_params_check(sp, (int32_t)lim->n_vocab, &e) != GS_OK)
-        return fail(c, "", "%s", e.msg);
+        return gs_srv_refuse(c, "", "%s", e.msg);
     return GS_OK;
 }
 
@@ -1052,7 +1000,7 @@ enum gs_status gs_srv_messages_parse(const char *body, size_t len, bool count_on
                                      const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
                                      char *param, size_t param_cap, struct gs_err *err)
 {
-    struct pctx c = {param, param_cap, err};
+    const struct gs_srv_refusal c = {param, param_cap, err};
     *out = (struct gs_srv_gen){
         .chat = true, .api = GS_SRV_API_ANTHROPIC, .n = 1, .count_only = count_only};
     gs_sample_params_init(&out->sp);
@@ -1061,11 +1009,11 @@ enum gs_status gs_srv_messages_parse(const char *body, size_t len, bool count_on
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return fail(&c, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
+        return gs_srv_refuse(&c, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
                     je.text);
     enum gs_status st = json_is_object(root)
                             ? messages_root(&c, root, lim, out)
-                            : fail(&c, "", "the request body must be a JSON object");
+                            : gs_srv_refuse(&c, "", "the request body must be a JSON object");
     json_decref(root);
     return st;
 }

@@ -16,9 +16,7 @@
 #include <string.h>
 
 struct rctx {
-    char *param;
-    size_t param_cap;
-    struct gs_err *err;
+    struct gs_srv_refusal r; /* where refusals go */
     /* For each chat message, the field it came from ("instructions", "input[3]",
      * "previous_response_id"), so that the chat parser's "messages[k]" is told back as
      * the client wrote it. */
@@ -33,23 +31,7 @@ static void came_from(struct rctx *c, const json_t *msgs, const char *where)
             break;
 }
 
-__attribute__((format(printf, 3, 4))) static enum gs_status fail(struct rctx *c, const char *param,
-                                                                 const char *fmt, ...)
-{
-    snprintf(c->param, c->param_cap, "%s", param);
-    va_list ap;
-    va_start(ap, fmt);
-    char msg[GS_ERR_MSG_LEN];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return gs_err_set(c->err, GS_INVAL, "%s", msg);
-}
 
-static enum gs_status nomem(struct rctx *c)
-{
-    snprintf(c->param, c->param_cap, "%s", "");
-    return gs_err_set(c->err, GS_NOMEM, "out of memory");
-}
 
 /* What /v1/responses reads. previous_response_id is read by the route (responses.c). */
 static const char *const fields[] = {
@@ -88,7 +70,7 @@ static enum gs_status only_keys(struct rctx *c, json_t *o, const char *where,
             continue;
         char p[192]; /* where (at most 127 bytes, see its callers), ".", 40 of k */
         snprintf(p, sizeof(p), "%s%s%.40s", where, *where ? "." : "", k);
-        return fail(c, p, "'%s': graphserve does not implement this field; remove it", p);
+        return gs_srv_refuse(&c->r, p, "'%s': graphserve does not implement this field; remove it", p);
     }
     return GS_OK;
 }
@@ -103,7 +85,7 @@ static enum gs_status item_text(struct rctx *c, json_t *v, const char *where, js
     char p[96];
     snprintf(p, sizeof(p), "%s.content", where);
     if (!json_is_array(v))
-        return fail(c, p, "'%s' must be a string or an array of input_text parts", p);
+        return gs_srv_refuse(&c->r, p, "'%s' must be a string or an array of input_text parts", p);
     struct gs_srv_buf b = {0};
     size_t k;
     json_t *part;
@@ -116,15 +98,15 @@ static enum gs_status item_text(struct rctx *c, json_t *v, const char *where, js
         json_t *text = json_object_get(part, "text");
         enum gs_status st = GS_OK;
         if (!json_is_object(part) || !type)
-            st = fail(c, pp, "'%s' must be a content part with a 'type'", pp);
+            st = gs_srv_refuse(&c->r, pp, "'%s' must be a content part with a 'type'", pp);
         else if (strcmp(type, "input_text") && strcmp(type, "output_text"))
-            st = fail(c, pp,
+            st = gs_srv_refuse(&c->r, pp,
                       "'%s': content parts of type '%.40s' are not supported by graphserve; only "
                       "'input_text' and 'output_text'",
                       pp, type);
         else if ((st = only_keys(c, part, pp, part_keys, GS_ARRAY_LEN(part_keys))) == GS_OK &&
                  !json_is_string(text))
-            st = fail(c, pp, "'%s.text' must be a string", pp);
+            st = gs_srv_refuse(&c->r, pp, "'%s.text' must be a string", pp);
         if (st != GS_OK) {
             gs_srv_buf_free(&b);
             return st;
@@ -133,7 +115,7 @@ static enum gs_status item_text(struct rctx *c, json_t *v, const char *where, js
     }
     *out = b.failed ? NULL : json_stringn(b.p ? b.p : "", b.len);
     gs_srv_buf_free(&b);
-    return *out ? GS_OK : nomem(c);
+    return *out ? GS_OK : gs_srv_refuse_nomem(&c->r);
 }
 
 static enum gs_status item_message(struct rctx *c, json_t *it, const char *where, json_t *msgs)
@@ -147,15 +129,15 @@ static enum gs_status item_message(struct rctx *c, json_t *it, const char *where
     snprintf(p, sizeof(p), "%s.role", where);
     if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") &&
                   strcmp(role, "developer")))
-        return fail(c, p, "'%s' must be one of user, assistant, system, developer", p);
+        return gs_srv_refuse(&c->r, p, "'%s' must be one of user, assistant, system, developer", p);
     json_t *content = json_object_get(it, "content"), *text;
     snprintf(p, sizeof(p), "%s.content", where);
     if (!content)
-        return fail(c, p, "'%s' is required", p);
+        return gs_srv_refuse(&c->r, p, "'%s' is required", p);
     if ((st = item_text(c, content, where, &text)) != GS_OK)
         return st;
     if (json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", role, "content", text)))
-        return nomem(c);
+        return gs_srv_refuse_nomem(&c->r);
     return GS_OK;
 }
 
@@ -172,20 +154,20 @@ static enum gs_status item_call(struct rctx *c, json_t *it, const char *where, j
         if (!json_is_string(json_object_get(it, need[i]))) {
             char p[96];
             snprintf(p, sizeof(p), "%s.%s", where, need[i]);
-            return fail(c, p, "'%s' must be a string", p);
+            return gs_srv_refuse(&c->r, p, "'%s' must be a string", p);
         }
     json_t *call = json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(it, "call_id"), "type",
                              "function", "function", "name", json_object_get(it, "name"),
                              "arguments", json_object_get(it, "arguments"));
     if (!call)
-        return nomem(c);
+        return gs_srv_refuse_nomem(&c->r);
     json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
     const char *lrole = json_string_value(json_object_get(last, "role"));
     if (!lrole || strcmp(lrole, "assistant")) {
         last = json_pack("{s:s,s:n,s:[]}", "role", "assistant", "content", "tool_calls");
         if (!last || json_array_append_new(msgs, last)) {
             json_decref(call);
-            return nomem(c);
+            return gs_srv_refuse_nomem(&c->r);
         }
     }
     json_t *calls = json_object_get(last, "tool_calls");
@@ -193,10 +175,10 @@ static enum gs_status item_call(struct rctx *c, json_t *it, const char *where, j
         calls = json_array();
         if (!calls || json_object_set_new(last, "tool_calls", calls)) {
             json_decref(call);
-            return nomem(c);
+            return gs_srv_refuse_nomem(&c->r);
         }
     }
-    return json_array_append_new(calls, call) ? nomem(c) : GS_OK;
+    return json_array_append_new(calls, call) ? gs_srv_refuse_nomem(&c->r) : GS_OK;
 }
 
 static enum gs_status item_output(struct rctx *c, json_t *it, const char *where, json_t *msgs)
@@ -208,14 +190,14 @@ static enum gs_status item_output(struct rctx *c, json_t *it, const char *where,
     char p[96];
     snprintf(p, sizeof(p), "%s.call_id", where);
     if (!json_is_string(json_object_get(it, "call_id")))
-        return fail(c, p, "'%s' must be a string", p);
+        return gs_srv_refuse(&c->r, p, "'%s' must be a string", p);
     snprintf(p, sizeof(p), "%s.output", where);
     if (!json_is_string(json_object_get(it, "output")))
-        return fail(c, p, "'%s' must be a string", p);
+        return gs_srv_refuse(&c->r, p, "'%s' must be a string", p);
     if (json_array_append_new(msgs, json_pack("{s:s,s:O,s:O}", "role", "tool", "tool_call_id",
                                               json_object_get(it, "call_id"), "content",
                                               json_object_get(it, "output"))))
-        return nomem(c);
+        return gs_srv_refuse_nomem(&c->r);
     return GS_OK;
 }
 
@@ -223,15 +205,15 @@ static enum gs_status item_output(struct rctx *c, json_t *it, const char *where,
 static enum gs_status parse_input(struct rctx *c, json_t *input, json_t *msgs)
 {
     if (!input)
-        return fail(c, "input", "'input' is required");
+        return gs_srv_refuse(&c->r, "input", "'input' is required");
     if (json_is_string(input)) {
         if (json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", input)))
-            return nomem(c);
+            return gs_srv_refuse_nomem(&c->r);
         came_from(c, msgs, "input");
         return GS_OK;
     }
     if (!json_is_array(input) || !json_array_size(input))
-        return fail(c, "input", "'input' must be a string or a non-empty array of items");
+        return gs_srv_refuse(&c->r, "input", "'input' must be a string or a non-empty array of items");
     size_t i;
     json_t *it;
     json_array_foreach(input, i, it)
@@ -239,7 +221,7 @@ static enum gs_status parse_input(struct rctx *c, json_t *input, json_t *msgs)
         char where[32];
         snprintf(where, sizeof(where), "input[%zu]", i);
         if (!json_is_object(it))
-            return fail(c, where, "'%s' must be an object", where);
+            return gs_srv_refuse(&c->r, where, "'%s' must be an object", where);
         const char *type = json_string_value(json_object_get(it, "type"));
         enum gs_status st;
         if (!type || !strcmp(type, "message"))
@@ -249,7 +231,7 @@ static enum gs_status parse_input(struct rctx *c, json_t *input, json_t *msgs)
         else if (!strcmp(type, "function_call_output"))
             st = item_output(c, it, where, msgs);
         else
-            st = fail(c, where,
+            st = gs_srv_refuse(&c->r, where,
                       "'%s': items of type '%.40s' are not supported by graphserve; only "
                       "'message', 'function_call' and 'function_call_output'",
                       where, type);
@@ -268,7 +250,7 @@ static enum gs_status parse_text(struct rctx *c, json_t *text, json_t *chat)
     static const char *const keys[] = {"format"};
     enum gs_status st;
     if (!json_is_object(text))
-        return fail(c, "text", "'text' must be an object");
+        return gs_srv_refuse(&c->r, "text", "'text' must be an object");
     if ((st = only_keys(c, text, "text", keys, 1)) != GS_OK)
         return st;
     json_t *f = json_object_get(text, "format");
@@ -276,7 +258,7 @@ static enum gs_status parse_text(struct rctx *c, json_t *text, json_t *chat)
         return GS_OK;
     const char *type = json_string_value(json_object_get(f, "type"));
     if (!json_is_object(f) || !type)
-        return fail(c, "text.format", "'text.format' must be an object with a 'type'");
+        return gs_srv_refuse(&c->r, "text.format", "'text.format' must be an object with a 'type'");
     json_t *rf;
     if (!strcmp(type, "json_schema")) {
         static const char *const js_keys[] = {"type", "name", "schema", "strict", "description"};
@@ -293,7 +275,7 @@ static enum gs_status parse_text(struct rctx *c, json_t *text, json_t *chat)
         rf = json_pack("{s:s}", "type", type);
     }
     if (!rf || json_object_set_new(chat, "response_format", rf))
-        return nomem(c);
+        return gs_srv_refuse_nomem(&c->r);
     return GS_OK;
 }
 
@@ -304,10 +286,10 @@ static enum gs_status parse_tools(struct rctx *c, json_t *root, json_t *chat)
     enum gs_status st;
     if (tools && !json_is_null(tools)) {
         if (!json_is_array(tools))
-            return fail(c, "tools", "'tools' must be an array");
+            return gs_srv_refuse(&c->r, "tools", "'tools' must be an array");
         json_t *out = json_array();
         if (!out || json_object_set_new(chat, "tools", out))
-            return nomem(c);
+            return gs_srv_refuse_nomem(&c->r);
         size_t i;
         json_t *t;
         static const char *const keys[] = {"type", "name", "description", "parameters", "strict"};
@@ -317,7 +299,7 @@ static enum gs_status parse_tools(struct rctx *c, json_t *root, json_t *chat)
             snprintf(where, sizeof(where), "tools[%zu]", i);
             const char *type = json_string_value(json_object_get(t, "type"));
             if (!json_is_object(t) || !type || strcmp(type, "function"))
-                return fail(c, where,
+                return gs_srv_refuse(&c->r, where,
                             "'%s': only function tools ({\"type\":\"function\",\"name\",...}) "
                             "are supported by graphserve",
                             where);
@@ -328,15 +310,15 @@ static enum gs_status parse_tools(struct rctx *c, json_t *root, json_t *chat)
                 json_object_del(fn, "type");
             if (json_array_append_new(out,
                                       json_pack("{s:s,s:o}", "type", "function", "function", fn)))
-                return nomem(c);
+                return gs_srv_refuse_nomem(&c->r);
         }
     }
     if (!tc || json_is_null(tc) || json_is_string(tc))
-        return tc && json_object_set(chat, "tool_choice", tc) ? nomem(c) : GS_OK;
+        return tc && json_object_set(chat, "tool_choice", tc) ? gs_srv_refuse_nomem(&c->r) : GS_OK;
     static const char *const tc_keys[] = {"type", "name"};
     const char *type = json_string_value(json_object_get(tc, "type"));
     if (!json_is_object(tc) || !type || strcmp(type, "function"))
-        return fail(c, "tool_choice",
+        return gs_srv_refuse(&c->r, "tool_choice",
                     "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                     "{\"type\":\"function\",\"name\":...}");
     if ((st = only_keys(c, tc, "tool_choice", tc_keys, GS_ARRAY_LEN(tc_keys))) != GS_OK)
@@ -345,7 +327,7 @@ static enum gs_status parse_tools(struct rctx *c, json_t *root, json_t *chat)
     json_t *out = json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name",
                             name ? name : json_null());
     if (!out || json_object_set_new(chat, "tool_choice", out))
-        return nomem(c);
+        return gs_srv_refuse_nomem(&c->r);
     return GS_OK;
 }
 
@@ -357,11 +339,11 @@ static enum gs_status copy_fields(struct rctx *c, json_t *root, json_t *chat)
     for (size_t i = 0; i < GS_ARRAY_LEN(same); i++) {
         json_t *v = json_object_get(root, same[i]);
         if (v && json_object_set(chat, same[i], v))
-            return nomem(c);
+            return gs_srv_refuse_nomem(&c->r);
     }
     json_t *mt = json_object_get(root, "max_output_tokens");
     if (mt && json_object_set(chat, "max_tokens", mt))
-        return nomem(c);
+        return gs_srv_refuse_nomem(&c->r);
     return GS_OK;
 }
 
@@ -442,29 +424,29 @@ static enum gs_status responses_root(struct rctx *c, json_t *root, const json_t 
     json_object_foreach(root, key, v)
     {
         if (!listed(key, fields, GS_ARRAY_LEN(fields)))
-            return fail(c, key, "'%.64s': graphserve does not implement this field; remove it",
+            return gs_srv_refuse(&c->r, key, "'%.64s': graphserve does not implement this field; remove it",
                         key);
     }
     json_t *store = json_object_get(root, "store");
     if (store && !json_is_null(store) && !json_is_boolean(store))
-        return fail(c, "store", "'store' must be a boolean");
+        return gs_srv_refuse(&c->r, "store", "'store' must be a boolean");
     g->store = json_is_true(store);
     json_t *chat = json_object(), *msgs = json_array();
     if (!chat || !msgs || json_object_set_new(chat, "messages", msgs)) {
         json_decref(chat);
-        return nomem(c);
+        return gs_srv_refuse_nomem(&c->r);
     }
     json_t *ins = json_object_get(root, "instructions");
     if (ins && !json_is_null(ins) && !json_is_string(ins))
-        st = fail(c, "instructions", "'instructions' must be a string");
+        st = gs_srv_refuse(&c->r, "instructions", "'instructions' must be a string");
     else if (json_is_string(ins) && json_string_length(ins) &&
              json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins)))
-        st = nomem(c);
+        st = gs_srv_refuse_nomem(&c->r);
     else
         st = GS_OK;
     came_from(c, msgs, "instructions");
     if (st == GS_OK && prior && json_array_extend(msgs, (json_t *)prior))
-        st = nomem(c);
+        st = gs_srv_refuse_nomem(&c->r);
     came_from(c, msgs, "previous_response_id");
     size_t n_sys = json_array_size(msgs) - (prior ? json_array_size(prior) : 0);
     if (st == GS_OK)
@@ -479,7 +461,7 @@ static enum gs_status responses_root(struct rctx *c, json_t *root, const json_t 
                 conv = NULL;
             }
         if (!conv)
-            st = nomem(c);
+            st = gs_srv_refuse_nomem(&c->r);
     }
     if (st == GS_OK)
         st = parse_text(c, json_object_get(root, "text"), chat);
@@ -491,20 +473,20 @@ static enum gs_status responses_root(struct rctx *c, json_t *root, const json_t 
     json_decref(chat);
     if (st != GS_OK || !body) {
         json_decref(conv);
-        return st != GS_OK ? st : nomem(c);
+        return st != GS_OK ? st : gs_srv_refuse_nomem(&c->r);
     }
-    st = gs_srv_gen_parse(body, strlen(body), true, lim, g, c->param, c->param_cap, c->err);
+    st = gs_srv_gen_parse(body, strlen(body), true, lim, g, c->r.param, c->r.param_cap, c->r.err);
     free(body); /* jansson's allocator */
     g->store = json_is_true(store);
     g->resp_conv = conv;
     if (st == GS_OK && !(g->resp_echo = echo(root, g)))
-        st = nomem(c);
+        st = gs_srv_refuse_nomem(&c->r);
     /* The Responses answer has no reasoning_content beside its text: a thinking block
      * stays in output_text rather than being dropped. */
     g->reasoning_inline = true;
     if (st != GS_OK) {
-        respell(c->param, c->param_cap, c->origin);
-        respell(c->err->msg, sizeof(c->err->msg), c->origin);
+        respell(c->r.param, c->r.param_cap, c->origin);
+        respell(c->r.err->msg, sizeof(c->r.err->msg), c->origin);
     }
     return st;
 }
@@ -513,7 +495,7 @@ enum gs_status gs_srv_responses_parse(const char *body, size_t len, const json_t
                                       const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
                                       char *param, size_t param_cap, struct gs_err *err)
 {
-    struct rctx c = {param, param_cap, err, NULL};
+    struct rctx c = {{param, param_cap, err}, NULL};
     *out = (struct gs_srv_gen){.chat = true, .n = 1};
     gs_sample_params_init(&out->sp);
     if (param_cap)
@@ -521,12 +503,12 @@ enum gs_status gs_srv_responses_parse(const char *body, size_t len, const json_t
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return fail(&c, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
+        return gs_srv_refuse(&c.r, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
                     je.text);
     c.origin = json_array(); /* NULL (out of memory): refusals keep chat's indexes */
     enum gs_status st = json_is_object(root)
                             ? responses_root(&c, root, prior, lim, out)
-                            : fail(&c, "", "the request body must be a JSON object");
+                            : gs_srv_refuse(&c.r, "", "the request body must be a JSON object");
     json_decref(root);
     json_decref(c.origin);
     return st;

@@ -23,93 +23,42 @@
 #define MAX_PARALLEL_CALLS 16
 #define MAX_TOOLS          128 /* functions of one request */
 
-struct tctx {
-    char *param;
-    size_t param_cap;
-    struct gs_err *err;
-};
 
-__attribute__((format(printf, 3, 4))) static enum gs_status fail(struct tctx *c, const char *param,
-                                                                 const char *fmt, ...)
-{
-    snprintf(c->param, c->param_cap, "%s", param);
-    va_list ap;
-    va_start(ap, fmt);
-    char msg[GS_ERR_MSG_LEN];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return gs_err_set(c->err, GS_INVAL, "%s", msg);
-}
 
-static enum gs_status nomem(struct tctx *c)
-{
-    snprintf(c->param, c->param_cap, "%s", "");
-    return gs_err_set(c->err, GS_NOMEM, "out of memory");
-}
-
-/* OpenAI's function names: [a-zA-Z0-9_-], 1 to 64. */
-static bool name_ok(const char *n)
-{
-    size_t len = strlen(n);
-    if (!len || len > 64)
-        return false;
-    for (; *n; n++)
-        if (!((*n >= 'a' && *n <= 'z') || (*n >= 'A' && *n <= 'Z') || (*n >= '0' && *n <= '9') ||
-              *n == '_' || *n == '-'))
-            return false;
-    return true;
-}
-
-/* The keys of o must be among keys[n]: a field read is honoured, any other refused. */
-static enum gs_status only_keys(struct tctx *c, json_t *o, const char *where,
-                                const char *const *keys, size_t n)
-{
-    const char *k;
-    json_t *v;
-    json_object_foreach(o, k, v)
-    {
-        bool known = false;
-        for (size_t i = 0; i < n && !known; i++)
-            known = !strcmp(k, keys[i]);
-        if (!known)
-            return fail(c, where, "'%s.%.60s' is not supported", where, k);
-    }
-    return GS_OK;
-}
 
 /* ---- tools ---------------------------------------------------------------------------------- */
 
-static enum gs_status parse_tool(struct tctx *c, json_t *t, size_t i, struct gs_srv_tool *out)
+static enum gs_status parse_tool(const struct gs_srv_refusal *c, json_t *t, size_t i, struct gs_srv_tool *out)
 {
     static const char *const tool_keys[] = {"type", "function"};
     static const char *const fn_keys[] = {"name", "description", "parameters", "strict"};
     char where[64], p[96];
     snprintf(where, sizeof(where), "tools[%zu]", i);
     if (!json_is_object(t))
-        return fail(c, where, "'%s' must be an object", where);
-    enum gs_status st = only_keys(c, t, where, tool_keys, GS_ARRAY_LEN(tool_keys));
+        return gs_srv_refuse(c, where, "'%s' must be an object", where);
+    enum gs_status st = gs_srv_only_keys(c, t, where, tool_keys, GS_ARRAY_LEN(tool_keys));
     if (st)
         return st;
     json_t *type = json_object_get(t, "type"), *fn = json_object_get(t, "function");
     snprintf(p, sizeof(p), "%s.type", where);
     if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
-        return fail(c, p, "'%s' must be \"function\"", p);
+        return gs_srv_refuse(c, p, "'%s' must be \"function\"", p);
     snprintf(p, sizeof(p), "%s.function", where);
     if (!json_is_object(fn))
-        return fail(c, p, "'%s' must be an object with a 'name'", p);
-    if ((st = only_keys(c, fn, p, fn_keys, GS_ARRAY_LEN(fn_keys))))
+        return gs_srv_refuse(c, p, "'%s' must be an object with a 'name'", p);
+    if ((st = gs_srv_only_keys(c, fn, p, fn_keys, GS_ARRAY_LEN(fn_keys))))
         return st;
     json_t *name = json_object_get(fn, "name"), *desc = json_object_get(fn, "description");
     json_t *params = json_object_get(fn, "parameters"), *strict = json_object_get(fn, "strict");
     snprintf(p, sizeof(p), "%s.function.name", where);
-    if (!json_is_string(name) || !name_ok(json_string_value(name)))
-        return fail(c, p, "'%s' is required: 1 to 64 of a-z, A-Z, 0-9, '_' and '-'", p);
+    if (!json_is_string(name) || !gs_srv_name_ok(json_string_value(name)))
+        return gs_srv_refuse(c, p, "'%s' is required: 1 to 64 of a-z, A-Z, 0-9, '_' and '-'", p);
     snprintf(p, sizeof(p), "%s.function.description", where);
     if (desc && !json_is_null(desc) && !json_is_string(desc))
-        return fail(c, p, "'%s' must be a string", p);
+        return gs_srv_refuse(c, p, "'%s' must be a string", p);
     snprintf(p, sizeof(p), "%s.function.strict", where);
     if (strict && !json_is_null(strict) && !json_is_boolean(strict))
-        return fail(c, p, "'%s' must be a boolean", p);
+        return gs_srv_refuse(c, p, "'%s' must be a boolean", p);
     snprintf(p, sizeof(p), "%s.function.parameters", where);
     json_t *type_kw = json_object_get(params, "type");
     /* Omitted parameters are a function without arguments, as OpenAI's. */
@@ -118,34 +67,34 @@ static enum gs_status parse_tool(struct tctx *c, json_t *t, size_t i, struct gs_
         params = none = json_pack("{s:s,s:{}}", "type", "object", "properties");
     else if (!json_is_object(params) || !json_is_string(type_kw) ||
              strcmp(json_string_value(type_kw), "object"))
-        return fail(c, p, "'%s' must be an object schema ({\"type\": \"object\", ...})", p);
+        return gs_srv_refuse(c, p, "'%s' must be an object schema ({\"type\": \"object\", ...})", p);
     if (!params)
-        return nomem(c);
+        return gs_srv_refuse_nomem(c);
     /* The call's arguments are enforced whatever strict says: "strict": false gets the
      * same guarantee, as response_format's schemas do. */
     struct gs_err e;
     st = gs_grammar_from_json_schema(params, &out->gbnf, &out->gbnf_len, &e);
     json_decref(none);
     if (st == GS_NOMEM)
-        return nomem(c);
+        return gs_srv_refuse_nomem(c);
     if (st)
-        return fail(c, p, "'%s': %s", p, e.msg);
+        return gs_srv_refuse(c, p, "'%s': %s", p, e.msg);
     if (!(out->name = gs_strdup(json_string_value(name))))
-        return nomem(c);
+        return gs_srv_refuse_nomem(c);
     return GS_OK;
 }
 
-static enum gs_status parse_tools(struct tctx *c, json_t *tools, struct gs_srv_gen *g)
+static enum gs_status parse_tools(const struct gs_srv_refusal *c, json_t *tools, struct gs_srv_gen *g)
 {
     if (!json_is_array(tools))
-        return fail(c, "tools", "'tools' must be an array of {\"type\":\"function\",...}");
+        return gs_srv_refuse(c, "tools", "'tools' must be an array of {\"type\":\"function\",...}");
     size_t n = json_array_size(tools);
     if (n > MAX_TOOLS)
-        return fail(c, "tools", "'tools' has %zu functions; at most %d are allowed", n, MAX_TOOLS);
+        return gs_srv_refuse(c, "tools", "'tools' has %zu functions; at most %d are allowed", n, MAX_TOOLS);
     if (!n)
         return GS_OK;
     if (!(g->tools = gs_calloc(n, sizeof(*g->tools))))
-        return nomem(c);
+        return gs_srv_refuse_nomem(c);
     for (size_t i = 0; i < n; i++) {
         enum gs_status st = parse_tool(c, json_array_get(tools, i), i, &g->tools[i]);
         g->n_tools = i + 1;
@@ -155,14 +104,14 @@ static enum gs_status parse_tools(struct tctx *c, json_t *tools, struct gs_srv_g
             if (!strcmp(g->tools[k].name, g->tools[i].name)) {
                 char p[64];
                 snprintf(p, sizeof(p), "tools[%zu].function.name", i);
-                return fail(c, p, "'%s': the name '%s' is also tools[%zu]'s; names must be unique",
+                return gs_srv_refuse(c, p, "'%s': the name '%s' is also tools[%zu]'s; names must be unique",
                             p, g->tools[i].name, k);
             }
     }
     return GS_OK;
 }
 
-static enum gs_status parse_choice(struct tctx *c, json_t *tc, struct gs_srv_gen *g)
+static enum gs_status parse_choice(const struct gs_srv_refusal *c, json_t *tc, struct gs_srv_gen *g)
 {
     g->tool_choice = g->n_tools ? GS_SRV_TOOL_CHOICE_AUTO : GS_SRV_TOOL_CHOICE_NONE;
     if (!tc || json_is_null(tc))
@@ -176,7 +125,7 @@ static enum gs_status parse_choice(struct tctx *c, json_t *tc, struct gs_srv_gen
         else if (!strcmp(s, "required"))
             g->tool_choice = GS_SRV_TOOL_CHOICE_REQUIRED;
         else
-            return fail(c, "tool_choice",
+            return gs_srv_refuse(c, "tool_choice",
                         "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                         "{\"type\":\"function\",\"function\":{\"name\":...}}, not \"%.40s\"",
                         s);
@@ -184,34 +133,34 @@ static enum gs_status parse_choice(struct tctx *c, json_t *tc, struct gs_srv_gen
         static const char *const keys[] = {"type", "function"};
         static const char *const fn_keys[] = {"name"};
         if (!json_is_object(tc))
-            return fail(c, "tool_choice", "'tool_choice' must be a string or an object");
-        enum gs_status st = only_keys(c, tc, "tool_choice", keys, GS_ARRAY_LEN(keys));
+            return gs_srv_refuse(c, "tool_choice", "'tool_choice' must be a string or an object");
+        enum gs_status st = gs_srv_only_keys(c, tc, "tool_choice", keys, GS_ARRAY_LEN(keys));
         json_t *type = json_object_get(tc, "type"), *fn = json_object_get(tc, "function");
         if (st)
             return st;
         if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
-            return fail(c, "tool_choice.type", "'tool_choice.type' must be \"function\"");
+            return gs_srv_refuse(c, "tool_choice.type", "'tool_choice.type' must be \"function\"");
         if (!json_is_object(fn) ||
-            (st = only_keys(c, fn, "tool_choice.function", fn_keys, GS_ARRAY_LEN(fn_keys))))
+            (st = gs_srv_only_keys(c, fn, "tool_choice.function", fn_keys, GS_ARRAY_LEN(fn_keys))))
             return st ? st
-                      : fail(c, "tool_choice.function",
+                      : gs_srv_refuse(c, "tool_choice.function",
                              "'tool_choice.function' must be {\"name\": string}");
         json_t *name = json_object_get(fn, "name");
         if (!json_is_string(name))
-            return fail(c, "tool_choice.function.name",
+            return gs_srv_refuse(c, "tool_choice.function.name",
                         "'tool_choice.function.name' must be a string");
         size_t i = 0;
         while (i < g->n_tools && strcmp(g->tools[i].name, json_string_value(name)))
             i++;
         if (i == g->n_tools)
-            return fail(c, "tool_choice.function.name",
+            return gs_srv_refuse(c, "tool_choice.function.name",
                         "'tool_choice.function.name': no function '%.64s' among the tools",
                         json_string_value(name));
         g->tool_choice = GS_SRV_TOOL_CHOICE_NAMED;
         g->tool_named = i;
     }
     if (g->tool_choice == GS_SRV_TOOL_CHOICE_REQUIRED && !g->n_tools)
-        return fail(c, "tool_choice", "'tool_choice' \"required\" needs 'tools'");
+        return gs_srv_refuse(c, "tool_choice", "'tool_choice' \"required\" needs 'tools'");
     return GS_OK;
 }
 
@@ -220,29 +169,29 @@ static enum gs_status parse_choice(struct tctx *c, json_t *tc, struct gs_srv_gen
 /* An earlier call in the history. Other keys than these pass to the template as they are:
  * they are the conversation, not requests of the server (the SDKs keep their parsed
  * arguments there). */
-static enum gs_status check_call(struct tctx *c, json_t *call, const char *where)
+static enum gs_status check_call(const struct gs_srv_refusal *c, json_t *call, const char *where)
 {
     char p[160];
     if (!json_is_object(call))
-        return fail(c, where, "'%s' must be a tool call object", where);
+        return gs_srv_refuse(c, where, "'%s' must be a tool call object", where);
     json_t *id = json_object_get(call, "id"), *type = json_object_get(call, "type");
     json_t *fn = json_object_get(call, "function");
     snprintf(p, sizeof(p), "%s.id", where);
     if (id && !json_is_string(id))
-        return fail(c, p, "'%s' must be a string", p);
+        return gs_srv_refuse(c, p, "'%s' must be a string", p);
     snprintf(p, sizeof(p), "%s.type", where);
     if (type && (!json_is_string(type) || strcmp(json_string_value(type), "function")))
-        return fail(c, p, "'%s' must be \"function\"", p);
+        return gs_srv_refuse(c, p, "'%s' must be \"function\"", p);
     snprintf(p, sizeof(p), "%s.function", where);
     if (!json_is_object(fn))
-        return fail(c, p, "'%s' must be {\"name\": string, \"arguments\": string}", p);
+        return gs_srv_refuse(c, p, "'%s' must be {\"name\": string, \"arguments\": string}", p);
     json_t *args = json_object_get(fn, "arguments");
     snprintf(p, sizeof(p), "%s.function.name", where);
     if (!json_is_string(json_object_get(fn, "name")))
-        return fail(c, p, "'%s' must be a string", p);
+        return gs_srv_refuse(c, p, "'%s' must be a string", p);
     snprintf(p, sizeof(p), "%s.function.arguments", where);
     if (args && !json_is_string(args) && !json_is_object(args))
-        return fail(c, p, "'%s' must be a string of JSON", p);
+        return gs_srv_refuse(c, p, "'%s' must be a string of JSON", p);
     return GS_OK;
 }
 
@@ -252,7 +201,7 @@ static enum gs_status check_call(struct tctx *c, json_t *call, const char *where
  * `arguments | tojson`, and a model was trained on the object, not on a quoted string
  * (llama.cpp does the same).
  */
-static enum gs_status check_messages(struct tctx *c, json_t *msgs, bool jinja)
+static enum gs_status check_messages(const struct gs_srv_refusal *c, json_t *msgs, bool jinja)
 {
     size_t i;
     json_t *m;
@@ -264,14 +213,14 @@ static enum gs_status check_messages(struct tctx *c, json_t *msgs, bool jinja)
         snprintf(p, sizeof(p), "messages[%zu].tool_calls", i);
         if (calls && !json_is_null(calls)) {
             if (!jinja)
-                return fail(c, p,
+                return gs_srv_refuse(c, p,
                             "'%s' needs the model's Jinja chat template; this server renders "
                             "chats with a built-in format",
                             p);
             if (!role || strcmp(role, "assistant"))
-                return fail(c, p, "'%s' is for assistant messages", p);
+                return gs_srv_refuse(c, p, "'%s' is for assistant messages", p);
             if (!json_is_array(calls))
-                return fail(c, p, "'%s' must be an array", p);
+                return gs_srv_refuse(c, p, "'%s' must be an array", p);
             size_t k;
             json_t *call;
             json_array_foreach(calls, k, call)
@@ -288,16 +237,16 @@ static enum gs_status check_messages(struct tctx *c, json_t *msgs, bool jinja)
                                                    : NULL;
                 if (json_is_object(obj) && json_object_set(fn, "arguments", obj)) {
                     json_decref(obj);
-                    return nomem(c);
+                    return gs_srv_refuse_nomem(c);
                 }
                 json_decref(obj);
             }
         }
         snprintf(p, sizeof(p), "messages[%zu].tool_call_id", i);
         if (role && !strcmp(role, "tool") && jinja && !json_is_string(id))
-            return fail(c, p, "'%s' is required for tool messages: the id of the call answered", p);
+            return gs_srv_refuse(c, p, "'%s' is required for tool messages: the id of the call answered", p);
         if (id && !json_is_null(id) && (!role || strcmp(role, "tool")))
-            return fail(c, p, "'%s' is for tool messages", p);
+            return gs_srv_refuse(c, p, "'%s' is for tool messages", p);
     }
     return GS_OK;
 }
@@ -307,7 +256,7 @@ static enum gs_status check_messages(struct tctx *c, json_t *msgs, bool jinja)
  * join the system message when the conversation has one, else they open the first
  * message's text (a template may refuse a system role it was not sent: Gemma's).
  */
-static enum gs_status add_generic_prompt(struct tctx *c, json_t *msgs, json_t *tools)
+static enum gs_status add_generic_prompt(const struct gs_srv_refusal *c, json_t *msgs, json_t *tools)
 {
     char *list = json_dumps(tools, JSON_COMPACT);
     struct gs_srv_buf b = {0};
@@ -341,7 +290,7 @@ static enum gs_status add_generic_prompt(struct tctx *c, json_t *msgs, json_t *t
                  msgs, 0, json_pack("{s:s,s:s%}", "role", "system", "content", b.p, b.len));
     }
     gs_srv_buf_free(&b);
-    return rc ? nomem(c) : GS_OK;
+    return rc ? gs_srv_refuse_nomem(c) : GS_OK;
 }
 
 /* A message's content as text: a string as it is, anything else as JSON. */
@@ -378,14 +327,14 @@ static bool history_has_tools(json_t *msgs)
  * follow become one user message of {"tool_response": ...} lines, so that roles still
  * alternate.
  */
-static enum gs_status polyfill_history(struct tctx *c, struct gs_srv_gen *g)
+static enum gs_status polyfill_history(const struct gs_srv_refusal *c, struct gs_srv_gen *g)
 {
     json_t *in = g->messages_json, *out = json_array();
     size_t i;
     json_t *m;
     bool last_results = false;
     if (!out)
-        return nomem(c);
+        return gs_srv_refuse_nomem(c);
     json_array_foreach(in, i, m)
     {
         const char *role = json_string_value(json_object_get(m, "role"));
@@ -441,7 +390,7 @@ static enum gs_status polyfill_history(struct tctx *c, struct gs_srv_gen *g)
         last_results = is_tool;
         if (rc || json_array_append_new(out, copy)) {
             json_decref(out);
-            return nomem(c);
+            return gs_srv_refuse_nomem(c);
         }
     }
     json_decref(g->messages_json);
@@ -577,7 +526,7 @@ enum gs_status gs_srv_tools_parse(json_t *root, const struct gs_srv_parse_limits
                                   struct gs_srv_gen *g, char *param, size_t param_cap,
                                   struct gs_err *err)
 {
-    struct tctx c = {param, param_cap, err};
+    const struct gs_srv_refusal c = {param, param_cap, err};
     /* A caller that renders through Jinja without naming a format gets the generic one. */
     const struct gs_srv_tool_format *format =
         lim->tool_format ? lim->tool_format : gs_srv_tool_format_detect(NULL);
@@ -588,14 +537,14 @@ enum gs_status gs_srv_tools_parse(json_t *root, const struct gs_srv_parse_limits
     if (!g->chat || g->api != GS_SRV_API_OPENAI) {
         for (size_t i = 0; i < GS_ARRAY_LEN(names); i++)
             if (vals[i] && !json_is_null(vals[i]))
-                return fail(&c, names[i], "'%s' is for /v1/chat/completions", names[i]);
+                return gs_srv_refuse(&c, names[i], "'%s' is for /v1/chat/completions", names[i]);
         return GS_OK;
     }
     enum gs_status st;
     g->parallel_tool_calls = true;
     if (ptc && !json_is_null(ptc)) {
         if (!json_is_boolean(ptc))
-            return fail(&c, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+            return gs_srv_refuse(&c, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
         g->parallel_tool_calls = json_is_true(ptc);
     }
     if (tools && !json_is_null(tools) && (st = parse_tools(&c, tools, g)))
@@ -607,7 +556,7 @@ enum gs_status gs_srv_tools_parse(json_t *root, const struct gs_srv_parse_limits
              lim->jinja)))
         return st;
     if (g->n_tools && !lim->jinja)
-        return fail(&c, "tools",
+        return gs_srv_refuse(&c, "tools",
                     "'tools' needs the model's Jinja chat template, which renders them; this "
                     "server renders chats with a built-in format");
     if (lim->jinja && format->inject_prompt && g->messages_json &&
@@ -619,7 +568,7 @@ enum gs_status gs_srv_tools_parse(json_t *root, const struct gs_srv_parse_limits
     if (g->tool_choice == GS_SRV_TOOL_CHOICE_NONE)
         return GS_OK;
     if (g->grammar)
-        return fail(&c, "tool_choice",
+        return gs_srv_refuse(&c, "tool_choice",
                     "'response_format' and 'grammar' cannot be combined with tools unless "
                     "'tool_choice' is \"none\"");
     if (g->tool_format->inject_prompt && (st = add_generic_prompt(&c, g->messages_json, tools)))
@@ -630,13 +579,13 @@ enum gs_status gs_srv_tools_parse(json_t *root, const struct gs_srv_parse_limits
     size_t only = g->tool_choice == GS_SRV_TOOL_CHOICE_NAMED ? g->tool_named : g->n_tools;
     if ((st = gs_srv_tools_grammar(g->tool_format, g->tools, g->n_tools, only,
                                    g->parallel_tool_calls, &src, &len, &e)))
-        return st == GS_NOMEM ? nomem(&c) : fail(&c, "tools", "%s", e.msg);
+        return st == GS_NOMEM ? gs_srv_refuse_nomem(&c) : gs_srv_refuse(&c, "tools", "%s", e.msg);
     st = gs_grammar_compile(src, len, "root", NULL, &g->grammar, &e);
     gs_free(src);
     if (st == GS_NOMEM)
-        return nomem(&c);
+        return gs_srv_refuse_nomem(&c);
     if (st)
-        return fail(&c, "tools", "the tools' grammar: %s", e.msg);
+        return gs_srv_refuse(&c, "tools", "the tools' grammar: %s", e.msg);
     if (g->tool_choice == GS_SRV_TOOL_CHOICE_AUTO)
         g->grammar_trigger = g->tool_format->open;
     return GS_OK;
