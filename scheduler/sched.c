@@ -510,12 +510,20 @@ void gs_sched_cancel(struct gs_sched *s, uint64_t id)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Event queue capacities above this are released once drained (see poll). */
+#define EVENTS_SHRINK_AT 256
+
 size_t gs_sched_poll(struct gs_sched *s, struct gs_sched_event *out, size_t cap)
 {
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < s->n_borrowed; i++)
         gs_sched__item_free(&s->borrowed[i]);
     s->n_borrowed = 0;
+    if (s->cap_borrowed > EVENTS_SHRINK_AT) {
+        gs_free(s->borrowed);
+        s->borrowed = NULL;
+        s->cap_borrowed = 0;
+    }
     size_t n = GS_MIN(cap, s->n_events);
     if (n == 0) {
         /* nothing to hand out (and the buffers may not exist yet: memcpy with
@@ -536,6 +544,15 @@ size_t gs_sched_poll(struct gs_sched *s, struct gs_sched_event *out, size_t cap)
     memmove(s->events, s->events + n, (s->n_events - n) * sizeof(*s->events));
     s->n_events -= n;
     s->n_borrowed = n;
+    /* A burst (many streams, a slow loop) grows the queue to its peak; once
+     * drained, a queue far larger than the default goes back to it, so that
+     * an idle daemon holds no more than it did before the burst. The margin
+     * keeps an ordinary step's events from reallocating it every poll. */
+    if (s->n_events == 0 && s->cap_events > EVENTS_SHRINK_AT) {
+        gs_free(s->events);
+        s->events = NULL;
+        s->cap_events = 0;
+    }
     pthread_mutex_unlock(&s->mu);
     for (size_t i = 0; i < n; i++) {
         out[i] = s->borrowed[i].ev;

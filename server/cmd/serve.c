@@ -18,6 +18,9 @@
 #include "server/systemd.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -435,6 +438,15 @@ static int serve(struct serve *sv)
 
 int gs_cmd_serve(int argc, char **argv)
 {
+#ifdef __GLIBC__
+    /* glibc raises its mmap threshold to the size of each large block freed, so a
+     * daemon's large per-request buffers (logits rows, stream buffers, validation
+     * reports) move into the arenas after the first few and stay there as
+     * fragmentation: a 15-minute soak grew anonymous memory 8.8% with the default and
+     * 1.5% with the threshold fixed. Fixed, blocks of 128 KiB and more are mapped per
+     * allocation and returned when freed. */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+#endif
     struct serve sv = {0};
     struct gs_err err;
     if (gs_cfg_load(&sv.cfg, argc, argv, NULL, &err) != GS_OK) {

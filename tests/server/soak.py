@@ -67,18 +67,29 @@ def write_config(path, i):
 
 
 def proc_sample(pid):
-    """(VmRSS in KiB, open descriptors other than connections, open connections) of pid.
+    """(VmRSS in KiB, open descriptors other than connections, open connections,
+    RssAnon in KiB, RssFile in KiB) of pid.
+
+    RssAnon is what the daemon allocated (heap, stacks, the KV pool): a leak
+    or fragmentation grows it. RssFile is code and the model file mapped from
+    the page cache: it grows as code paths first run (a reload, an error
+    path), is bounded by the files' sizes and reclaimable, and is reported
+    apart.
 
     Connections are counted apart: one the daemon has just answered and
     closed stays in its table until its event loop next runs, so the total
     depends on timing by one; everything else must not change. A connection is
     its TCP socket and the two ends of the socketpair that relay it to
     libmicrohttpd (server/tls.h), the daemon's only Unix sockets."""
-    rss = -1
+    rss = anon = rfile = -1
     with open('/proc/%d/status' % pid) as f:
         for line in f:
             if line.startswith('VmRSS:'):
                 rss = int(line.split()[1])
+            elif line.startswith('RssAnon:'):
+                anon = int(line.split()[1])
+            elif line.startswith('RssFile:'):
+                rfile = int(line.split()[1])
     if rss < 0:
         raise DaemonGone('the daemon (pid %d) has exited' % pid)
     conns = set()
@@ -109,7 +120,7 @@ def proc_sample(pid):
             n_conns += 1
         else:
             n_fds += 1
-    return rss, n_fds, n_conns
+    return rss, n_fds, n_conns, anon, rfile
 
 
 def request_bytes(method, path, body=None, host='localhost', ctype='application/json',
@@ -756,7 +767,7 @@ class Soak:
                 self.hup()
                 next_hup += self.a.hup_seconds
             try:
-                rss, fds, conns = proc_sample(self.a.pid)
+                rss, fds, conns, _, _ = proc_sample(self.a.pid)
             except (OSError, DaemonGone) as e:
                 # Whatever ended it (a crash, or a signal from outside), the
                 # rest of the run would only count refused connections.
@@ -794,25 +805,26 @@ class Soak:
             t.start()
         next_hup = self.t0 + a.hup_seconds
         next_hup = self.sleep_until(self.t0 + warm, next_hup, self.t0 + 0.6 * a.seconds)
-        (rss0, fds0, conns0), m0 = self.quiesce()
+        (rss0, fds0, conns0, anon0, file0), m0 = self.quiesce()
         n_warm = self.total()
         t_base = time.monotonic()
-        print('soak: baseline after %d requests: rss=%dKiB fds=%d connections=%d' %
-              (n_warm, rss0, fds0, conns0),
+        print('soak: baseline after %d requests: rss=%dKiB (anon %d, file %d) fds=%d '
+              'connections=%d' % (n_warm, rss0, anon0, file0, fds0, conns0),
               file=sys.stderr, flush=True)
         # Idle checkpoints along the way: a leak climbs from one to the next,
         # a high-water mark stays put. Only the last one is asserted on.
-        idle = [(round(t_base - self.t0), n_warm, rss0, fds0, conns0)]
+        idle = [(round(t_base - self.t0), n_warm, rss0, fds0, conns0, anon0, file0)]
         every = max(60.0, a.seconds / 6.0)
         next_hup = max(next_hup, t_base)
         while True:
             self.pause.clear()
             t_stop = min(self.t0 + a.seconds, time.monotonic() + every)
             next_hup = self.sleep_until(t_stop, next_hup)
-            (rss1, fds1, conns1), m1 = self.quiesce()
-            idle.append((round(time.monotonic() - self.t0), self.total(), rss1, fds1, conns1))
-            print('soak: idle after %d requests: rss=%dKiB fds=%d connections=%d' %
-                  idle[-1][1:], file=sys.stderr, flush=True)
+            (rss1, fds1, conns1, anon1, file1), m1 = self.quiesce()
+            idle.append((round(time.monotonic() - self.t0), self.total(), rss1, fds1, conns1,
+                         anon1, file1))
+            print('soak: idle after %d requests: rss=%dKiB fds=%d connections=%d '
+                  '(anon %d, file %d)' % idle[-1][1:], file=sys.stderr, flush=True)
             if t_stop >= self.t0 + a.seconds:
                 break
         self.stop.set()
@@ -834,6 +846,8 @@ class Soak:
             'requests': self.total(), 'requests_warmup': n_warm, 'failed': self.n_failed,
             'failures': self.failures, 'by_kind': self.stats,
             'rss_kib_warm': rss0, 'rss_kib_end': rss1, 'fds_warm': fds0, 'fds_end': fds1,
+            'rss_anon_kib_warm': anon0, 'rss_anon_kib_end': anon1,
+            'rss_file_kib_warm': file0, 'rss_file_kib_end': file1,
             'connections_warm': conns0, 'connections_end': conns1,
             'rss_kib_max': max(s[1] for s in self.samples),
             'pages_used_end': m1.get('graphserve_kv_pages{state="used"}'),
