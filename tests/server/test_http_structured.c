@@ -80,12 +80,12 @@ Test(structured, json_schemas_validate, .timeout = 900)
 /*
  * The shared file of real-world schemas: each is refused naming a keyword
  * and its path, or its outputs validate. Under the sanitizers (several times
- * slower) the first 60 rows, a proportional mix of the datasets.
+ * slower) the first 30 rows, a proportional mix of the datasets.
  */
 Test(structured, shared_schema_file_is_refused_by_keyword_or_validates, .timeout = 1800)
 {
 #if defined(__SANITIZE_ADDRESS__)
-    int limit = 60;
+    int limit = 30;
 #else
     int limit = 0;
 #endif
