@@ -6,37 +6,16 @@
 // "float" request number for number.
 //
 // Usage: node openai_embeddings.mjs GRAPHSERVE_BINARY SHARED_DIR
-import { spawn } from 'node:child_process';
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { startDaemon as spawnDaemon, stopDaemon } from './daemon.mjs';
 
 const [bin, shared] = process.argv.slice(2);
 assert.ok(bin && shared, 'usage: node openai_embeddings.mjs GRAPHSERVE_BINARY SHARED_DIR');
 const model = `${shared}/models/stories260K.gguf`;
 
-function startDaemon(extra = []) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(bin, ['serve', '-m', model, '--port', '0', ...extra],
-                       { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '', log = '';
-    proc.stderr.on('data', (d) => { log += d; });
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
-      if (m) resolve({ proc, url: m[1], log: () => log });
-    });
-    proc.on('exit', (code) => reject(new Error(`daemon exited ${code} before listening:\n${log}`)));
-  });
-}
-
-function stopDaemon(d) {
-  return new Promise((resolve) => {
-    d.proc.removeAllListeners('exit');
-    d.proc.on('exit', (code, signal) => resolve({ code, signal }));
-    d.proc.kill('SIGTERM');
-  });
-}
+const startDaemon = (extra = []) => spawnDaemon(bin, ['-m', model, ...extra]);
 
 let d, client;
 before(async () => {
