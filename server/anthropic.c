@@ -35,17 +35,6 @@ static const char *stop_reason(const struct gs_srv_choice *c)
     return NULL;
 }
 
-/* The error a choice that did not end as a message gets. */
-static enum gs_srv_ekind unfinished_kind(const struct gs_srv_choice *c, const char **msg)
-{
-    if (c->finish == GS_FINISH_ERROR) {
-        *msg = c->err_msg;
-        return gs_srv_err_from_status(c->err_code);
-    }
-    *msg = "the server ended the request before its answer was whole (shutting down)";
-    return GS_SRV_E_UNAVAILABLE;
-}
-
 static json_t *stop_sequence(const struct gs_srv_req *r, const struct gs_srv_choice *c)
 {
     if (!c->stop_hit || c->stop.hit_index >= r->gen.n_stop)
@@ -101,7 +90,7 @@ static void stream_end(struct gs_srv_req *r)
     const char *reason = stop_reason(c);
     if (!reason) {
         const char *msg;
-        enum gs_srv_ekind kind = unfinished_kind(c, &msg);
+        enum gs_srv_ekind kind = gs_srv__unfinished_kind(c, &msg);
         stream_fail(r, kind, msg);
         return;
     }
@@ -122,7 +111,7 @@ static enum MHD_Result respond(struct gs_srv_req *r)
     const char *reason = stop_reason(c);
     if (!reason) {
         const char *msg;
-        enum gs_srv_ekind kind = unfinished_kind(c, &msg);
+        enum gs_srv_ekind kind = gs_srv__unfinished_kind(c, &msg);
         return gs_srv__respond_error(r, kind, NULL, "%s", msg);
     }
     json_t *text = gs_srv_json_text(c->text.p ? c->text.p : "", c->text.len);

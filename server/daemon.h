@@ -83,6 +83,11 @@ struct gs_srv_shape {
     enum MHD_Result (*respond)(struct gs_srv_req *r);
 };
 
+/* generate.c: the error kind and message for a choice that did not end as an
+ * answer (an engine error, or a shutdown before it was whole); for the shapes
+ * whose streams end in an error event. */
+enum gs_srv_ekind gs_srv__unfinished_kind(const struct gs_srv_choice *c, const char **msg);
+
 /* anthropic.c */
 extern const struct gs_srv_shape gs_srv__anthropic_shape;
 /* responses.c: OpenAI's Responses API */

@@ -65,6 +65,16 @@ static json_t *usage_json(const struct gs_srv_req *r)
     return u;
 }
 
+enum gs_srv_ekind gs_srv__unfinished_kind(const struct gs_srv_choice *c, const char **msg)
+{
+    if (c->finish == GS_FINISH_ERROR) {
+        *msg = c->err_msg;
+        return gs_srv_err_from_status(c->err_code);
+    }
+    *msg = "the server ended the request before its answer was whole (shutting down)";
+    return GS_SRV_E_UNAVAILABLE;
+}
+
 /* Per-request timings, as llama.cpp reports them, for choice 0. */
 static json_t *timings_json(const struct gs_srv_req *r)
 {

@@ -762,7 +762,8 @@ static enum gs_status block_cache_control(const struct gs_srv_refusal *c, json_t
 
 /* A content (or system) value: a string, or text blocks joined as the chat route joins
  * text parts. Any other block type is refused by name. */
-static enum gs_status messages_text(const struct gs_srv_refusal *c, json_t *v, const char *param, char **out)
+static enum gs_status messages_text(const struct gs_srv_refusal *c, json_t *v, const char *param,
+                                    char **out)
 {
     if (json_is_string(v)) {
         *out = gs_strndup(json_string_value(v), json_string_length(v));

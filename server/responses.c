@@ -38,16 +38,6 @@ static const char *status_of(const struct gs_srv_choice *c)
     return NULL;
 }
 
-static enum gs_srv_ekind unfinished_kind(const struct gs_srv_choice *c, const char **msg)
-{
-    if (c->finish == GS_FINISH_ERROR) {
-        *msg = c->err_msg;
-        return gs_srv_err_from_status(c->err_code);
-    }
-    *msg = "the server ended the request before its answer was whole (shutting down)";
-    return GS_SRV_E_UNAVAILABLE;
-}
-
 /* An item id: the response's serial, a kind prefix and the item's place. */
 static void item_id(const struct gs_srv_req *r, const char *prefix, size_t index, char *out,
                     size_t cap)
@@ -250,7 +240,7 @@ static void stream_end(struct gs_srv_req *r)
     const char *status = status_of(c);
     if (!status) {
         const char *msg;
-        enum gs_srv_ekind kind = unfinished_kind(c, &msg);
+        enum gs_srv_ekind kind = gs_srv__unfinished_kind(c, &msg);
         stream_fail(r, kind, msg);
         return;
     }
@@ -274,7 +264,7 @@ static enum MHD_Result respond(struct gs_srv_req *r)
     const char *status = status_of(c);
     if (!status) {
         const char *msg;
-        enum gs_srv_ekind kind = unfinished_kind(c, &msg);
+        enum gs_srv_ekind kind = gs_srv__unfinished_kind(c, &msg);
         return gs_srv__respond_error(r, kind, NULL, "%s", msg);
     }
     json_t *output = json_array();
