@@ -80,14 +80,14 @@ static json_t *timings_json(const struct gs_srv_req *r)
 {
     const struct gs_sched_req_stats *st = &r->choices[0].stats;
     uint32_t prompt_n = st->n_prompt - GS_MIN(st->n_prompt, st->n_prompt_cached);
-    json_t *t = json_pack("{s:f,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "queue_ms", st->queue_ms, "prompt_n",
-                     (int)prompt_n, "prompt_ms", st->prefill_ms, "prompt_per_token_ms",
-                     prompt_n ? st->prefill_ms / prompt_n : 0.0, "prompt_per_second",
-                     st->prefill_ms > 0 ? prompt_n * 1000.0 / st->prefill_ms : 0.0, "predicted_n",
-                     (int)st->n_generated, "predicted_ms", st->decode_ms, "predicted_per_token_ms",
-                     st->n_generated ? st->decode_ms / st->n_generated : 0.0,
-                     "predicted_per_second",
-                     st->decode_ms > 0 ? st->n_generated * 1000.0 / st->decode_ms : 0.0);
+    json_t *t =
+        json_pack("{s:f,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "queue_ms", st->queue_ms, "prompt_n",
+                  (int)prompt_n, "prompt_ms", st->prefill_ms, "prompt_per_token_ms",
+                  prompt_n ? st->prefill_ms / prompt_n : 0.0, "prompt_per_second",
+                  st->prefill_ms > 0 ? prompt_n * 1000.0 / st->prefill_ms : 0.0, "predicted_n",
+                  (int)st->n_generated, "predicted_ms", st->decode_ms, "predicted_per_token_ms",
+                  st->n_generated ? st->decode_ms / st->n_generated : 0.0, "predicted_per_second",
+                  st->decode_ms > 0 ? st->n_generated * 1000.0 / st->decode_ms : 0.0);
     /* Structured output: the part of predicted_ms spent on masks and matchers. */
     if (t && r->gen.grammar)
         json_object_set_new(t, "grammar_ms", json_real(st->grammar_ms));

@@ -12,12 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-
-
 /* A number field in [lo, hi]; absent or null leaves *out unchanged. */
-static enum gs_status get_num(const struct gs_srv_refusal *c, json_t *root, const char *key, double lo, double hi,
-                              double *out, bool *present)
+static enum gs_status get_num(const struct gs_srv_refusal *c, json_t *root, const char *key,
+                              double lo, double hi, double *out, bool *present)
 {
     json_t *v = json_object_get(root, key);
     if (present)
@@ -36,8 +33,8 @@ static enum gs_status get_num(const struct gs_srv_refusal *c, json_t *root, cons
 }
 
 /* An integer field in [lo, hi]. */
-static enum gs_status get_int(const struct gs_srv_refusal *c, json_t *root, const char *key, int64_t lo, int64_t hi,
-                              int64_t *out, bool *present)
+static enum gs_status get_int(const struct gs_srv_refusal *c, json_t *root, const char *key,
+                              int64_t lo, int64_t hi, int64_t *out, bool *present)
 {
     json_t *v = json_object_get(root, key);
     if (present)
@@ -53,15 +50,16 @@ static enum gs_status get_int(const struct gs_srv_refusal *c, json_t *root, cons
     else
         return gs_srv_refuse(c, key, "'%s' must be an integer", key);
     if (i < lo || i > hi)
-        return gs_srv_refuse(c, key, "'%s' must be between %lld and %lld, got %lld", key, (long long)lo,
-                    (long long)hi, (long long)i);
+        return gs_srv_refuse(c, key, "'%s' must be between %lld and %lld, got %lld", key,
+                             (long long)lo, (long long)hi, (long long)i);
     *out = i;
     if (present)
         *present = true;
     return GS_OK;
 }
 
-static enum gs_status get_bool(const struct gs_srv_refusal *c, json_t *root, const char *key, bool *out)
+static enum gs_status get_bool(const struct gs_srv_refusal *c, json_t *root, const char *key,
+                               bool *out)
 {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v))
@@ -74,7 +72,8 @@ static enum gs_status get_bool(const struct gs_srv_refusal *c, json_t *root, con
 
 /* A message's content: a string, or an array of {"type":"text","text":...}
  * parts joined. */
-static enum gs_status message_content(const struct gs_srv_refusal *c, json_t *v, size_t i, char **out)
+static enum gs_status message_content(const struct gs_srv_refusal *c, json_t *v, size_t i,
+                                      char **out)
 {
     char param[48];
     snprintf(param, sizeof(param), "messages[%zu].content", i);
@@ -97,8 +96,8 @@ static enum gs_status message_content(const struct gs_srv_refusal *c, json_t *v,
         if (!json_is_string(type) || strcmp(json_string_value(type), "text") ||
             !json_is_string(text)) {
             gs_srv_buf_free(&b);
-            return gs_srv_refuse(c, param, "'%s[%zu]' must be {\"type\":\"text\",\"text\":string}", param,
-                        k);
+            return gs_srv_refuse(c, param, "'%s[%zu]' must be {\"type\":\"text\",\"text\":string}",
+                                 param, k);
         }
         gs_srv_buf_add(&b, json_string_value(text), json_string_length(text));
     }
@@ -137,8 +136,8 @@ static enum gs_status parse_messages(const struct gs_srv_refusal *c, json_t *roo
         for (size_t k = 0; k < GS_ARRAY_LEN(roles); k++)
             known = known || !strcmp(r, roles[k]);
         if (!known)
-            return gs_srv_refuse(c, param, "'%s' must be one of system, user, assistant, tool, developer",
-                        param);
+            return gs_srv_refuse(
+                c, param, "'%s' must be one of system, user, assistant, tool, developer", param);
         g->msgs[i].role = gs_strdup(!strcmp(r, "developer") ? "system" : r);
         g->n_msgs = i + 1;
         if (!g->msgs[i].role)
@@ -165,7 +164,8 @@ static enum gs_status parse_messages(const struct gs_srv_refusal *c, json_t *roo
 }
 
 /* tools and chat_template_kwargs, for a Jinja template. */
-static enum gs_status parse_template_inputs(const struct gs_srv_refusal *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_template_inputs(const struct gs_srv_refusal *c, json_t *root,
+                                            struct gs_srv_gen *g)
 {
     json_t *tools = json_object_get(root, "tools");
     if (tools && !json_is_null(tools)) {
@@ -176,7 +176,8 @@ static enum gs_status parse_template_inputs(const struct gs_srv_refusal *c, json
     json_t *kw = json_object_get(root, "chat_template_kwargs");
     if (kw && !json_is_null(kw)) {
         if (!json_is_object(kw))
-            return gs_srv_refuse(c, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+            return gs_srv_refuse(c, "chat_template_kwargs",
+                                 "'chat_template_kwargs' must be an object");
         g->template_kwargs = json_incref(kw);
     }
     return GS_OK;
@@ -198,7 +199,8 @@ static enum gs_status parse_prompt(const struct gs_srv_refusal *c, json_t *root,
         return g->prompt ? GS_OK : gs_srv_refuse_nomem(c);
     }
     if (!json_is_array(p) || json_array_size(p) == 0)
-        return gs_srv_refuse(c, "prompt", "'prompt' must be a string or a non-empty array of token ids");
+        return gs_srv_refuse(c, "prompt",
+                             "'prompt' must be a string or a non-empty array of token ids");
     g->prompt_ids = gs_alloc_array(json_array_size(p), sizeof(*g->prompt_ids));
     if (!g->prompt_ids)
         return gs_srv_refuse_nomem(c);
@@ -211,8 +213,8 @@ static enum gs_status parse_prompt(const struct gs_srv_refusal *c, json_t *root,
         json_int_t id = json_integer_value(v);
         if (id < 0 || (uint64_t)id >= lim->n_vocab)
             return gs_srv_refuse(c, "prompt",
-                        "'prompt[%zu]': token id %lld is outside the vocabulary [0, %u)", i,
-                        (long long)id, lim->n_vocab);
+                                 "'prompt[%zu]': token id %lld is outside the vocabulary [0, %u)",
+                                 i, (long long)id, lim->n_vocab);
         g->prompt_ids[i] = (int32_t)id;
     }
     g->n_prompt_ids = json_array_size(p);
@@ -221,20 +223,22 @@ static enum gs_status parse_prompt(const struct gs_srv_refusal *c, json_t *root,
 
 /* Stop strings from field key: OpenAI's "stop" (a string or a list) or Anthropic's
  * "stop_sequences" (a list only, lone false). */
-static enum gs_status parse_stop(const struct gs_srv_refusal *c, json_t *root, const char *key, bool lone,
-                                 const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
+static enum gs_status parse_stop(const struct gs_srv_refusal *c, json_t *root, const char *key,
+                                 bool lone, const struct gs_srv_parse_limits *lim,
+                                 struct gs_srv_gen *g)
 {
     json_t *s = json_object_get(root, key);
     if (!s || json_is_null(s))
         return GS_OK;
     if (!(lone && json_is_string(s)) && !json_is_array(s))
         return gs_srv_refuse(c, key,
-                    lone ? "'%s' must be a string or an array of strings"
-                         : "'%s' must be an array of strings",
-                    key);
+                             lone ? "'%s' must be a string or an array of strings"
+                                  : "'%s' must be an array of strings",
+                             key);
     size_t n = json_is_string(s) ? 1 : json_array_size(s);
     if (n > lim->max_stop)
-        return gs_srv_refuse(c, key, "'%s' has %zu strings; at most %u are allowed", key, n, lim->max_stop);
+        return gs_srv_refuse(c, key, "'%s' has %zu strings; at most %u are allowed", key, n,
+                             lim->max_stop);
     g->stop = gs_calloc(n ? n : 1, sizeof(*g->stop));
     if (!g->stop)
         return gs_srv_refuse_nomem(c);
@@ -243,7 +247,8 @@ static enum gs_status parse_stop(const struct gs_srv_refusal *c, json_t *root, c
         if (!json_is_string(v))
             return gs_srv_refuse(c, key, "'%s[%zu]' must be a string", key, i);
         if (json_string_length(v) > lim->max_stop_bytes)
-            return gs_srv_refuse(c, key, "'%s[%zu]' is longer than %u bytes", key, i, lim->max_stop_bytes);
+            return gs_srv_refuse(c, key, "'%s[%zu]' is longer than %u bytes", key, i,
+                                 lim->max_stop_bytes);
         if (json_string_length(v) == 0 || strlen(json_string_value(v)) != json_string_length(v))
             continue; /* an empty stop string (or one with NUL) can never be matched usefully */
         g->stop[g->n_stop] = gs_strdup(json_string_value(v));
@@ -264,8 +269,9 @@ static enum gs_status parse_logit_bias(const struct gs_srv_refusal *c, json_t *r
         return gs_srv_refuse(c, "logit_bias", "'logit_bias' must be an object of token id to bias");
     size_t n = json_object_size(b);
     if (n > GS_SAMPLE_N_BIAS_MAX)
-        return gs_srv_refuse(c, "logit_bias", "'logit_bias' has %zu entries; at most %d are allowed", n,
-                    GS_SAMPLE_N_BIAS_MAX);
+        return gs_srv_refuse(c, "logit_bias",
+                             "'logit_bias' has %zu entries; at most %d are allowed", n,
+                             GS_SAMPLE_N_BIAS_MAX);
     g->bias = gs_calloc(n ? n : 1, sizeof(*g->bias));
     if (!g->bias)
         return gs_srv_refuse_nomem(c);
@@ -282,11 +288,12 @@ static enum gs_status parse_logit_bias(const struct gs_srv_refusal *c, json_t *r
             decimal = *k >= '0' && *k <= '9';
         long long id = decimal ? strtoll(key, NULL, 10) : -1;
         if (id < 0 || (uint64_t)id >= lim->n_vocab)
-            return gs_srv_refuse(c, "logit_bias", "'logit_bias': key '%.40s' is not a token id in [0, %u)",
-                        key, lim->n_vocab);
+            return gs_srv_refuse(c, "logit_bias",
+                                 "'logit_bias': key '%.40s' is not a token id in [0, %u)", key,
+                                 lim->n_vocab);
         if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
-            return gs_srv_refuse(c, "logit_bias", "'logit_bias[%.40s]' must be a number in [-100, 100]",
-                        key);
+            return gs_srv_refuse(c, "logit_bias",
+                                 "'logit_bias[%.40s]' must be a number in [-100, 100]", key);
         g->bias[i].token = (int32_t)id;
         /* -100 bans the token, as OpenAI describes it. */
         g->bias[i].bias = json_number_value(v) <= -100 ? -INFINITY : (float)json_number_value(v);
@@ -295,9 +302,9 @@ static enum gs_status parse_logit_bias(const struct gs_srv_refusal *c, json_t *r
     }
     /* Keys are distinct ids, so this is every token: nothing could be sampled. */
     if (n_banned >= lim->n_vocab)
-        return gs_srv_refuse(c, "logit_bias",
-                    "'logit_bias' bans every one of the %u tokens; nothing could be sampled",
-                    lim->n_vocab);
+        return gs_srv_refuse(
+            c, "logit_bias",
+            "'logit_bias' bans every one of the %u tokens; nothing could be sampled", lim->n_vocab);
     g->sp.bias = g->bias;
     g->sp.n_bias = (int32_t)i;
     return GS_OK;
@@ -372,7 +379,8 @@ static void list_ignored(json_t *root, bool jinja, struct gs_srv_gen *g)
     }
 }
 
-static enum gs_status parse_sampling(const struct gs_srv_refusal *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_sampling(const struct gs_srv_refusal *c, json_t *root,
+                                     struct gs_srv_gen *g)
 {
     double d;
     int64_t i;
@@ -414,7 +422,8 @@ static enum gs_status parse_sampling(const struct gs_srv_refusal *c, json_t *roo
 
 /* logprobs: chat takes a boolean plus top_logprobs; completions take an
  * integer (the number of alternatives). */
-static enum gs_status parse_logprobs(const struct gs_srv_refusal *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_logprobs(const struct gs_srv_refusal *c, json_t *root,
+                                     struct gs_srv_gen *g)
 {
     enum gs_status st;
     int64_t i;
@@ -448,7 +457,8 @@ static enum gs_status parse_logprobs(const struct gs_srv_refusal *c, json_t *roo
 
 /* "validation": true, or {"top_logprobs": k} for the served top-k per
  * position as well (server/validation.h). */
-static enum gs_status parse_validation(const struct gs_srv_refusal *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_validation(const struct gs_srv_refusal *c, json_t *root,
+                                       struct gs_srv_gen *g)
 {
     json_t *v = json_object_get(root, "validation");
     if (!v || json_is_null(v) || json_is_false(v))
@@ -462,8 +472,8 @@ static enum gs_status parse_validation(const struct gs_srv_refusal *c, json_t *r
     bool has;
     if (get_int(c, v, "top_logprobs", 0, GS_SAMPLE_TOP_LOGPROBS_MAX, &k, &has) != GS_OK)
         return gs_srv_refuse(c, "validation.top_logprobs",
-                    "'validation.top_logprobs' must be an integer from 0 to %d",
-                    GS_SAMPLE_TOP_LOGPROBS_MAX);
+                             "'validation.top_logprobs' must be an integer from 0 to %d",
+                             GS_SAMPLE_TOP_LOGPROBS_MAX);
     if (has)
         g->validation_top_k = (uint32_t)k;
     return GS_OK;
@@ -472,17 +482,20 @@ static enum gs_status parse_validation(const struct gs_srv_refusal *c, json_t *r
 /* "parse_special": a completion's text prompt may spell control tokens.
  * Refused where nothing would read it: chat contents are always plain text,
  * and token ids are not tokenized. */
-static enum gs_status parse_parse_special(const struct gs_srv_refusal *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_parse_special(const struct gs_srv_refusal *c, json_t *root,
+                                          struct gs_srv_gen *g)
 {
     json_t *v = json_object_get(root, "parse_special");
     enum gs_status st = get_bool(c, root, "parse_special", &g->parse_special);
     if (st != GS_OK || !v || json_is_null(v))
         return st;
     if (g->chat)
-        return gs_srv_refuse(c, "parse_special",
-                    "'parse_special' is for /v1/completions; chat messages are always plain text");
+        return gs_srv_refuse(
+            c, "parse_special",
+            "'parse_special' is for /v1/completions; chat messages are always plain text");
     if (!g->prompt)
-        return gs_srv_refuse(c, "parse_special", "'parse_special' needs a text prompt, not token ids");
+        return gs_srv_refuse(c, "parse_special",
+                             "'parse_special' needs a text prompt, not token ids");
     return GS_OK;
 }
 
@@ -492,7 +505,8 @@ static enum gs_status parse_parse_special(const struct gs_srv_refusal *c, json_t
  * compiled here, so that a schema or grammar the engine cannot enforce is a
  * 400 that names what is wrong, before anything is queued.
  */
-static enum gs_status parse_structured(const struct gs_srv_refusal *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_structured(const struct gs_srv_refusal *c, json_t *root,
+                                       struct gs_srv_gen *g)
 {
     json_t *rf = json_object_get(root, "response_format");
     json_t *gr = json_object_get(root, "grammar");
@@ -519,13 +533,13 @@ static enum gs_status parse_structured(const struct gs_srv_refusal *c, json_t *r
             return st;
         if (!json_is_string(type))
             return gs_srv_refuse(c, "response_format.type",
-                        "'response_format.type' must be \"text\", \"json_object\" or "
-                        "\"json_schema\"");
+                                 "'response_format.type' must be \"text\", \"json_object\" or "
+                                 "\"json_schema\"");
         const char *t = json_string_value(type);
         json_t *js = json_object_get(rf, "json_schema");
         if (strcmp(t, "json_schema") && js)
             return gs_srv_refuse(c, "response_format.json_schema",
-                        "'response_format.json_schema' goes with type \"json_schema\"");
+                                 "'response_format.json_schema' goes with type \"json_schema\"");
         if (!strcmp(t, "text"))
             return GS_OK;
         param = "response_format";
@@ -534,29 +548,32 @@ static enum gs_status parse_structured(const struct gs_srv_refusal *c, json_t *r
             len = strlen(src);
         } else if (!strcmp(t, "json_schema")) {
             if (!json_is_object(js))
-                return gs_srv_refuse(c, "response_format.json_schema",
-                            "'response_format.json_schema' must be an object with 'name' and "
-                            "'schema'");
+                return gs_srv_refuse(
+                    c, "response_format.json_schema",
+                    "'response_format.json_schema' must be an object with 'name' and "
+                    "'schema'");
             if ((st = gs_srv_only_keys(c, js, "response_format.json_schema", js_keys,
-                                GS_ARRAY_LEN(js_keys))))
+                                       GS_ARRAY_LEN(js_keys))))
                 return st;
             json_t *name = json_object_get(js, "name");
             if (!json_is_string(name) || !gs_srv_name_ok(json_string_value(name)))
-                return gs_srv_refuse(c, "response_format.json_schema.name",
-                            "'response_format.json_schema.name' must be 1 to 64 of a-z, A-Z, "
-                            "0-9, '_' and '-'");
+                return gs_srv_refuse(
+                    c, "response_format.json_schema.name",
+                    "'response_format.json_schema.name' must be 1 to 64 of a-z, A-Z, "
+                    "0-9, '_' and '-'");
             json_t *strict = json_object_get(js, "strict");
             if (strict && !json_is_null(strict) && !json_is_boolean(strict))
                 return gs_srv_refuse(c, "response_format.json_schema.strict",
-                            "'response_format.json_schema.strict' must be a boolean");
+                                     "'response_format.json_schema.strict' must be a boolean");
             json_t *desc = json_object_get(js, "description");
             if (desc && !json_is_null(desc) && !json_is_string(desc))
                 return gs_srv_refuse(c, "response_format.json_schema.description",
-                            "'response_format.json_schema.description' must be a string");
+                                     "'response_format.json_schema.description' must be a string");
             json_t *schema = json_object_get(js, "schema");
             if (!json_is_object(schema) && !json_is_boolean(schema))
-                return gs_srv_refuse(c, "response_format.json_schema.schema",
-                            "'response_format.json_schema.schema' must be a JSON Schema object");
+                return gs_srv_refuse(
+                    c, "response_format.json_schema.schema",
+                    "'response_format.json_schema.schema' must be a JSON Schema object");
             param = "response_format.json_schema.schema";
             /* The output is enforced whatever strict says: "strict": false
              * gets the same guarantee. */
@@ -568,9 +585,9 @@ static enum gs_status parse_structured(const struct gs_srv_refusal *c, json_t *r
             src = owned;
         } else {
             return gs_srv_refuse(c, "response_format.type",
-                        "'response_format.type' must be \"text\", \"json_object\" or "
-                        "\"json_schema\", not \"%.40s\"",
-                        t);
+                                 "'response_format.type' must be \"text\", \"json_object\" or "
+                                 "\"json_schema\", not \"%.40s\"",
+                                 t);
         }
     } else {
         return GS_OK;
@@ -586,16 +603,19 @@ static enum gs_status parse_structured(const struct gs_srv_refusal *c, json_t *r
 
 /* "reasoning_format": "auto" (a thinking block goes to reasoning_content) or "none" (it
  * stays in content). Chat only. */
-static enum gs_status parse_reasoning_format(const struct gs_srv_refusal *c, json_t *root, struct gs_srv_gen *g)
+static enum gs_status parse_reasoning_format(const struct gs_srv_refusal *c, json_t *root,
+                                             struct gs_srv_gen *g)
 {
     json_t *v = json_object_get(root, "reasoning_format");
     if (!v || json_is_null(v))
         return GS_OK;
     if (!g->chat)
-        return gs_srv_refuse(c, "reasoning_format", "'reasoning_format' is for /v1/chat/completions");
+        return gs_srv_refuse(c, "reasoning_format",
+                             "'reasoning_format' is for /v1/chat/completions");
     const char *s = json_string_value(v);
     if (!s || (strcmp(s, "auto") && strcmp(s, "none")))
-        return gs_srv_refuse(c, "reasoning_format", "'reasoning_format' must be \"auto\" or \"none\"");
+        return gs_srv_refuse(c, "reasoning_format",
+                             "'reasoning_format' must be \"auto\" or \"none\"");
     g->reasoning_inline = !strcmp(s, "none");
     return GS_OK;
 }
@@ -625,7 +645,7 @@ static enum gs_status parse_root(const struct gs_srv_refusal *c, json_t *root,
         return st;
     if (has && i > lim->max_tokens)
         return gs_srv_refuse(c, mt, "'%s' is %lld; this server allows at most %u", mt, (long long)i,
-                    lim->max_tokens);
+                             lim->max_tokens);
     if (has)
         g->max_tokens = (uint32_t)i;
     g->n = 1;
@@ -643,7 +663,7 @@ static enum gs_status parse_root(const struct gs_srv_refusal *c, json_t *root,
             return gs_srv_refuse(c, "stream_options", "'stream_options' must be an object");
         if ((st = get_bool(c, so, "include_usage", &g->include_usage)) != GS_OK)
             return gs_srv_refuse(c, "stream_options.include_usage",
-                        "'stream_options.include_usage' must be a boolean");
+                                 "'stream_options.include_usage' must be a boolean");
     }
     json_t *user = json_object_get(root, "user");
     if (user && !json_is_null(user) && !json_is_string(user))
@@ -678,7 +698,7 @@ enum gs_status gs_srv_gen_parse(const char *body, size_t len, bool chat,
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return gs_srv_refuse(&c, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
-                    je.text);
+                             je.text);
     enum gs_status st;
     if (!json_is_object(root))
         st = gs_srv_refuse(&c, "", "the request body must be a JSON object");
@@ -730,7 +750,8 @@ static const char *const messages_fields[] = {
 };
 enum { n_count_fields = 3 };
 
-static enum gs_status messages_refuse_unread(const struct gs_srv_refusal *c, json_t *root, bool count_only)
+static enum gs_status messages_refuse_unread(const struct gs_srv_refusal *c, json_t *root,
+                                             bool count_only)
 {
     const char *key;
     json_t *v;
@@ -741,8 +762,9 @@ static enum gs_status messages_refuse_unread(const struct gs_srv_refusal *c, jso
         for (size_t k = 0; k < n && !known; k++)
             known = !strcmp(key, messages_fields[k]);
         if (!known)
-            return gs_srv_refuse(c, key, "'%.64s': graphserve does not implement this field%s; remove it",
-                        key, count_only ? " on count_tokens" : "");
+            return gs_srv_refuse(c, key,
+                                 "'%.64s': graphserve does not implement this field%s; remove it",
+                                 key, count_only ? " on count_tokens" : "");
     }
     return GS_OK;
 }
@@ -750,13 +772,15 @@ static enum gs_status messages_refuse_unread(const struct gs_srv_refusal *c, jso
 /* cache_control on a block: {"type":"ephemeral"} with an optional "ttl". Accepted
  * because it is honoured without being asked: the prefix cache keeps every prompt's
  * full pages for the requests after it. */
-static enum gs_status block_cache_control(const struct gs_srv_refusal *c, json_t *cc, const char *param)
+static enum gs_status block_cache_control(const struct gs_srv_refusal *c, json_t *cc,
+                                          const char *param)
 {
     json_t *type = json_object_get(cc, "type"), *ttl = json_object_get(cc, "ttl");
     if (!json_is_object(cc) || !json_is_string(type) ||
         strcmp(json_string_value(type), "ephemeral") || (ttl && !json_is_string(ttl)) ||
         json_object_size(cc) > 1 + (ttl != NULL))
-        return gs_srv_refuse(c, param, "'%s.cache_control' must be {\"type\":\"ephemeral\"}", param);
+        return gs_srv_refuse(c, param, "'%s.cache_control' must be {\"type\":\"ephemeral\"}",
+                             param);
     return GS_OK;
 }
 
@@ -785,10 +809,11 @@ static enum gs_status messages_text(const struct gs_srv_refusal *c, json_t *v, c
             break;
         }
         if (strcmp(json_string_value(type), "text")) {
-            st = gs_srv_refuse(c, bp,
-                      "'%s': content blocks of type '%.40s' are not supported by graphserve; "
-                      "only 'text'",
-                      bp, json_string_value(type));
+            st = gs_srv_refuse(
+                c, bp,
+                "'%s': content blocks of type '%.40s' are not supported by graphserve; "
+                "only 'text'",
+                bp, json_string_value(type));
             break;
         }
         const char *key;
@@ -798,7 +823,8 @@ static enum gs_status messages_text(const struct gs_srv_refusal *c, json_t *v, c
             if (!strcmp(key, "cache_control"))
                 st = block_cache_control(c, f, bp);
             else if (strcmp(key, "type") && strcmp(key, "text"))
-                st = gs_srv_refuse(c, bp, "'%s.%.40s': graphserve does not implement this field", bp, key);
+                st = gs_srv_refuse(c, bp, "'%s.%.40s': graphserve does not implement this field",
+                                   bp, key);
             if (st != GS_OK)
                 break;
         }
@@ -819,8 +845,8 @@ static enum gs_status messages_text(const struct gs_srv_refusal *c, json_t *v, c
     return GS_OK;
 }
 
-static enum gs_status messages_add(const struct gs_srv_refusal *c, struct gs_srv_gen *g, const char *role,
-                                   char *content)
+static enum gs_status messages_add(const struct gs_srv_refusal *c, struct gs_srv_gen *g,
+                                   const char *role, char *content)
 {
     g->msgs[g->n_msgs].content = content;
     g->msgs[g->n_msgs].role = gs_strdup(role);
@@ -831,15 +857,16 @@ static enum gs_status messages_add(const struct gs_srv_refusal *c, struct gs_srv
 /* The final assistant message: the answer continues it. Anthropic refuses one that ends
  * in whitespace, and so does graphserve: the tokenizer would end the prompt in a space
  * that the model's next word normally carries. */
-static enum gs_status messages_prefill(const struct gs_srv_refusal *c, size_t i, char *text, struct gs_srv_gen *g)
+static enum gs_status messages_prefill(const struct gs_srv_refusal *c, size_t i, char *text,
+                                       struct gs_srv_gen *g)
 {
     size_t n = strlen(text);
     if (n && strchr(" \t\n\r", text[n - 1])) {
         gs_free(text);
         char param[48];
         snprintf(param, sizeof(param), "messages[%zu].content", i);
-        return gs_srv_refuse(c, param, "'%s': the final assistant content cannot end with whitespace",
-                    param);
+        return gs_srv_refuse(c, param,
+                             "'%s': the final assistant content cannot end with whitespace", param);
     }
     if (n)
         g->prefill = text;
@@ -893,14 +920,15 @@ static enum gs_status messages_conversation(const struct gs_srv_refusal *c, json
         char param[48];
         snprintf(param, sizeof(param), "messages[%zu]", i);
         if (!json_is_object(m))
-            return gs_srv_refuse(c, param, "'%s' must be an object with 'role' and 'content'", param);
+            return gs_srv_refuse(c, param, "'%s' must be an object with 'role' and 'content'",
+                                 param);
         const char *key;
         json_t *f;
         json_object_foreach(m, key, f)
         {
             if (strcmp(key, "role") && strcmp(key, "content"))
-                return gs_srv_refuse(c, param, "'%s.%.40s': graphserve does not implement this field", param,
-                            key);
+                return gs_srv_refuse(
+                    c, param, "'%s.%.40s': graphserve does not implement this field", param, key);
         }
         json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
         const char *r = json_is_string(role) ? json_string_value(role) : "";
@@ -920,7 +948,8 @@ static enum gs_status messages_conversation(const struct gs_srv_refusal *c, json
             return st;
     }
     if (g->n_msgs == 0)
-        return gs_srv_refuse(c, "messages", "'messages' has nothing before its final assistant message");
+        return gs_srv_refuse(c, "messages",
+                             "'messages' has nothing before its final assistant message");
     return lim->jinja ? messages_json(c, g) : GS_OK;
 }
 
@@ -937,8 +966,8 @@ static enum gs_status messages_metadata(const struct gs_srv_refusal *c, json_t *
     json_object_foreach(md, key, v)
     {
         if (strcmp(key, "user_id"))
-            return gs_srv_refuse(c, "metadata", "'metadata.%.40s': graphserve does not implement this field",
-                        key);
+            return gs_srv_refuse(c, "metadata",
+                                 "'metadata.%.40s': graphserve does not implement this field", key);
         if (!json_is_string(v) && !json_is_null(v))
             return gs_srv_refuse(c, "metadata", "'metadata.user_id' must be a string");
     }
@@ -969,7 +998,7 @@ static enum gs_status messages_root(const struct gs_srv_refusal *c, json_t *root
         return gs_srv_refuse(c, "max_tokens", "'max_tokens' is required");
     if (i > lim->max_tokens)
         return gs_srv_refuse(c, "max_tokens", "'max_tokens' is %lld; this server allows at most %u",
-                    (long long)i, lim->max_tokens);
+                             (long long)i, lim->max_tokens);
     g->max_tokens = (uint32_t)i;
     /* Anthropic's temperature is [0, 1]; top_p and top_k as OpenAI's. */
     struct gs_sample_params *sp = &g->sp;
@@ -1011,7 +1040,7 @@ enum gs_status gs_srv_messages_parse(const char *body, size_t len, bool count_on
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return gs_srv_refuse(&c, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
-                    je.text);
+                             je.text);
     enum gs_status st = json_is_object(root)
                             ? messages_root(&c, root, lim, out)
                             : gs_srv_refuse(&c, "", "the request body must be a JSON object");

@@ -31,8 +31,6 @@ static void came_from(struct rctx *c, const json_t *msgs, const char *where)
             break;
 }
 
-
-
 /* What /v1/responses reads. previous_response_id is read by the route (responses.c). */
 static const char *const fields[] = {
     "model",
@@ -70,7 +68,8 @@ static enum gs_status only_keys(struct rctx *c, json_t *o, const char *where,
             continue;
         char p[192]; /* where (at most 127 bytes, see its callers), ".", 40 of k */
         snprintf(p, sizeof(p), "%s%s%.40s", where, *where ? "." : "", k);
-        return gs_srv_refuse(&c->r, p, "'%s': graphserve does not implement this field; remove it", p);
+        return gs_srv_refuse(&c->r, p, "'%s': graphserve does not implement this field; remove it",
+                             p);
     }
     return GS_OK;
 }
@@ -100,10 +99,11 @@ static enum gs_status item_text(struct rctx *c, json_t *v, const char *where, js
         if (!json_is_object(part) || !type)
             st = gs_srv_refuse(&c->r, pp, "'%s' must be a content part with a 'type'", pp);
         else if (strcmp(type, "input_text") && strcmp(type, "output_text"))
-            st = gs_srv_refuse(&c->r, pp,
-                      "'%s': content parts of type '%.40s' are not supported by graphserve; only "
-                      "'input_text' and 'output_text'",
-                      pp, type);
+            st = gs_srv_refuse(
+                &c->r, pp,
+                "'%s': content parts of type '%.40s' are not supported by graphserve; only "
+                "'input_text' and 'output_text'",
+                pp, type);
         else if ((st = only_keys(c, part, pp, part_keys, GS_ARRAY_LEN(part_keys))) == GS_OK &&
                  !json_is_string(text))
             st = gs_srv_refuse(&c->r, pp, "'%s.text' must be a string", pp);
@@ -213,7 +213,8 @@ static enum gs_status parse_input(struct rctx *c, json_t *input, json_t *msgs)
         return GS_OK;
     }
     if (!json_is_array(input) || !json_array_size(input))
-        return gs_srv_refuse(&c->r, "input", "'input' must be a string or a non-empty array of items");
+        return gs_srv_refuse(&c->r, "input",
+                             "'input' must be a string or a non-empty array of items");
     size_t i;
     json_t *it;
     json_array_foreach(input, i, it)
@@ -232,9 +233,9 @@ static enum gs_status parse_input(struct rctx *c, json_t *input, json_t *msgs)
             st = item_output(c, it, where, msgs);
         else
             st = gs_srv_refuse(&c->r, where,
-                      "'%s': items of type '%.40s' are not supported by graphserve; only "
-                      "'message', 'function_call' and 'function_call_output'",
-                      where, type);
+                               "'%s': items of type '%.40s' are not supported by graphserve; only "
+                               "'message', 'function_call' and 'function_call_output'",
+                               where, type);
         if (st != GS_OK)
             return st;
         came_from(c, msgs, where);
@@ -299,10 +300,11 @@ static enum gs_status parse_tools(struct rctx *c, json_t *root, json_t *chat)
             snprintf(where, sizeof(where), "tools[%zu]", i);
             const char *type = json_string_value(json_object_get(t, "type"));
             if (!json_is_object(t) || !type || strcmp(type, "function"))
-                return gs_srv_refuse(&c->r, where,
-                            "'%s': only function tools ({\"type\":\"function\",\"name\",...}) "
-                            "are supported by graphserve",
-                            where);
+                return gs_srv_refuse(
+                    &c->r, where,
+                    "'%s': only function tools ({\"type\":\"function\",\"name\",...}) "
+                    "are supported by graphserve",
+                    where);
             if ((st = only_keys(c, t, where, keys, GS_ARRAY_LEN(keys))) != GS_OK)
                 return st;
             json_t *fn = json_deep_copy(t);
@@ -319,8 +321,8 @@ static enum gs_status parse_tools(struct rctx *c, json_t *root, json_t *chat)
     const char *type = json_string_value(json_object_get(tc, "type"));
     if (!json_is_object(tc) || !type || strcmp(type, "function"))
         return gs_srv_refuse(&c->r, "tool_choice",
-                    "'tool_choice' must be \"none\", \"auto\", \"required\" or "
-                    "{\"type\":\"function\",\"name\":...}");
+                             "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                             "{\"type\":\"function\",\"name\":...}");
     if ((st = only_keys(c, tc, "tool_choice", tc_keys, GS_ARRAY_LEN(tc_keys))) != GS_OK)
         return st;
     json_t *name = json_object_get(tc, "name");
@@ -424,8 +426,8 @@ static enum gs_status responses_root(struct rctx *c, json_t *root, const json_t 
     json_object_foreach(root, key, v)
     {
         if (!listed(key, fields, GS_ARRAY_LEN(fields)))
-            return gs_srv_refuse(&c->r, key, "'%.64s': graphserve does not implement this field; remove it",
-                        key);
+            return gs_srv_refuse(
+                &c->r, key, "'%.64s': graphserve does not implement this field; remove it", key);
     }
     json_t *store = json_object_get(root, "store");
     if (store && !json_is_null(store) && !json_is_boolean(store))
@@ -503,8 +505,8 @@ enum gs_status gs_srv_responses_parse(const char *body, size_t len, const json_t
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return gs_srv_refuse(&c.r, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
-                    je.text);
+        return gs_srv_refuse(&c.r, "", "malformed JSON at line %d, column %d: %s", je.line,
+                             je.column, je.text);
     c.origin = json_array(); /* NULL (out of memory): refusals keep chat's indexes */
     enum gs_status st = json_is_object(root)
                             ? responses_root(&c, root, prior, lim, out)

@@ -23,12 +23,10 @@
 #define MAX_PARALLEL_CALLS 16
 #define MAX_TOOLS          128 /* functions of one request */
 
-
-
-
 /* ---- tools ---------------------------------------------------------------------------------- */
 
-static enum gs_status parse_tool(const struct gs_srv_refusal *c, json_t *t, size_t i, struct gs_srv_tool *out)
+static enum gs_status parse_tool(const struct gs_srv_refusal *c, json_t *t, size_t i,
+                                 struct gs_srv_tool *out)
 {
     static const char *const tool_keys[] = {"type", "function"};
     static const char *const fn_keys[] = {"name", "description", "parameters", "strict"};
@@ -67,7 +65,8 @@ static enum gs_status parse_tool(const struct gs_srv_refusal *c, json_t *t, size
         params = none = json_pack("{s:s,s:{}}", "type", "object", "properties");
     else if (!json_is_object(params) || !json_is_string(type_kw) ||
              strcmp(json_string_value(type_kw), "object"))
-        return gs_srv_refuse(c, p, "'%s' must be an object schema ({\"type\": \"object\", ...})", p);
+        return gs_srv_refuse(c, p, "'%s' must be an object schema ({\"type\": \"object\", ...})",
+                             p);
     if (!params)
         return gs_srv_refuse_nomem(c);
     /* The call's arguments are enforced whatever strict says: "strict": false gets the
@@ -84,13 +83,15 @@ static enum gs_status parse_tool(const struct gs_srv_refusal *c, json_t *t, size
     return GS_OK;
 }
 
-static enum gs_status parse_tools(const struct gs_srv_refusal *c, json_t *tools, struct gs_srv_gen *g)
+static enum gs_status parse_tools(const struct gs_srv_refusal *c, json_t *tools,
+                                  struct gs_srv_gen *g)
 {
     if (!json_is_array(tools))
         return gs_srv_refuse(c, "tools", "'tools' must be an array of {\"type\":\"function\",...}");
     size_t n = json_array_size(tools);
     if (n > MAX_TOOLS)
-        return gs_srv_refuse(c, "tools", "'tools' has %zu functions; at most %d are allowed", n, MAX_TOOLS);
+        return gs_srv_refuse(c, "tools", "'tools' has %zu functions; at most %d are allowed", n,
+                             MAX_TOOLS);
     if (!n)
         return GS_OK;
     if (!(g->tools = gs_calloc(n, sizeof(*g->tools))))
@@ -104,8 +105,9 @@ static enum gs_status parse_tools(const struct gs_srv_refusal *c, json_t *tools,
             if (!strcmp(g->tools[k].name, g->tools[i].name)) {
                 char p[64];
                 snprintf(p, sizeof(p), "tools[%zu].function.name", i);
-                return gs_srv_refuse(c, p, "'%s': the name '%s' is also tools[%zu]'s; names must be unique",
-                            p, g->tools[i].name, k);
+                return gs_srv_refuse(
+                    c, p, "'%s': the name '%s' is also tools[%zu]'s; names must be unique", p,
+                    g->tools[i].name, k);
             }
     }
     return GS_OK;
@@ -125,10 +127,11 @@ static enum gs_status parse_choice(const struct gs_srv_refusal *c, json_t *tc, s
         else if (!strcmp(s, "required"))
             g->tool_choice = GS_SRV_TOOL_CHOICE_REQUIRED;
         else
-            return gs_srv_refuse(c, "tool_choice",
-                        "'tool_choice' must be \"none\", \"auto\", \"required\" or "
-                        "{\"type\":\"function\",\"function\":{\"name\":...}}, not \"%.40s\"",
-                        s);
+            return gs_srv_refuse(
+                c, "tool_choice",
+                "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                "{\"type\":\"function\",\"function\":{\"name\":...}}, not \"%.40s\"",
+                s);
     } else {
         static const char *const keys[] = {"type", "function"};
         static const char *const fn_keys[] = {"name"};
@@ -144,18 +147,18 @@ static enum gs_status parse_choice(const struct gs_srv_refusal *c, json_t *tc, s
             (st = gs_srv_only_keys(c, fn, "tool_choice.function", fn_keys, GS_ARRAY_LEN(fn_keys))))
             return st ? st
                       : gs_srv_refuse(c, "tool_choice.function",
-                             "'tool_choice.function' must be {\"name\": string}");
+                                      "'tool_choice.function' must be {\"name\": string}");
         json_t *name = json_object_get(fn, "name");
         if (!json_is_string(name))
             return gs_srv_refuse(c, "tool_choice.function.name",
-                        "'tool_choice.function.name' must be a string");
+                                 "'tool_choice.function.name' must be a string");
         size_t i = 0;
         while (i < g->n_tools && strcmp(g->tools[i].name, json_string_value(name)))
             i++;
         if (i == g->n_tools)
             return gs_srv_refuse(c, "tool_choice.function.name",
-                        "'tool_choice.function.name': no function '%.64s' among the tools",
-                        json_string_value(name));
+                                 "'tool_choice.function.name': no function '%.64s' among the tools",
+                                 json_string_value(name));
         g->tool_choice = GS_SRV_TOOL_CHOICE_NAMED;
         g->tool_named = i;
     }
@@ -213,10 +216,11 @@ static enum gs_status check_messages(const struct gs_srv_refusal *c, json_t *msg
         snprintf(p, sizeof(p), "messages[%zu].tool_calls", i);
         if (calls && !json_is_null(calls)) {
             if (!jinja)
-                return gs_srv_refuse(c, p,
-                            "'%s' needs the model's Jinja chat template; this server renders "
-                            "chats with a built-in format",
-                            p);
+                return gs_srv_refuse(
+                    c, p,
+                    "'%s' needs the model's Jinja chat template; this server renders "
+                    "chats with a built-in format",
+                    p);
             if (!role || strcmp(role, "assistant"))
                 return gs_srv_refuse(c, p, "'%s' is for assistant messages", p);
             if (!json_is_array(calls))
@@ -244,7 +248,8 @@ static enum gs_status check_messages(const struct gs_srv_refusal *c, json_t *msg
         }
         snprintf(p, sizeof(p), "messages[%zu].tool_call_id", i);
         if (role && !strcmp(role, "tool") && jinja && !json_is_string(id))
-            return gs_srv_refuse(c, p, "'%s' is required for tool messages: the id of the call answered", p);
+            return gs_srv_refuse(
+                c, p, "'%s' is required for tool messages: the id of the call answered", p);
         if (id && !json_is_null(id) && (!role || strcmp(role, "tool")))
             return gs_srv_refuse(c, p, "'%s' is for tool messages", p);
     }
@@ -256,7 +261,8 @@ static enum gs_status check_messages(const struct gs_srv_refusal *c, json_t *msg
  * join the system message when the conversation has one, else they open the first
  * message's text (a template may refuse a system role it was not sent: Gemma's).
  */
-static enum gs_status add_generic_prompt(const struct gs_srv_refusal *c, json_t *msgs, json_t *tools)
+static enum gs_status add_generic_prompt(const struct gs_srv_refusal *c, json_t *msgs,
+                                         json_t *tools)
 {
     char *list = json_dumps(tools, JSON_COMPACT);
     struct gs_srv_buf b = {0};
@@ -544,7 +550,8 @@ enum gs_status gs_srv_tools_parse(json_t *root, const struct gs_srv_parse_limits
     g->parallel_tool_calls = true;
     if (ptc && !json_is_null(ptc)) {
         if (!json_is_boolean(ptc))
-            return gs_srv_refuse(&c, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+            return gs_srv_refuse(&c, "parallel_tool_calls",
+                                 "'parallel_tool_calls' must be a boolean");
         g->parallel_tool_calls = json_is_true(ptc);
     }
     if (tools && !json_is_null(tools) && (st = parse_tools(&c, tools, g)))
@@ -556,9 +563,10 @@ enum gs_status gs_srv_tools_parse(json_t *root, const struct gs_srv_parse_limits
              lim->jinja)))
         return st;
     if (g->n_tools && !lim->jinja)
-        return gs_srv_refuse(&c, "tools",
-                    "'tools' needs the model's Jinja chat template, which renders them; this "
-                    "server renders chats with a built-in format");
+        return gs_srv_refuse(
+            &c, "tools",
+            "'tools' needs the model's Jinja chat template, which renders them; this "
+            "server renders chats with a built-in format");
     if (lim->jinja && format->inject_prompt && g->messages_json &&
         history_has_tools(g->messages_json) && (st = polyfill_history(&c, g)))
         return st;
@@ -569,8 +577,8 @@ enum gs_status gs_srv_tools_parse(json_t *root, const struct gs_srv_parse_limits
         return GS_OK;
     if (g->grammar)
         return gs_srv_refuse(&c, "tool_choice",
-                    "'response_format' and 'grammar' cannot be combined with tools unless "
-                    "'tool_choice' is \"none\"");
+                             "'response_format' and 'grammar' cannot be combined with tools unless "
+                             "'tool_choice' is \"none\"");
     if (g->tool_format->inject_prompt && (st = add_generic_prompt(&c, g->messages_json, tools)))
         return st;
     char *src;
