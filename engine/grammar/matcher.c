@@ -213,25 +213,22 @@ static enum gs_status charge(struct work *w, uint64_t n)
 }
 
 /*
- * Adds to out every stack derived from e[n] by expanding its top until it is
- * a byte set: an END pops, a REF is replaced by its continuation (dropped
- * when that is an END: tail calls keep stacks short) with each of the rule's
- * alternatives pushed on top, one stack per alternative. Terminates because
- * the compiler refused left recursion.
+ * Adds to out every stack derived from the stack below[n_below] with top on
+ * it (no copy of it is made first: advancing a stack past a byte is this with
+ * top + 1) by expanding its top until it is a byte set: an END pops, a REF is
+ * replaced by its continuation (dropped when that is an END: tail calls keep
+ * stacks short) with each of the rule's alternatives pushed on top, one stack
+ * per alternative. Terminates because the compiler refused left recursion.
  */
-static enum gs_status expand(struct work *w, const uint32_t *e, uint32_t n, struct sset *out)
+static enum gs_status expand_onto(struct work *w, const uint32_t *below, uint32_t n_below,
+                                  uint32_t top, struct sset *out)
 {
     const struct gs_grammar *g = w->g;
     struct pending *p = &w->pend;
     size_t base_n = p->n, base_data = p->n_data;
-    enum gs_status st;
-    if (n) {
-        if ((st = pend_push(w, e, n - 1, e[n - 1])))
-            return st;
-    } else {
-        out->has_empty = true;
-        return GS_OK;
-    }
+    enum gs_status st = pend_push(w, below, n_below, top);
+    if (st)
+        return st;
     while (p->n > base_n) {
         uint32_t len = p->len[--p->n];
         p->n_data -= len;
@@ -288,6 +285,16 @@ fail:
     return st;
 }
 
+/* The same for the stack e[n] (n == 0: the empty stack, the text complete). */
+static enum gs_status expand(struct work *w, const uint32_t *e, uint32_t n, struct sset *out)
+{
+    if (!n) {
+        out->has_empty = true;
+        return GS_OK;
+    }
+    return expand_onto(w, e, n - 1, e[n - 1], out);
+}
+
 /* out = the stacks of in advanced past byte c (out is cleared first). */
 static enum gs_status advance(struct work *w, const struct sset *in, uint8_t c, struct sset *out)
 {
@@ -299,13 +306,7 @@ static enum gs_status advance(struct work *w, const struct sset *in, uint8_t c, 
         uint32_t top = s[n - 1];
         if (!gbytes_has(&g->sets[GE_ARG(g->el[top])], c))
             continue;
-        uint32_t *t = gs_alloc_array(n, sizeof(*t));
-        if (!t)
-            return gs_err_set(w->err, GS_NOMEM, "grammar: out of memory");
-        memcpy(t, s, n * sizeof(*t));
-        t[n - 1] = top + 1;
-        enum gs_status st = expand(w, t, n, out);
-        gs_free(t);
+        enum gs_status st = expand_onto(w, s, n - 1, top + 1, out);
         if (st)
             return st;
     }
@@ -554,14 +555,8 @@ static enum gs_status transition(struct gcache *c, int32_t id, uint8_t b, int32_
         uint32_t top = e[n - 1];
         if (!gbytes_has(&g->sets[GE_ARG(g->el[top])], b))
             continue;
-        uint32_t *t = gs_alloc_array(n, sizeof(*t));
-        if (!t)
-            return nomem(err);
-        memcpy(t, e, n * sizeof(*t));
-        t[n - 1] = top + 1;
         c->w.err = err;
-        st = expand(&c->w, t, n, out);
-        gs_free(t);
+        st = expand_onto(&c->w, e, n - 1, top + 1, out);
     }
     if (st)
         return st;
