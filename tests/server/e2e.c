@@ -3,6 +3,8 @@
 #include "tests/server/e2e.h"
 #include "tests/common/testutil.h"
 
+#include "engine/gguf.h"
+
 #include <criterion/criterion.h>
 #include <ctype.h>
 #include <errno.h>
@@ -226,3 +228,81 @@ int e2e_await_log(const struct e2e_daemon *d, const char *needle, int n)
     }
     return got;
 }
+
+/* GGUF metadata value types used below (the file format's numbering). */
+#define GGUF_U32    4
+#define GGUF_STRING 8
+
+static size_t put_u32(unsigned char *p, uint32_t v)
+{
+    memcpy(p, &v, 4); /* GGUF is little-endian, as every machine this runs on */
+    return 4;
+}
+
+static size_t put_u64(unsigned char *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+    return 8;
+}
+
+static size_t put_str(unsigned char *p, const char *s, size_t n)
+{
+    size_t k = put_u64(p, n);
+    memcpy(p + k, s, n);
+    return k + n;
+}
+
+/*
+ * The two keys go right after the header; a padding key makes them a whole
+ * number of alignment units, so that the data section, which starts at the
+ * first aligned offset after the tensor table, moves by exactly as much and
+ * every tensor offset stays valid.
+ */
+char *e2e_model_with_template(const char *rel, const char *name, const char *tmpl, size_t n)
+{
+    size_t len;
+    unsigned char *src = gs_test_read_file(gs_test_shared_path(rel), &len);
+    struct gs_gguf *g;
+    struct gs_err err;
+    cr_assert_eq(gs_gguf_open_mem(src, len, &g, &err), GS_OK, "%s", err.msg);
+    size_t align = gs_gguf_alignment(g);
+    gs_gguf_close(g);
+    static const char key[] = "tokenizer.chat_template", pad_prefix[] = "graphserve.test.pad";
+    size_t kv = 8 + strlen(key) + 4 + 8 + n, pad_kv_base = 8 + 4 + 4;
+    size_t pad_key = strlen(pad_prefix);
+    while ((kv + pad_kv_base + pad_key) % align)
+        pad_key++;
+    size_t added = kv + pad_kv_base + pad_key;
+    unsigned char *out = malloc(len + added);
+    cr_assert(out);
+    memcpy(out, src, 24); /* magic, version, n_tensors, n_kv */
+    uint64_t n_kv;
+    memcpy(&n_kv, src + 16, 8);
+    put_u64(out + 16, n_kv + 2);
+    size_t k = 24;
+    k += put_str(out + k, key, strlen(key));
+    k += put_u32(out + k, GGUF_STRING);
+    k += put_str(out + k, tmpl, n);
+    char *pk = malloc(pad_key + 1);
+    cr_assert(pk);
+    memcpy(pk, pad_prefix, strlen(pad_prefix));
+    memset(pk + strlen(pad_prefix), 'x', pad_key - strlen(pad_prefix));
+    k += put_str(out + k, pk, pad_key);
+    k += put_u32(out + k, GGUF_U32);
+    k += put_u32(out + k, 0);
+    cr_assert_eq(k, 24 + added);
+    memcpy(out + k, src + 24, len - 24);
+    char *path;
+    cr_assert(asprintf(&path, "%s/%s.gguf", gs_test_tmpdir(), name) > 0);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot write %s", path);
+    cr_assert_eq(fwrite(out, 1, len + added, f), len + added);
+    fclose(f);
+    cr_assert_eq(gs_gguf_open(path, &g, &err), GS_OK, "the crafted file: %s", err.msg);
+    gs_gguf_close(g);
+    free(pk);
+    free(out);
+    free(src);
+    return path;
+}
+

@@ -73,4 +73,9 @@ int e2e_await_log(const struct e2e_daemon *d, const char *needle, int n);
 /* Times needle occurs in the daemon's log now. */
 int e2e_log_count(const struct e2e_daemon *d, const char *needle);
 
+/* A copy of the shared model rel (a path under ../shared) with
+ * tokenizer.chat_template = tmpl (n bytes), written to NAME.gguf in the test's
+ * tmpdir and checked to open; returns its path (malloc'ed). */
+char *e2e_model_with_template(const char *rel, const char *name, const char *tmpl, size_t n);
+
 #endif

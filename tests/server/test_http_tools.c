@@ -16,8 +16,6 @@
 #include "tests/common/testutil.h"
 #include "tests/server/e2e.h"
 
-#include "engine/gguf.h"
-
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,71 +24,6 @@
 #define RANDOM_QWEN2 "models/arch/qwen2-tiny-Q4_K_M.gguf"
 
 /* ---- a model file carrying a template (as test_http_jinja.c writes them) ------------------- */
-
-static size_t put_u32(unsigned char *p, uint32_t v)
-{
-    memcpy(p, &v, 4);
-    return 4;
-}
-
-static size_t put_u64(unsigned char *p, uint64_t v)
-{
-    memcpy(p, &v, 8);
-    return 8;
-}
-
-static size_t put_str(unsigned char *p, const char *s, size_t n)
-{
-    size_t k = put_u64(p, n);
-    memcpy(p + k, s, n);
-    return k + n;
-}
-
-/* A copy of the shared model rel with tokenizer.chat_template = tmpl; its path, malloc'ed.
- * A padding key keeps the data section at a whole number of alignment units. */
-static char *model_with_template(const char *rel, const char *name, const char *tmpl)
-{
-    size_t len, n = strlen(tmpl);
-    unsigned char *src = gs_test_read_file(gs_test_shared_path(rel), &len);
-    struct gs_gguf *g;
-    struct gs_err err;
-    cr_assert_eq(gs_gguf_open_mem(src, len, &g, &err), GS_OK, "%s", err.msg);
-    size_t align = gs_gguf_alignment(g);
-    gs_gguf_close(g);
-    static const char key[] = "tokenizer.chat_template", pad_prefix[] = "graphserve.test.pad";
-    size_t kv = 8 + strlen(key) + 4 + 8 + n, pad_kv_base = 8 + 4 + 4, pad_key = strlen(pad_prefix);
-    while ((kv + pad_kv_base + pad_key) % align)
-        pad_key++;
-    size_t added = kv + pad_kv_base + pad_key;
-    unsigned char *out = malloc(len + added);
-    char *pk = malloc(pad_key + 1);
-    cr_assert(out && pk);
-    memcpy(out, src, 24);
-    uint64_t n_kv;
-    memcpy(&n_kv, src + 16, 8);
-    put_u64(out + 16, n_kv + 2);
-    size_t k = 24;
-    k += put_str(out + k, key, strlen(key));
-    k += put_u32(out + k, 8); /* string */
-    k += put_str(out + k, tmpl, n);
-    memcpy(pk, pad_prefix, strlen(pad_prefix));
-    memset(pk + strlen(pad_prefix), 'x', pad_key - strlen(pad_prefix));
-    k += put_str(out + k, pk, pad_key);
-    k += put_u32(out + k, 4); /* u32 */
-    k += put_u32(out + k, 0);
-    cr_assert_eq(k, 24 + added);
-    memcpy(out + k, src + 24, len - 24);
-    char *path;
-    cr_assert(asprintf(&path, "%s/%s.gguf", gs_test_tmpdir(), name) > 0);
-    FILE *f = fopen(path, "wb");
-    cr_assert(f, "cannot write %s", path);
-    cr_assert_eq(fwrite(out, 1, len + added, f), len + added);
-    fclose(f);
-    free(pk);
-    free(out);
-    free(src);
-    return path;
-}
 
 static json_t *golden(const char *name)
 {
@@ -118,7 +51,8 @@ static void start_family_on(struct e2e_daemon *d, const char *rel, const char *n
     *g = golden(name);
     char file[160];
     snprintf(file, sizeof(file), "%s-%s", strrchr(rel, '/') ? strrchr(rel, '/') + 1 : rel, name);
-    char *path = model_with_template(rel, file, json_string_value(json_object_get(*g, "template")));
+    char *path = e2e_model_with_template(rel, file, json_string_value(json_object_get(*g, "template")),
+                                         json_string_length(json_object_get(*g, "template")));
     char args[1024];
     snprintf(args, sizeof(args), "-m '%s'", path); /* the last -m wins */
     e2e_start(d, args);
