@@ -7,10 +7,17 @@
  * what the client reads is written here. The Messages API has one answer per
  * request (no "n"), so every function reads choice 0.
  *
+ * The answer's content is blocks: its text, then a tool_use block per call the
+ * tool-call reader found (generate.c), whose "input" is the call's arguments object.
+ * A stream opens each block as it starts (the text's at once when the request has no
+ * tools, as Anthropic's own stream does) and gives a call's arguments as
+ * input_json_delta pieces.
+ *
  * Threads: the loop thread only.
  */
 #include "server/daemon.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* Anthropic's stop_reason for how the choice ended, or NULL when it did not end as a
@@ -23,7 +30,7 @@ static const char *stop_reason(const struct gs_srv_choice *c)
     switch (c->finish) {
     case GS_FINISH_STOP:
     case GS_FINISH_EOS:
-        return "end_turn";
+        return json_array_size(c->calls) ? "tool_use" : "end_turn";
     case GS_FINISH_LENGTH:
         return "max_tokens";
     case GS_FINISH_ERROR:
@@ -59,6 +66,56 @@ static void stream_fail(struct gs_srv_req *r, enum gs_srv_ekind kind, const char
     event(r, "error", gs_srv_err_json_anthropic(kind, msg, r->id));
 }
 
+/* A tool_use id from a call id: Anthropic's prefix in place of chat's. */
+static json_t *tool_use_id(json_t *call_id)
+{
+    const char *id = json_string_value(call_id);
+    char out[64];
+    snprintf(out, sizeof(out), "toolu_%s", id && !strncmp(id, "call_", 5) ? id + 5 : id ? id : "");
+    return json_string(out);
+}
+
+/* A call's tool_use block with input, or NULL when its arguments are not a JSON object
+ * (only a call cut off by max_tokens: the stream has given its pieces, the whole answer
+ * leaves it out). */
+static json_t *tool_use_block(json_t *call, json_t *input)
+{
+    json_t *fn = json_object_get(call, "function");
+    if (!input) {
+        const char *args = json_string_value(json_object_get(fn, "arguments"));
+        input = args ? json_loads(args, 0, NULL) : NULL;
+        if (!json_is_object(input)) {
+            json_decref(input);
+            return NULL;
+        }
+    }
+    return json_pack("{s:s,s:o,s:O,s:o}", "type", "tool_use", "id",
+                     tool_use_id(json_object_get(call, "id")), "name", json_object_get(fn, "name"),
+                     "input", input);
+}
+
+enum { BLOCK_NONE, BLOCK_TEXT, BLOCK_TOOL };
+
+static void block_close(struct gs_srv_req *r)
+{
+    if (r->msg.open == BLOCK_NONE)
+        return;
+    event(r, "content_block_stop",
+          json_pack("{s:s,s:i}", "type", "content_block_stop", "index", (int)r->msg.index));
+    r->msg.open = BLOCK_NONE;
+    r->msg.index++;
+}
+
+/* Opens block (reference taken) as kind, closing the open one. */
+static void block_open(struct gs_srv_req *r, int kind, json_t *block)
+{
+    block_close(r);
+    event(r, "content_block_start",
+          json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", (int)r->msg.index,
+                    "content_block", block));
+    r->msg.open = kind;
+}
+
 static void stream_open(struct gs_srv_req *r)
 {
     json_t *msg =
@@ -66,22 +123,45 @@ static void stream_open(struct gs_srv_req *r)
                   "role", "assistant", "content", "model", r->srv->cfg.model.id, "stop_reason",
                   "stop_sequence", "usage", "input_tokens", (int)r->n_prompt, "output_tokens", 0);
     event(r, "message_start", json_pack("{s:s,s:o}", "type", "message_start", "message", msg));
-    event(r, "content_block_start",
-          json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", 0,
-                    "content_block", "type", "text", "text", ""));
+    if (!r->choices[0].tools_on)
+        block_open(r, BLOCK_TEXT, json_pack("{s:s,s:s}", "type", "text", "text", ""));
     event(r, "ping", json_pack("{s:s}", "type", "ping"));
+}
+
+/* The calls' deltas as tool_use blocks and their input_json_delta pieces. */
+static void stream_calls(struct gs_srv_req *r, struct gs_srv_choice *c)
+{
+    size_t i;
+    json_t *d;
+    json_array_foreach(c->call_deltas, i, d)
+    {
+        json_t *fn = json_object_get(d, "function");
+        if (json_object_get(d, "id"))
+            block_open(r, BLOCK_TOOL, tool_use_block(d, json_object()));
+        json_t *args = json_object_get(fn, "arguments");
+        if (r->msg.open == BLOCK_TOOL && json_string_length(args))
+            event(r, "content_block_delta",
+                  json_pack("{s:s,s:i,s:{s:s,s:O}}", "type", "content_block_delta", "index",
+                            (int)r->msg.index, "delta", "type", "input_json_delta",
+                            "partial_json", args));
+    }
+    json_array_clear(c->call_deltas);
 }
 
 static void stream_text(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin)
 {
     (void)fin; /* the end is told by stream_end, once any validation report is in */
-    if (!c->text.len)
-        return;
-    json_t *text = gs_srv_json_text(c->text.p, c->text.len);
-    c->text.len = 0;
-    event(r, "content_block_delta",
-          json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", 0, "delta",
-                    "type", "text_delta", "text", text));
+    if (c->text.len) {
+        if (r->msg.open != BLOCK_TEXT)
+            block_open(r, BLOCK_TEXT, json_pack("{s:s,s:s}", "type", "text", "text", ""));
+        json_t *text = gs_srv_json_text(c->text.p, c->text.len);
+        c->text.len = 0;
+        event(r, "content_block_delta",
+              json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index",
+                        (int)r->msg.index, "delta", "type", "text_delta", "text", text));
+    }
+    if (json_array_size(c->call_deltas))
+        stream_calls(r, c);
 }
 
 static void stream_end(struct gs_srv_req *r)
@@ -94,8 +174,10 @@ static void stream_end(struct gs_srv_req *r)
         stream_fail(r, kind, msg);
         return;
     }
-    event(r, "content_block_stop",
-          json_pack("{s:s,s:i}", "type", "content_block_stop", "index", 0));
+    /* An answer of nothing is still one (empty) text block, as non-streamed. */
+    if (r->msg.open == BLOCK_NONE && r->msg.index == 0)
+        block_open(r, BLOCK_TEXT, json_pack("{s:s,s:s}", "type", "text", "text", ""));
+    block_close(r);
     json_t *delta =
         json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta", "stop_reason", reason,
                   "stop_sequence", stop_sequence(r, c), "usage", usage(r));
@@ -114,11 +196,26 @@ static enum MHD_Result respond(struct gs_srv_req *r)
         enum gs_srv_ekind kind = gs_srv__unfinished_kind(c, &msg);
         return gs_srv__respond_error(r, kind, NULL, "%s", msg);
     }
-    json_t *text = gs_srv_json_text(c->text.p ? c->text.p : "", c->text.len);
-    json_t *body = json_pack("{s:s,s:s,s:s,s:s,s:[{s:s,s:o}],s:s,s:o,s:o}", "id", r->id, "type",
-                             "message", "role", "assistant", "model", r->srv->cfg.model.id,
-                             "content", "type", "text", "text", text, "stop_reason", reason,
-                             "stop_sequence", stop_sequence(r, c), "usage", usage(r));
+    json_t *content = json_array();
+    /* With calls, the text block is left out unless the model wrote more than whitespace. */
+    size_t k = 0;
+    while (k < c->text.len && strchr(" \t\r\n", c->text.p[k]))
+        k++;
+    if (!json_array_size(c->calls) || k < c->text.len)
+        json_array_append_new(content,
+                              json_pack("{s:s,s:o}", "type", "text", "text",
+                                        gs_srv_json_text(c->text.p ? c->text.p : "", c->text.len)));
+    size_t i;
+    json_t *call, *block;
+    json_array_foreach(c->calls, i, call)
+    {
+        if ((block = tool_use_block(call, NULL)))
+            json_array_append_new(content, block);
+    }
+    json_t *body = json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:o,s:o}", "id", r->id, "type", "message",
+                             "role", "assistant", "model", r->srv->cfg.model.id, "content",
+                             content, "stop_reason", reason, "stop_sequence", stop_sequence(r, c),
+                             "usage", usage(r));
     if (body) {
         json_object_set_new(body, "graphserve", gs_srv__val_receipt(r));
         gs_srv__val_attach(r, body);

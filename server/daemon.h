@@ -104,6 +104,12 @@ struct gs_srv_resp_stream {
     struct gs_srv_buf text; /* the open message's text, or the open call's arguments */
     json_t *item;           /* the open item; owned */
 };
+/* A /v1/messages stream's state (anthropic.c): the content block open, if any, and its
+ * index (blocks are numbered from 0 in the order they open). */
+struct gs_srv_msg_stream {
+    int open;       /* anthropic.c's enum */
+    uint32_t index; /* the open block's index, or the next one's */
+};
 /* embed.c: only respond (embeddings never stream) */
 extern const struct gs_srv_shape gs_srv__embed_shape;
 
@@ -190,6 +196,7 @@ struct gs_srv_req {
     double t_last_out_ms;
     struct gs_srv_req_val val;
     struct gs_srv_resp_stream resp; /* /v1/responses streams */
+    struct gs_srv_msg_stream msg;   /* /v1/messages streams */
     struct gs_srv_embed_req *embed; /* /v1/embeddings (embed.c): its body; owned; else NULL */
 };
 

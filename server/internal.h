@@ -176,6 +176,33 @@ enum gs_status gs_srv_only_keys(const struct gs_srv_refusal *c, json_t *o, const
 /* OpenAI's names of functions and json_schema: 1 to 64 of a-z A-Z 0-9 _ -. */
 bool gs_srv_name_ok(const char *n);
 
+/* Field readers that refuse in the parsers' words. A field absent or null leaves *out
+ * unchanged and *present (when not NULL) false. get_num: a finite number in [lo, hi];
+ * get_int: an integer (or an integral real) in [lo, hi]; get_bool: a boolean. */
+enum gs_status gs_srv_get_num(const struct gs_srv_refusal *c, json_t *root, const char *key,
+                              double lo, double hi, double *out, bool *present);
+enum gs_status gs_srv_get_int(const struct gs_srv_refusal *c, json_t *root, const char *key,
+                              int64_t lo, int64_t hi, int64_t *out, bool *present);
+enum gs_status gs_srv_get_bool(const struct gs_srv_refusal *c, json_t *root, const char *key,
+                               bool *out);
+struct gs_srv_gen;
+struct gs_srv_parse_limits;
+/* Stop strings from field key into g->stop: OpenAI's "stop" (lone: a string or a list)
+ * or Anthropic's "stop_sequences" (a list only), bounded by lim's max_stop and
+ * max_stop_bytes; empty strings are dropped. */
+enum gs_status gs_srv_get_stop(const struct gs_srv_refusal *c, json_t *root, const char *key,
+                               bool lone, const struct gs_srv_parse_limits *lim,
+                               struct gs_srv_gen *g);
+
+/*
+ * Rewrites a refusal's param or message s (cap bytes) from chat's field names into another
+ * API's, in place: each "messages[k]" becomes origin[k] (a JSON array of strings: where
+ * chat message k came from, e.g. "input[3]") when origin has it, and each map[i][0] met
+ * becomes map[i][1], the first that matches at a place winning (list longer names first).
+ */
+void gs_srv_respell(char *s, size_t cap, const char *const (*map)[2], size_t n_map,
+                    const json_t *origin);
+
 /* ---- a generation request, parsed and validated ----------------------------------------- */
 
 struct gs_srv_msg {

@@ -12,64 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A number field in [lo, hi]; absent or null leaves *out unchanged. */
-static enum gs_status get_num(const struct gs_srv_refusal *c, json_t *root, const char *key,
-                              double lo, double hi, double *out, bool *present)
-{
-    json_t *v = json_object_get(root, key);
-    if (present)
-        *present = false;
-    if (!v || json_is_null(v))
-        return GS_OK;
-    if (!json_is_number(v))
-        return gs_srv_refuse(c, key, "'%s' must be a number", key);
-    double d = json_number_value(v);
-    if (!isfinite(d) || d < lo || d > hi)
-        return gs_srv_refuse(c, key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
-    *out = d;
-    if (present)
-        *present = true;
-    return GS_OK;
-}
-
-/* An integer field in [lo, hi]. */
-static enum gs_status get_int(const struct gs_srv_refusal *c, json_t *root, const char *key,
-                              int64_t lo, int64_t hi, int64_t *out, bool *present)
-{
-    json_t *v = json_object_get(root, key);
-    if (present)
-        *present = false;
-    if (!v || json_is_null(v))
-        return GS_OK;
-    int64_t i;
-    if (json_is_integer(v))
-        i = json_integer_value(v);
-    else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
-             fabs(json_real_value(v)) < 9e15)
-        i = (int64_t)json_real_value(v);
-    else
-        return gs_srv_refuse(c, key, "'%s' must be an integer", key);
-    if (i < lo || i > hi)
-        return gs_srv_refuse(c, key, "'%s' must be between %lld and %lld, got %lld", key,
-                             (long long)lo, (long long)hi, (long long)i);
-    *out = i;
-    if (present)
-        *present = true;
-    return GS_OK;
-}
-
-static enum gs_status get_bool(const struct gs_srv_refusal *c, json_t *root, const char *key,
-                               bool *out)
-{
-    json_t *v = json_object_get(root, key);
-    if (!v || json_is_null(v))
-        return GS_OK;
-    if (!json_is_boolean(v))
-        return gs_srv_refuse(c, key, "'%s' must be a boolean", key);
-    *out = json_is_true(v);
-    return GS_OK;
-}
-
 /* A message's content: a string, or an array of {"type":"text","text":...}
  * parts joined. */
 static enum gs_status message_content(const struct gs_srv_refusal *c, json_t *v, size_t i,
@@ -221,44 +163,6 @@ static enum gs_status parse_prompt(const struct gs_srv_refusal *c, json_t *root,
     return GS_OK;
 }
 
-/* Stop strings from field key: OpenAI's "stop" (a string or a list) or Anthropic's
- * "stop_sequences" (a list only, lone false). */
-static enum gs_status parse_stop(const struct gs_srv_refusal *c, json_t *root, const char *key,
-                                 bool lone, const struct gs_srv_parse_limits *lim,
-                                 struct gs_srv_gen *g)
-{
-    json_t *s = json_object_get(root, key);
-    if (!s || json_is_null(s))
-        return GS_OK;
-    if (!(lone && json_is_string(s)) && !json_is_array(s))
-        return gs_srv_refuse(c, key,
-                             lone ? "'%s' must be a string or an array of strings"
-                                  : "'%s' must be an array of strings",
-                             key);
-    size_t n = json_is_string(s) ? 1 : json_array_size(s);
-    if (n > lim->max_stop)
-        return gs_srv_refuse(c, key, "'%s' has %zu strings; at most %u are allowed", key, n,
-                             lim->max_stop);
-    g->stop = gs_calloc(n ? n : 1, sizeof(*g->stop));
-    if (!g->stop)
-        return gs_srv_refuse_nomem(c);
-    for (size_t i = 0; i < n; i++) {
-        json_t *v = json_is_string(s) ? s : json_array_get(s, i);
-        if (!json_is_string(v))
-            return gs_srv_refuse(c, key, "'%s[%zu]' must be a string", key, i);
-        if (json_string_length(v) > lim->max_stop_bytes)
-            return gs_srv_refuse(c, key, "'%s[%zu]' is longer than %u bytes", key, i,
-                                 lim->max_stop_bytes);
-        if (json_string_length(v) == 0 || strlen(json_string_value(v)) != json_string_length(v))
-            continue; /* an empty stop string (or one with NUL) can never be matched usefully */
-        g->stop[g->n_stop] = gs_strdup(json_string_value(v));
-        if (!g->stop[g->n_stop])
-            return gs_srv_refuse_nomem(c);
-        g->n_stop++;
-    }
-    return GS_OK;
-}
-
 static enum gs_status parse_logit_bias(const struct gs_srv_refusal *c, json_t *root,
                                        const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
 {
@@ -390,7 +294,7 @@ static enum gs_status parse_sampling(const struct gs_srv_refusal *c, json_t *roo
 #define NUM(key, lo, hi, field)                                                                    \
     do {                                                                                           \
         d = sp->field;                                                                             \
-        if ((st = get_num(c, root, key, lo, hi, &d, NULL)) != GS_OK)                               \
+        if ((st = gs_srv_get_num(c, root, key, lo, hi, &d, NULL)) != GS_OK)                               \
             return st;                                                                             \
         sp->field = (float)d;                                                                      \
     } while (0)
@@ -403,15 +307,15 @@ static enum gs_status parse_sampling(const struct gs_srv_refusal *c, json_t *roo
 #undef NUM
     if (sp->top_p <= 0)
         return gs_srv_refuse(c, "top_p", "'top_p' must be greater than 0");
-    if ((st = get_int(c, root, "top_k", 0, 1 << 30, &i, &has)) != GS_OK)
+    if ((st = gs_srv_get_int(c, root, "top_k", 0, 1 << 30, &i, &has)) != GS_OK)
         return st;
     if (has)
         sp->top_k = (int32_t)i;
-    if ((st = get_int(c, root, "repeat_last_n", 0, GS_SAMPLE_REPEAT_LAST_N_MAX, &i, &has)) != GS_OK)
+    if ((st = gs_srv_get_int(c, root, "repeat_last_n", 0, GS_SAMPLE_REPEAT_LAST_N_MAX, &i, &has)) != GS_OK)
         return st;
     if (has)
         sp->repeat_last_n = (int32_t)i;
-    if ((st = get_int(c, root, "seed", INT64_MIN, INT64_MAX, &i, &has)) != GS_OK)
+    if ((st = gs_srv_get_int(c, root, "seed", INT64_MIN, INT64_MAX, &i, &has)) != GS_OK)
         return st;
     if (has) {
         sp->seed = (uint64_t)i;
@@ -430,9 +334,9 @@ static enum gs_status parse_logprobs(const struct gs_srv_refusal *c, json_t *roo
     bool has;
     json_t *lp = json_object_get(root, "logprobs");
     if (g->chat) {
-        if ((st = get_bool(c, root, "logprobs", &g->logprobs)) != GS_OK)
+        if ((st = gs_srv_get_bool(c, root, "logprobs", &g->logprobs)) != GS_OK)
             return st;
-        if ((st = get_int(c, root, "top_logprobs", 0, GS_SAMPLE_TOP_LOGPROBS_MAX, &i, &has)) !=
+        if ((st = gs_srv_get_int(c, root, "top_logprobs", 0, GS_SAMPLE_TOP_LOGPROBS_MAX, &i, &has)) !=
             GS_OK)
             return st;
         if (has) {
@@ -444,7 +348,7 @@ static enum gs_status parse_logprobs(const struct gs_srv_refusal *c, json_t *roo
         if (json_is_boolean(lp)) {
             g->logprobs = json_is_true(lp);
         } else {
-            if ((st = get_int(c, root, "logprobs", 0, 5, &i, &has)) != GS_OK)
+            if ((st = gs_srv_get_int(c, root, "logprobs", 0, 5, &i, &has)) != GS_OK)
                 return st;
             g->logprobs = true;
             g->top_logprobs = (int32_t)i;
@@ -470,7 +374,7 @@ static enum gs_status parse_validation(const struct gs_srv_refusal *c, json_t *r
         return gs_srv_refuse(c, "validation", "'validation' must be a boolean or an object");
     int64_t k;
     bool has;
-    if (get_int(c, v, "top_logprobs", 0, GS_SAMPLE_TOP_LOGPROBS_MAX, &k, &has) != GS_OK)
+    if (gs_srv_get_int(c, v, "top_logprobs", 0, GS_SAMPLE_TOP_LOGPROBS_MAX, &k, &has) != GS_OK)
         return gs_srv_refuse(c, "validation.top_logprobs",
                              "'validation.top_logprobs' must be an integer from 0 to %d",
                              GS_SAMPLE_TOP_LOGPROBS_MAX);
@@ -486,7 +390,7 @@ static enum gs_status parse_parse_special(const struct gs_srv_refusal *c, json_t
                                           struct gs_srv_gen *g)
 {
     json_t *v = json_object_get(root, "parse_special");
-    enum gs_status st = get_bool(c, root, "parse_special", &g->parse_special);
+    enum gs_status st = gs_srv_get_bool(c, root, "parse_special", &g->parse_special);
     if (st != GS_OK || !v || json_is_null(v))
         return st;
     if (g->chat)
@@ -641,7 +545,7 @@ static enum gs_status parse_root(const struct gs_srv_refusal *c, json_t *root,
     const char *mt = g->chat && json_object_get(root, "max_completion_tokens")
                          ? "max_completion_tokens"
                          : "max_tokens";
-    if ((st = get_int(c, root, mt, 1, INT32_MAX, &i, &has)) != GS_OK)
+    if ((st = gs_srv_get_int(c, root, mt, 1, INT32_MAX, &i, &has)) != GS_OK)
         return st;
     if (has && i > lim->max_tokens)
         return gs_srv_refuse(c, mt, "'%s' is %lld; this server allows at most %u", mt, (long long)i,
@@ -649,19 +553,19 @@ static enum gs_status parse_root(const struct gs_srv_refusal *c, json_t *root,
     if (has)
         g->max_tokens = (uint32_t)i;
     g->n = 1;
-    if ((st = get_int(c, root, "n", 1, lim->max_n, &i, &has)) != GS_OK)
+    if ((st = gs_srv_get_int(c, root, "n", 1, lim->max_n, &i, &has)) != GS_OK)
         return st;
     if (has)
         g->n = (uint32_t)i;
-    if ((st = get_bool(c, root, "stream", &g->stream)) != GS_OK ||
-        (st = get_bool(c, root, "ignore_eos", &g->ignore_eos)) != GS_OK ||
-        (st = get_bool(c, root, "echo", &g->echo)) != GS_OK)
+    if ((st = gs_srv_get_bool(c, root, "stream", &g->stream)) != GS_OK ||
+        (st = gs_srv_get_bool(c, root, "ignore_eos", &g->ignore_eos)) != GS_OK ||
+        (st = gs_srv_get_bool(c, root, "echo", &g->echo)) != GS_OK)
         return st;
     json_t *so = json_object_get(root, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so))
             return gs_srv_refuse(c, "stream_options", "'stream_options' must be an object");
-        if ((st = get_bool(c, so, "include_usage", &g->include_usage)) != GS_OK)
+        if ((st = gs_srv_get_bool(c, so, "include_usage", &g->include_usage)) != GS_OK)
             return gs_srv_refuse(c, "stream_options.include_usage",
                                  "'stream_options.include_usage' must be a boolean");
     }
@@ -669,7 +573,7 @@ static enum gs_status parse_root(const struct gs_srv_refusal *c, json_t *root,
     if (user && !json_is_null(user) && !json_is_string(user))
         return gs_srv_refuse(c, "user", "'user' must be a string");
     if ((st = parse_sampling(c, root, g)) != GS_OK || (st = parse_logprobs(c, root, g)) != GS_OK ||
-        (st = parse_stop(c, root, "stop", true, lim, g)) != GS_OK ||
+        (st = gs_srv_get_stop(c, root, "stop", true, lim, g)) != GS_OK ||
         (st = parse_logit_bias(c, root, lim, g)) != GS_OK ||
         (st = parse_validation(c, root, g)) != GS_OK ||
         (st = parse_parse_special(c, root, g)) != GS_OK ||
@@ -731,319 +635,4 @@ void gs_srv_gen_free(struct gs_srv_gen *g)
     gs_grammar_unref(g->grammar);
     gs_srv_tools_free(g);
     *g = (struct gs_srv_gen){0};
-}
-
-/* ---- the Messages API (Anthropic) ------------------------------------------------------------ */
-
-/*
- * Anthropic's body is read into the same struct gs_srv_gen as a chat, so that it renders,
- * tokenizes and generates exactly as /v1/chat/completions does. Unlike OpenAI's routes,
- * every field is either implemented or refused: a client that sends "tools" or
- * "thinking" must learn that graphserve did not honour it, not get an answer that
- * silently lacks it.
- */
-
-/* What /v1/messages reads; count_tokens reads the first n_count_fields. */
-static const char *const messages_fields[] = {
-    "model",       "messages", "system", "max_tokens", "stop_sequences",
-    "temperature", "top_p",    "top_k",  "stream",     "metadata",
-};
-enum { n_count_fields = 3 };
-
-static enum gs_status messages_refuse_unread(const struct gs_srv_refusal *c, json_t *root,
-                                             bool count_only)
-{
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v)
-    {
-        size_t n = count_only ? n_count_fields : GS_ARRAY_LEN(messages_fields);
-        bool known = false;
-        for (size_t k = 0; k < n && !known; k++)
-            known = !strcmp(key, messages_fields[k]);
-        if (!known)
-            return gs_srv_refuse(c, key,
-                                 "'%.64s': graphserve does not implement this field%s; remove it",
-                                 key, count_only ? " on count_tokens" : "");
-    }
-    return GS_OK;
-}
-
-/* cache_control on a block: {"type":"ephemeral"} with an optional "ttl". Accepted
- * because it is honoured without being asked: the prefix cache keeps every prompt's
- * full pages for the requests after it. */
-static enum gs_status block_cache_control(const struct gs_srv_refusal *c, json_t *cc,
-                                          const char *param)
-{
-    json_t *type = json_object_get(cc, "type"), *ttl = json_object_get(cc, "ttl");
-    if (!json_is_object(cc) || !json_is_string(type) ||
-        strcmp(json_string_value(type), "ephemeral") || (ttl && !json_is_string(ttl)) ||
-        json_object_size(cc) > 1 + (ttl != NULL))
-        return gs_srv_refuse(c, param, "'%s.cache_control' must be {\"type\":\"ephemeral\"}",
-                             param);
-    return GS_OK;
-}
-
-/* A content (or system) value: a string, or text blocks joined as the chat route joins
- * text parts. Any other block type is refused by name. */
-static enum gs_status messages_text(const struct gs_srv_refusal *c, json_t *v, const char *param,
-                                    char **out)
-{
-    if (json_is_string(v)) {
-        *out = gs_strndup(json_string_value(v), json_string_length(v));
-        return *out ? GS_OK : gs_srv_refuse_nomem(c);
-    }
-    if (!json_is_array(v))
-        return gs_srv_refuse(c, param, "'%s' must be a string or an array of text blocks", param);
-    struct gs_srv_buf b = {0};
-    size_t k;
-    json_t *block;
-    enum gs_status st = GS_OK;
-    json_array_foreach(v, k, block)
-    {
-        char bp[64];
-        snprintf(bp, sizeof(bp), "%s[%zu]", param, k);
-        json_t *type = json_object_get(block, "type"), *text = json_object_get(block, "text");
-        if (!json_is_object(block) || !json_is_string(type)) {
-            st = gs_srv_refuse(c, bp, "'%s' must be a content block with a 'type'", bp);
-            break;
-        }
-        if (strcmp(json_string_value(type), "text")) {
-            st = gs_srv_refuse(
-                c, bp,
-                "'%s': content blocks of type '%.40s' are not supported by graphserve; "
-                "only 'text'",
-                bp, json_string_value(type));
-            break;
-        }
-        const char *key;
-        json_t *f;
-        json_object_foreach(block, key, f)
-        {
-            if (!strcmp(key, "cache_control"))
-                st = block_cache_control(c, f, bp);
-            else if (strcmp(key, "type") && strcmp(key, "text"))
-                st = gs_srv_refuse(c, bp, "'%s.%.40s': graphserve does not implement this field",
-                                   bp, key);
-            if (st != GS_OK)
-                break;
-        }
-        if (st == GS_OK && !json_is_string(text))
-            st = gs_srv_refuse(c, bp, "'%s.text' must be a string", bp);
-        if (st != GS_OK)
-            break;
-        gs_srv_buf_add(&b, json_string_value(text), json_string_length(text));
-    }
-    gs_srv_buf_add(&b, "", 0);
-    if (st == GS_OK && b.failed)
-        st = gs_srv_refuse_nomem(c);
-    if (st != GS_OK) {
-        gs_srv_buf_free(&b);
-        return st;
-    }
-    *out = b.p;
-    return GS_OK;
-}
-
-static enum gs_status messages_add(const struct gs_srv_refusal *c, struct gs_srv_gen *g,
-                                   const char *role, char *content)
-{
-    g->msgs[g->n_msgs].content = content;
-    g->msgs[g->n_msgs].role = gs_strdup(role);
-    g->n_msgs++;
-    return g->msgs[g->n_msgs - 1].role ? GS_OK : gs_srv_refuse_nomem(c);
-}
-
-/* The final assistant message: the answer continues it. Anthropic refuses one that ends
- * in whitespace, and so does graphserve: the tokenizer would end the prompt in a space
- * that the model's next word normally carries. */
-static enum gs_status messages_prefill(const struct gs_srv_refusal *c, size_t i, char *text,
-                                       struct gs_srv_gen *g)
-{
-    size_t n = strlen(text);
-    if (n && strchr(" \t\n\r", text[n - 1])) {
-        gs_free(text);
-        char param[48];
-        snprintf(param, sizeof(param), "messages[%zu].content", i);
-        return gs_srv_refuse(c, param,
-                             "'%s': the final assistant content cannot end with whitespace", param);
-    }
-    if (n)
-        g->prefill = text;
-    else
-        gs_free(text);
-    return GS_OK;
-}
-
-/* The conversation as the Jinja template sees it: {"role","content"} with string content. */
-static enum gs_status messages_json(const struct gs_srv_refusal *c, struct gs_srv_gen *g)
-{
-    json_t *a = json_array();
-    for (size_t i = 0; a && i < g->n_msgs; i++)
-        if (json_array_append_new(a, json_pack("{s:s,s:s}", "role", g->msgs[i].role, "content",
-                                               g->msgs[i].content))) {
-            json_decref(a);
-            a = NULL;
-        }
-    if (!a)
-        return gs_srv_refuse_nomem(c);
-    g->messages_json = a;
-    return GS_OK;
-}
-
-static enum gs_status messages_conversation(const struct gs_srv_refusal *c, json_t *root,
-                                            const struct gs_srv_parse_limits *lim,
-                                            struct gs_srv_gen *g)
-{
-    json_t *msgs = json_object_get(root, "messages"), *system = json_object_get(root, "system");
-    if (!msgs)
-        return gs_srv_refuse(c, "messages", "'messages' is required");
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return gs_srv_refuse(c, "messages", "'messages' must be a non-empty array");
-    size_t n = json_array_size(msgs);
-    if (!(g->msgs = gs_calloc(n + 1, sizeof(*g->msgs))))
-        return gs_srv_refuse_nomem(c);
-    enum gs_status st;
-    char *text;
-    if (system && !json_is_null(system)) {
-        if ((st = messages_text(c, system, "system", &text)) != GS_OK)
-            return st;
-        if (!*text)
-            gs_free(text);
-        else if ((st = messages_add(c, g, "system", text)) != GS_OK)
-            return st;
-    }
-    size_t i;
-    json_t *m;
-    json_array_foreach(msgs, i, m)
-    {
-        char param[48];
-        snprintf(param, sizeof(param), "messages[%zu]", i);
-        if (!json_is_object(m))
-            return gs_srv_refuse(c, param, "'%s' must be an object with 'role' and 'content'",
-                                 param);
-        const char *key;
-        json_t *f;
-        json_object_foreach(m, key, f)
-        {
-            if (strcmp(key, "role") && strcmp(key, "content"))
-                return gs_srv_refuse(
-                    c, param, "'%s.%.40s': graphserve does not implement this field", param, key);
-        }
-        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
-        const char *r = json_is_string(role) ? json_string_value(role) : "";
-        snprintf(param, sizeof(param), "messages[%zu].role", i);
-        if (strcmp(r, "user") && strcmp(r, "assistant"))
-            return gs_srv_refuse(c, param, "'%s' must be 'user' or 'assistant'", param);
-        snprintf(param, sizeof(param), "messages[%zu].content", i);
-        if (!content)
-            return gs_srv_refuse(c, param, "'%s' is required", param);
-        if ((st = messages_text(c, content, param, &text)) != GS_OK)
-            return st;
-        if (i + 1 == n && !strcmp(r, "assistant"))
-            st = messages_prefill(c, i, text, g);
-        else
-            st = messages_add(c, g, r, text);
-        if (st != GS_OK)
-            return st;
-    }
-    if (g->n_msgs == 0)
-        return gs_srv_refuse(c, "messages",
-                             "'messages' has nothing before its final assistant message");
-    return lim->jinja ? messages_json(c, g) : GS_OK;
-}
-
-/* "metadata": {"user_id": string or null}, nothing else. */
-static enum gs_status messages_metadata(const struct gs_srv_refusal *c, json_t *root)
-{
-    json_t *md = json_object_get(root, "metadata");
-    if (!md || json_is_null(md))
-        return GS_OK;
-    if (!json_is_object(md))
-        return gs_srv_refuse(c, "metadata", "'metadata' must be an object");
-    const char *key;
-    json_t *v;
-    json_object_foreach(md, key, v)
-    {
-        if (strcmp(key, "user_id"))
-            return gs_srv_refuse(c, "metadata",
-                                 "'metadata.%.40s': graphserve does not implement this field", key);
-        if (!json_is_string(v) && !json_is_null(v))
-            return gs_srv_refuse(c, "metadata", "'metadata.user_id' must be a string");
-    }
-    return GS_OK;
-}
-
-static enum gs_status messages_root(const struct gs_srv_refusal *c, json_t *root,
-                                    const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
-{
-    enum gs_status st;
-    int64_t i;
-    bool has;
-    double d;
-    if ((st = messages_refuse_unread(c, root, g->count_only)) != GS_OK)
-        return st;
-    json_t *model = json_object_get(root, "model");
-    if (model && !json_is_null(model)) {
-        if (!json_is_string(model))
-            return gs_srv_refuse(c, "model", "'model' must be a string");
-        if (!(g->model = gs_strdup(json_string_value(model))))
-            return gs_srv_refuse_nomem(c);
-    }
-    if ((st = messages_conversation(c, root, lim, g)) != GS_OK || g->count_only)
-        return st;
-    if ((st = get_int(c, root, "max_tokens", 1, INT32_MAX, &i, &has)) != GS_OK)
-        return st;
-    if (!has)
-        return gs_srv_refuse(c, "max_tokens", "'max_tokens' is required");
-    if (i > lim->max_tokens)
-        return gs_srv_refuse(c, "max_tokens", "'max_tokens' is %lld; this server allows at most %u",
-                             (long long)i, lim->max_tokens);
-    g->max_tokens = (uint32_t)i;
-    /* Anthropic's temperature is [0, 1]; top_p and top_k as OpenAI's. */
-    struct gs_sample_params *sp = &g->sp;
-    d = sp->temperature;
-    if ((st = get_num(c, root, "temperature", 0, 1, &d, NULL)) != GS_OK)
-        return st;
-    sp->temperature = (float)d;
-    d = sp->top_p;
-    if ((st = get_num(c, root, "top_p", 0, 1, &d, NULL)) != GS_OK)
-        return st;
-    if (d <= 0)
-        return gs_srv_refuse(c, "top_p", "'top_p' must be greater than 0");
-    sp->top_p = (float)d;
-    if ((st = get_int(c, root, "top_k", 0, 1 << 30, &i, &has)) != GS_OK)
-        return st;
-    if (has)
-        sp->top_k = (int32_t)i;
-    if ((st = get_bool(c, root, "stream", &g->stream)) != GS_OK ||
-        (st = parse_stop(c, root, "stop_sequences", false, lim, g)) != GS_OK ||
-        (st = messages_metadata(c, root)) != GS_OK)
-        return st;
-    struct gs_err e;
-    if (gs_sample_params_check(sp, (int32_t)lim->n_vocab, &e) != GS_OK)
-        return gs_srv_refuse(c, "", "%s", e.msg);
-    return GS_OK;
-}
-
-enum gs_status gs_srv_messages_parse(const char *body, size_t len, bool count_only,
-                                     const struct gs_srv_parse_limits *lim, struct gs_srv_gen *out,
-                                     char *param, size_t param_cap, struct gs_err *err)
-{
-    const struct gs_srv_refusal c = {param, param_cap, err};
-    *out = (struct gs_srv_gen){
-        .chat = true, .api = GS_SRV_API_ANTHROPIC, .n = 1, .count_only = count_only};
-    gs_sample_params_init(&out->sp);
-    if (param_cap)
-        param[0] = '\0';
-    json_error_t je;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return gs_srv_refuse(&c, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
-                             je.text);
-    enum gs_status st = json_is_object(root)
-                            ? messages_root(&c, root, lim, out)
-                            : gs_srv_refuse(&c, "", "the request body must be a JSON object");
-    json_decref(root);
-    return st;
 }

@@ -375,47 +375,15 @@ static json_t *echo(json_t *root, const struct gs_srv_gen *g)
     return e;
 }
 
-/* Chat's spelling of a field back into the Responses spelling, in place; longest first. */
-static void respell(char *s, size_t cap, const json_t *origin)
-{
-    static const char *const map[][2] = {
-        {"response_format.json_schema", "text.format"},
-        {"response_format", "text.format"},
-        {"tool_choice.function.name", "tool_choice.name"},
-        {"].function.", "]."},
-        {"max_tokens", "max_output_tokens"},
-        {"messages", "input"},
-    };
-    char out[GS_ERR_MSG_LEN];
-    size_t w = 0;
-    for (const char *p = s; *p && w + 1 < sizeof(out);) {
-        char *end;
-        unsigned long m = strncmp(p, "messages[", 9) ? 0 : strtoul(p + 9, &end, 10);
-        const char *from = !strncmp(p, "messages[", 9) && *end == ']'
-                               ? json_string_value(json_array_get(origin, m))
-                               : NULL;
-        if (from) {
-            w += (size_t)snprintf(out + w, sizeof(out) - w, "%s", from);
-            if (w >= sizeof(out))
-                w = sizeof(out) - 1;
-            p = end + 1;
-            continue;
-        }
-        size_t k = 0;
-        while (k < GS_ARRAY_LEN(map) && strncmp(p, map[k][0], strlen(map[k][0])))
-            k++;
-        if (k == GS_ARRAY_LEN(map)) {
-            out[w++] = *p++;
-            continue;
-        }
-        w += (size_t)snprintf(out + w, sizeof(out) - w, "%s", map[k][1]);
-        if (w >= sizeof(out))
-            w = sizeof(out) - 1;
-        p += strlen(map[k][0]);
-    }
-    out[w] = '\0';
-    snprintf(s, cap, "%s", out);
-}
+/* Chat's spelling of a field back into the Responses spelling; longest first. */
+static const char *const spelling[][2] = {
+    {"response_format.json_schema", "text.format"},
+    {"response_format", "text.format"},
+    {"tool_choice.function.name", "tool_choice.name"},
+    {"].function.", "]."},
+    {"max_tokens", "max_output_tokens"},
+    {"messages", "input"},
+};
 
 static enum gs_status responses_root(struct rctx *c, json_t *root, const json_t *prior,
                                      const struct gs_srv_parse_limits *lim, struct gs_srv_gen *g)
@@ -487,8 +455,9 @@ static enum gs_status responses_root(struct rctx *c, json_t *root, const json_t 
      * stays in output_text rather than being dropped. */
     g->reasoning_inline = true;
     if (st != GS_OK) {
-        respell(c->r.param, c->r.param_cap, c->origin);
-        respell(c->r.err->msg, sizeof(c->r.err->msg), c->origin);
+        gs_srv_respell(c->r.param, c->r.param_cap, spelling, GS_ARRAY_LEN(spelling), c->origin);
+        gs_srv_respell(c->r.err->msg, sizeof(c->r.err->msg), spelling, GS_ARRAY_LEN(spelling),
+                       c->origin);
     }
     return st;
 }

@@ -540,7 +540,7 @@ enum gs_status gs_srv_tools_parse(json_t *root, const struct gs_srv_parse_limits
     json_t *ptc = json_object_get(root, "parallel_tool_calls");
     static const char *const names[] = {"tools", "tool_choice", "parallel_tool_calls"};
     json_t *vals[] = {tools, tc, ptc};
-    if (!g->chat || g->api != GS_SRV_API_OPENAI) {
+    if (!g->chat) {
         for (size_t i = 0; i < GS_ARRAY_LEN(names); i++)
             if (vals[i] && !json_is_null(vals[i]))
                 return gs_srv_refuse(&c, names[i], "'%s' is for /v1/chat/completions", names[i]);

@@ -1,13 +1,18 @@
 // tests/e2e/anthropic_sdk.mjs - the official `@anthropic-ai/sdk` npm package (pinned in
 // package.json) against the real daemon, with an API key as the SDK sends it (x-api-key):
 // messages.create, messages.stream (the text events concatenated are the final message's
-// text), messages.countTokens, and errors surfacing as the SDK's typed errors.
+// text), messages.countTokens, errors surfacing as the SDK's typed errors, and tool use on
+// the random Qwen2 file carrying Qwen 2.5's golden template (the SDK's tool_use blocks,
+// the stream's input_json_delta pieces assembled by the SDK, a tool_result turn).
 //
 // Usage: node anthropic_sdk.mjs GRAPHSERVE_BINARY SHARED_DIR
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
-import { startDaemon as spawnDaemon, stopDaemon } from './daemon.mjs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startDaemon as spawnDaemon, stopDaemon, withTemplate } from './daemon.mjs';
 
 const [bin, shared] = process.argv.slice(2);
 assert.ok(bin && shared, 'usage: node anthropic_sdk.mjs GRAPHSERVE_BINARY SHARED_DIR');
@@ -101,4 +106,60 @@ test('errors surface as the SDK\'s typed errors', async () => {
   await assert.rejects(bad.messages.countTokens({ messages: conversation.messages,
                                                   model: 'stories260K' }),
                        (e) => e instanceof Anthropic.AuthenticationError);
+});
+
+test('tool use: tool_use blocks, streamed input, a tool_result turn', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gs-anthropic-tools-'));
+  const tmpl = JSON.parse(readFileSync(
+    `${shared}/golden/templates/Qwen-Qwen2.5-7B-Instruct.json`, 'utf8')).template;
+  const model = withTemplate(`${shared}/models/arch/qwen2-tiny-Q4_K_M.gguf`, tmpl,
+                             join(dir, 'qwen2.gguf'));
+  const td = await spawnDaemon(bin, ['-m', model]);
+  const tc = new Anthropic({ baseURL: td.url, apiKey: 'unused', maxRetries: 0 });
+  try {
+    // Enumerated values keep the noise model's calls short.
+    const tools = [{
+      name: 'get_weather', description: 'The weather in a city',
+      input_schema: { type: 'object', additionalProperties: false, required: ['city'],
+                      properties: { city: { enum: ['Paris', 'London'] } } },
+    }];
+    const ask = { model: 'qwen2', max_tokens: 200, temperature: 0, tools,
+                  tool_choice: { type: 'tool', name: 'get_weather' },
+                  messages: [{ role: 'user', content: 'Weather in Paris?' }] };
+    const msg = await tc.messages.create(ask);
+    assert.equal(msg.stop_reason, 'tool_use');
+    const use = msg.content.find((b) => b.type === 'tool_use');
+    assert.ok(use, JSON.stringify(msg.content));
+    assert.match(use.id, /^toolu_/);
+    assert.equal(use.name, 'get_weather');
+    assert.ok(['Paris', 'London'].includes(use.input.city), JSON.stringify(use.input));
+    assert.deepEqual(Object.keys(use.input), ['city']);
+
+    const stream = tc.messages.stream(ask);
+    let pieces = '';
+    stream.on('inputJson', (delta) => { pieces += delta; });
+    const final = await stream.finalMessage();
+    const streamed = final.content.find((b) => b.type === 'tool_use');
+    assert.equal(final.stop_reason, 'tool_use');
+    assert.deepEqual(streamed.input, use.input, 'the SDK assembled another input');
+    assert.deepEqual(JSON.parse(pieces), use.input);
+
+    const next = await tc.messages.create({
+      ...ask, tool_choice: { type: 'auto' }, max_tokens: 8,
+      messages: [...ask.messages, { role: 'assistant', content: msg.content },
+                 { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id,
+                                             content: '18 degrees' }] }],
+    });
+    assert.equal(next.type, 'message');
+    assert.ok(next.usage.input_tokens > msg.usage.input_tokens);
+    await assert.rejects(
+      tc.messages.create({ ...ask, messages: [...ask.messages,
+        { role: 'assistant', content: msg.content },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_other' }] }] }),
+      (e) => e instanceof Anthropic.BadRequestError && /tool_use_id/.test(e.message));
+  } finally {
+    const { code } = await stopDaemon(td);
+    rmSync(dir, { recursive: true, force: true });
+    assert.equal(code, 0, `daemon exit status; log:\n${td.log()}`);
+  }
 });

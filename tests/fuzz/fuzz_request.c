@@ -25,6 +25,15 @@ static const struct gs_srv_parse_limits limits = {
     .max_stop = 4,
     .max_stop_bytes = 64,
 };
+/* The same limits for a model with a Jinja template: tools and tool blocks are read. */
+static const struct gs_srv_parse_limits jinja_limits = {
+    .n_vocab = 32000,
+    .max_tokens = 4096,
+    .max_n = 8,
+    .max_stop = 4,
+    .max_stop_bytes = 64,
+    .jinja = true,
+};
 
 /* A refusal must carry what the daemon answers with. */
 static void check_refusal(enum gs_status st, const char *param, const struct gs_err *err)
@@ -94,21 +103,25 @@ static void fuzz_gen(const char *body, size_t len, bool chat)
     gs_srv_gen_free(&g);
 }
 
-/* Anthropic's: a chat of user and assistant turns after an optional system message, the
- * final assistant turn (if any) set aside as a prefill without trailing whitespace, and
- * max_tokens always given unless only counting. */
-static void fuzz_messages(const char *body, size_t len, bool count_only)
+/* Anthropic's: a chat of user and assistant turns after an optional system message (and,
+ * with a Jinja template, the tool messages of tool_result blocks), the final assistant
+ * turn (if any) set aside as a prefill without trailing whitespace, max_tokens always
+ * given unless only counting, and a refusal from tools.c named in Anthropic's spelling. */
+static void fuzz_messages(const char *body, size_t len, bool count_only,
+                          const struct gs_srv_parse_limits *lim)
 {
     struct gs_srv_gen g;
     char param[64];
     struct gs_err err = {0};
     enum gs_status st =
-        gs_srv_messages_parse(body, len, count_only, &limits, &g, param, sizeof(param), &err);
+        gs_srv_messages_parse(body, len, count_only, lim, &g, param, sizeof(param), &err);
     if (st != GS_OK) {
         check_refusal(st, param, &err);
         json_t *j = gs_srv_err_json_anthropic(gs_srv_err_from_status(st), err.msg, "msg_1");
         FUZZ_CHECK(j, "no Anthropic error body for '%s'", err.msg);
         json_decref(j);
+        FUZZ_CHECK(!strstr(param, ".function.") && !strstr(param, "parallel_tool_calls"),
+                   "chat's spelling in param '%s'", param);
         gs_srv_gen_free(&g);
         return;
     }
@@ -117,8 +130,10 @@ static void fuzz_messages(const char *body, size_t len, bool count_only)
     FUZZ_CHECK(count_only || g.max_tokens >= 1, "max_tokens = %u", g.max_tokens);
     for (size_t i = 0; i < g.n_msgs; i++)
         FUZZ_CHECK((i == 0 && !strcmp(g.msgs[i].role, "system")) ||
-                       !strcmp(g.msgs[i].role, "user") || !strcmp(g.msgs[i].role, "assistant"),
+                       !strcmp(g.msgs[i].role, "user") || !strcmp(g.msgs[i].role, "assistant") ||
+                       (lim->jinja && !strcmp(g.msgs[i].role, "tool")),
                    "message %zu is %s", i, g.msgs[i].role);
+    FUZZ_CHECK(!lim->jinja == !g.messages_json, "the template's messages");
     size_t n = g.prefill ? strlen(g.prefill) : 0;
     FUZZ_CHECK(!g.prefill || (n && !strchr(" \t\n\r", g.prefill[n - 1])), "prefill '%s'",
                g.prefill);
@@ -219,8 +234,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *body = size ? (const char *)data : "";
     fuzz_gen(body, size, true);
     fuzz_gen(body, size, false);
-    fuzz_messages(body, size, false);
-    fuzz_messages(body, size, true);
+    fuzz_messages(body, size, false, &limits);
+    fuzz_messages(body, size, true, &limits);
+    fuzz_messages(body, size, false, &jinja_limits);
+    fuzz_messages(body, size, true, &jinja_limits);
     fuzz_responses(body, size, NULL);
     json_t *prior =
         json_pack("[{s:s,s:s},{s:s,s:n,s:[{s:s,s:s,s:{s:s,s:s}}]},{s:s,s:s,s:s}]", "role", "user",

@@ -315,7 +315,7 @@ Test(http_anthropic, errors_have_anthropics_shape)
     expect_error(m, "{\"messages\":" MSGS "}", KEY, 400, bad, "max_tokens");
     expect_error(m, "{\"messages\":[{\"role\":\"system\",\"content\":\"a\"}],\"max_tokens\":4}",
                  KEY, 400, bad, "messages[0].role");
-    expect_error(m, "{\"messages\":" MSGS ",\"max_tokens\":4,\"tools\":[]}", KEY, 400, bad,
+    expect_error(m, "{\"messages\":" MSGS ",\"max_tokens\":4,\"tools\":{}}", KEY, 400, bad,
                  "'tools'");
     expect_error(m, "{\"messages\":" MSGS ",\"max_tokens\":4,\"thinking\":{}}", KEY, 400, bad,
                  "'thinking'");

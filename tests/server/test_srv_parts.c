@@ -338,9 +338,13 @@ Test(srv_messages, refusals_name_the_field)
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1,"
          "\"metadata\":{\"user_id\":1}}",
          false, "metadata"},
+        /* Without a Jinja template (these limits) tools cannot be rendered. */
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1,"
-         "\"tools\":[]}",
+         "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]}",
          false, "tools"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1,"
+         "\"tools\":[{\"name\":\"f\"}]}",
+         false, "tools[0].input_schema"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1,"
          "\"n\":2}",
          false, "n"},
