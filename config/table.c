@@ -124,15 +124,16 @@ static const struct gs_cfg_opt opts[] = {
     /* Not reloadable: the store is sized once, when the daemon starts. */
     {"responses-store-max", 0, GS_CFG_INT, F(responses_store_max), g_limits, "256", 1, 1 << 20,
      NULL, 0, "responses",
-     "Responses kept for previous_response_id (those created with store: true); the oldest "
-     "go first."},
+     "Responses kept for previous_response_id and GET /v1/responses/{id} (those created with "
+     "store: true); the oldest go first."},
     {"responses-store-bytes", 0, GS_CFG_BYTES, F(responses_store_bytes), g_limits, "16MiB", KiB,
      GiB, NULL, 0, "bytes",
-     "Conversation bytes (compact JSON) the kept responses may hold in all; the oldest go "
-     "first, and a larger conversation is not kept."},
+     "Bytes (compact JSON of each conversation and response object) the kept responses may "
+     "hold in all; the oldest go first, and a larger one is not kept."},
     {"responses-store-max-age-s", 0, GS_CFG_INT, F(responses_store_max_age_s), g_limits, "3600",
      1, 604800, NULL, 0, "s",
-     "A kept response older than this is forgotten: previous_response_id naming it is a 404."},
+     "A kept response older than this is forgotten: previous_response_id or GET naming it is a "
+     "404."},
     {"drain-timeout-s", 0, GS_CFG_INT, F(drain_timeout_s), g_limits, "30", 0, 3600, NULL, R, "s",
      "On SIGTERM, time given to in-flight requests before they end with finish_reason abort."},
 

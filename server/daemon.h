@@ -363,6 +363,10 @@ const json_t *gs_srv__responses_find(struct gs_srv *s, const char *id);
  * "store": true; a conversation too large for the store is not kept (logged). */
 void gs_srv__responses_keep(struct gs_srv_req *r, const json_t *resp);
 void gs_srv__responses_store_free(struct gs_srv *s);
+/* GET /v1/responses/{id}: the kept response object; DELETE: forgets it
+ * ({"id","object":"response","deleted":true}). 404 for an id not kept. */
+enum MHD_Result gs_srv__responses_retrieve(struct gs_srv_req *r);
+enum MHD_Result gs_srv__responses_delete(struct gs_srv_req *r);
 /* embed.c: POST /v1/embeddings, and each input's FINISH event (its vector). */
 enum MHD_Result gs_srv__embed_start(struct gs_srv_req *r);
 void gs_srv__embed_event(struct gs_srv_req *r, struct gs_srv_choice *c,

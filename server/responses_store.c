@@ -1,13 +1,14 @@
 /*
- * server/responses_store.c - the responses kept for previous_response_id: a bounded,
- * in-memory list of conversations, one per response created with "store": true. Each
- * entry is the conversation as chat messages (the request's input after its own
- * previous response, then the answer as an assistant message), which is what a later
- * request's input is appended to. The instructions are not kept: as OpenAI's, they
- * apply to one request.
+ * server/responses_store.c - the responses kept for previous_response_id and for
+ * GET and DELETE /v1/responses/{id}: a bounded, in-memory list, one entry per response
+ * created with "store": true. Each entry is the response object as it was answered, and
+ * the conversation as chat messages (the request's input after its own previous
+ * response, then the answer as an assistant message), which is what a later request's
+ * input is appended to. The instructions are not kept in the conversation: as OpenAI's,
+ * they apply to one request.
  *
  * Limits (gs_srv_limits.responses_store_*: --responses-store-max, -bytes, -max-age-s): a
- * count, a total of bytes (the conversations' compact JSON) and an age; the oldest entries go
+ * count, a total of bytes (the conversations' and response objects' compact JSON) and an age; the oldest entries go
  * first. An entry older than the age limit is as unknown as one never stored: 404. Nothing is
  * written to disk and a restart forgets everything.
  *
@@ -24,7 +25,8 @@ struct gs_srv_resp_entry {
     struct gs_srv_resp_entry *next; /* newer */
     char id[64];
     json_t *conv; /* chat messages; owned */
-    size_t bytes; /* conv's compact JSON */
+    json_t *resp; /* the response object; owned */
+    size_t bytes; /* conv's and resp's compact JSON */
     double t_ms;  /* when it was kept */
 };
 
@@ -33,16 +35,26 @@ struct gs_srv_resp_store {
     size_t n, bytes;
 };
 
-static void drop_oldest(struct gs_srv_resp_store *st)
+/* Unlinks e, whose predecessor (older) is prev or NULL, and frees it. */
+static void drop(struct gs_srv_resp_store *st, struct gs_srv_resp_entry *prev,
+                 struct gs_srv_resp_entry *e)
 {
-    struct gs_srv_resp_entry *e = st->oldest;
-    st->oldest = e->next;
-    if (!st->oldest)
-        st->newest = NULL;
+    if (prev)
+        prev->next = e->next;
+    else
+        st->oldest = e->next;
+    if (st->newest == e)
+        st->newest = prev;
     st->n--;
     st->bytes -= e->bytes;
     json_decref(e->conv);
+    json_decref(e->resp);
     gs_free(e);
+}
+
+static void drop_oldest(struct gs_srv_resp_store *st)
+{
+    drop(st, NULL, st->oldest);
 }
 
 static void expire(const struct gs_srv *s, struct gs_srv_resp_store *st, double now_ms)
@@ -52,16 +64,53 @@ static void expire(const struct gs_srv *s, struct gs_srv_resp_store *st, double 
         drop_oldest(st);
 }
 
-const json_t *gs_srv__responses_find(struct gs_srv *s, const char *id)
+/* The live entry for id (and its predecessor in *prev), or NULL. */
+static struct gs_srv_resp_entry *find(struct gs_srv *s, const char *id,
+                                      struct gs_srv_resp_entry **prev)
 {
     struct gs_srv_resp_store *st = s->resp_store;
+    *prev = NULL;
     if (!st || !id)
         return NULL;
     expire(s, st, gs_now_ms());
-    for (struct gs_srv_resp_entry *e = st->oldest; e; e = e->next)
+    for (struct gs_srv_resp_entry *e = st->oldest; e; *prev = e, e = e->next)
         if (!strcmp(e->id, id))
-            return e->conv;
+            return e;
     return NULL;
+}
+
+const json_t *gs_srv__responses_find(struct gs_srv *s, const char *id)
+{
+    struct gs_srv_resp_entry *prev, *e = find(s, id, &prev);
+    return e ? e->conv : NULL;
+}
+
+static enum MHD_Result not_found(struct gs_srv_req *r, const char *id)
+{
+    return gs_srv__respond_error(r, GS_SRV_E_NOT_FOUND, "response_id",
+                                 "no response '%.64s' is stored here (created with \"store\": "
+                                 "true, and not yet expired, evicted or deleted)",
+                                 id);
+}
+
+enum MHD_Result gs_srv__responses_retrieve(struct gs_srv_req *r)
+{
+    const char *id = r->url + strlen("/v1/responses/");
+    struct gs_srv_resp_entry *prev, *e = find(r->srv, id, &prev);
+    if (!e)
+        return not_found(r, id);
+    return gs_srv__respond_json(r, 200, json_deep_copy(e->resp));
+}
+
+enum MHD_Result gs_srv__responses_delete(struct gs_srv_req *r)
+{
+    const char *id = r->url + strlen("/v1/responses/");
+    struct gs_srv_resp_entry *prev, *e = find(r->srv, id, &prev);
+    if (!e)
+        return not_found(r, id);
+    json_t *body = json_pack("{s:s,s:s,s:b}", "id", e->id, "object", "response", "deleted", 1);
+    drop(r->srv->resp_store, prev, e);
+    return gs_srv__respond_json(r, 200, body);
 }
 
 /* The answer's output items as one chat assistant message (text, then tool calls). */
@@ -104,24 +153,28 @@ void gs_srv__responses_keep(struct gs_srv_req *r, const json_t *resp)
     if (!s->resp_store && !(s->resp_store = gs_calloc(1, sizeof(*s->resp_store))))
         return;
     struct gs_srv_resp_store *st = s->resp_store;
-    json_t *conv = json_copy(r->gen.resp_conv);
+    json_t *conv = json_copy(r->gen.resp_conv), *kept = json_deep_copy(resp);
     json_t *m = assistant_message(json_object_get(resp, "output"));
-    if (!conv || !m || json_array_append_new(conv, m)) {
+    if (!conv || !kept || !m || json_array_append_new(conv, m)) {
         json_decref(conv);
+        json_decref(kept);
         return;
     }
-    char *dump = json_dumps(conv, JSON_COMPACT);
-    size_t bytes = dump ? strlen(dump) : 0;
+    char *dump = json_dumps(conv, JSON_COMPACT), *dump_resp = json_dumps(kept, JSON_COMPACT);
+    size_t bytes = dump && dump_resp ? strlen(dump) + strlen(dump_resp) : 0;
     free(dump); /* jansson's allocator */
-    struct gs_srv_resp_entry *e = dump ? gs_calloc(1, sizeof(*e)) : NULL;
+    free(dump_resp);
+    struct gs_srv_resp_entry *e = bytes ? gs_calloc(1, sizeof(*e)) : NULL;
     if (!e || bytes > s->cfg.limits.responses_store_bytes) {
         gs_log(GS_LOG_WARN, "response_not_stored", "id=%s bytes=%zu", r->id, bytes);
         gs_free(e);
         json_decref(conv);
+        json_decref(kept);
         return;
     }
     snprintf(e->id, sizeof(e->id), "%s", r->id);
     e->conv = conv;
+    e->resp = kept;
     e->bytes = bytes;
     e->t_ms = gs_now_ms();
     expire(s, st, e->t_ms);

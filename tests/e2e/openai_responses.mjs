@@ -4,7 +4,8 @@
 // tools under tool_choice "required" (on the random-weight Qwen2 architecture file
 // carrying Qwen 2.5's golden template, whose hermes format graphserve writes; its output
 // is noise, so only the grammar makes the calls parse); client.responses.stream, whose
-// deltas add up to the final output_text; previous_response_id with store: true; a
+// deltas add up to the final output_text; previous_response_id with store: true;
+// responses.retrieve and responses.del; a
 // refused field as the SDK's BadRequestError and an unknown id as its NotFoundError.
 //
 // Usage: node openai_responses.mjs GRAPHSERVE_BINARY SHARED_DIR
@@ -103,6 +104,21 @@ test('stories260K: text, json_schema, stream, previous_response_id, errors', asy
       await assert.rejects(client.responses.create({ previous_response_id: next.id, input: 'x' }),
                            (e) => e instanceof OpenAI.NotFoundError && e.status === 404 &&
                                   e.code === 'previous_response_not_found');
+    });
+
+    await t.test('responses.retrieve and responses.del on a stored response', async () => {
+      const made = await client.responses.create({
+        input: 'Tell me about Lily.', store: true, max_output_tokens: 6, temperature: 0,
+      });
+      const got = await client.responses.retrieve(made.id);
+      assert.equal(got.id, made.id);
+      assert.deepEqual(got.output, made.output);
+      assert.deepEqual(got.usage, made.usage);
+      await client.responses.del(made.id);
+      await assert.rejects(client.responses.retrieve(made.id),
+                           (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+      await assert.rejects(client.responses.del(made.id),
+                           (e) => e instanceof OpenAI.NotFoundError);
     });
 
     await t.test('a refused field is a BadRequestError naming it', async () => {

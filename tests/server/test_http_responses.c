@@ -279,6 +279,51 @@ Test(http_responses, a_streamed_response_is_stored)
     e2e_resp_free(&b);
 }
 
+/* GET /v1/responses/{id} gives back the stored object as it was answered; DELETE forgets it:
+ * then GET, DELETE and previous_response_id all say 404. An unstored response was never
+ * kept. */
+Test(http_responses, a_stored_response_is_retrieved_and_deleted)
+{
+    struct e2e_resp a, got, del, again, unstored;
+    post("/v1/responses",
+         "{\"input\":\"" USER "\",\"store\":true,\"max_output_tokens\":6,\"temperature\":0}",
+         &a);
+    cr_assert_eq(a.status, 200, "%s", a.body);
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/responses/%s", str(a.json, "id"));
+    e2e_http(&d, "GET", path, NULL, NULL, &got);
+    cr_assert_eq(got.status, 200, "%s", got.body);
+    cr_expect(json_equal(got.json, a.json), "retrieved %s, answered %s", got.body, a.body);
+    e2e_http(&d, "DELETE", path, NULL, NULL, &del);
+    cr_assert_eq(del.status, 200, "%s", del.body);
+    cr_expect_str_eq(str(del.json, "id"), str(a.json, "id"));
+    cr_expect_str_eq(str(del.json, "object"), "response");
+    cr_expect(json_is_true(json_object_get(del.json, "deleted")), "%s", del.body);
+    e2e_resp_free(&del);
+    e2e_http(&d, "GET", path, NULL, NULL, &again);
+    cr_expect_eq(again.status, 404, "%s", again.body);
+    cr_expect_str_eq(str(json_object_get(again.json, "error"), "param"), "response_id", "%s",
+                     again.body);
+    e2e_http(&d, "DELETE", path, NULL, NULL, &del);
+    cr_expect_eq(del.status, 404, "%s", del.body);
+    char body[256];
+    snprintf(body, sizeof(body), "{\"previous_response_id\":\"%s\",\"input\":\"x\"}",
+             str(a.json, "id"));
+    e2e_resp_free(&again);
+    post("/v1/responses", body, &again);
+    cr_expect_eq(again.status, 404, "a deleted response cannot be continued: %s", again.body);
+    post("/v1/responses", "{\"input\":\"" USER "\",\"max_output_tokens\":1}", &unstored);
+    snprintf(path, sizeof(path), "/v1/responses/%s", str(unstored.json, "id"));
+    e2e_resp_free(&got);
+    e2e_http(&d, "GET", path, NULL, NULL, &got);
+    cr_expect_eq(got.status, 404, "store defaults to false: %s", got.body);
+    e2e_resp_free(&a);
+    e2e_resp_free(&got);
+    e2e_resp_free(&del);
+    e2e_resp_free(&again);
+    e2e_resp_free(&unstored);
+}
+
 static void expect_400(const char *body, const char *param)
 {
     struct e2e_resp r;
@@ -337,7 +382,7 @@ static struct e2e_daemon small;
 
 static void start_small(void)
 {
-    e2e_start(&small, "--responses-store-max 2 --responses-store-bytes 1KiB");
+    e2e_start(&small, "--responses-store-max 2 --responses-store-bytes 4KiB");
 }
 
 static void stop_small(void)
@@ -350,7 +395,7 @@ TestSuite(http_responses_store, .init = start_small, .fini = stop_small, .timeou
 /* Stores input on daemon dm; the response's id (malloc'ed). */
 static char *store(struct e2e_daemon *dm, const char *input)
 {
-    char body[2048];
+    char body[8192];
     snprintf(body, sizeof(body),
              "{\"input\":\"%s\",\"store\":true,\"max_output_tokens\":1,\"temperature\":0}", input);
     struct e2e_resp r;
@@ -392,16 +437,18 @@ Test(http_responses_store, the_oldest_goes_past_the_count)
  * and one of 250 words is not kept at all. */
 Test(http_responses_store, the_oldest_goes_past_the_bytes_and_a_larger_one_is_not_kept)
 {
-    char words[1400] = "";
-    for (int i = 0; i < 100; i++)
+    /* An entry is its conversation and its response object (about 1 KiB without the
+     * input): 400 words make one of about 3 KiB, two of which pass 4 KiB. */
+    char words[4200] = "";
+    for (int i = 0; i < 400; i++)
         strcat(words, "Lily ");
     char *a = store(&small, words), *b = store(&small, words);
     cr_expect_eq(continue_status(&small, b), 200);
-    cr_expect_eq(continue_status(&small, a), 404, "two conversations over 1KiB: the first goes");
-    for (int i = 100; i < 250; i++)
+    cr_expect_eq(continue_status(&small, a), 404, "two entries over 4KiB: the first goes");
+    for (int i = 400; i < 820; i++)
         strcat(words, "Lily ");
     char *big = store(&small, words);
-    cr_expect_eq(continue_status(&small, big), 404, "a conversation over the limit is not kept");
+    cr_expect_eq(continue_status(&small, big), 404, "an entry over the limit is not kept");
     cr_expect_eq(continue_status(&small, b), 200, "and it pushed nothing out");
     cr_expect_geq(e2e_log_count(&small, "response_not_stored"), 1);
     free(a);
