@@ -238,9 +238,20 @@ Test(http_embed, cpu_matches_ref)
     cr_expect_eq(e2e_stop(&ref), 0);
 }
 
+/* The pooling /v1/models says daemon dm uses. */
+static void expect_models_pooling(const struct e2e_daemon *dm, const char *want)
+{
+    struct e2e_resp r;
+    e2e_http(dm, "GET", "/v1/models", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *meta = json_object_get(json_array_get(json_object_get(r.json, "data"), 0), "meta");
+    cr_expect_str_eq(json_string_value(json_object_get(meta, "pooling")), want, "%s", r.body);
+    e2e_resp_free(&r);
+}
+
 /* --pooling: cls takes the first row, and every prompt starts with BOS, so
  * under causal attention every text gets BOS's vector; last differs by text;
- * mean (the default here) is neither. */
+ * mean (the default here) is neither. /v1/models says which. */
 Test(http_embed, pooling_choices)
 {
     const char *body = "{\"input\":[\"Once upon a time\",\"Tom ran to the park.\"]}";
@@ -250,8 +261,10 @@ Test(http_embed, pooling_choices)
     embed(&d, body, 200, &r);
     vector_of(r.json, 0, mean);
     e2e_resp_free(&r);
+    expect_models_pooling(&d, "mean");
 
     e2e_start(&k, "--pooling cls");
+    expect_models_pooling(&k, "cls");
     embed(&k, body, 200, &r);
     vector_of(r.json, 0, x);
     vector_of(r.json, 1, y);
@@ -261,6 +274,7 @@ Test(http_embed, pooling_choices)
     cr_expect_eq(e2e_stop(&k), 0);
 
     e2e_start(&k, "--pooling last");
+    expect_models_pooling(&k, "last");
     embed(&k, body, 200, &r);
     vector_of(r.json, 0, x);
     vector_of(r.json, 1, y);
