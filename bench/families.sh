@@ -11,7 +11,7 @@
 #
 # usage: LLAMA_BENCH=/path/llama-bench bench/families.sh BUILD_DIR [OUT_DIR]
 #   THREADS (default 2), TYPES (default "q4_0 q8_0"), FAMILIES (default
-#   "llama qwen2 qwen3 phi3 gemma2 gemma3"; llama is the baseline and is always
+#   "llama qwen2 qwen3 phi3 gemma2 gemma3"; gemma3n on request; llama is the baseline and is always
 #   measured), N_LAYER (default 4), N (best of, default 3).
 # Models are cached in OUT_DIR (default /tmp/gs-bench-families).
 #
@@ -45,6 +45,9 @@ shape_args() {
     gemma2) echo "--arch gemma2 --n-embd 2304 --n-head 8 --n-head-kv 4 --head-dim 256 --n-ff 9216" ;;
     # Gemma-3-1B: head 256, one kv head, q/k norms, window 512, tied.
     gemma3) echo "--arch gemma3 --n-embd 1152 --n-head 4 --n-head-kv 1 --head-dim 256 --n-ff 6912 --sliding-window 512 --tied" ;;
+    # Gemma-3n-E2B widths: AltUp, LAuReL, 256-wide per-layer inputs, KV sharing (from 10
+    # layers on: N_LAYER=10 gives E2B's share), activation sparsity, window 512, tied.
+    gemma3n) echo "--arch gemma3n --n-embd 2048 --n-head 8 --n-head-kv 2 --head-dim 256 --n-ff 8192 --sliding-window 512 --rope-base 1000000" ;;
     *) echo "unknown family $1" >&2; exit 2 ;;
     esac
 }

@@ -1,6 +1,6 @@
 /*
  * server/cmd/synth.c - `graphserve synth`: writes a GGUF of any supported
- * architecture (llama, qwen2, qwen3, phi3, gemma2, gemma3) with RANDOM weights
+ * architecture (llama, qwen2, qwen3, phi3, gemma2, gemma3, gemma3n) with RANDOM weights
  * at any shape and in any weight type that has a quantizer, with a byte-level
  * vocabulary.
  *
@@ -11,7 +11,12 @@
  *
  * Architectures: each family's tensors and keys as engine/models/decoder.c and
  * the family's gs_block_desc read them, and as llama.cpp's loaders read them,
- * so that both run the same file (struct synth_arch below).
+ * so that both run the same file (struct synth_arch below). Gemma 3n's extra
+ * parts (AltUp, LAuReL, per-layer inputs, KV sharing, activation sparsity) are
+ * written as engine/models/gemma3n.c reads them, with the values llama.cpp
+ * fixes: 4 AltUp streams with stream 0 active, a sliding window on four layers
+ * in five, the first third of the layers sparse (E2B's ratio: 10 of 30), and
+ * shared KV layers chosen so that the cache owners end with a global layer.
  *
  * Weights: matrices ~ N(0, init_std) (init_std = 0.02 by default, as common
  * Llama initialisations use), norm weights ~ 1 + N(0, 0.02), so that
@@ -38,8 +43,8 @@
 static const char usage[] =
     "-o FILE [options]\n"
     "  -o, --output FILE     where to write the model\n"
-    "  --arch A              llama (default), qwen2, qwen3, phi3, gemma2, gemma3: each\n"
-    "                        family's tensors and keys (gemma2 is always --tied)\n"
+    "  --arch A              llama (default), qwen2, qwen3, phi3, gemma2, gemma3, gemma3n:\n"
+    "                        each family's tensors and keys (gemma2 is always --tied)\n"
     "  --n-embd N            embedding width (default 64)\n"
     "  --n-layer N           transformer blocks (default 2)\n"
     "  --n-head N            attention heads (default 4)\n"
@@ -57,8 +62,12 @@ static const char usage[] =
     "  --output-type T       type of output.weight (default: from --type)\n"
     "  --tied                no output.weight: the output reuses token_embd\n"
     "  --rope-base F         RoPE frequency base (default 10000)\n"
-    "  --sliding-window N    gemma2/gemma3 attention.sliding_window, 0 for none\n"
-    "                        (default 4096 for gemma2, 512 for gemma3)\n"
+    "  --sliding-window N    gemma2/gemma3/gemma3n attention.sliding_window, 0 for none\n"
+    "                        (default 4096 for gemma2, 512 for gemma3 and gemma3n)\n"
+    "  --per-layer-input N   gemma3n embedding_length_per_layer_input (default 256)\n"
+    "  --laurel-rank N       gemma3n LAuReL rank (default 64)\n"
+    "  --shared-kv-layers N  gemma3n layers that read an earlier layer's cache (default:\n"
+    "                        about a third, leaving a multiple of 5 owners, as E2B has)\n"
     "  --init-std F          standard deviation of matrix weights (default 0.02)\n"
     "  --seed N              random seed (default 1)\n"
     "Weights are random: the model produces noise. It is for tests and benchmarks.\n";
@@ -79,6 +88,7 @@ struct synth_arch {
     int64_t window_default; /* attention.sliding_window; 0: the family has none */
     bool tied_only;         /* llama.cpp reads the output from token_embd whatever the file has */
     bool head_dim_free;     /* q may be n_head * head_dim wide, not n_embd (llama.cpp agrees) */
+    bool gemma3n;           /* Gemma 3n's own parts and keys (write_gemma3n_*) */
 };
 
 static const struct synth_arch archs[] = {
@@ -98,7 +108,19 @@ static const struct synth_arch archs[] = {
      .rope_base_swa = true,
      .window_default = 512,
      .head_dim_free = true},
+    {.name = "gemma3n",
+     .qk_norm = true,
+     .post_norms = true,
+     .rope_base_swa = true,
+     .window_default = 512,
+     .tied_only = true,
+     .head_dim_free = true,
+     .gemma3n = true},
 };
+
+#define G3N_STREAMS      4   /* altup.num_inputs, as llama.cpp fixes it */
+#define G3N_SWA_PERIOD   5   /* four sliding layers, then a global one */
+#define G3N_SPARSE_SCALE 1.6448533535003662 /* the normal 0.95 quantile: E2B's value */
 
 struct synth_cfg {
     const char *out;
@@ -114,6 +136,8 @@ struct synth_cfg {
     bool tied;
     double rope_base, init_std;
     uint64_t seed;
+    int64_t per_layer, laurel_rank; /* gemma3n */
+    int64_t shared_kv;              /* gemma3n; -1: chosen from n_layer */
 };
 
 /* ---- random numbers: splitmix64 + Box-Muller, reproducible everywhere ------- */
@@ -190,12 +214,13 @@ static enum gs_type fit_type(enum gs_type t, int64_t row, const char *name)
 
 enum fill { FILL_MATRIX, FILL_NORM };
 
-/* Generates one tensor [ne0, ne1], converts it to type t and adds it. */
-static enum gs_status add_tensor(struct gs_gguf_writer *w, const struct synth_cfg *c,
-                                 struct rng *r, const char *name, enum gs_type t, int64_t ne0,
-                                 int64_t ne1, enum fill fill, struct gs_err *err)
+/* Generates one tensor [ne0, ne1, ne2], converts it to type t and adds it. */
+static enum gs_status add_tensor3(struct gs_gguf_writer *w, const struct synth_cfg *c,
+                                  struct rng *r, const char *name, enum gs_type t, int64_t ne0,
+                                  int64_t ne1, int64_t ne2, enum fill fill, struct gs_err *err)
 {
-    uint32_t n_dims = ne1 > 1 ? 2 : 1;
+    uint32_t n_dims = ne2 > 1 ? 3 : ne1 > 1 ? 2 : 1;
+    int64_t rows = ne1 * ne2;
     t = fill == FILL_NORM ? GS_TYPE_F32 : fit_type(t, ne0, name);
     uint64_t row_bytes;
     enum gs_status rc = gs_type_row_bytes(t, ne0, &row_bytes);
@@ -203,14 +228,14 @@ static enum gs_status add_tensor(struct gs_gguf_writer *w, const struct synth_cf
         return gs_err_set(err, rc, "%s: type %s cannot hold rows of %" PRId64, name,
                           gs_type_name(t), ne0);
     float *row = gs_alloc_array((size_t)ne0, sizeof(float));
-    uint8_t *data = gs_alloc_array((size_t)ne1, (size_t)row_bytes);
+    uint8_t *data = gs_alloc_array((size_t)rows, (size_t)row_bytes);
     if (!row || !data) {
         gs_free(row);
         gs_free(data);
         return gs_err_set(err, GS_NOMEM, "%s: no memory for %" PRId64 " x %" PRId64, name, ne0,
-                          ne1);
+                          rows);
     }
-    for (int64_t i = 0; i < ne1 && !rc; i++) {
+    for (int64_t i = 0; i < rows && !rc; i++) {
         for (int64_t j = 0; j < ne0; j++)
             row[j] = fill == FILL_NORM ? (float)(1.0 + 0.02 * rng_normal(r))
                                        : (float)(c->init_std * rng_normal(r));
@@ -222,14 +247,21 @@ static enum gs_status add_tensor(struct gs_gguf_writer *w, const struct synth_cf
         return gs_err_set(err, rc, "%s: type %s has no quantizer", name, gs_type_name(t));
     }
     struct gs_gguf_w_tensor wt = {.name = name, .type = t, .n_dims = n_dims,
-                                  .ne = {ne0, ne1, 1, 1}, .data = data,
-                                  .nbytes = row_bytes * (uint64_t)ne1};
+                                  .ne = {ne0, ne1, ne2, 1}, .data = data,
+                                  .nbytes = row_bytes * (uint64_t)rows};
     rc = gs_gguf_w_tensor(w, &wt);
     gs_free(row);
     gs_free(data);
     if (rc)
         return gs_err_set(err, rc, "%s: cannot add tensor", name);
     return GS_OK;
+}
+
+static enum gs_status add_tensor(struct gs_gguf_writer *w, const struct synth_cfg *c,
+                                 struct rng *r, const char *name, enum gs_type t, int64_t ne0,
+                                 int64_t ne1, enum fill fill, struct gs_err *err)
+{
+    return add_tensor3(w, c, r, name, t, ne0, ne1, 1, fill, err);
 }
 
 static enum gs_status add_vocab(struct gs_gguf_writer *w, int64_t n_vocab, struct gs_err *err)
@@ -317,6 +349,63 @@ static enum gs_status w_arch_f32(struct gs_gguf_writer *w, const struct synth_cf
     return gs_gguf_w_f32(w, key, (float)v);
 }
 
+/* Gemma 3n's keys beyond Gemma 3's: the per-layer arrays and the AltUp, per-layer input
+ * and KV-sharing values (the file's laurel rank is its tensors' shape). */
+static enum gs_status add_gemma3n_metadata(struct gs_gguf_writer *w, const struct synth_cfg *c)
+{
+    size_t n = (size_t)c->n_layer;
+    int32_t *ff = gs_alloc_array(n, sizeof(*ff));
+    float *sparse = gs_alloc_array(n, sizeof(*sparse));
+    uint8_t *slides = gs_alloc_array(n, sizeof(*slides));
+    enum gs_status rc = ff && sparse && slides ? GS_OK : GS_NOMEM;
+    char key[128];
+    for (size_t l = 0; !rc && l < n; l++) {
+        ff[l] = (int32_t)c->n_ff;
+        sparse[l] = l < n / 3 ? (float)G3N_SPARSE_SCALE : 0.0f;
+        slides[l] = l % G3N_SWA_PERIOD < G3N_SWA_PERIOD - 1;
+    }
+    snprintf(key, sizeof(key), "%s.feed_forward_length", c->arch->name);
+    rc = rc ? rc : gs_gguf_w_arr(w, key, GS_GGUF_I32, ff, n);
+    snprintf(key, sizeof(key), "%s.activation_sparsity_scale", c->arch->name);
+    rc = rc ? rc : gs_gguf_w_arr(w, key, GS_GGUF_F32, sparse, n);
+    snprintf(key, sizeof(key), "%s.attention.sliding_window_pattern", c->arch->name);
+    rc = rc ? rc : gs_gguf_w_arr(w, key, GS_GGUF_BOOL, slides, n);
+    rc |= w_arch_u32(w, c, "altup.num_inputs", G3N_STREAMS);
+    rc |= w_arch_u32(w, c, "altup.active_idx", 0);
+    rc |= w_arch_u32(w, c, "embedding_length_per_layer_input", c->per_layer);
+    rc |= w_arch_u32(w, c, "attention.shared_kv_layers", c->shared_kv);
+    rc |= w_arch_f32(w, c, "final_logit_softcapping", 30.0);
+    gs_free(ff);
+    gs_free(sparse);
+    gs_free(slides);
+    return rc ? GS_NOMEM : GS_OK;
+}
+
+/* Gemma 3n's tensors outside the blocks: the per-layer token table and projection and
+ * the AltUp projections (three [n_embd x n_embd] matrices stacked, one per extra stream). */
+static enum gs_status add_gemma3n_globals(struct gs_gguf_writer *w, const struct synth_cfg *c,
+                                          struct rng *r, struct gs_err *err)
+{
+    int64_t e = c->n_embd, lp = c->n_layer * c->per_layer;
+    enum gs_status rc = add_tensor(w, c, r, "per_layer_token_embd.weight", c->embd_type, lp,
+                                   c->n_vocab, FILL_MATRIX, err);
+    if (!rc)
+        rc = add_tensor(w, c, r, "per_layer_model_proj.weight", GS_TYPE_F32, e, lp, FILL_MATRIX,
+                        err);
+    if (!rc)
+        rc = add_tensor(w, c, r, "per_layer_proj_norm.weight", GS_TYPE_F32, c->per_layer, 1,
+                        FILL_NORM, err);
+    /* Kept F32, as llama.cpp's quantizer keeps per_layer_model_proj and every altup and
+     * laurel tensor. */
+    if (!rc)
+        rc = add_tensor3(w, c, r, "altup_proj.weight", GS_TYPE_F32, e, e, G3N_STREAMS - 1,
+                         FILL_MATRIX, err);
+    if (!rc)
+        rc = add_tensor3(w, c, r, "altup_unembd_proj.weight", GS_TYPE_F32, e, e,
+                         G3N_STREAMS - 1, FILL_MATRIX, err);
+    return rc;
+}
+
 static enum gs_status add_metadata(struct gs_gguf_writer *w, const struct synth_cfg *c)
 {
     char name[160];
@@ -334,7 +423,8 @@ static enum gs_status add_metadata(struct gs_gguf_writer *w, const struct synth_
     rc |= w_arch_u32(w, c, "context_length", c->n_ctx);
     rc |= w_arch_u32(w, c, "embedding_length", c->n_embd);
     rc |= w_arch_u32(w, c, "block_count", c->n_layer);
-    rc |= w_arch_u32(w, c, "feed_forward_length", c->n_ff);
+    if (!c->arch->gemma3n)
+        rc |= w_arch_u32(w, c, "feed_forward_length", c->n_ff);
     rc |= w_arch_u32(w, c, "attention.head_count", c->n_head);
     rc |= w_arch_u32(w, c, "attention.head_count_kv", c->n_head_kv);
     if (c->head_dim) {
@@ -354,6 +444,8 @@ static enum gs_status add_metadata(struct gs_gguf_writer *w, const struct synth_
         rc |= w_arch_u32(w, c, "attention.sliding_window", c->sliding_window);
     if (c->arch->rope_base_swa && c->sliding_window > 0)
         rc |= w_arch_f32(w, c, "rope.freq_base_swa", 10000.0);
+    if (c->arch->gemma3n)
+        rc |= add_gemma3n_metadata(w, c);
     return rc ? GS_NOMEM : GS_OK;
 }
 
@@ -374,10 +466,14 @@ static enum gs_status write_model(const struct synth_cfg *c, struct gs_err *err)
     if (!rc)
         rc = add_tensor(w, c, &r, "token_embd.weight", c->embd_type, e, c->n_vocab, FILL_MATRIX,
                         err);
+    if (!rc && a->gemma3n)
+        rc = add_gemma3n_globals(w, c, &r, err);
     if (!rc)
         rc = add_tensor(w, c, &r, "output_norm.weight", GS_TYPE_F32, e, 1, FILL_NORM, err);
     if (!rc && !c->tied)
         rc = add_tensor(w, c, &r, "output.weight", c->out_type, e, c->n_vocab, FILL_MATRIX, err);
+    int64_t ms = G3N_STREAMS, P = c->per_layer, rank = c->laurel_rank;
+    bool g3n = a->gemma3n;
     for (int64_t l = 0; l < c->n_layer && !rc; l++) {
         /* Llama's tensors keep their order, so a llama file is the one it always was. */
         const struct {
@@ -404,6 +500,18 @@ static enum gs_status write_model(const struct synth_cfg *c, struct gs_err *err)
             {"ffn_up.weight", c->type, e, (a->ffn_fused ? 2 : 1) * c->n_ff, FILL_MATRIX, true},
             {"ffn_down.weight", c->down_type, c->n_ff, e, FILL_MATRIX, true},
             {"post_ffw_norm.weight", GS_TYPE_F32, e, 1, FILL_NORM, a->post_norms},
+            /* Gemma 3n: the per-layer input's gate, AltUp's router and coefficients, LAuReL. */
+            {"inp_gate.weight", c->type, e, P, FILL_MATRIX, g3n},
+            {"proj.weight", c->type, P, e, FILL_MATRIX, g3n},
+            {"post_norm.weight", GS_TYPE_F32, e, 1, FILL_NORM, g3n},
+            {"altup_correct_coef.weight", GS_TYPE_F32, ms, ms, FILL_MATRIX, g3n},
+            {"altup_correct_scale.weight", GS_TYPE_F32, e, 1, FILL_NORM, g3n},
+            {"altup_predict_coef.weight", GS_TYPE_F32, ms, ms * ms, FILL_MATRIX, g3n},
+            {"altup_router.weight", GS_TYPE_F32, e, ms, FILL_MATRIX, g3n},
+            {"altup_router_norm.weight", GS_TYPE_F32, e, 1, FILL_NORM, g3n},
+            {"laurel_l.weight", GS_TYPE_F32, e, rank, FILL_MATRIX, g3n},
+            {"laurel_r.weight", GS_TYPE_F32, rank, e, FILL_MATRIX, g3n},
+            {"laurel_post_norm.weight", GS_TYPE_F32, e, 1, FILL_NORM, g3n},
         };
         for (size_t i = 0; i < GS_ARRAY_LEN(blk) && !rc; i++) {
             if (!blk[i].on)
@@ -463,6 +571,14 @@ static int check_shape(const struct synth_cfg *c)
                            c->head_dim, c->arch->name, c->n_embd);
     if (c->sliding_window > 0 && !c->arch->window_default)
         return gs_cli_fail("synth", "--sliding-window: %s has no sliding window", c->arch->name);
+    if (c->arch->gemma3n && c->sliding_window == 0)
+        return gs_cli_fail("synth", "--sliding-window: gemma3n needs one");
+    if (c->arch->gemma3n && c->shared_kv &&
+        (c->shared_kv >= c->n_layer || c->n_layer - c->shared_kv < 2))
+        return gs_cli_fail("synth",
+                           "--shared-kv-layers %" PRId64 " of %" PRId64
+                           " layers leaves no sliding and global layer to share",
+                           c->shared_kv, c->n_layer);
     return 0;
 }
 
@@ -483,7 +599,8 @@ int gs_cmd_synth(int argc, char **argv)
                           .embd_type = GS_TYPE_F32,
                           .rope_base = 10000.0,
                           .init_std = 0.02,
-                          .seed = 1};
+                          .seed = 1,
+                          .shared_kv = -1};
     const char *out_type = NULL, *vocab_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -503,7 +620,7 @@ int gs_cmd_synth(int argc, char **argv)
             if (!(c.arch = find_arch(v)))
                 return gs_cli_fail("synth",
                                    "--arch '%s': not one of llama qwen2 qwen3 phi3 "
-                                   "gemma2 gemma3",
+                                   "gemma2 gemma3 gemma3n",
                                    v);
         } else if (!strcmp(a, "--type")) {
             if (!parse_type(v, &c))
@@ -534,6 +651,9 @@ int gs_cmd_synth(int argc, char **argv)
                 {"--n-vocab", offsetof(struct synth_cfg, n_vocab), N_BYTE_VOCAB, 1 << 22},
                 {"--n-ctx", offsetof(struct synth_cfg, n_ctx), 1, 1 << 24},
                 {"--seed", offsetof(struct synth_cfg, seed), 0, INT64_MAX},
+                {"--per-layer-input", offsetof(struct synth_cfg, per_layer), 1, 1 << 16},
+                {"--laurel-rank", offsetof(struct synth_cfg, laurel_rank), 1, 1 << 16},
+                {"--shared-kv-layers", offsetof(struct synth_cfg, shared_kv), 0, 1023},
             };
             size_t k = 0;
             while (k < GS_ARRAY_LEN(ints) && strcmp(a, ints[k].opt))
@@ -554,6 +674,17 @@ int gs_cmd_synth(int argc, char **argv)
         c.sliding_window = c.arch->window_default;
     if (c.arch->tied_only)
         c.tied = true;
+    if (!c.arch->gemma3n && (c.per_layer || c.laurel_rank || c.shared_kv >= 0))
+        return gs_cli_fail("synth", "--per-layer-input, --laurel-rank and --shared-kv-layers "
+                                    "are gemma3n's");
+    c.per_layer = c.per_layer ? c.per_layer : 256;
+    c.laurel_rank = c.laurel_rank ? c.laurel_rank : 64;
+    /* E2B keeps 20 of its 30 layers' caches: about two thirds, a multiple of the swa period
+     * so that the owners end with a global layer (which llama.cpp's reuse assumes). */
+    if (c.shared_kv < 0) {
+        int64_t owners = c.n_layer * 2 / 3 / G3N_SWA_PERIOD * G3N_SWA_PERIOD;
+        c.shared_kv = c.arch->gemma3n && owners >= G3N_SWA_PERIOD ? c.n_layer - owners : 0;
+    }
     if (!c.n_ff)
         c.n_ff = (4 * c.n_embd + 31) / 32 * 32;
     if (out_type) {

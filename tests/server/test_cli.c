@@ -166,6 +166,11 @@ Test(cli_synth, writes_every_family_that_loads_on_both_backends)
         {"phi3", "", "blk.1.attn_qkv.weight", 64, 64 + 2 * 32},
         {"gemma2", "--head-dim 24 --sliding-window 4", "blk.1.post_ffw_norm.weight", 64, 1},
         {"gemma3", "--head-dim 24 --sliding-window 4", "blk.1.attn_k_norm.weight", 24, 1},
+        /* Ten layers: five own a cache and five share one (the default third, rounded so
+         * the owners end with a global layer), so a global layer shares too. */
+        {"gemma3n",
+         "--n-layer 10 --head-dim 24 --sliding-window 4 --per-layer-input 16 --laurel-rank 8",
+         "blk.1.laurel_l.weight", 64, 8},
     };
     for (size_t i = 0; i < GS_ARRAY_LEN(fams); i++) {
         char path[4200];
@@ -193,6 +198,15 @@ Test(cli_synth, writes_every_family_that_loads_on_both_backends)
         /* llama.cpp reads Gemma 2's output from token_embd whatever the file has. */
         if (!strcmp(fams[i].arch, "gemma2"))
             cr_assert_null(gs_gguf_find_tensor(g, "output.weight"));
+        if (!strcmp(fams[i].arch, "gemma3n")) {
+            uint32_t shared = 0;
+            cr_assert_eq(gs_gguf_get_u32(g, "gemma3n.attention.shared_kv_layers", &shared, &err),
+                         GS_OK, "%s", err.msg);
+            cr_expect_eq(shared, 5);
+            const struct gs_gguf_tensor *pl = gs_gguf_find_tensor(g, "per_layer_token_embd.weight");
+            cr_assert_not_null(pl);
+            cr_expect_eq(pl->ne[0], 10 * 16, "one 16-wide slice per layer");
+        }
         gs_gguf_close(g);
 
         json_t *ref = greedy_tokens(path, "ref"), *cpu = greedy_tokens(path, "cpu");
@@ -210,6 +224,13 @@ Test(cli_synth, refuses_a_head_size_the_family_cannot_hold)
     free(out);
     cr_assert_eq(run(&out, "synth -o /dev/null --arch phi3 --sliding-window 8"), 1);
     cr_assert(strstr(out, "phi3 has no sliding window"), "%s", out);
+    free(out);
+    cr_assert_eq(run(&out, "synth -o /dev/null --arch llama --laurel-rank 8"), 1);
+    cr_assert(strstr(out, "are gemma3n's"), "%s", out);
+    free(out);
+    cr_assert_eq(run(&out, "synth -o /dev/null --arch gemma3n --n-layer 4 --shared-kv-layers 3"),
+                 1);
+    cr_assert(strstr(out, "--shared-kv-layers 3 of 4"), "%s", out);
     free(out);
     cr_assert_eq(run(&out, "synth -o /dev/null --arch mamba"), 1);
     cr_assert(strstr(out, "--arch 'mamba'"), "%s", out);
