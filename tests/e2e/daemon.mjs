@@ -14,18 +14,27 @@ export function startDaemon(bin, args) {
     proc.stderr.on('data', (d) => { log += d; });
     proc.stdout.on('data', (d) => {
       out += d;
-      const m = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
+      const m = out.match(/listening on (https?:\/\/127\.0\.0\.1:\d+)/);
       if (m) resolve({ proc, url: m[1], log: () => log });
     });
     proc.on('exit', (code) => reject(new Error(`daemon exited ${code} before listening:\n${log}`)));
   });
 }
 
-// SIGTERM; resolves with {code, signal} when it has exited.
+// SIGTERM; resolves with {code, signal} once it has exited 0 without a sanitizer
+// report in its log (a leak found by LeakSanitizer at exit is one), and rejects
+// otherwise, with the log: every test that stops a daemon checks both this way.
 export function stopDaemon(d) {
-  return new Promise((resolve) => {
+  return new Promise((resolve, reject) => {
     d.proc.removeAllListeners('exit');
-    d.proc.on('exit', (code, signal) => resolve({ code, signal }));
+    d.proc.on('exit', (code, signal) => {
+      if (code !== 0)
+        reject(new Error(`daemon exit status ${code} (signal ${signal}); log:\n${d.log()}`));
+      else if (/Sanitizer|runtime error:/.test(d.log()))
+        reject(new Error(`sanitizer report in the daemon's log:\n${d.log()}`));
+      else
+        resolve({ code, signal });
+    });
     d.proc.kill('SIGTERM');
   });
 }

@@ -5,37 +5,26 @@
 // bad key all work through graphserve's TLS terminator.
 //
 // Usage: node openai_sdk_tls.mjs GRAPHSERVE_BINARY SHARED_DIR CERT_DIR
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { startDaemon, stopDaemon } from './daemon.mjs';
 
 const [bin, shared, certs] = process.argv.slice(2);
 assert.ok(bin && shared && certs, 'usage: node openai_sdk_tls.mjs BINARY SHARED_DIR CERT_DIR');
 const model = `${shared}/models/stories260K.gguf`;
 const golden = (name) => JSON.parse(readFileSync(`${shared}/golden/server/${name}`, 'utf8'));
 
-let proc, url, log = '';
+let d, url;
 before(async () => {
-  proc = spawn(bin, ['serve', '-m', model, '--port', '0', '--api-key', 'sdk-key',
-                     '--tls-cert', `${certs}/srv.pem`, '--tls-key', `${certs}/srv.key`],
-               { stdio: ['ignore', 'pipe', 'pipe'] });
-  proc.stderr.on('data', (d) => { log += d; });
-  url = await new Promise((resolve, reject) => {
-    let out = '';
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on (https:\/\/127\.0\.0\.1:\d+)/);
-      if (m) resolve(m[1]);
-    });
-    proc.on('exit', (code) => reject(new Error(`daemon exited ${code} before listening:\n${log}`)));
-  });
+  d = await startDaemon(bin, ['-m', model, '--api-key', 'sdk-key', '--tls-cert',
+                              `${certs}/srv.pem`, '--tls-key', `${certs}/srv.key`]);
+  url = d.url;
+  assert.match(url, /^https:/);
 });
 after(async () => {
-  proc.removeAllListeners('exit');
-  const code = await new Promise((resolve) => { proc.on('exit', resolve); proc.kill('SIGTERM'); });
-  assert.equal(code, 0, `daemon exit status; log:\n${log}`);
+  await stopDaemon(d);
 });
 
 test('completions over https equal llama.cpp', async () => {
