@@ -275,6 +275,7 @@ void gs_cfg_help_markdown(FILE *f);
  * gs_cfg_template_name(...) "chatml". Never NULL. */
 const char *gs_cfg_backend_name(enum gs_cfg_backend b);
 const char *gs_cfg_kv_type_name(enum gs_cfg_kv_type t);
+const char *gs_cfg_spec_name(enum gs_cfg_spec t);
 const char *gs_cfg_template_name(enum gs_cfg_chat_template t);
 
 /* ---- the table (for tests and tools) ------------------------------------------- */

@@ -301,6 +301,11 @@ const char *gs_cfg_backend_name(enum gs_cfg_backend b)
     return gs_cfg__choice(gs_cfg_opt_find("backend"), (int)b);
 }
 
+const char *gs_cfg_spec_name(enum gs_cfg_spec t)
+{
+    return gs_cfg__choice(gs_cfg_opt_find("spec"), (int)t);
+}
+
 const char *gs_cfg_kv_type_name(enum gs_cfg_kv_type t)
 {
     return gs_cfg__choice(gs_cfg_opt_find("kv-type"), (int)t);
