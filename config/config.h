@@ -71,6 +71,11 @@ enum gs_cfg_kv_type {
     GS_CFG_KV_F32 = 1, /* "f32" */
 };
 
+enum gs_cfg_spec {
+    GS_CFG_SPEC_OFF = 0,   /* "off": one token per sequence per step */
+    GS_CFG_SPEC_NGRAM = 1, /* "ngram": prompt-lookup drafts */
+};
+
 enum gs_cfg_chat_template {
     GS_CFG_TEMPLATE_AUTO = 0, /* "auto": from the GGUF's tokenizer.chat_template */
     GS_CFG_TEMPLATE_CHATML,   /* "chatml" */
@@ -122,6 +127,9 @@ struct gs_cfg {
     int64_t max_queue;        /* waiting requests before 429 */
     int64_t n_ctx;            /* -c: longest sequence; 0: the model's context length */
     bool prefix_cache;        /* reuse KV pages of identical prompt prefixes */
+    enum gs_cfg_spec spec;    /* speculative decoding's drafter */
+    int64_t spec_max_draft;   /* drafted tokens per sequence per step, at most */
+    int64_t spec_ngram;       /* ngram drafter: longest n-gram looked up */
     enum gs_cfg_chat_template chat_template;
     char *chat_template_file; /* a Jinja template instead of the GGUF's; NULL: the GGUF's */
     struct gs_cfg_strlist served_model_name; /* names requests may use; the first is the id */
@@ -267,6 +275,7 @@ void gs_cfg_help_markdown(FILE *f);
  * gs_cfg_template_name(...) "chatml". Never NULL. */
 const char *gs_cfg_backend_name(enum gs_cfg_backend b);
 const char *gs_cfg_kv_type_name(enum gs_cfg_kv_type t);
+const char *gs_cfg_spec_name(enum gs_cfg_spec t);
 const char *gs_cfg_template_name(enum gs_cfg_chat_template t);
 
 /* ---- the table (for tests and tools) ------------------------------------------- */

@@ -28,6 +28,9 @@ static inline void gs_cfg_to_sched_cfg(const struct gs_cfg *cfg, struct gs_sched
         .max_queue = (uint32_t)cfg->max_queue,
         .n_ctx = (uint32_t)cfg->n_ctx,
         .prefix_cache = cfg->prefix_cache,
+        .spec = cfg->spec == GS_CFG_SPEC_NGRAM ? GS_SPEC_NGRAM : GS_SPEC_OFF,
+        .spec_max_draft = (uint32_t)cfg->spec_max_draft,
+        .spec_ngram = (uint32_t)cfg->spec_ngram,
     };
 }
 

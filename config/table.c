@@ -14,6 +14,7 @@
 
 static const char *const backend_choices[] = {"ref", "cpu", NULL};
 static const char *const kv_type_choices[] = {"f16", "f32", NULL};
+static const char *const spec_choices[] = {"off", "ngram", NULL}; /* enum gs_cfg_spec */
 /* In the order of enum gs_cfg_chat_template; server/internal.h's GS_SRV_TMPL_MAP
  * names the same families and tests/server/test_srv_parts.c checks the two agree. */
 static const char *const template_choices[] = {"auto",  "chatml", "llama2", "llama3", "mistral",
@@ -69,6 +70,17 @@ static const struct gs_cfg_opt opts[] = {
      "Longest sequence, prompt plus output; 0 uses the model's context length."},
     {"prefix-cache", 0, GS_CFG_BOOL, F(prefix_cache), g_model, "true", 0, 0, NULL, 0, NULL,
      "Reuse the KV pages of identical prompt prefixes across requests."},
+    {"spec", 0, GS_CFG_ENUM, F(spec), g_model, "off", 0, 0, spec_choices, 0, NULL,
+     "Speculative decoding: ngram drafts each decoding sequence's next tokens from the "
+     "latest earlier match of its last tokens in its own prompt and output, and the model "
+     "checks them in the same step; outputs are unchanged (greedy: token for token). Helps "
+     "when outputs repeat their input (editing, summarising, code) and few streams share "
+     "a step."},
+    {"spec-max-draft", 0, GS_CFG_INT, F(spec_max_draft), g_model, "8", 1, 64, NULL, 0, "tokens",
+     "Most drafted tokens per sequence per step; each sequence adapts its own draft length "
+     "to how many it recently kept, down to none."},
+    {"spec-ngram", 0, GS_CFG_INT, F(spec_ngram), g_model, "4", 2, 64, NULL, 0, "tokens",
+     "Longest n-gram the ngram drafter looks up (it tries shorter ones down to 2)."},
     {"chat-template", 0, GS_CFG_ENUM, F(chat_template), g_model, "auto", 0, 0, template_choices,
      0, NULL, "Chat template; auto picks it from the model's tokenizer.chat_template."},
     {"chat-template-file", 0, GS_CFG_STR, F(chat_template_file), g_model, NULL, 0, 0, NULL, PATH,
@@ -179,6 +191,7 @@ static const struct gs_cfg_opt opts[] = {
 _Static_assert(GS_ARRAY_LEN(opts) <= GS_CFG_MAX_OPTS, "raise GS_CFG_MAX_OPTS");
 _Static_assert(sizeof(enum gs_cfg_backend) == sizeof(int), "enum fields are int-sized");
 _Static_assert(sizeof(enum gs_cfg_kv_type) == sizeof(int), "enum fields are int-sized");
+_Static_assert(sizeof(enum gs_cfg_spec) == sizeof(int), "enum fields are int-sized");
 _Static_assert(sizeof(enum gs_cfg_chat_template) == sizeof(int), "enum fields are int-sized");
 _Static_assert(sizeof(enum gs_cfg_pooling) == sizeof(int), "enum fields are int-sized");
 _Static_assert(sizeof(enum gs_log_level) == sizeof(int), "enum fields are int-sized");
@@ -287,6 +300,11 @@ const char *gs_cfg__choice(const struct gs_cfg_opt *o, int i)
 const char *gs_cfg_backend_name(enum gs_cfg_backend b)
 {
     return gs_cfg__choice(gs_cfg_opt_find("backend"), (int)b);
+}
+
+const char *gs_cfg_spec_name(enum gs_cfg_spec t)
+{
+    return gs_cfg__choice(gs_cfg_opt_find("spec"), (int)t);
 }
 
 const char *gs_cfg_kv_type_name(enum gs_cfg_kv_type t)

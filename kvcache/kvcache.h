@@ -63,6 +63,10 @@ struct gs_kv_layout gs_kv_pool_layout(const struct gs_kv_pool *pool);
 struct gs_kv_view gs_kv_pool_view(const struct gs_kv_pool *pool);
 /* Pages an allocation can take: free ones plus cached ones it may evict. */
 uint32_t gs_kv_pool_n_free(const struct gs_kv_pool *pool);
+/* Pages on the free list alone: what an allocation takes without evicting a
+ * cached prefix. Speculative drafts use only these, so that a rejected draft
+ * leaves the prefix cache as it found it. */
+uint32_t gs_kv_pool_n_unused(const struct gs_kv_pool *pool);
 uint32_t gs_kv_pool_page_tokens(const struct gs_kv_pool *pool);
 
 /* ---- pages ------------------------------------------------------------------- */
@@ -113,6 +117,16 @@ enum gs_status gs_kv_seq_reserve(struct gs_kv_pool *pool, struct gs_kv_seq *seq,
  */
 bool gs_kv_seq_append_cached(struct gs_kv_pool *pool, struct gs_kv_seq *seq, uint64_t hash);
 
+/*
+ * Shrinks seq to positions 0..n_tokens-1 (n_tokens <= seq->n_tokens): the
+ * pages past the last one those positions need are unreferenced and leave the
+ * table, which is then what gs_kv_seq_reserve(n_tokens) alone would have
+ * built. The rollback of a rejected speculative draft: slots past n_tokens in
+ * the last kept page hold stale rows that are never read (attention stops at
+ * a token's position) and are overwritten by the next tokens.
+ */
+void gs_kv_seq_truncate(struct gs_kv_pool *pool, struct gs_kv_seq *seq, uint32_t n_tokens);
+
 /* Drops every page reference of seq and frees its table (seq is reusable). */
 void gs_kv_seq_release(struct gs_kv_pool *pool, struct gs_kv_seq *seq);
 
@@ -142,5 +156,13 @@ struct gs_kv_stats {
 };
 
 void gs_kv_pool_stats(const struct gs_kv_pool *pool, struct gs_kv_stats *out);
+
+/*
+ * Checks the pool's own bookkeeping (tests, diagnostics): the free list and
+ * the LRU list hold exactly the unreferenced pages, unregistered and
+ * registered respectively, with the counts the pool keeps; every registered
+ * page is found under its hash. GS_INVAL with the first broken rule.
+ */
+enum gs_status gs_kv_pool_check(const struct gs_kv_pool *pool, struct gs_err *err);
 
 #endif /* GS_KVCACHE_H */

@@ -128,6 +128,11 @@ uint32_t gs_kv_pool_n_free(const struct gs_kv_pool *pool)
     return pool->n_free + pool->n_cached;
 }
 
+uint32_t gs_kv_pool_n_unused(const struct gs_kv_pool *pool)
+{
+    return pool->n_free;
+}
+
 void gs_kv_pool_stats(const struct gs_kv_pool *pool, struct gs_kv_stats *out)
 {
     out->pages_total = pool->cfg.n_pages;
@@ -141,9 +146,14 @@ void gs_kv_pool_stats(const struct gs_kv_pool *pool, struct gs_kv_stats *out)
 
 /* ---- prefix map and LRU ------------------------------------------------------- */
 
+static uint32_t bucket_index(const struct gs_kv_pool *pool, uint64_t hash)
+{
+    return (uint32_t)((hash ^ (hash >> 32)) & (pool->n_buckets - 1));
+}
+
 static uint32_t *bucket_of(struct gs_kv_pool *pool, uint64_t hash)
 {
-    return &pool->buckets[(hash ^ (hash >> 32)) & (pool->n_buckets - 1)];
+    return &pool->buckets[bucket_index(pool, hash)];
 }
 
 static void map_remove(struct gs_kv_pool *pool, uint32_t page)
@@ -160,9 +170,9 @@ static void map_remove(struct gs_kv_pool *pool, uint32_t page)
     m->map_next = GS_KV_PAGE_NONE;
 }
 
-static uint32_t map_find(struct gs_kv_pool *pool, uint64_t hash)
+static uint32_t map_find(const struct gs_kv_pool *pool, uint64_t hash)
 {
-    uint32_t p = *bucket_of(pool, hash);
+    uint32_t p = pool->buckets[bucket_index(pool, hash)];
     while (p != GS_KV_PAGE_NONE && pool->meta[p].hash != hash)
         p = pool->meta[p].map_next;
     return p;
@@ -389,10 +399,64 @@ enum gs_status gs_kv_seq_reserve(struct gs_kv_pool *pool, struct gs_kv_seq *seq,
     return GS_OK;
 }
 
+void gs_kv_seq_truncate(struct gs_kv_pool *pool, struct gs_kv_seq *seq, uint32_t n_tokens)
+{
+    if (GS_NEVER(n_tokens > seq->n_tokens))
+        return;
+    uint32_t pt = pool->cfg.page_tokens;
+    uint32_t keep = (uint32_t)(((uint64_t)n_tokens + pt - 1) / pt);
+    while (seq->n_pages > keep)
+        gs_kv_page_unref(pool, seq->pages[--seq->n_pages]);
+    seq->n_tokens = n_tokens;
+}
+
 void gs_kv_seq_release(struct gs_kv_pool *pool, struct gs_kv_seq *seq)
 {
     for (uint32_t i = 0; i < seq->n_pages; i++)
         gs_kv_page_unref(pool, seq->pages[i]);
     gs_free(seq->pages);
     gs_kv_seq_init(seq);
+}
+
+/* ---- checks ------------------------------------------------------------------------- */
+
+enum gs_status gs_kv_pool_check(const struct gs_kv_pool *pool, struct gs_err *err)
+{
+    const uint32_t n = pool->cfg.n_pages;
+    uint32_t n_free = 0, n_cached = 0;
+    for (uint32_t p = pool->free_head; p != GS_KV_PAGE_NONE; p = pool->meta[p].next_free) {
+        const struct page_meta *m = &pool->meta[p];
+        if (p >= n || ++n_free > n)
+            return gs_err_set(err, GS_INVAL, "kv pool: the free list is broken at page %u", p);
+        if (m->refcount || m->registered)
+            return gs_err_set(err, GS_INVAL, "kv pool: free page %u has refcount %u%s", p,
+                              m->refcount, m->registered ? " and is registered" : "");
+    }
+    uint32_t prev = GS_KV_PAGE_NONE;
+    for (uint32_t p = pool->lru_head; p != GS_KV_PAGE_NONE; p = pool->meta[p].lru_next) {
+        const struct page_meta *m = &pool->meta[p];
+        if (p >= n || ++n_cached > n || m->lru_prev != prev)
+            return gs_err_set(err, GS_INVAL, "kv pool: the LRU list is broken at page %u", p);
+        if (m->refcount || !m->registered)
+            return gs_err_set(err, GS_INVAL, "kv pool: cached page %u has refcount %u%s", p,
+                              m->refcount, m->registered ? "" : " and is not registered");
+        prev = p;
+    }
+    if (prev != pool->lru_tail)
+        return gs_err_set(err, GS_INVAL, "kv pool: the LRU tail is not its last page");
+    if (n_free != pool->n_free || n_cached != pool->n_cached)
+        return gs_err_set(err, GS_INVAL, "kv pool: %u free and %u cached pages counted, %u and %u "
+                          "listed", pool->n_free, pool->n_cached, n_free, n_cached);
+    uint32_t n_unref = 0;
+    for (uint32_t p = 0; p < n; p++) {
+        const struct page_meta *m = &pool->meta[p];
+        n_unref += m->refcount == 0;
+        if (m->registered && (!m->hashed || map_find(pool, m->hash) != p))
+            return gs_err_set(err, GS_INVAL, "kv pool: registered page %u is not found under "
+                              "its hash", p);
+    }
+    if (n_unref != n_free + n_cached)
+        return gs_err_set(err, GS_INVAL, "kv pool: %u unreferenced pages, %u free or cached",
+                          n_unref, n_free + n_cached);
+    return GS_OK;
 }

@@ -23,6 +23,17 @@
 #define DEFAULT_MAX_BATCH_TOKENS 512
 #define DEFAULT_MAX_QUEUE        256
 #define DEFAULT_VALIDATE_CHUNK   32
+#define DEFAULT_SPEC_MAX_DRAFT   8
+#define DEFAULT_SPEC_NGRAM       4
+#define MAX_SPEC_DRAFT           64
+/* Logits rows for drafted tokens are sized for this many sequences drafting
+ * spec_max_draft tokens in one step (beyond one row per sequence), which
+ * bounds the logits buffer however many sequences speculate. */
+#define SPEC_DRAFT_SEQS          16
+/* A sequence whose drafts keep failing stops drafting for this many of its
+ * tokens, doubling on each failed retry up to the maximum. */
+#define SPEC_BACKOFF_MIN 16
+#define SPEC_BACKOFF_MAX 256
 /* Served logits kept for one validated request: max_tokens x n_vocab floats. */
 #define MAX_VALIDATE_BYTES (256u << 20)
 
@@ -62,6 +73,15 @@ struct seq {
     uint32_t batch_tokens; /* tokens of this sequence in that step */
     int32_t out_row;       /* its logits row in that step, -1 if none */
     uint32_t row0;         /* its first token row in that step */
+    /* Speculative decoding: draft[0..n_draft) follow its next token in the
+     * step being built; spec_k is the draft length it tries next (0: it
+     * waits until n_generated reaches spec_probe_at, then tries 1 token),
+     * spec_rate its recent share of drafted tokens kept. */
+    int32_t *draft; /* [cfg.spec_max_draft], owned; NULL when speculation is off */
+    uint32_t n_draft;
+    uint32_t spec_k;
+    float spec_rate;
+    uint32_t spec_probe_at, spec_backoff;
     enum gs_pooling pooling; /* an embedding request unless GS_POOLING_NONE */
     float *embd;             /* [n_embd] pooled rows so far, with pooling; owned */
     enum gs_finish finish;
@@ -127,6 +147,10 @@ struct gs_sched {
     int32_t *ref_pos;
     uint32_t *ref_seq, *ref_rows;
     struct gs_val_thresholds thresholds;
+    uint32_t max_out_rows; /* logits rows per step: max_seqs plus the drafted ones */
+    uint32_t max_draft_rows;
+    /* this step's speculation, folded into stats by gs_sched__update_stats */
+    uint64_t spec_drafted, spec_accepted, spec_verifies, spec_draft_ns;
 
     /* Shared with the loop thread, under mu. */
     pthread_mutex_t mu;
@@ -162,9 +186,17 @@ void gs_sched__seq_free(struct gs_sched *s, struct seq *q);
 void gs_sched__item_free(struct ev_item *it);
 
 /* step.c */
+bool gs_sched__is_eog(const struct gs_sched *s, int32_t tok);
 void gs_sched__abort_all(struct gs_sched *s, enum gs_finish why);
 void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t prompt_tokens,
                             uint64_t gen_tokens);
+
+/* spec.c */
+/* Drafts up to limit tokens after q's next one into q->draft (n_draft),
+ * taking only free pages for them; returns n_draft. */
+uint32_t gs_sched__draft(struct gs_sched *s, struct seq *q, uint32_t limit);
+/* After the step: n_accepted of q's n_draft tokens were kept. */
+void gs_sched__spec_verified(struct gs_sched *s, struct seq *q, uint32_t n_accepted);
 
 /* vjobs.c */
 bool gs_sched__queue_vjob(struct gs_sched *s, struct seq *q);

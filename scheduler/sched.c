@@ -58,6 +58,7 @@ void gs_sched__seq_free(struct gs_sched *s, struct seq *q)
     gs_free(q->tokens);
     gs_free(q->served);
     gs_free(q->embd);
+    gs_free(q->draft);
     gs_free(q);
 }
 
@@ -245,6 +246,17 @@ static enum gs_status check_cfg(struct gs_sched_cfg *c, struct gs_err *err)
         return gs_err_set(err, GS_INVAL, "page_tokens: %u is over 4096", c->page_tokens);
     if (c->max_seqs > 4096)
         return gs_err_set(err, GS_INVAL, "max_seqs: %u is over 4096", c->max_seqs);
+    if (!c->spec_max_draft)
+        c->spec_max_draft = DEFAULT_SPEC_MAX_DRAFT;
+    if (!c->spec_ngram)
+        c->spec_ngram = DEFAULT_SPEC_NGRAM;
+    if (c->spec != GS_SPEC_OFF && c->spec != GS_SPEC_NGRAM)
+        return gs_err_set(err, GS_INVAL, "spec: unknown drafter %d", (int)c->spec);
+    if (c->spec_max_draft > MAX_SPEC_DRAFT)
+        return gs_err_set(err, GS_INVAL, "spec_max_draft: %u is over %d", c->spec_max_draft,
+                          MAX_SPEC_DRAFT);
+    if (c->spec_ngram < 2 || c->spec_ngram > 64)
+        return gs_err_set(err, GS_INVAL, "spec_ngram: %u is not in [2, 64]", c->spec_ngram);
     if (c->max_batch_tokens > (1u << 20))
         return gs_err_set(err, GS_INVAL, "max_batch_tokens: %u is over 2^20", c->max_batch_tokens);
     return GS_OK;
@@ -257,10 +269,14 @@ static enum gs_status alloc_step_buffers(struct gs_sched *s)
     s->step_tokens = gs_alloc_array(nt, sizeof(*s->step_tokens));
     s->step_pos = gs_alloc_array(nt, sizeof(*s->step_pos));
     s->step_seq = gs_alloc_array(nt, sizeof(*s->step_seq));
-    s->step_rows = gs_alloc_array(ns, sizeof(*s->step_rows));
+    /* Drafted tokens need logits rows of their own, bounded by the token budget. */
+    s->max_draft_rows =
+        s->cfg.spec ? GS_MIN(GS_MIN(ns, SPEC_DRAFT_SEQS) * s->cfg.spec_max_draft, nt) : 0;
+    s->max_out_rows = ns + s->max_draft_rows;
+    s->step_rows = gs_alloc_array(s->max_out_rows, sizeof(*s->step_rows));
     s->step_pages = gs_alloc_array(ns, sizeof(*s->step_pages));
     s->step_seqs = gs_alloc_array(ns, sizeof(*s->step_seqs));
-    s->logits = gs_alloc_array((size_t)ns * s->n_vocab, sizeof(float));
+    s->logits = gs_alloc_array((size_t)s->max_out_rows * s->n_vocab, sizeof(float));
     /* Embeddings need every row's hidden state: a graph without the root serves none. */
     if (gs_graph_hidden_node(s->model->graph) != GS_NODE_NONE)
         s->hidden = gs_alloc_array((size_t)nt * s->n_embd, sizeof(float));
@@ -433,6 +449,15 @@ enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request
     q->chain_hash = GS_KV_HASH_SEED;
     q->out_row = -1;
     q->t_submit_ms = gs_now_ms();
+    if (s->cfg.spec && !embed) {
+        q->spec_k = s->cfg.spec_max_draft;
+        q->spec_rate = 1.0f;
+        q->spec_backoff = SPEC_BACKOFF_MIN;
+        if (!(q->draft = gs_alloc_array(s->cfg.spec_max_draft, sizeof(*q->draft)))) {
+            gs_sched__seq_free(s, q);
+            return gs_err_set(err, GS_NOMEM, "no memory for a request");
+        }
+    }
     if (req->validate && !embed) {
         /* one extra row: a sequence that fails on a non-finite row keeps it */
         uint64_t bytes = ((uint64_t)q->max_tokens + 1) * s->n_vocab * sizeof(float);

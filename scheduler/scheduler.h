@@ -44,6 +44,13 @@
 #include "engine/sample.h"
 #include "engine/validate.h"
 
+/* How sequences draft tokens for speculative decoding. */
+enum gs_spec {
+    GS_SPEC_OFF = 0, /* one token per sequence per step */
+    GS_SPEC_NGRAM,   /* prompt lookup: the continuation of the latest earlier match of the
+                        last tokens in the sequence's own prompt and output */
+};
+
 struct gs_sched_cfg {
     const char *backend;        /* "ref", "cpu", ... */
     int n_threads;              /* backend worker threads; 0: backend default */
@@ -57,6 +64,24 @@ struct gs_sched_cfg {
     bool prefix_cache;          /* reuse full pages of identical prompt prefixes */
     const int32_t *eog;         /* end-of-generation token ids (copied); NULL: the model's eos */
     uint32_t n_eog;
+    /*
+     * Speculative decoding. A decoding sequence may add up to spec_max_draft
+     * drafted tokens after its next one; the step computes logits for all of
+     * them, and the longest prefix of the draft that sampling reproduces is
+     * kept, plus the token sampled where the draft went wrong (or after its
+     * end): every token is still sampled from the target's logits at its own
+     * position, so greedy output is the same token for token and sampled
+     * output follows the same distribution. Drafts use only token budget and
+     * free pages left after every sequence's own tokens are placed, so they
+     * never preempt, never evict a cached prefix, and rejected positions are
+     * rolled back (gs_kv_seq_truncate) to the page table, refcounts and
+     * prefix cache of a step that never wrote them. Each sequence adapts its
+     * draft length to its recent acceptance, down to 0 (then it tries again
+     * now and then).
+     */
+    enum gs_spec spec;
+    uint32_t spec_max_draft; /* most drafted tokens per sequence per step; 0: 8 */
+    uint32_t spec_ngram;     /* GS_SPEC_NGRAM: longest n-gram looked up (>= 2); 0: 4 */
     /* Per-request validation (requests with .validate): the reference run goes
      * in chunks of at most this many tokens, one chunk between serving steps,
      * so it delays other requests by one bounded slice at a time; 0: 32. */
@@ -140,6 +165,13 @@ struct gs_sched_req_stats {
     uint32_t n_generated;
     uint32_t n_preemptions;
     double grammar_ms;          /* structured output: masks and matcher advances, all steps */
+    /* Speculative decoding (zero when off): tokens drafted, drafted tokens
+     * kept, steps that verified a draft, time spent drafting. Tokens per
+     * verification step are (n_draft_accepted + n_verify_steps) / n_verify_steps. */
+    uint32_t n_drafted;
+    uint32_t n_draft_accepted;
+    uint32_t n_verify_steps;
+    double draft_ms;
 };
 
 enum gs_sched_event_kind {
@@ -205,6 +237,11 @@ struct gs_sched_stats {
     uint64_t n_validated;         /* validation reports emitted */
     uint64_t n_validation_failed; /* ... whose verdict was a failure */
     uint32_t n_validating;        /* validation jobs waiting or running */
+    /* Speculative decoding, summed over requests as in gs_sched_req_stats. */
+    uint64_t n_drafted;
+    uint64_t n_draft_accepted;
+    uint64_t n_verify_steps;
+    double draft_seconds;
 };
 
 struct gs_sched;
@@ -241,6 +278,26 @@ void gs_sched_stats(struct gs_sched *s, struct gs_sched_stats *out);
 
 /* The context length requests are checked against (prompt + max_tokens). */
 uint32_t gs_sched_n_ctx(const struct gs_sched *s);
+
+/*
+ * Checks what the scheduler promises about its pages (tests, after any
+ * step; engine thread or synchronous caller only): the pool's own lists
+ * (gs_kv_pool_check); every sequence's page table covers exactly the
+ * positions it has computed; each page's refcount is the number of page
+ * tables holding it; a sequence's registered pages carry the chained hash
+ * of its own tokens and its other pages carry none. GS_INVAL with the first
+ * broken rule.
+ */
+enum gs_status gs_sched_check(struct gs_sched *s, struct gs_err *err);
+
+/*
+ * The prompt-lookup drafter (GS_SPEC_NGRAM): finds the latest earlier
+ * occurrence in tokens[0..n) of its last g tokens, for g from ngram_max down
+ * to 2, and copies up to k of the tokens that followed it into out. Returns
+ * how many (0: no match). Pure; O(n * ngram_max).
+ */
+uint32_t gs_spec_ngram_draft(const int32_t *tokens, uint32_t n, uint32_t ngram_max, int32_t *out,
+                             uint32_t k);
 
 /* ---- threaded mode ---------------------------------------------------------------- */
 

@@ -252,34 +252,48 @@ static bool reserve_pages(struct gs_sched *s, struct seq *q, uint32_t c)
     return true;
 }
 
-/* Places up to budget tokens of q in the step; returns the tokens placed. */
-static uint32_t place(struct gs_sched *s, struct seq *q, uint32_t budget, uint32_t *n_tokens,
-                      uint32_t *n_seqs, uint32_t *n_out)
+/* Places up to budget tokens of q in the step (lay_out writes them); returns
+ * the tokens placed. */
+static uint32_t place(struct gs_sched *s, struct seq *q, uint32_t budget, uint32_t *n_seqs)
 {
     uint32_t pending = q->n_tokens - q->n_computed;
     uint32_t c = GS_MIN(pending, budget);
     if (c == 0 || !reserve_pages(s, q, c))
         return 0;
-    uint32_t si = (*n_seqs)++;
-    s->step_seqs[si] = q;
+    s->step_seqs[(*n_seqs)++] = q;
     q->in_batch = true;
     q->batch_tokens = c;
-    q->out_row = -1;
-    q->row0 = *n_tokens;
-    for (uint32_t i = 0; i < c; i++) {
-        uint32_t t = (*n_tokens)++;
-        s->step_tokens[t] = q->tokens[q->n_computed + i];
-        s->step_pos[t] = (int32_t)(q->n_computed + i);
-        s->step_seq[t] = si;
-    }
-    if (q->n_computed + c == q->n_tokens && !q->pooling) {
-        s->step_rows[*n_out] = *n_tokens - 1;
-        q->out_row = (int32_t)(*n_out)++;
-    }
+    q->n_draft = 0;
     return c;
 }
 
-static bool is_eog(const struct gs_sched *s, int32_t tok)
+/* Writes the step's token rows, sequence by sequence: each one's placed tokens
+ * then its drafted ones, and a logits row for its last placed token and for
+ * each drafted one when that chunk reaches its last token. */
+static void lay_out(struct gs_sched *s, uint32_t n_seqs, uint32_t *n_tokens, uint32_t *n_out)
+{
+    uint32_t t = 0, o = 0;
+    for (uint32_t si = 0; si < n_seqs; si++) {
+        struct seq *q = s->step_seqs[si];
+        q->row0 = t;
+        q->out_row = -1;
+        for (uint32_t i = 0; i < q->batch_tokens + q->n_draft; i++, t++) {
+            s->step_tokens[t] = i < q->batch_tokens ? q->tokens[q->n_computed + i]
+                                                     : q->draft[i - q->batch_tokens];
+            s->step_pos[t] = (int32_t)(q->n_computed + i);
+            s->step_seq[t] = si;
+        }
+        if (q->n_computed + q->batch_tokens == q->n_tokens && !q->pooling) {
+            q->out_row = (int32_t)o;
+            for (uint32_t r = 0; r <= q->n_draft; r++)
+                s->step_rows[o++] = q->row0 + q->batch_tokens - 1 + r;
+        }
+    }
+    *n_tokens = t;
+    *n_out = o;
+}
+
+bool gs_sched__is_eog(const struct gs_sched *s, int32_t tok)
 {
     for (uint32_t i = 0; i < s->n_eog; i++)
         if (s->eog[i] == tok)
@@ -377,13 +391,13 @@ static enum gs_finish take_token(struct gs_sched *s, struct seq *q, float *logit
                                    masked ? q->allow : NULL, &o, &err);
     /* The grammar follows the text: a token it refuses cannot have been
      * sampled, but an end-of-generation token has no text to follow. */
-    if (!rc && masked && !is_eog(s, o.token)) {
+    if (!rc && masked && !gs_sched__is_eog(s, o.token)) {
         t_grammar = gs_now_ns();
         if ((rc = gs_grammar_matcher_accept(q->matcher, o.token, &err)) == GS_BUSY)
             rc = GS_INVAL;
         q->st.grammar_ms += (double)(gs_now_ns() - t_grammar) / 1e6;
     }
-    if (!rc && q->matcher && !masked && !is_eog(s, o.token)) {
+    if (!rc && q->matcher && !masked && !gs_sched__is_eog(s, o.token)) {
         t_grammar = gs_now_ns();
         if ((rc = watch_trigger(q, o.token, &err)) == GS_BUSY)
             rc = GS_INVAL;
@@ -407,7 +421,7 @@ static enum gs_finish take_token(struct gs_sched *s, struct seq *q, float *logit
     }
     if (o.stop)
         return GS_FINISH_STOP;
-    if (!q->ignore_eos && is_eog(s, o.token))
+    if (!q->ignore_eos && gs_sched__is_eog(s, o.token))
         return GS_FINISH_EOS;
     if (q->matcher && q->grammar_on && gs_grammar_matcher_done(q->matcher))
         return GS_FINISH_STOP;
@@ -485,6 +499,11 @@ void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t 
     s->stats.kv_bytes = (uint64_t)ks.pages_total * ks.page_bytes;
     s->stats.scratch_bytes = gs_plan_cache_scratch_bytes(&s->run->plans);
     s->stats.n_validating = s->n_vjobs;
+    s->stats.n_drafted += s->spec_drafted;
+    s->stats.n_draft_accepted += s->spec_accepted;
+    s->stats.n_verify_steps += s->spec_verifies;
+    s->stats.draft_seconds += (double)s->spec_draft_ns / 1e9;
+    s->spec_drafted = s->spec_accepted = s->spec_verifies = s->spec_draft_ns = 0;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -512,7 +531,7 @@ enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err)
             if (q->in_batch || decoding != (pass == 0))
                 continue;
             uint32_t before = s->n_running;
-            budget -= place(s, q, budget, &n_tokens, &n_seqs, &n_out);
+            budget -= place(s, q, budget, &n_seqs);
             /* A preemption reshuffled running[]: scan it again from the start
              * (i wraps to 0). Victims are never placed sequences, so the step
              * built so far stays valid. */
@@ -520,6 +539,19 @@ enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err)
                 i = UINT32_MAX;
         }
     }
+    /* Drafts last, from what budget, logits rows and free pages are left, so
+     * that speculation never takes a place, a page or a cached prefix from
+     * a sequence's own tokens. */
+    uint32_t draft_rows = s->max_draft_rows;
+    for (uint32_t i = 0; s->cfg.spec && i < n_seqs && budget > 0 && draft_rows > 0; i++) {
+        struct seq *q = s->step_seqs[i];
+        if (q->n_tokens - q->n_computed == 1) {
+            uint32_t n = gs_sched__draft(s, q, GS_MIN(budget, draft_rows));
+            budget -= n;
+            draft_rows -= n;
+        }
+    }
+    lay_out(s, n_seqs, &n_tokens, &n_out);
     uint64_t prompt_tokens = 0, gen_tokens = 0;
     enum gs_status rc = GS_OK;
     if (n_tokens > 0) {
@@ -552,18 +584,35 @@ enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err)
             fin = GS_FINISH_ERROR;
         } else {
             uint32_t a = q->n_computed, b = a + q->batch_tokens;
-            if (a < q->high_water)
-                q->st.n_recomputed += GS_MIN(b, q->high_water) - a;
             if (a < q->n_prompt)
                 prompt_tokens += GS_MIN(b, q->n_prompt) - a;
             q->n_computed = b;
-            q->high_water = GS_MAX(q->high_water, b);
             if (q->pooling) {
                 fin = pool_rows(s, q, a, b);
             } else if (q->out_row >= 0) {
-                fin = take_token(s, q, s->logits + (size_t)q->out_row * s->n_vocab);
-                gen_tokens += fin != GS_FINISH_ERROR;
+                /* Row r follows draft[r - 1]: sampled as a plain step would
+                 * sample that position, it accepts draft[r] by choosing it
+                 * (scheduler/spec.c says why that is the acceptance rule). */
+                uint32_t kept = 0;
+                for (uint32_t r = 0;; r++) {
+                    fin = take_token(s, q, s->logits + (size_t)(q->out_row + r) * s->n_vocab);
+                    gen_tokens += fin != GS_FINISH_ERROR;
+                    if (fin != GS_FINISH_NONE || r == q->n_draft ||
+                        q->tokens[q->n_tokens - 1] != q->draft[r])
+                        break;
+                    kept++;
+                }
+                if (q->n_draft) {
+                    /* The kept drafts' K/V stay; the rest is rolled back. */
+                    q->n_computed += kept;
+                    gs_kv_seq_truncate(s->pool, &q->kv, q->n_computed);
+                    gs_sched__spec_verified(s, q, kept);
+                }
             }
+            b = q->n_computed;
+            if (a < q->high_water)
+                q->st.n_recomputed += GS_MIN(b, q->high_water) - a;
+            q->high_water = GS_MAX(q->high_water, b);
             /* A sequence whose numerics failed never shares its pages. */
             if (s->cfg.prefix_cache && fin != GS_FINISH_ERROR)
                 register_pages(s, q);

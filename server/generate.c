@@ -91,6 +91,15 @@ static json_t *timings_json(const struct gs_srv_req *r)
     /* Structured output: the part of predicted_ms spent on masks and matchers. */
     if (t && r->gen.grammar)
         json_object_set_new(t, "grammar_ms", json_real(st->grammar_ms));
+    /* Speculative decoding, when it drafted for this request (llama.cpp's
+     * draft_n and draft_n_accepted, plus the steps that verified a draft and
+     * the drafting time inside predicted_ms). */
+    if (t && st->n_drafted > 0) {
+        json_object_set_new(t, "draft_n", json_integer(st->n_drafted));
+        json_object_set_new(t, "draft_n_accepted", json_integer(st->n_draft_accepted));
+        json_object_set_new(t, "draft_verify_steps", json_integer(st->n_verify_steps));
+        json_object_set_new(t, "draft_ms", json_real(st->draft_ms));
+    }
     return t;
 }
 

@@ -92,6 +92,24 @@ static void engine_metrics(struct gs_srv_buf *o, const struct gs_sched_stats *st
     counter(o, "graphserve_engine_errors_total", "Sequences ended by an engine error.",
             st->n_errors);
     counter(o, "graphserve_kv_evictions_total", "Cached KV pages evicted.", st->n_evictions);
+    counter(o, "graphserve_spec_draft_tokens_total", "Tokens drafted for speculative decoding.",
+            st->n_drafted);
+    counter(o, "graphserve_spec_accepted_tokens_total",
+            "Drafted tokens the model's own sampling reproduced (kept).", st->n_draft_accepted);
+    counter(o, "graphserve_spec_verify_steps_total",
+            "Sequence steps that verified a draft; tokens per verification step are "
+            "(accepted + verify steps) / verify steps.",
+            st->n_verify_steps);
+    header(o, "graphserve_spec_draft_seconds_total", "counter", "Time spent drafting.");
+    gs_srv_buf_addf(o, "graphserve_spec_draft_seconds_total %.17g\n", st->draft_seconds);
+    gauge(o, "graphserve_spec_acceptance_ratio",
+          "Drafted tokens kept over drafted tokens since start (0 before any draft).",
+          st->n_drafted ? (double)st->n_draft_accepted / (double)st->n_drafted : 0.0);
+    gauge(o, "graphserve_spec_tokens_per_verify_step",
+          "Tokens generated per sequence step that verified a draft, since start.",
+          st->n_verify_steps
+              ? (double)(st->n_draft_accepted + st->n_verify_steps) / (double)st->n_verify_steps
+              : 0.0);
     gauge(o, "graphserve_requests_running", "Sequences running in the engine.", st->n_running);
     gauge(o, "graphserve_requests_waiting", "Sequences queued for admission.", st->n_waiting);
     gauge(o, "graphserve_batch_tokens", "Tokens in the last engine step's batch.",

@@ -228,11 +228,12 @@ static void print_start(const struct serve *sv, const struct gs_srv_cfg *c)
            c->chat_template ? c->chat_template : (sv->tmpl ? "from-gguf" : "plain"));
     gs_log(GS_LOG_INFO, "engine",
            "backend=%s threads=%lld kv_pages=%u page_tokens=%lld kv_bytes=%llu max_seqs=%lld "
-           "max_batch_tokens=%lld max_queue=%lld prefix_cache=%s",
+           "max_batch_tokens=%lld max_queue=%lld prefix_cache=%s spec=%s spec_max_draft=%lld",
            c->model.backend, (long long)sv->cfg.threads, st.pages_total,
            (long long)sv->cfg.page_tokens, (unsigned long long)st.kv_bytes,
            (long long)sv->cfg.max_seqs, (long long)sv->cfg.max_batch_tokens,
-           (long long)sv->cfg.max_queue, sv->cfg.prefix_cache ? "true" : "false");
+           (long long)sv->cfg.max_queue, sv->cfg.prefix_cache ? "true" : "false",
+           gs_cfg_spec_name(sv->cfg.spec), (long long)sv->cfg.spec_max_draft);
     if (!sv->cfg.n_ctx && c->model.n_ctx < hp->n_ctx_train)
         gs_log(GS_LOG_WARN, "context",
                "n_ctx=%u n_ctx_train=%u reason=%s", c->model.n_ctx, hp->n_ctx_train,

@@ -132,3 +132,46 @@ Test(kv_seq, reserve_is_all_or_nothing_and_release_frees)
     cr_assert_eq(gs_kv_pool_n_free(p), 4);
     gs_kv_pool_free(p);
 }
+
+/* Truncation gives back exactly the pages past the kept positions, leaving
+ * the table, refcounts and free list as a reserve of the kept tokens alone
+ * would have; a registered page before the cut stays registered. */
+Test(kv_seq, truncate_returns_the_pages_past_the_kept_positions)
+{
+    struct gs_kv_pool *p = make_pool(6);
+    struct gs_err err = {0};
+    struct gs_kv_seq s, other;
+    gs_kv_seq_init(&s);
+    gs_kv_seq_init(&other);
+    cr_assert_eq(gs_kv_seq_reserve(p, &s, 16, &err), GS_OK);
+    gs_kv_page_set_hash(p, s.pages[0], 42);
+    cr_assert_eq(gs_kv_pool_n_unused(p), 5);
+    cr_assert_eq(gs_kv_seq_reserve(p, &s, 40, &err), GS_OK); /* a draft to position 39 */
+    cr_assert_eq(s.n_pages, 3);
+    cr_assert_eq(gs_kv_pool_n_unused(p), 3);
+    gs_kv_seq_truncate(p, &s, 17);
+    cr_assert_eq(s.n_pages, 2);
+    cr_assert_eq(s.n_tokens, 17);
+    cr_assert_eq(gs_kv_pool_n_unused(p), 4);
+    cr_assert_eq(gs_kv_pool_check(p, &err), GS_OK, "%s", err.msg);
+    uint64_t h;
+    cr_assert(gs_kv_page_hash(p, s.pages[0], &h) && h == 42);
+    /* a cut on a page boundary keeps no empty page */
+    gs_kv_seq_truncate(p, &s, 16);
+    cr_assert_eq(s.n_pages, 1);
+    /* the pages went back to the free list: another sequence gets them without eviction */
+    cr_assert_eq(gs_kv_seq_reserve(p, &other, 80, &err), GS_OK);
+    struct gs_kv_stats st;
+    gs_kv_pool_stats(p, &st);
+    cr_assert_eq(st.n_evictions, 0);
+    /* a cut to nothing keeps no page */
+    gs_kv_seq_truncate(p, &s, 0);
+    cr_assert_eq(s.n_pages, 0);
+    gs_kv_pool_stats(p, &st);
+    cr_assert_eq(st.pages_cached, 1, "the registered page is cached, not freed");
+    cr_assert_eq(gs_kv_pool_check(p, &err), GS_OK, "%s", err.msg);
+    gs_kv_seq_release(p, &s);
+    gs_kv_seq_release(p, &other);
+    cr_assert_eq(gs_kv_pool_check(p, &err), GS_OK, "%s", err.msg);
+    gs_kv_pool_free(p);
+}

@@ -1,0 +1,446 @@
+/*
+ * tests/scheduler/test_spec.c - speculative decoding in the scheduler: the
+ * prompt-lookup drafter, greedy outputs equal to plain decoding token for
+ * token on every golden prompt and on 16 concurrent streams through
+ * preemption and the prefix cache (the page invariants checked after every
+ * step: rejected drafts leave refcounts, page tables and the prefix cache as
+ * if never written), and sampled outputs that keep the target's
+ * distribution (a two-sample test over many seeds).
+ */
+#include "engine/gguf.h"
+#include "engine/grammar.h"
+#include "engine/model.h"
+#include "engine/tok.h"
+#include "engine/validate.h"
+#include "scheduler/scheduler.h"
+#include "tests/common/testutil.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_OUT 96
+
+struct rig {
+    struct gs_gguf *file;
+    struct gs_model *model;
+};
+
+static void rig_open(struct rig *r, const char *rel)
+{
+    struct gs_err err;
+    cr_assert_eq(gs_gguf_open(gs_test_shared_path(rel), &r->file, &err), GS_OK, "%s: %s", rel,
+                 err.msg);
+    cr_assert_eq(gs_model_load(r->file, &r->model, &err), GS_OK, "%s: %s", rel, err.msg);
+}
+
+static void rig_close(struct rig *r)
+{
+    gs_model_free(r->model);
+    gs_gguf_close(r->file);
+}
+
+struct job {
+    const int32_t *prompt;
+    uint32_t n_prompt;
+    uint32_t max_tokens;
+    float temperature;
+    uint64_t seed;
+    bool ignore_eos;
+    struct gs_grammar *grammar; /* borrowed; with vocab */
+    const struct gs_grammar_vocab *vocab;
+    int32_t out[MAX_OUT];
+    uint32_t n_out;
+    enum gs_finish finish;
+    struct gs_sched_req_stats stats;
+};
+
+struct run_cfg {
+    const char *backend;
+    enum gs_spec spec;
+    uint32_t max_seqs;
+    uint32_t n_pages; /* 0: roomy */
+    uint32_t max_batch;
+    bool prefix;
+    enum gs_type kv_type;
+};
+
+static struct gs_sched *open_sched(struct rig *r, const struct run_cfg *c)
+{
+    uint64_t page_bytes = (uint64_t)gs_model_kv_layers(r->model) * 2 * 16 *
+                          gs_model_kv_dim(r->model) * (c->kv_type == GS_TYPE_F32 ? 4 : 2);
+    struct gs_sched_cfg cfg = {.backend = c->backend,
+                               .kv_cache_bytes = (c->n_pages ? c->n_pages : 256) * page_bytes,
+                               .kv_type = c->kv_type ? c->kv_type : GS_TYPE_F16,
+                               .max_seqs = c->max_seqs,
+                               .max_batch_tokens = c->max_batch,
+                               .max_queue = 4096,
+                               .n_ctx = 512,
+                               .prefix_cache = c->prefix,
+                               .spec = c->spec};
+    struct gs_sched *s;
+    struct gs_err err;
+    cr_assert_eq(gs_sched_new(&cfg, r->model, &s, &err), GS_OK, "%s", err.msg);
+    return s;
+}
+
+/* Runs jobs[0..n) on one scheduler to the end, checking the page invariants
+ * after every step; returns the engine-wide stats. */
+static struct gs_sched_stats run_jobs(struct rig *r, const struct run_cfg *c, struct job *jobs,
+                                      uint32_t n)
+{
+    struct gs_sched *s = open_sched(r, c);
+    struct gs_err err;
+    for (uint32_t i = 0; i < n; i++) {
+        struct gs_sched_request req = {.id = i,
+                                       .prompt = jobs[i].prompt,
+                                       .n_prompt = jobs[i].n_prompt,
+                                       .max_tokens = jobs[i].max_tokens,
+                                       .ignore_eos = jobs[i].ignore_eos,
+                                       .grammar = jobs[i].grammar,
+                                       .grammar_vocab = jobs[i].vocab};
+        gs_sample_params_init(&req.sampling);
+        req.sampling.temperature = jobs[i].temperature;
+        req.sampling.seed = jobs[i].seed;
+        cr_assert_eq(gs_sched_submit(s, &req, &err), GS_OK, "%s", err.msg);
+        jobs[i].n_out = 0;
+        jobs[i].finish = GS_FINISH_NONE;
+    }
+    struct gs_sched_event ev[64];
+    for (int guard = 0; !gs_sched_idle(s); guard++) {
+        cr_assert_lt(guard, 200000, "scheduler made no progress");
+        cr_assert_eq(gs_sched_step(s, &err), GS_OK, "%s", err.msg);
+        cr_assert_eq(gs_sched_check(s, &err), GS_OK, "after step %d: %s", guard, err.msg);
+        size_t k;
+        while ((k = gs_sched_poll(s, ev, 64)) > 0)
+            for (size_t e = 0; e < k; e++) {
+                struct job *j = &jobs[ev[e].id];
+                if (ev[e].kind == GS_SCHED_EV_TOKEN) {
+                    cr_assert_lt(j->n_out, MAX_OUT);
+                    j->out[j->n_out++] = ev[e].token;
+                } else if (ev[e].kind == GS_SCHED_EV_FINISH) {
+                    j->finish = ev[e].finish;
+                    j->stats = ev[e].stats;
+                }
+            }
+    }
+    struct gs_sched_stats st;
+    gs_sched_stats(s, &st);
+    cr_assert_eq(st.pages_used, 0, "%u pages still referenced at the end", st.pages_used);
+    gs_sched_free(s);
+    return st;
+}
+
+static void assert_same_outputs(const struct job *a, const struct job *b, uint32_t n,
+                                const char *what)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        cr_assert_eq(a[i].finish, b[i].finish, "%s job %u: finish %s vs %s", what, i,
+                     gs_finish_name(a[i].finish), gs_finish_name(b[i].finish));
+        cr_assert_eq(a[i].n_out, b[i].n_out, "%s job %u: %u vs %u tokens", what, i, a[i].n_out,
+                     b[i].n_out);
+        for (uint32_t t = 0; t < a[i].n_out; t++)
+            cr_assert_eq(a[i].out[t], b[i].out[t], "%s job %u differs at token %u: %d vs %d",
+                         what, i, t, a[i].out[t], b[i].out[t]);
+    }
+}
+
+/* ---- the drafter ----------------------------------------------------------------------- */
+
+Test(spec_ngram, proposes_the_continuation_of_the_latest_longest_match)
+{
+    int32_t out[8];
+    /* "5 6 7" occurs at 0 and at 5; the tail is "6 7": latest match at 6 */
+    const int32_t a[] = {5, 6, 7, 1, 2, 5, 6, 7, 3, 9, 6, 7};
+    uint32_t n = gs_spec_ngram_draft(a, 12, 4, out, 8);
+    cr_assert_eq(n, 4);
+    cr_assert_eq(out[0], 3);
+    cr_assert_eq(out[1], 9);
+    cr_assert_eq(out[2], 6);
+    cr_assert_eq(out[3], 7);
+    /* a longer match wins over a later shorter one: tail "1 2 3", 3-gram at 0 */
+    const int32_t b[] = {1, 2, 3, 4, 8, 2, 3, 5, 1, 2, 3};
+    n = gs_spec_ngram_draft(b, 11, 4, out, 2);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(out[0], 4);
+    cr_assert_eq(out[1], 8);
+    /* a match that runs to the end proposes what there is */
+    const int32_t c[] = {4, 4, 4};
+    cr_assert_eq(gs_spec_ngram_draft(c, 3, 4, out, 8), 1);
+    cr_assert_eq(out[0], 4);
+    /* no earlier occurrence, too short, or no room: nothing */
+    const int32_t d[] = {1, 2, 3, 4, 5};
+    cr_assert_eq(gs_spec_ngram_draft(d, 5, 4, out, 8), 0);
+    cr_assert_eq(gs_spec_ngram_draft(d, 2, 4, out, 8), 0);
+    cr_assert_eq(gs_spec_ngram_draft(a, 12, 4, out, 0), 0);
+}
+
+/* ---- greedy: the same tokens --------------------------------------------------------- */
+
+/* Every golden prompt, greedy to the golden's length, with and without
+ * speculation on the cpu backend. */
+Test(spec_greedy, equals_plain_decoding_on_every_golden_prompt, .timeout = 600)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", gs_test_shared_path("golden/completions"));
+    DIR *d = opendir(dir);
+    cr_assert(d, "%s is missing", dir);
+    uint32_t n_files = 0;
+    uint64_t drafted = 0, kept = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 6 || strcmp(e->d_name + len - 5, ".json"))
+            continue;
+        char path[4096 + 512];
+        snprintf(path, sizeof(path), "%s/%.500s", dir, e->d_name);
+        struct gs_val_golden *g;
+        struct gs_err err;
+        cr_assert_eq(gs_val_golden_load(path, &g, &err), GS_OK, "%s: %s", path, err.msg);
+        char rel[512];
+        snprintf(rel, sizeof(rel), "models/%s", g->model);
+        struct rig r;
+        rig_open(&r, rel);
+        struct job plain = {.prompt = g->prompt_tokens,
+                            .n_prompt = (uint32_t)g->n_prompt,
+                            .max_tokens = (uint32_t)GS_MIN(g->n_predict, MAX_OUT),
+                            .ignore_eos = true};
+        struct job spec = plain;
+        struct run_cfg c = {.backend = "cpu", .max_seqs = 1, .max_batch = 256,
+                            .kv_type = !strcmp(g->kv_cache_type, "f32") ? GS_TYPE_F32
+                                                                          : GS_TYPE_F16};
+        run_jobs(&r, &c, &plain, 1);
+        c.spec = GS_SPEC_NGRAM;
+        struct gs_sched_stats st = run_jobs(&r, &c, &spec, 1);
+        assert_same_outputs(&plain, &spec, 1, e->d_name);
+        cr_assert_eq(spec.stats.n_drafted, st.n_drafted);
+        drafted += st.n_drafted;
+        kept += st.n_draft_accepted;
+        rig_close(&r);
+        gs_val_golden_free(g);
+        n_files++;
+    }
+    closedir(d);
+    cr_assert_geq(n_files, 77, "only %u golden completions under %s", n_files, dir);
+    cr_assert_gt(kept, 0, "no draft was ever kept (%llu drafted)", (unsigned long long)drafted);
+    cr_assert_lt(kept, drafted, "every draft was kept: rejection was never exercised");
+}
+
+/* A prompt that repeats itself, so that the drafter has matches to offer. */
+static uint32_t repetitive_prompt(int32_t *p, unsigned *seed, uint32_t n)
+{
+    uint32_t period = 5 + (uint32_t)rand_r(seed) % 12;
+    p[0] = 1;
+    for (uint32_t i = 1; i < n; i++)
+        p[i] = i <= period ? 3 + rand_r(seed) % 500 : p[i - period];
+    return n;
+}
+
+/* 16 streams on a pool too small for all, some repetitive (they speculate)
+ * and some not (they mostly do not), greedy and seeded: each equals its run
+ * alone without speculation. */
+static void concurrent(const char *backend, bool prefix, unsigned seed0)
+{
+    struct rig r;
+    rig_open(&r, "models/stories260K.gguf");
+    enum { N = 16 };
+    static int32_t prompts[N][160];
+    struct job jobs[N], alone[N];
+    unsigned seed = seed0;
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t n = 20 + (uint32_t)rand_r(&seed) % 120;
+        if (i % 4 == 3) {
+            prompts[i][0] = 1;
+            for (uint32_t t = 1; t < n; t++)
+                prompts[i][t] = 3 + rand_r(&seed) % 500;
+        } else {
+            repetitive_prompt(prompts[i], &seed, n);
+        }
+        /* shared prefixes for the prefix cache: every fourth copies job 0's start */
+        if (prefix && i % 4 == 1 && i > 1)
+            memcpy(prompts[i], prompts[0], 32 * sizeof(int32_t));
+        jobs[i] = (struct job){.prompt = prompts[i],
+                               .n_prompt = n,
+                               .max_tokens = 8 + (uint32_t)rand_r(&seed) % (MAX_OUT - 8),
+                               .temperature = i % 3 == 2 ? 0.8f : 0.0f,
+                               .seed = (uint64_t)rand_r(&seed),
+                               .ignore_eos = true};
+    }
+    struct run_cfg c = {.backend = backend, .max_seqs = 1, .max_batch = 256, .prefix = false};
+    for (uint32_t i = 0; i < N; i++) {
+        alone[i] = jobs[i];
+        run_jobs(&r, &c, &alone[i], 1);
+    }
+    /* 28 pages of 16 tokens: the largest job needs 15 */
+    c = (struct run_cfg){.backend = backend, .spec = GS_SPEC_NGRAM, .max_seqs = N,
+                         .n_pages = 28, .max_batch = 96, .prefix = prefix};
+    struct gs_sched_stats st = run_jobs(&r, &c, jobs, N);
+    assert_same_outputs(alone, jobs, N, backend);
+    cr_assert_gt(st.n_preemptions, 0, "the pool was meant to be too small");
+    cr_assert_gt(st.n_draft_accepted, 0);
+    cr_assert_lt(st.n_draft_accepted, st.n_drafted);
+    /* the random prompts' sequences spent steps without drafting beside the others */
+    uint64_t verifies = 0, generated = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        verifies += jobs[i].stats.n_verify_steps;
+        generated += jobs[i].n_out;
+    }
+    cr_assert_eq(verifies, st.n_verify_steps);
+    cr_assert_lt(verifies, generated);
+    rig_close(&r);
+}
+
+Test(spec_greedy, sixteen_streams_ref)
+{
+    concurrent("ref", false, 3);
+}
+
+Test(spec_greedy, sixteen_streams_cpu_with_prefix_cache)
+{
+    concurrent("cpu", true, 5);
+}
+
+/* Structured output on prompts that repeat themselves: drafts are made
+ * under the grammar (cut where it refuses a token) and the answers equal
+ * plain decoding's, greedy and seeded. */
+Test(spec_greedy, structured_output_equals_plain_decoding)
+{
+    struct rig r;
+    rig_open(&r, "models/stories260K.gguf");
+    struct gs_err err;
+    struct gs_tok *tok;
+    cr_assert_eq(gs_tok_open(gs_test_shared_path("models/stories260K.gguf"), &tok, &err), GS_OK,
+                 "%s", err.msg);
+    uint32_t nv = gs_tok_n_vocab(tok);
+    const char **piece = calloc(nv, sizeof(*piece));
+    uint32_t *len = calloc(nv, sizeof(*len));
+    for (uint32_t i = 0; i < nv; i++) {
+        size_t l = 0;
+        piece[i] = gs_tok_piece(tok, (int32_t)i, 0, &l);
+        len[i] = (uint32_t)l;
+    }
+    struct gs_grammar_vocab *v;
+    cr_assert_eq(gs_grammar_vocab_new(piece, len, nv, &v, &err), GS_OK, "%s", err.msg);
+    /* sentences of lowercase words without the letter o, then a full stop */
+    const char *src = "root ::= [ a-np-z,]{1,200} \".\"";
+    struct gs_grammar *g;
+    cr_assert_eq(gs_grammar_compile(src, strlen(src), "root", NULL, &g, &err), GS_OK, "%s",
+                 err.msg);
+    const char *text = "Tim and Sam sat in the sun. Tim and Sam sat in the sun. Tim and Sam sat "
+                       "in the sun. Tim and Sam sat in the sun. Tim and";
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(gs_tok_encode(tok, text, strlen(text), GS_TOK_ADD_SPECIAL, &ids, &n, &err),
+                 GS_OK);
+    enum { N = 6 };
+    struct job plain[N], spec[N];
+    for (uint32_t i = 0; i < N; i++)
+        plain[i] = (struct job){.prompt = ids, .n_prompt = (uint32_t)n, .max_tokens = MAX_OUT,
+                                .temperature = i < 3 ? 0.0f : 0.7f, .seed = 77 + i,
+                                .grammar = g, .vocab = v};
+    memcpy(spec, plain, sizeof(spec));
+    struct run_cfg c = {.backend = "cpu", .max_seqs = N, .max_batch = 256};
+    run_jobs(&r, &c, plain, N);
+    c.spec = GS_SPEC_NGRAM;
+    struct gs_sched_stats st = run_jobs(&r, &c, spec, N);
+    assert_same_outputs(plain, spec, N, "structured");
+    cr_assert_gt(st.n_draft_accepted, 0, "no draft kept under the grammar (%llu drafted)",
+                 (unsigned long long)st.n_drafted);
+    gs_free(ids);
+    gs_grammar_unref(g);
+    gs_grammar_vocab_free(v);
+    free(piece);
+    free(len);
+    gs_tok_free(tok);
+    rig_close(&r);
+}
+
+/* ---- sampled: the same distribution ------------------------------------------------ */
+
+/*
+ * Temperature 0.8 on a prompt that holds the model's own greedy story and
+ * then starts it again, so that sequences draft at their first decoding steps
+ * and drafts are both kept and refused. Tokens 1 to 3 of N sequences with
+ * speculation (seeds 1..N) against N without (other seeds): a chi-square
+ * two-sample test per position over the tokens drawn at least 10 times by
+ * the two sides together (rarer ones pooled), at a fixed 0.1% level.
+ */
+Test(spec_sampled, keeps_the_target_distribution, .timeout = 600)
+{
+    struct rig r;
+    rig_open(&r, "models/stories260K.gguf");
+    struct gs_val_golden *g;
+    struct gs_err err;
+    cr_assert_eq(gs_val_golden_load(
+                     gs_test_shared_path("golden/completions/stories260K__once-upon-a-time.json"),
+                     &g, &err),
+                 GS_OK, "%s", err.msg);
+    enum { N = 1500, T = 4, STORY = 40, AGAIN = 6 };
+    cr_assert_geq(g->n_gen, STORY);
+    int32_t prompt[2 * 16 + STORY + AGAIN];
+    uint32_t n_prompt = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = pass; i < g->n_prompt; i++) /* BOS once */
+            prompt[n_prompt++] = g->prompt_tokens[i];
+        for (int32_t i = 0; i < (pass ? AGAIN : STORY); i++)
+            prompt[n_prompt++] = g->completion_tokens[i];
+    }
+    gs_val_golden_free(g);
+    static struct job a[N], b[N];
+    for (uint32_t i = 0; i < N; i++) {
+        a[i] = (struct job){.prompt = prompt, .n_prompt = n_prompt, .max_tokens = T,
+                            .temperature = 2.0f,
+                            .seed = 1 + i, .ignore_eos = true};
+        b[i] = a[i];
+        b[i].seed = 1000003 + i;
+    }
+    struct run_cfg c = {.backend = "cpu", .max_seqs = 64, .max_batch = 4096, .prefix = true,
+                        .spec = GS_SPEC_NGRAM};
+    struct gs_sched_stats st = run_jobs(&r, &c, a, N);
+    c.spec = GS_SPEC_OFF;
+    run_jobs(&r, &c, b, N);
+    cr_assert_gt(st.n_draft_accepted, N / 10, "drafts were meant to be kept often: %llu of %llu", (unsigned long long)st.n_draft_accepted, (unsigned long long)st.n_drafted);
+    cr_assert_lt(st.n_draft_accepted, st.n_drafted - st.n_drafted / 10,
+                 "drafts were meant to be refused often: %llu of %llu kept",
+                 (unsigned long long)st.n_draft_accepted, (unsigned long long)st.n_drafted);
+    uint32_t n_vocab = r.model->hp.n_vocab;
+    uint32_t *ca = calloc(n_vocab, sizeof(*ca)), *cb = calloc(n_vocab, sizeof(*cb));
+    for (uint32_t t = 1; t < T; t++) {
+        memset(ca, 0, n_vocab * sizeof(*ca));
+        memset(cb, 0, n_vocab * sizeof(*cb));
+        for (uint32_t i = 0; i < N; i++) {
+            cr_assert_eq(a[i].n_out, T);
+            ca[a[i].out[t]]++;
+            cb[b[i].out[t]]++;
+        }
+        /* equal sample sizes: chi2 = sum (a - b)^2 / (a + b) */
+        double chi2 = 0, pa = 0, pb = 0;
+        uint32_t df = 0;
+        for (uint32_t v = 0; v < n_vocab; v++) {
+            if (ca[v] + cb[v] >= 10) {
+                chi2 += ((double)ca[v] - cb[v]) * ((double)ca[v] - cb[v]) / (ca[v] + cb[v]);
+                df++;
+            } else {
+                pa += ca[v];
+                pb += cb[v];
+            }
+        }
+        if (pa + pb > 0) {
+            chi2 += (pa - pb) * (pa - pb) / (pa + pb);
+            df++;
+        }
+        df -= 1;
+        cr_assert_gt(df, 2, "position %u: too few distinct tokens to test", t);
+        /* chi-square 0.1% critical value (Wilson-Hilferty) */
+        double z = 3.090, h = 2.0 / (9.0 * df);
+        double crit = df * pow(1 - h + z * sqrt(h), 3);
+        cr_assert_lt(chi2, crit, "position %u: chi2 %.1f over %.1f (%u degrees of freedom)", t,
+                     chi2, crit, df);
+    }
+    free(ca);
+    free(cb);
+    rig_close(&r);
+}

@@ -1,0 +1,182 @@
+/*
+ * tests/server/test_http_spec.c - speculative decoding through the real
+ * daemon: 16 concurrent greedy streams with --spec ngram give exactly what a
+ * daemon without it gives each request alone; drafts were made and kept
+ * (/metrics and the response's timings say so); a validated request passes
+ * against ref with the served logits; a JSON-schema request gives the same
+ * object with and without speculation.
+ */
+#define _GNU_SOURCE
+#include "tests/common/testutil.h"
+#include "tests/server/e2e.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_CLIENTS 16
+
+/* Prompts whose continuations repeat what they already hold. */
+static void prompt_of(int i, char *out, size_t cap)
+{
+    static const char *const who[] = {"Lily", "Tom", "Ben", "Sue"};
+    static const char *const what[] = {"saw a big dog", "found a red ball", "went to the park",
+                                       "had a little cat"};
+    snprintf(out, cap, "%s %s. %s %s. %s %s. %s", who[i % 4], what[(i / 4) % 4], who[i % 4],
+             what[(i / 4) % 4], who[i % 4], what[(i / 4) % 4], who[i % 4]);
+}
+
+static char *completion(const struct e2e_daemon *d, const char *body, json_t **timings)
+{
+    struct e2e_resp r;
+    e2e_http(d, "POST", "/v1/completions", body, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    char *text = strdup(json_string_value(
+        json_object_get(json_array_get(json_object_get(r.json, "choices"), 0), "text")));
+    if (timings)
+        *timings = json_incref(json_object_get(r.json, "timings"));
+    e2e_resp_free(&r);
+    return text;
+}
+
+/* Concatenated text of a completions SSE body. */
+static char *stream_text(const char *body)
+{
+    bool done;
+    json_t *ev = e2e_sse_events(body, &done);
+    cr_expect(done, "stream without [DONE]: %s", body);
+    size_t cap = 8192, len = 0;
+    char *text = calloc(1, cap);
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e)
+    {
+        json_t *c = json_array_get(json_object_get(e, "choices"), 0);
+        const char *t = json_string_value(json_object_get(c, "text"));
+        if (t && len + strlen(t) < cap) {
+            memcpy(text + len, t, strlen(t));
+            len += strlen(t);
+        }
+    }
+    json_decref(ev);
+    return text;
+}
+
+Test(http_spec, sixteen_streams_equal_plain_decoding, .timeout = 300)
+{
+    struct e2e_daemon plain, spec;
+    e2e_start(&plain, "--backend cpu");
+    e2e_start(&spec, "--backend cpu --spec ngram --spec-max-draft 6");
+    char *alone[N_CLIENTS];
+    char files[N_CLIENTS][600];
+    for (int i = 0; i < N_CLIENTS; i++) {
+        char prompt[256], body[512];
+        prompt_of(i, prompt, sizeof(prompt));
+        snprintf(body, sizeof(body), "{\"prompt\":\"%s\",\"max_tokens\":64,\"temperature\":0}",
+                 prompt);
+        alone[i] = completion(&plain, body, NULL);
+        snprintf(body, sizeof(body),
+                 "{\"prompt\":\"%s\",\"max_tokens\":64,\"temperature\":0,\"stream\":true}", prompt);
+        snprintf(files[i], sizeof(files[i]), "%s", e2e_body_file(body));
+    }
+    char *cmd = strdup("");
+    for (int i = 0; i < N_CLIENTS; i++) {
+        char *next;
+        cr_assert(asprintf(&next,
+                           "%scurl -sN --max-time 120 --data-binary @%s %s/v1/completions "
+                           "> %s.out & ",
+                           cmd, files[i], spec.url, files[i]) > 0);
+        free(cmd);
+        cmd = next;
+    }
+    char *full;
+    cr_assert(asprintf(&full, "%swait", cmd) > 0);
+    cr_assert_eq(gs_test_run(full, 1, NULL), 0);
+    free(full);
+    free(cmd);
+    for (int i = 0; i < N_CLIENTS; i++) {
+        char path[700];
+        snprintf(path, sizeof(path), "%.600s.out", files[i]);
+        char *body = gs_test_read_file(path, NULL);
+        char *text = stream_text(body);
+        cr_expect_str_eq(text, alone[i], "client %d differs from plain decoding", i);
+        free(text);
+        free(body);
+    }
+    /* One alone on the speculating daemon: its timings report the drafts. */
+    char prompt[256], body[512];
+    prompt_of(0, prompt, sizeof(prompt));
+    snprintf(body, sizeof(body), "{\"prompt\":\"%s\",\"max_tokens\":64,\"temperature\":0}",
+             prompt);
+    json_t *t;
+    char *text = completion(&spec, body, &t);
+    cr_expect_str_eq(text, alone[0]);
+    free(text);
+    cr_assert(json_is_object(t));
+    json_int_t drafted = json_integer_value(json_object_get(t, "draft_n"));
+    json_int_t kept = json_integer_value(json_object_get(t, "draft_n_accepted"));
+    cr_expect_gt(drafted, 0, "no draft for a repetitive prompt: %s", json_dumps(t, 0));
+    cr_expect_gt(kept, 0);
+    cr_expect_leq(kept, drafted);
+    cr_expect_gt(json_integer_value(json_object_get(t, "draft_verify_steps")), 0);
+    cr_expect(json_is_number(json_object_get(t, "draft_ms")));
+    json_decref(t);
+    for (int i = 0; i < N_CLIENTS; i++)
+        free(alone[i]);
+
+    struct e2e_resp m;
+    e2e_http(&spec, "GET", "/metrics", NULL, NULL, &m);
+    double d = e2e_metric(m.body, "graphserve_spec_draft_tokens_total");
+    double a = e2e_metric(m.body, "graphserve_spec_accepted_tokens_total");
+    double v = e2e_metric(m.body, "graphserve_spec_verify_steps_total");
+    cr_expect_gt(a, 0);
+    cr_expect_lt(a, d + 1);
+    cr_expect_gt(v, 0);
+    cr_expect_eq(e2e_metric(m.body, "graphserve_spec_tokens_per_verify_step"), (a + v) / v);
+    cr_expect_eq(e2e_metric(m.body, "graphserve_kv_pages{state=\"used\"}"), 0);
+    e2e_resp_free(&m);
+    e2e_http(&plain, "GET", "/metrics", NULL, NULL, &m);
+    cr_expect_eq(e2e_metric(m.body, "graphserve_spec_draft_tokens_total"), 0);
+    e2e_resp_free(&m);
+    cr_expect_eq(e2e_stop(&spec), 0);
+    cr_expect_eq(e2e_stop(&plain), 0);
+}
+
+/* The served logits of a speculating sequence are the target's: validation
+ * against ref passes; and structured output holds its grammar with drafts
+ * cut at what the grammar refuses, answering what plain decoding answers. */
+Test(http_spec, validation_and_structured_output, .timeout = 300)
+{
+    struct e2e_daemon plain, spec;
+    e2e_start(&plain, "--backend cpu");
+    e2e_start(&spec, "--backend cpu --spec ngram");
+    char prompt[256], body[1024];
+    prompt_of(5, prompt, sizeof(prompt));
+    snprintf(body, sizeof(body),
+             "{\"prompt\":\"%s\",\"max_tokens\":48,\"temperature\":0,\"validation\":true}",
+             prompt);
+    struct e2e_resp r;
+    e2e_http(&spec, "POST", "/v1/completions", body, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *val = json_object_get(r.json, "validation");
+    cr_expect(json_is_true(json_object_get(val, "passed")), "validation failed: %s", r.body);
+    cr_expect_gt(json_integer_value(json_object_get(json_object_get(r.json, "timings"),
+                                                    "draft_n_accepted")),
+                 0, "%s", r.body);
+    e2e_resp_free(&r);
+
+    snprintf(body, sizeof(body),
+             "{\"prompt\":\"%s\",\"max_tokens\":48,\"temperature\":0,"
+             "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"s\","
+             "\"schema\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+             "\"n\":{\"type\":\"integer\"}},\"required\":[\"name\",\"n\"]}}}}",
+             prompt);
+    char *want = completion(&plain, body, NULL);
+    char *got = completion(&spec, body, NULL);
+    cr_expect_str_eq(got, want);
+    free(want);
+    free(got);
+    cr_expect_eq(e2e_stop(&spec), 0);
+    cr_expect_eq(e2e_stop(&plain), 0);
+}
