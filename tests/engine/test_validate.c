@@ -644,7 +644,8 @@ static int run_validate(const char *args, char **out)
 {
     char cmd[16384];
     snprintf(exe, sizeof(exe), "%s", gs_test_build_path("server/graphserve"));
-    snprintf(cmd, sizeof(cmd), "%s validate %s", exe, args);
+    int n = snprintf(cmd, sizeof(cmd), "%s validate %s", exe, args);
+    cr_assert(n > 0 && (size_t)n < sizeof(cmd), "the command line is too long");
     return gs_test_run(cmd, 0, out);
 }
 
