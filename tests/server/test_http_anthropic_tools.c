@@ -399,22 +399,23 @@ Test(http_anthropic_tools, a_turn_of_tool_use_alone_renders_with_qwen3s_template
         "toolu_1", "name", "get_weather", "input", "city", "Paris", "unit", "celsius", "role",
         "user", "content", "type", "tool_result", "tool_use_id", "toolu_1", "content",
         "18 degrees");
-    char *body = json_dumps(json_pack("{s:o,s:o}", "messages", msgs, "tools", anthropic_tools()),
-                            JSON_COMPACT);
+    json_t *req = json_pack("{s:o,s:o}", "messages", msgs, "tools", anthropic_tools());
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
     struct e2e_resp r;
     e2e_http(&q3, "POST", "/v1/messages/count_tokens", body, KEY, &r);
     cr_assert_eq(r.status, 200, "%s", r.body);
     json_int_t anthropic = json_integer_value(json_object_get(r.json, "input_tokens"));
     e2e_resp_free(&r);
     free(body);
-    body = json_dumps(
-        json_pack("{s:[{s:s,s:s},{s:s,s:s,s:[{s:s,s:s,s:{s:s,s:s}}]},{s:s,s:s,s:s}],s:i,s:o}",
-                  "messages", "role", "user", "content", QUESTION, "role", "assistant", "content",
-                  "", "tool_calls", "id", "toolu_1", "type", "function", "function", "name",
-                  "get_weather", "arguments", "{\"city\":\"Paris\",\"unit\":\"celsius\"}", "role",
-                  "tool", "tool_call_id", "toolu_1", "content", "18 degrees", "max_tokens", 1,
-                  "tools", chat_tools()),
-        JSON_COMPACT);
+    req = json_pack("{s:[{s:s,s:s},{s:s,s:s,s:[{s:s,s:s,s:{s:s,s:s}}]},{s:s,s:s,s:s}],s:i,s:o}",
+                    "messages", "role", "user", "content", QUESTION, "role", "assistant",
+                    "content", "", "tool_calls", "id", "toolu_1", "type", "function", "function",
+                    "name", "get_weather", "arguments", "{\"city\":\"Paris\",\"unit\":\"celsius\"}",
+                    "role", "tool", "tool_call_id", "toolu_1", "content", "18 degrees",
+                    "max_tokens", 1, "tools", chat_tools());
+    body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
     e2e_http(&q3, "POST", "/v1/chat/completions", body, NULL, &r);
     cr_assert_eq(r.status, 200, "%s", r.body);
     cr_expect_eq(anthropic,
