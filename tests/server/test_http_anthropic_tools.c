@@ -175,7 +175,9 @@ Test(http_anthropic_tools, stream_has_tool_use_blocks_and_input_json_deltas)
             cr_expect_eq(json_integer_value(json_object_get(data, "index")),
                          (json_int_t)json_array_size(blocks), "blocks are numbered in order");
             cr_expect_str_eq(str(b, "type"), "tool_use", "%s", r.body);
-            cr_expect(json_equal(json_object_get(b, "input"), json_object()), "%s", r.body);
+            json_t *empty = json_object();
+            cr_expect(json_equal(json_object_get(b, "input"), empty), "%s", r.body);
+            json_decref(empty);
             json_array_append(blocks, b);
             args[0] = '\0';
         } else if (!strcmp(name, "content_block_delta")) {
@@ -368,7 +370,9 @@ Test(http_anthropic_tools, tools_need_a_jinja_template)
     struct e2e_daemon plain;
     e2e_start(&plain, "");
     struct e2e_resp r;
-    char *body = json_dumps(ask(anthropic_tools(), NULL), JSON_COMPACT);
+    json_t *req = ask(anthropic_tools(), NULL);
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
     e2e_http(&plain, "POST", "/v1/messages", body, KEY, &r);
     cr_expect_eq(r.status, 400, "%s", r.body);
     cr_expect(strstr(r.body, "Jinja"), "%s", r.body);
