@@ -398,11 +398,13 @@ static enum gs_status messages_conversation(struct mctx *mc, json_t *root,
                                  "send their results in a user message after it",
                                  param);
         }
-        /* A user message of tool results alone adds no user turn. */
+        /* A user message of tool results alone adds no user turn. An assistant turn of
+         * tool_use blocks alone has "" as its content, the text it had: templates that
+         * search the content (Qwen 3's "'</think>' in message.content") cannot take null. */
         bool results_only = !calls && !*text && json_array_size(mc->chat) > n_before;
         json_t *cm = results_only ? NULL
-                     : calls      ? json_pack("{s:s,s:s?,s:o}", "role", r, "content",
-                                              *text ? text : NULL, "tool_calls", calls)
+                     : calls      ? json_pack("{s:s,s:s,s:o}", "role", r, "content", text,
+                                              "tool_calls", calls)
                                   : json_pack("{s:s,s:s}", "role", r, "content", text);
         gs_free(text);
         if (!results_only && (st = chat_add(mc, cm, param)) != GS_OK)

@@ -380,3 +380,55 @@ Test(http_anthropic_tools, tools_need_a_jinja_template)
     e2e_resp_free(&r);
     cr_expect_eq(e2e_stop(&plain), 0);
 }
+
+/* An assistant turn of tool_use blocks alone reaches the template with "" as its content,
+ * not null: Qwen 3's template tests "'</think>' in message.content", which a null content
+ * cannot answer. Its prompt is the chat route's for the same history with content "". */
+Test(http_anthropic_tools, a_turn_of_tool_use_alone_renders_with_qwen3s_template)
+{
+    json_t *g = gs_test_load_json(gs_test_shared_path("golden/templates/Qwen-Qwen3-0.6B.json"));
+    json_t *t = json_object_get(g, "template");
+    cr_assert(json_is_string(t), "the Qwen 3 golden has no template");
+    char *path = e2e_model_with_template("models/arch/qwen3-tiny-Q4_K_M.gguf",
+                                         "qwen3-anthropic-tools", json_string_value(t),
+                                         json_string_length(t));
+    char args[1024];
+    snprintf(args, sizeof(args), "-m '%s'", path);
+    struct e2e_daemon q3;
+    e2e_start(&q3, args);
+    json_t *msgs = json_pack(
+        "[{s:s,s:s},{s:s,s:[{s:s,s:s,s:s,s:{s:s,s:s}}]},{s:s,s:[{s:s,s:s,s:s}]}]", "role",
+        "user", "content", QUESTION, "role", "assistant", "content", "type", "tool_use", "id",
+        "toolu_1", "name", "get_weather", "input", "city", "Paris", "unit", "celsius", "role",
+        "user", "content", "type", "tool_result", "tool_use_id", "toolu_1", "content",
+        "18 degrees");
+    json_t *req = json_pack("{s:o,s:o}", "messages", msgs, "tools", anthropic_tools());
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    struct e2e_resp r;
+    e2e_http(&q3, "POST", "/v1/messages/count_tokens", body, KEY, &r);
+    /* cr_expect, not cr_assert: a failure must still reach e2e_stop below. */
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    json_int_t anthropic = json_integer_value(json_object_get(r.json, "input_tokens"));
+    e2e_resp_free(&r);
+    free(body);
+    req = json_pack("{s:[{s:s,s:s},{s:s,s:s,s:[{s:s,s:s,s:{s:s,s:s}}]},{s:s,s:s,s:s}],s:i,s:o}",
+                    "messages", "role", "user", "content", QUESTION, "role", "assistant",
+                    "content", "", "tool_calls", "id", "toolu_1", "type", "function", "function",
+                    "name", "get_weather", "arguments", "{\"city\":\"Paris\",\"unit\":\"celsius\"}",
+                    "role", "tool", "tool_call_id", "toolu_1", "content", "18 degrees",
+                    "max_tokens", 1, "tools", chat_tools());
+    body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    e2e_http(&q3, "POST", "/v1/chat/completions", body, NULL, &r);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    cr_expect_eq(anthropic,
+                 json_integer_value(json_object_get(json_object_get(r.json, "usage"),
+                                                    "prompt_tokens")),
+                 "the tool_use-only turn is not the chat route's turn with content \"\"");
+    e2e_resp_free(&r);
+    free(body);
+    free(path);
+    json_decref(g);
+    cr_expect_eq(e2e_stop(&q3), 0);
+}
