@@ -216,9 +216,10 @@ static int load(struct serve *sv)
     sc.notify_ctx = &sv->holder;
     if (gs_serve_test_hooks_from_env(&sv->hooks)) {
         gs_log(GS_LOG_WARN, "test_hook",
-               "poison_pos=%lld step_gate=%s validate_gate=%s reason=%s",
+               "poison_pos=%lld step_gate=%s step_gate_at=%u:%s validate_gate=%s reason=%s",
                sv->hooks.poison ? (long long)sv->hooks.poison_pos : -1LL,
-               sv->hooks.gate_path ? sv->hooks.gate_path : "-",
+               sv->hooks.gate_path ? sv->hooks.gate_path : "-", sv->hooks.gate_at,
+               sv->hooks.gate_at_path ? sv->hooks.gate_at_path : "-",
                sv->hooks.validate_gate_path ? sv->hooks.validate_gate_path : "-",
                "a GS_TEST_ variable is set (tests only)");
         sc.logits_hook = gs_serve_test_hook;
