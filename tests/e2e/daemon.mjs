@@ -5,7 +5,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 
 // Starts `BIN serve --port 0 ARGS...`; resolves with {proc, url, log} once it
-// prints its listening line, rejects if it exits first.
+// prints its listening line (http:// or, with --tls-cert, https://), rejects if it exits first.
 export function startDaemon(bin, args) {
   return new Promise((resolve, reject) => {
     const proc = spawn(bin, ['serve', '--port', '0', ...args],
@@ -14,7 +14,7 @@ export function startDaemon(bin, args) {
     proc.stderr.on('data', (d) => { log += d; });
     proc.stdout.on('data', (d) => {
       out += d;
-      const m = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
+      const m = out.match(/listening on (https?:\/\/127\.0\.0\.1:\d+)/);
       if (m) resolve({ proc, url: m[1], log: () => log });
     });
     proc.on('exit', (code) => reject(new Error(`daemon exited ${code} before listening:\n${log}`)));

@@ -3,11 +3,12 @@
 // key. It asks for the key, streams an answer, stops a long one (the request is cancelled
 // and its pages come back, as /metrics shows), shows an answer's validation figures and
 // receipt, shows 8 running sequences and their KV pages in the engine view, draws the
-// graph and the memory ledger, and fits a phone's width. Every wait is on the page's DOM
+// graph and the memory ledger, fits a phone's width, and works over HTTPS. Every wait is on the page's DOM
 // or on /metrics; the engine is held with the daemon's test gates, never by timing.
 // Screenshots of each view go to $GS_BUILD_DIR/tests/webui/.
 //
 // Usage: node webui.mjs GRAPHSERVE_BINARY SHARED_DIR
+import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
@@ -202,4 +203,33 @@ test('the tabs work from the keyboard and the page fits a phone', async () => {
   assert.ok(overflow <= 0, `the page is ${overflow}px wider than the phone`);
   await shot('chat-phone');
   assert.deepEqual(problems, [], 'no console errors or exceptions (CSP included)');
+});
+
+test('the page works over HTTPS with a key', async () => {
+  // A self-signed certificate for 127.0.0.1; the browser context is told to accept it.
+  const k = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+  execFileSync('openssl', ['req', '-x509', ...k, '-keyout', `${out}/tls.key`, '-out', `${out}/tls.pem`, '-days', '2', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'], { stdio: 'ignore' });
+  const t = await startDaemon(bin, ['-m', `${shared}/models/stories260K.gguf`, '--api-key', KEY, '--tls-cert', `${out}/tls.pem`, '--tls-key', `${out}/tls.key`]);
+  try {
+    assert.match(t.url, /^https:/);
+    const ctx = await browser.newContext({ ignoreHTTPSErrors: true });
+    const p = await ctx.newPage();
+    p.on('pageerror', (e) => problems.push(String(e)));
+    await p.goto(`${t.url}/`);
+    await p.locator('#key-dialog').waitFor({ state: 'visible' });
+    await p.getByLabel('Key', { exact: true }).fill(KEY);
+    await p.getByRole('button', { name: 'Save' }).click();
+    await p.locator('#model-name', { hasText: 'stories260K' }).waitFor();
+    await p.locator('#params summary').click();
+    await p.getByLabel('Max tokens').fill('12');
+    await p.getByLabel('Message', { exact: true }).fill('Once upon a time');
+    await p.getByRole('button', { name: 'Send' }).click();
+    await p.locator('.msg.assistant .evidence summary', { hasText: /Validation: (passed|failed)/ }).waitFor();
+    assert.ok((await p.locator('.msg.assistant .body').textContent()).trim().length > 0);
+    await ctx.close();
+  } finally {
+    const { code } = await stopDaemon(t);
+    assert.equal(code, 0, `TLS daemon exit status; log:\n${t.log()}`);
+  }
+  assert.deepEqual(problems, []);
 });
