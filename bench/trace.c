@@ -69,8 +69,10 @@ static double round_once(const struct opts *o, struct gs_sched *s, const struct 
         prompt[0] = m->hp.bos_id >= 0 ? m->hp.bos_id : 1;
         for (uint32_t t = 1; t < o->n_prompt; t++)
             prompt[t] = 3 + rand_r(&seed) % (int32_t)(m->hp.n_vocab - 3);
-        struct gs_sched_request req = {.id = round * o->seqs + i, .prompt = prompt,
-                                       .n_prompt = o->n_prompt, .max_tokens = o->n_gen,
+        struct gs_sched_request req = {.id = round * o->seqs + i,
+                                       .prompt = prompt,
+                                       .n_prompt = o->n_prompt,
+                                       .max_tokens = o->n_gen,
                                        .ignore_eos = true};
         gs_sample_params_init(&req.sampling);
         req.sampling.temperature = 0;
@@ -120,9 +122,13 @@ int main(int argc, char **argv)
     }
     uint64_t per_token = (uint64_t)gs_model_kv_layers(m) * 2 * gs_model_kv_dim(m) * 2;
     uint64_t pages = (uint64_t)o.seqs * ((o.n_prompt + o.n_gen + 15) / 16 + 1);
-    struct gs_sched_cfg cfg = {.backend = o.backend, .kv_type = GS_TYPE_F16, .max_seqs = o.seqs,
-                               .max_batch_tokens = GS_MAX(512u, o.seqs), .n_ctx = o.n_prompt + o.n_gen + 1,
-                               .max_queue = o.seqs + 1, .kv_cache_bytes = pages * 16 * per_token};
+    struct gs_sched_cfg cfg = {.backend = o.backend,
+                               .kv_type = GS_TYPE_F16,
+                               .max_seqs = o.seqs,
+                               .max_batch_tokens = GS_MAX(512u, o.seqs),
+                               .n_ctx = o.n_prompt + o.n_gen + 1,
+                               .max_queue = o.seqs + 1,
+                               .kv_cache_bytes = pages * 16 * per_token};
     struct gs_sched *s;
     if (gs_sched_new(&cfg, m, &s, &err)) {
         fprintf(stderr, "gs-bench-trace: %s\n", err.msg);

@@ -104,22 +104,19 @@ static void add(struct gs_sched_trace_state *t, const char *fmt, ...)
             t->rec_len += (size_t)n;
             return;
         }
-        size_t need = t->rec_len + (size_t)n + 1;
-        char *p = need <= GS_SCHED_TRACE_MAX_BYTES
-                      ? gs_realloc(t->rec, GS_MAX(t->rec_cap * 2, need + 256))
-                      : NULL;
+        size_t need = t->rec_len + (size_t)n + 1, cap = GS_MAX(t->rec_cap * 2, need + 256);
+        char *p = need <= GS_SCHED_TRACE_MAX_BYTES ? gs_realloc(t->rec, cap) : NULL;
         if (!p) {
             t->rec_failed = true;
             return;
         }
-        size_t cap = GS_MAX(t->rec_cap * 2, need + 256);
         t->rec = p;
         t->rec_cap = cap;
     }
 }
 
-static const char page_code[] = {[GS_KV_PAGE_FREE] = 'f', [GS_KV_PAGE_USED] = 'u',
-                                 [GS_KV_PAGE_CACHED] = 'c'};
+static const char page_code[] = {
+    [GS_KV_PAGE_FREE] = 'f', [GS_KV_PAGE_USED] = 'u', [GS_KV_PAGE_CACHED] = 'c'};
 
 /* The page map as runs: "u3c2f11" is three used pages, two cached, eleven free. */
 static void add_page_map(struct gs_sched *s, uint32_t n_pages)
@@ -175,14 +172,14 @@ void gs_sched__trace_step(struct gs_sched *s, double t0_ms, uint32_t batch_token
     gs_kv_pool_stats(s->pool, &ks);
     t->rec_len = 0;
     t->rec_failed = false;
-    add(t, "{\"type\":\"step\",\"step\":%llu,\"t_ms\":%.3f,\"step_ms\":%.3f,\"batch_tokens\":%u,"
-           "\"batch\":[",
+    add(t,
+        "{\"type\":\"step\",\"step\":%llu,\"t_ms\":%.3f,\"step_ms\":%.3f,\"batch_tokens\":%u,"
+        "\"batch\":[",
         (unsigned long long)++t->n_steps, now, now - t0_ms, batch_tokens);
     for (uint32_t i = 0; i < t->n_batch; i++)
         add(t, "%s{\"seq\":%llu,\"prompt_tokens\":%u,\"decode_tokens\":%u}", i ? "," : "",
             (unsigned long long)t->batch[i].id, t->batch[i].prompt, t->batch[i].decode);
-    add(t, "],\"running\":%u,\"waiting\":%u,\"prefix_hits\":[", s->n_running,
-        s->n_waiting_engine);
+    add(t, "],\"running\":%u,\"waiting\":%u,\"prefix_hits\":[", s->n_running, s->n_waiting_engine);
     for (uint32_t i = 0; i < t->n_hits; i++)
         add(t, "%s{\"seq\":%llu,\"pages\":%u,\"tokens\":%u}", i ? "," : "",
             (unsigned long long)t->hits[i].id, t->hits[i].pages,
@@ -192,8 +189,9 @@ void gs_sched__trace_step(struct gs_sched *s, double t0_ms, uint32_t batch_token
         add(t, "%s%llu", i ? "," : "", (unsigned long long)t->preempted[i]);
     add(t, "],\"n_preempted\":%u,\"tokens_per_s\":%.1f,", t->n_preempted,
         tokens_per_s(t, now, (uint32_t)gen_tokens));
-    add(t, "\"kv\":{\"pages_total\":%u,\"page_tokens\":%u,\"used\":%u,\"cached\":%u,\"free\":%u,"
-           "\"map\":\"",
+    add(t,
+        "\"kv\":{\"pages_total\":%u,\"page_tokens\":%u,\"used\":%u,\"cached\":%u,\"free\":%u,"
+        "\"map\":\"",
         ks.pages_total, gs_sched__page_tokens(s), ks.pages_used, ks.pages_cached, ks.pages_free);
     add_page_map(s, ks.pages_total);
     add(t, "\",\"seqs\":[");

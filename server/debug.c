@@ -44,11 +44,10 @@ enum MHD_Result gs_srv__debug_graph(struct gs_srv_req *r)
     const struct gs_srv_model_info *m = &r->srv->cfg.model;
     if (!m->graph_json_built || !m->graph_json_served)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "no model graph loaded");
-    json_t *body = json_pack("{s:s,s:s,s:s,s:o,s:o}", "model", m->id, "backend",
-                             m->backend ? m->backend : "", "graph_hash",
-                             m->graph_hash ? m->graph_hash : "", "built",
-                             graph_or_null(m->graph_json_built), "served",
-                             graph_or_null(m->graph_json_served));
+    json_t *body = json_pack(
+        "{s:s,s:s,s:s,s:o,s:o}", "model", m->id, "backend", m->backend ? m->backend : "",
+        "graph_hash", m->graph_hash ? m->graph_hash : "", "built",
+        graph_or_null(m->graph_json_built), "served", graph_or_null(m->graph_json_served));
     return gs_srv__respond_json(r, 200, body);
 }
 

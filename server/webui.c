@@ -7,8 +7,8 @@
  * origin's scripts, styles and connections: the page never loads anything
  * from elsewhere, and model text it shows can never run as script.
  */
-#include "server/daemon.h"
 #include "server/webui.h"
+#include "server/daemon.h"
 
 #include <string.h>
 
@@ -35,10 +35,10 @@ enum MHD_Result gs_srv__webui(struct gs_srv_req *r)
     /* index.html is served only as "/", so the page has one address. */
     const struct gs_srv_asset *a = strcmp(r->url, "/index.html") ? find(r->url) : NULL;
     if (!a)
-        return gs_srv__respond_error(r, GS_SRV_E_NOT_FOUND, NULL, "no route for %s %s",
-                                     r->method, r->url);
-    const char *inm = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                  MHD_HTTP_HEADER_IF_NONE_MATCH);
+        return gs_srv__respond_error(r, GS_SRV_E_NOT_FOUND, NULL, "no route for %s %s", r->method,
+                                     r->url);
+    const char *inm =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
     bool fresh = inm && strstr(inm, a->etag);
     unsigned status = fresh ? 304 : 200;
     struct MHD_Response *resp = MHD_create_response_from_buffer(

@@ -27,9 +27,13 @@ static void rig_open(struct rig *r, uint32_t max_seqs, uint32_t n_pages)
     cr_assert_eq(gs_gguf_open(gs_test_shared_path("models/stories260K.gguf"), &r->file, &err),
                  GS_OK, "%s", err.msg);
     cr_assert_eq(gs_model_load(r->file, &r->model, &err), GS_OK, "%s", err.msg);
-    struct gs_sched_cfg cfg = {.backend = "ref", .kv_cache_bytes = n_pages * 10240ull,
-                               .kv_type = GS_TYPE_F16, .max_seqs = max_seqs,
-                               .max_batch_tokens = 512, .n_ctx = 512, .prefix_cache = true};
+    struct gs_sched_cfg cfg = {.backend = "ref",
+                               .kv_cache_bytes = n_pages * 10240ull,
+                               .kv_type = GS_TYPE_F16,
+                               .max_seqs = max_seqs,
+                               .max_batch_tokens = 512,
+                               .n_ctx = 512,
+                               .prefix_cache = true};
     cr_assert_eq(gs_sched_new(&cfg, r->model, &r->s, &err), GS_OK, "%s", err.msg);
 }
 
@@ -46,8 +50,11 @@ static void submit(struct gs_sched *s, uint64_t id, uint32_t n_prompt, uint32_t 
     cr_assert_leq(n_prompt, 400);
     for (uint32_t i = 0; i < n_prompt; i++)
         prompt[i] = 3 + (int32_t)(i * 37 % 500);
-    struct gs_sched_request req = {.id = id, .prompt = prompt, .n_prompt = n_prompt,
-                                   .max_tokens = max_tokens, .ignore_eos = true};
+    struct gs_sched_request req = {.id = id,
+                                   .prompt = prompt,
+                                   .n_prompt = n_prompt,
+                                   .max_tokens = max_tokens,
+                                   .ignore_eos = true};
     gs_sample_params_init(&req.sampling);
     req.sampling.temperature = 0;
     struct gs_err err;
@@ -167,11 +174,13 @@ Test(sched_trace, a_record_per_step_with_batch_pages_and_prefix_hits)
     uint32_t decode[2] = {0}, prompt[2] = {0}, hit_pages = 0;
     size_t i;
     json_t *rec;
-    json_array_foreach(recs, i, rec) {
+    json_array_foreach(recs, i, rec)
+    {
         json_t *b, *batch = json_object_get(rec, "batch");
         size_t j;
         long sum = 0;
-        json_array_foreach(batch, j, b) {
+        json_array_foreach(batch, j, b)
+        {
             uint64_t id = (uint64_t)json_integer_value(json_object_get(b, "seq"));
             cr_assert_lt(id, 2);
             long p = json_integer_value(json_object_get(b, "prompt_tokens"));
@@ -184,7 +193,8 @@ Test(sched_trace, a_record_per_step_with_batch_pages_and_prefix_hits)
         json_t *kv = json_object_get(rec, "kv");
         check_map(kv);
         json_t *h, *hits = json_object_get(rec, "prefix_hits");
-        json_array_foreach(hits, j, h) {
+        json_array_foreach(hits, j, h)
+        {
             cr_assert_eq(json_integer_value(json_object_get(h, "seq")), 1);
             hit_pages += (uint32_t)json_integer_value(json_object_get(h, "pages"));
             cr_assert_eq(json_integer_value(json_object_get(h, "tokens")),
@@ -193,7 +203,8 @@ Test(sched_trace, a_record_per_step_with_batch_pages_and_prefix_hits)
         /* Every running sequence's pages are used pages. */
         json_t *q, *seqs = json_object_get(kv, "seqs");
         long owned = 0;
-        json_array_foreach(seqs, j, q) {
+        json_array_foreach(seqs, j, q)
+        {
             json_t *run, *runs = json_object_get(q, "pages");
             size_t k;
             json_array_foreach(runs, k, run) owned += json_integer_value(json_array_get(run, 1));
@@ -227,7 +238,8 @@ Test(sched_trace, preemptions_are_recorded)
     json_t *recs = take_records(r.s, &dropped);
     size_t i;
     json_t *rec;
-    json_array_foreach(recs, i, rec) {
+    json_array_foreach(recs, i, rec)
+    {
         long n = json_integer_value(json_object_get(rec, "n_preempted"));
         cr_assert_eq(json_array_size(json_object_get(rec, "preempted")), (size_t)n);
         seen += (uint64_t)n;

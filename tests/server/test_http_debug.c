@@ -94,16 +94,15 @@ Test(http_debug, events_show_each_step_with_its_batch_pages_and_prefix_hits, .ti
     cr_assert_eq(a.status, 200, "%s", a.body);
     e2e_http(&d, "POST", "/v1/completions", long_prompt, NULL, &b);
     cr_assert_eq(b.status, 200, "%s", b.body);
-    long gen = json_integer_value(json_object_get(json_object_get(a.json, "usage"),
-                                                  "completion_tokens")) +
-               json_integer_value(json_object_get(json_object_get(b.json, "usage"),
-                                                  "completion_tokens"));
-    long cached_a = json_integer_value(json_object_get(
-        json_object_get(json_object_get(a.json, "usage"), "prompt_tokens_details"),
-        "cached_tokens"));
-    long cached = json_integer_value(json_object_get(
-        json_object_get(json_object_get(b.json, "usage"), "prompt_tokens_details"),
-        "cached_tokens"));
+    long gen =
+        json_integer_value(json_object_get(json_object_get(a.json, "usage"), "completion_tokens")) +
+        json_integer_value(json_object_get(json_object_get(b.json, "usage"), "completion_tokens"));
+    long cached_a = json_integer_value(
+        json_object_get(json_object_get(json_object_get(a.json, "usage"), "prompt_tokens_details"),
+                        "cached_tokens"));
+    long cached = json_integer_value(
+        json_object_get(json_object_get(json_object_get(b.json, "usage"), "prompt_tokens_details"),
+                        "cached_tokens"));
     cr_assert_gt(cached, cached_a, "the second prompt hits the prefix cache");
     cached += cached_a; /* the known-answer check's prompt may have left a page too */
     /* Both requests' last steps are in: the two records after which nothing runs. */
@@ -121,7 +120,8 @@ Test(http_debug, events_show_each_step_with_its_batch_pages_and_prefix_hits, .ti
     long decode = 0, hit_tokens = 0;
     size_t i;
     json_t *ev;
-    json_array_foreach(evs, i, ev) {
+    json_array_foreach(evs, i, ev)
+    {
         if (i == 0)
             continue;
         cr_assert_str_eq(json_string_value(json_object_get(ev, "type")), "step");
@@ -172,7 +172,8 @@ Test(http_debug, graph_as_built_and_as_served, .timeout = 120)
         cr_assert_eq((size_t)n[k], json_array_size(nodes));
         size_t i;
         json_t *node;
-        json_array_foreach(nodes, i, node) {
+        json_array_foreach(nodes, i, node)
+        {
             cr_assert_eq(json_integer_value(json_object_get(node, "id")), (json_int_t)i);
             cr_assert(json_string_value(json_object_get(node, "op")));
             json_t *src;
@@ -267,8 +268,7 @@ Test(http_debug, both_can_be_turned_off, .timeout = 120)
     struct e2e_daemon d;
     e2e_start(&d, "--no-debug-endpoints --no-webui");
     struct e2e_resp r;
-    const char *paths[] = {"/debug/graph", "/debug/memory", "/debug/events", "/",
-                           "/assets/app.js"};
+    const char *paths[] = {"/debug/graph", "/debug/memory", "/debug/events", "/", "/assets/app.js"};
     for (size_t i = 0; i < GS_ARRAY_LEN(paths); i++) {
         e2e_http(&d, "GET", paths[i], NULL, NULL, &r);
         cr_assert_eq(r.status, 404, "%s: %d", paths[i], r.status);
