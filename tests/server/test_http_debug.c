@@ -10,13 +10,16 @@
 #include "tests/common/testutil.h"
 #include "tests/server/e2e.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -329,5 +332,66 @@ Test(http_debug, page_files_with_types_etags_and_policy, .timeout = 120)
         cr_assert_eq(r.status, 404, "%s: %d", missing[i], r.status);
         e2e_resp_free(&r);
     }
+    e2e_stop(&d);
+}
+
+/* A subscriber that does not read: the engine goes on, the daemon drops records for it
+ * past --max-stream-buffer-bytes and says how many in a gap event once it reads again. */
+Test(http_debug, a_subscriber_that_does_not_read_gets_a_gap_not_a_stalled_engine, .timeout = 300)
+{
+    struct e2e_daemon d;
+    e2e_start(&d, "--max-stream-buffer-bytes 64KiB");
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(fd >= 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d.port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    const char req[] = "GET /debug/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    cr_assert_eq(write(fd, req, sizeof(req) - 1), (ssize_t)sizeof(req) - 1);
+    /* Far more records than every buffer between the daemon and this socket holds; each
+     * request finishing is the engine not waiting for the subscriber. */
+    for (int i = 0; i < 30; i++) {
+        struct e2e_resp r;
+        e2e_http(&d, "POST", "/v1/completions",
+                 "{\"prompt\":\"Once\",\"max_tokens\":400,\"ignore_eos\":true}", NULL, &r);
+        cr_assert_eq(r.status, 200, "%s", r.body);
+        e2e_resp_free(&r);
+    }
+    /* Read what was kept, then one more request: its first record brings the gap. */
+    size_t cap = 8u << 20, len = 0;
+    char *got = malloc(cap + 1);
+    bool asked = false;
+    for (int quiet = 0;;) {
+        struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        ssize_t n = read(fd, got + len, cap - len);
+        if (n > 0) {
+            len += (size_t)n;
+            got[len] = '\0';
+            if (strstr(got, "\"type\":\"gap\""))
+                break;
+            continue;
+        }
+        cr_assert(n < 0, "the stream ended without a gap event");
+        /* A hang guard only (reads time out after 0.2 s): the gap event follows the first
+         * record after the drain. */
+        cr_assert_lt(++quiet, E2E_HANG_S * 5, "no gap event in %zu bytes", len);
+        if (!asked) { /* drained: now a record that fits */
+            struct e2e_resp r;
+            e2e_http(&d, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":2}", NULL,
+                     &r);
+            e2e_resp_free(&r);
+            asked = true;
+        }
+        cr_assert_lt(len, cap);
+    }
+    const char *g = strstr(got, "{\"type\":\"gap\"");
+    long dropped = strtol(strstr(g, "\"dropped\":") + strlen("\"dropped\":"), NULL, 10);
+    cr_assert_gt(dropped, 0);
+    cr_assert_lt(len, 4u << 20, "the daemon kept only a bounded backlog (%zu bytes read)", len);
+    free(got);
+    close(fd);
     e2e_stop(&d);
 }
