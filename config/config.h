@@ -161,6 +161,8 @@ struct gs_cfg {
                                     * lines of api_key_file; empty: no auth */
     char *api_key_file; /* (R) file with one key per line ('#' comments, blanks skipped) */
     bool metrics_public; /* (R) GET /metrics needs no key (a cluster's scraper sends none) */
+    bool debug_endpoints; /* /debug/graph, /debug/memory, /debug/events are served */
+    bool webui;           /* the web page at / */
 
     /* TLS */
     char *tls_cert;                    /* PEM certificate chain; with tls_key enables HTTPS */

@@ -157,6 +157,13 @@ static const struct gs_cfg_opt opts[] = {
     {"metrics-public", 0, GS_CFG_BOOL, F(metrics_public), g_auth, "false", 0, 0, NULL, R, NULL,
      "Serve GET /metrics without an API key, for scrapers that send none (Prometheus, a "
      "Gateway API inference endpoint picker); the rest of the API still needs one."},
+    {"debug-endpoints", 0, GS_CFG_BOOL, F(debug_endpoints), g_auth, "true", 0, 0, NULL, 0, NULL,
+     "Serve /debug/graph, /debug/memory and /debug/events (the engine's step trace, which the "
+     "web page shows), behind the API keys when keys are set; --no-debug-endpoints makes them "
+     "404, as production configs should."},
+    {"webui", 0, GS_CFG_BOOL, F(webui), g_http, "true", 0, 0, NULL, 0, NULL,
+     "Serve the web page (chat, engine, graph and memory views) at /; --no-webui makes / a "
+     "404."},
 
     {"tls-cert", 0, GS_CFG_STR, F(tls_cert), g_tls, NULL, 0, 0, NULL, PATH, NULL,
      "PEM certificate chain; with tls-key, serve HTTPS only."},

@@ -79,6 +79,10 @@ void gs_kv_page_ref(struct gs_kv_pool *pool, uint32_t page);
 void gs_kv_page_unref(struct gs_kv_pool *pool, uint32_t page);
 uint32_t gs_kv_page_refcount(const struct gs_kv_pool *pool, uint32_t page);
 
+/* What a page holds now: referenced by a sequence, kept only for prefix hits, or nothing. */
+enum gs_kv_page_state { GS_KV_PAGE_FREE, GS_KV_PAGE_USED, GS_KV_PAGE_CACHED };
+enum gs_kv_page_state gs_kv_page_state(const struct gs_kv_pool *pool, uint32_t page);
+
 /* Content hash of a full page: tokens[0..n) chained from the parent page's hash. */
 uint64_t gs_kv_hash_tokens(uint64_t parent, const int32_t *tokens, uint32_t n);
 void gs_kv_page_set_hash(struct gs_kv_pool *pool, uint32_t page, uint64_t hash);

@@ -283,6 +283,16 @@ uint32_t gs_kv_page_refcount(const struct gs_kv_pool *pool, uint32_t page)
     return page < pool->cfg.n_pages ? pool->meta[page].refcount : 0;
 }
 
+enum gs_kv_page_state gs_kv_page_state(const struct gs_kv_pool *pool, uint32_t page)
+{
+    if (page >= pool->cfg.n_pages)
+        return GS_KV_PAGE_FREE;
+    const struct page_meta *m = &pool->meta[page];
+    return m->refcount     ? GS_KV_PAGE_USED
+           : m->registered ? GS_KV_PAGE_CACHED
+                           : GS_KV_PAGE_FREE;
+}
+
 uint64_t gs_kv_hash_tokens(uint64_t parent, const int32_t *tokens, uint32_t n)
 {
     /* FNV-1a over the parent hash then the token ids, little-endian bytes. */

@@ -18,6 +18,7 @@
 #include "kvcache/kvcache.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #define DEFAULT_MAX_SEQS         64
 #define DEFAULT_MAX_BATCH_TOKENS 512
@@ -114,6 +115,36 @@ struct vjob {
     bool cancelled;
 };
 
+/* The step trace (trace.c). Engine side except watchers (atomic) and out/dropped (under mu). */
+#define GS_SCHED_TRACE_WINDOW 32 /* steps tokens_per_s is measured over */
+struct gs_sched_trace_hit {
+    uint64_t id;
+    uint32_t pages;
+};
+struct gs_sched_trace_member {
+    uint64_t id;
+    uint32_t prompt, decode;
+};
+struct gs_sched_trace_state {
+    atomic_uint watchers;
+    struct gs_sched_trace_hit *hits; /* [max_seqs] since the last record */
+    uint32_t n_hits;
+    uint64_t preempted[64]; /* the first ones since the last record */
+    uint32_t n_preempted;   /* all of them */
+    struct gs_sched_trace_member *batch; /* [max_seqs] the step's members */
+    uint32_t n_batch;
+    uint64_t n_steps;
+    double win_t[GS_SCHED_TRACE_WINDOW];
+    uint32_t win_gen[GS_SCHED_TRACE_WINDOW];
+    uint32_t win_n;
+    char *rec; /* the record being written */
+    size_t rec_len, rec_cap;
+    bool rec_failed;
+    char *out; /* records for the taker, under mu */
+    size_t out_len, out_cap;
+    uint64_t dropped;
+};
+
 struct gs_sched {
     struct gs_sched_cfg cfg;
     const struct gs_model *model;
@@ -168,6 +199,8 @@ struct gs_sched {
 
     pthread_t thread;
     bool thread_running;
+
+    struct gs_sched_trace_state trace;
 };
 
 /* ---- shared between the files ----------------------------------------------------- */
@@ -197,6 +230,16 @@ void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t 
 uint32_t gs_sched__draft(struct gs_sched *s, struct seq *q, uint32_t limit);
 /* After the step: n_accepted of q's n_draft tokens were kept. */
 void gs_sched__spec_verified(struct gs_sched *s, struct seq *q, uint32_t n_accepted);
+/* trace.c: the step trace; the note functions are called only while tracing */
+bool gs_sched__tracing(const struct gs_sched *s);
+enum gs_status gs_sched__trace_init(struct gs_sched *s);
+void gs_sched__trace_free(struct gs_sched *s);
+void gs_sched__trace_hit(struct gs_sched *s, uint64_t id, uint32_t pages);
+void gs_sched__trace_preempt(struct gs_sched *s, uint64_t id);
+void gs_sched__trace_batch(struct gs_sched *s, uint64_t id, uint32_t prompt, uint32_t decode);
+/* Writes the step's record; t0_ms: when the step began. */
+void gs_sched__trace_step(struct gs_sched *s, double t0_ms, uint32_t batch_tokens,
+                          uint64_t gen_tokens);
 
 /* vjobs.c */
 bool gs_sched__queue_vjob(struct gs_sched *s, struct seq *q);

@@ -325,7 +325,7 @@ enum gs_status gs_sched_new(const struct gs_sched_cfg *cfg, struct gs_model *mod
         goto fail;
     if ((rc = make_pool(s, err)))
         goto fail;
-    if ((rc = alloc_step_buffers(s))) {
+    if ((rc = alloc_step_buffers(s)) || (rc = gs_sched__trace_init(s))) {
         gs_err_set(err, rc, "no memory for step buffers of %u tokens", s->cfg.max_batch_tokens);
         goto fail;
     }
@@ -365,6 +365,7 @@ void gs_sched_free(struct gs_sched *s)
     for (size_t i = 0; i < s->n_borrowed; i++)
         gs_sched__item_free(&s->borrowed[i]);
     gs_free(s->hidden);
+    gs_sched__trace_free(s);
     gs_free(s->events);
     gs_free(s->borrowed);
     pthread_mutex_destroy(&s->mu);

@@ -242,6 +242,9 @@ struct gs_sched_stats {
     uint64_t n_draft_accepted;
     uint64_t n_verify_steps;
     double draft_seconds;
+    /* Bytes held for the sequences the engine knows (running and waiting): token
+     * arrays, page tables, grammar masks, pooled rows and validation logits. */
+    uint64_t seq_bytes;
 };
 
 struct gs_sched;
@@ -275,6 +278,29 @@ void gs_sched_cancel(struct gs_sched *s, uint64_t id);
 size_t gs_sched_poll(struct gs_sched *s, struct gs_sched_event *out, size_t cap);
 
 void gs_sched_stats(struct gs_sched *s, struct gs_sched_stats *out);
+
+/* ---- step trace: the engine made visible (the daemon's /debug/events) -------------------- */
+
+/*
+ * While at least one watcher is registered, the engine thread writes one JSON
+ * object per step (a line ending in '\n') into a bounded buffer that the loop
+ * thread takes; cfg.notify is called after each. The record, in docs/SERVER.md's
+ * shape: the step's batch (each sequence with its prompt and decode tokens),
+ * running and waiting counts, the prefix-cache hits and preemptions since the
+ * last record, generated tokens per second over the last steps, and the KV page
+ * map (each page used, cached or free, run-length coded, and each running
+ * sequence's pages). With no watcher nothing is built: the engine tests one
+ * atomic counter per step. The engine never waits for the taker: a record that
+ * does not fit in GS_SCHED_TRACE_MAX_BYTES is dropped and counted.
+ */
+#define GS_SCHED_TRACE_MAX_BYTES (1u << 20)
+
+/* Registers (on) or removes (off) one watcher. Any thread. */
+void gs_sched_trace_watch(struct gs_sched *s, bool on);
+/* Moves the pending records into *text (gs_malloc'd, the caller frees; NULL
+ * when none) and *len; returns how many records were dropped since the last
+ * take. Any one thread (the loop thread). */
+uint64_t gs_sched_trace_take(struct gs_sched *s, char **text, size_t *len);
 
 /* The context length requests are checked against (prompt + max_tokens). */
 uint32_t gs_sched_n_ctx(const struct gs_sched *s);

@@ -153,21 +153,22 @@ static void drop_pages(struct gs_sched *s, struct seq *q)
 
 /* Attaches cached pages for the leading full pages of q's tokens, leaving at
  * least one token to compute (its logits are needed). */
-static void attach_prefix(struct gs_sched *s, struct seq *q)
+static uint32_t attach_prefix(struct gs_sched *s, struct seq *q)
 {
-    uint32_t pt = gs_sched__page_tokens(s);
+    uint32_t pt = gs_sched__page_tokens(s), before = q->kv.n_pages;
     uint32_t usable = (q->n_tokens - 1) / pt;
     while (q->kv.n_pages < usable) {
         uint32_t at = q->kv.n_pages * pt;
         uint64_t h = gs_kv_hash_tokens(q->chain_hash, q->tokens + at, pt);
         if (!gs_kv_seq_append_cached(s->pool, &q->kv, h))
-            return;
+            break;
         q->chain_hash = h;
         q->n_registered = q->kv.n_pages;
         q->n_computed = q->kv.n_tokens;
         if (at < q->n_prompt && !q->t_sched_ms)
             q->st.n_prompt_cached += GS_MIN(pt, q->n_prompt - at);
     }
+    return q->kv.n_pages - before;
 }
 
 /* First-come-first-served admission while the pool can hold the newcomer's
@@ -178,8 +179,9 @@ static void admit(struct gs_sched *s)
     while (s->n_running < s->cfg.max_seqs && s->wait_head) {
         struct seq *q = s->wait_head;
         /* An embedding pools every row: cached pages would skip them. */
+        uint32_t hit = 0;
         if (s->cfg.prefix_cache && q->n_computed == 0 && !q->pooling)
-            attach_prefix(s, q);
+            hit = attach_prefix(s, q);
         uint32_t need = gs_sched__pages_for(s, (uint64_t)q->n_tokens + 1) - q->kv.n_pages;
         if (need > gs_kv_pool_n_free(s->pool) && s->n_running > 0) {
             /* Give the attached pages back to the cache: they may be evicted
@@ -189,6 +191,8 @@ static void admit(struct gs_sched *s)
             break;
         }
         wait_pop(s);
+        if (hit && gs_sched__tracing(s))
+            gs_sched__trace_hit(s, q->id, hit);
         q->admit_order = ++s->admit_counter;
         if (!q->t_sched_ms)
             q->t_sched_ms = gs_now_ms();
@@ -206,6 +210,8 @@ static void preempt(struct gs_sched *s, struct seq *q)
         }
     drop_pages(s, q);
     q->st.n_preemptions++;
+    if (gs_sched__tracing(s))
+        gs_sched__trace_preempt(s, q->id);
     wait_push_front(s, q);
     pthread_mutex_lock(&s->mu);
     s->stats.n_preemptions++;
@@ -470,11 +476,30 @@ static enum gs_finish pool_rows(struct gs_sched *s, struct seq *q, uint32_t a, u
     return GS_FINISH_STOP;
 }
 
+/* What q holds besides its sampler: tokens, page table, mask, pooled row, served logits. */
+static uint64_t seq_bytes(const struct gs_sched *s, const struct seq *q)
+{
+    uint64_t b = sizeof(*q) + (uint64_t)q->cap * sizeof(*q->tokens) +
+                 (uint64_t)q->kv.cap_pages * sizeof(*q->kv.pages);
+    if (q->allow)
+        b += (s->n_vocab + 63) / 64 * sizeof(uint64_t);
+    if (q->embd)
+        b += (uint64_t)s->n_embd * sizeof(float);
+    if (q->served)
+        b += (uint64_t)q->max_tokens * s->n_vocab * sizeof(float);
+    return b + q->trigger_len * 2;
+}
+
 void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t prompt_tokens,
                             uint64_t gen_tokens)
 {
     struct gs_kv_stats ks;
     gs_kv_pool_stats(s->pool, &ks);
+    uint64_t held = 0;
+    for (uint32_t i = 0; i < s->n_running; i++)
+        held += seq_bytes(s, s->running[i]);
+    for (const struct seq *q = s->wait_head; q; q = q->next)
+        held += seq_bytes(s, q);
     pthread_mutex_lock(&s->mu);
     s->stats.n_steps += batch_tokens > 0;
     s->stats.last_batch_tokens = batch_tokens;
@@ -504,13 +529,14 @@ void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t 
     s->stats.n_verify_steps += s->spec_verifies;
     s->stats.draft_seconds += (double)s->spec_draft_ns / 1e9;
     s->spec_drafted = s->spec_accepted = s->spec_verifies = s->spec_draft_ns = 0;
+    s->stats.seq_bytes = held;
     pthread_mutex_unlock(&s->mu);
 }
 
 static void notify(struct gs_sched *s)
 {
     pthread_mutex_lock(&s->mu);
-    bool pending = s->n_events > 0;
+    bool pending = s->n_events > 0 || s->trace.out_len > 0;
     pthread_mutex_unlock(&s->mu);
     if (pending && s->cfg.notify)
         s->cfg.notify(s->cfg.notify_ctx);
@@ -518,6 +544,10 @@ static void notify(struct gs_sched *s)
 
 enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err)
 {
+    double t0_ms = gs_now_ms();
+    bool tracing = gs_sched__tracing(s);
+    if (!tracing) /* what a watcher that left noted */
+        s->trace.n_batch = s->trace.n_hits = s->trace.n_preempted = 0;
     take_inbox(s);
     drop_cancelled(s);
     admit(s);
@@ -584,6 +614,13 @@ enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err)
             fin = GS_FINISH_ERROR;
         } else {
             uint32_t a = q->n_computed, b = a + q->batch_tokens;
+            if (tracing) {
+                /* Decoding: the one token sampled last step, and the drafts verified
+                 * beside it; anything else is known text. */
+                bool decode = b == q->n_tokens && a + 1 == b && a >= q->n_prompt;
+                gs_sched__trace_batch(s, q->id, decode ? 0 : q->batch_tokens,
+                                      decode ? 1 + q->n_draft : 0);
+            }
             if (a < q->n_prompt)
                 prompt_tokens += GS_MIN(b, q->n_prompt) - a;
             q->n_computed = b;
@@ -629,6 +666,9 @@ enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err)
     /* One bounded slice of reference evaluation per step, after serving. */
     gs_sched__validate_step(s);
     gs_sched__update_stats(s, n_tokens, prompt_tokens, gen_tokens);
+    /* Watched at the start and still now: only then were the batch's members noted. */
+    if (tracing && gs_sched__tracing(s) && (n_tokens > 0 || s->trace.n_preempted))
+        gs_sched__trace_step(s, t0_ms, n_tokens, gen_tokens);
     notify(s);
     return rc;
 }

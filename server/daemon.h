@@ -198,6 +198,12 @@ struct gs_srv_req {
     struct gs_srv_resp_stream resp; /* /v1/responses streams */
     struct gs_srv_msg_stream msg;   /* /v1/messages streams */
     struct gs_srv_embed_req *embed; /* /v1/embeddings (embed.c): its body; owned; else NULL */
+    /* GET /debug/events (debug.c): a subscriber of the engine's step trace, in
+     * srv->debug_subs; records that did not fit in out are counted in debug_gap and
+     * reported by a gap event before the next one that fits. */
+    bool debug_sub;
+    struct gs_srv_req *dprev, *dnext;
+    uint64_t debug_gap;
 };
 
 struct gs_srv {
@@ -243,6 +249,7 @@ struct gs_srv {
     char **model_aliases;         /* owned copies behind cfg.model.aliases */
 
     struct gs_srv_req *active; /* generation requests with engine work */
+    struct gs_srv_req *debug_subs; /* /debug/events streams (debug.c) */
     uint32_t n_reqs;           /* HTTP requests alive (any route) */
     uint64_t next_seq;         /* request ids for X-Request-Id */
     double t_trim_ms;          /* when freed heap was last handed back (malloc_trim) */
@@ -312,6 +319,8 @@ enum MHD_Result gs_srv__tokenize_async(struct gs_srv_req *r, unsigned flags,
                                        enum MHD_Result (*then)(struct gs_srv_req *r));
 void gs_srv__resume(struct gs_srv_req *r);
 void gs_srv__active_add(struct gs_srv_req *r);
+/* Starts the 1-second tick (dead peers, keepalives) if it is not running. */
+void gs_srv__tick_start(struct gs_srv *s);
 void gs_srv__active_remove(struct gs_srv_req *r);
 bool gs_srv__is_ready(struct gs_srv *s, char *why, size_t cap);
 
@@ -371,6 +380,48 @@ enum MHD_Result gs_srv__responses_delete(struct gs_srv_req *r);
 enum MHD_Result gs_srv__embed_start(struct gs_srv_req *r);
 void gs_srv__embed_event(struct gs_srv_req *r, struct gs_srv_choice *c,
                          const struct gs_sched_event *ev);
+
+/* debug.c: /debug/graph, /debug/memory, /debug/events and the memory ledger. */
+enum MHD_Result gs_srv__debug_graph(struct gs_srv_req *r);
+enum MHD_Result gs_srv__debug_memory(struct gs_srv_req *r);
+enum MHD_Result gs_srv__debug_events(struct gs_srv_req *r);
+/* After engine events: hands the trace's new records to every subscriber. */
+void gs_srv__debug_drain(struct gs_srv *s);
+/* The drain: every subscriber's stream ends. */
+void gs_srv__debug_end_all(struct gs_srv *s);
+/* Leaves the subscribers (from req_free). */
+void gs_srv__debug_free(struct gs_srv_req *r);
+
+/*
+ * The memory ledger: one row per kind of memory the daemon holds, read by
+ * /debug/memory and /metrics (graphserve_memory_bytes{kind}) alike.
+ * X(id, kind label, what it counts)
+ */
+#define GS_SRV_LEDGER_MAP(X)                                                                       \
+    X(WEIGHTS, "weights_mapped", "the model file, mapped read-only (resident as it is read)")      \
+    X(KV_POOL, "kv_pool", "the KV page pool, every page")                                          \
+    X(KV_USED, "kv_used", "KV pages referenced by sequences")                                      \
+    X(PREFIX_CACHE, "prefix_cache", "KV pages kept only for prefix-cache hits")                    \
+    X(SCRATCH, "scratch", "activation scratch of the compiled plans")                              \
+    X(SEQUENCES, "sequence_buffers",                                                               \
+      "the engine's per-sequence buffers: tokens, page tables, masks, validation logits")          \
+    X(STREAMS, "stream_buffers", "per-request bytes queued for clients, and request bodies")
+
+enum gs_srv_ledger_row {
+#define GS_SRV_LEDGER_ENUM(id, kind, help) GS_SRV_LEDGER_##id,
+    GS_SRV_LEDGER_MAP(GS_SRV_LEDGER_ENUM)
+#undef GS_SRV_LEDGER_ENUM
+        GS_SRV_LEDGER_COUNT
+};
+
+/* Fills bytes[GS_SRV_LEDGER_COUNT] from st (NULL: no engine, its rows 0). */
+void gs_srv__ledger(const struct gs_srv *s, const struct gs_sched_stats *st, uint64_t *bytes);
+/* graphserve_memory_bytes{kind="..."}, one line per row. */
+void gs_srv__ledger_metrics(const struct gs_srv *s, const struct gs_sched_stats *st,
+                            struct gs_srv_buf *out);
+
+/* webui.c: the web page's files, compiled in (GET / and /assets/...). */
+enum MHD_Result gs_srv__webui(struct gs_srv_req *r);
 
 /* validation.c: the request side (see server/validation.h) */
 /* Whether r is validated (asked, or sampled by validate_rate); its fingerprint. */

@@ -155,6 +155,11 @@ void gs_srv__active_add(struct gs_srv_req *r)
     s->active = r;
     r->in_active = true;
     s->metrics.in_flight++;
+    gs_srv__tick_start(s);
+}
+
+void gs_srv__tick_start(struct gs_srv *s)
+{
     if (!s->tick_on) {
         uv_timer_start(&s->tick, on_tick, TICK_MS, TICK_MS);
         s->tick_on = true;
@@ -252,6 +257,7 @@ static struct gs_srv_req *req_new(struct gs_srv *s, struct MHD_Connection *c, co
 
 static void req_free(struct gs_srv_req *r)
 {
+    gs_srv__debug_free(r);
     gs_srv__gen_free(r);
     gs_srv_buf_free(&r->body);
     gs_free(r->url);
@@ -690,8 +696,21 @@ static void on_tick(uv_timer_t *h)
             gs_srv__resume(r);
         }
     }
+    /* /debug/events subscribers (debug.c): the same checks, nothing to cancel. */
+    for (struct gs_srv_req *r = s->debug_subs; r; r = r->dnext) {
+        if (!r->suspended)
+            continue;
+        if (peer_gone(r)) {
+            r->peer_gone = true;
+            gs_srv__resume(r);
+        } else if (now - r->t_last_out_ms >= KEEPALIVE_MS) {
+            gs_srv_sse_comment(&r->out, "keepalive");
+            r->t_last_out_ms = now;
+            gs_srv__resume(r);
+        }
+    }
     gs_srv__val_tick(s, now);
-    if (!s->active) {
+    if (!s->active && !s->debug_subs) {
         uv_timer_stop(&s->tick);
         s->tick_on = false;
     }
@@ -731,6 +750,7 @@ static void on_async(uv_async_t *h)
             for (size_t i = 0; i < n; i++)
                 gs_srv__gen_event(s, &evs[i]);
         } while (n == GS_ARRAY_LEN(evs));
+        gs_srv__debug_drain(s);
     }
     mhd_run(s);
     if (s->draining && s->n_reqs == 0)
@@ -769,6 +789,7 @@ static void begin_drain(struct gs_srv *s)
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
     gs_srv_tls_stop_accepting(s->tls);
+    gs_srv__debug_end_all(s);
     uv_timer_start(&s->drain_timer, on_drain_timer, s->cfg.drain_timeout_ms, 0);
     if (s->n_reqs == 0)
         close_all(s);

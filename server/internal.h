@@ -647,6 +647,8 @@ struct gs_srv_hist {
     X(COUNT_TOKENS, "/v1/messages/count_tokens")                                                   \
     X(RESPONSES, "/v1/responses")                                                                  \
     X(EMBEDDINGS, "/v1/embeddings")                                                                \
+    X(DEBUG, "/debug")                                                                             \
+    X(WEBUI, "/")                                                                                  \
     X(OTHER, "other")
 
 enum gs_srv_endpoint {

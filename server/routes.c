@@ -1,6 +1,7 @@
 /*
  * server/routes.c - the endpoint table and the endpoints that need no
- * generation: /health, /ready, /metrics, /v1/models, /tokenize, /detokenize.
+ * generation: /health, /ready, /metrics, /v1/models, /tokenize, /detokenize
+ * (the /debug/ routes are debug.c's, the web page's webui.c's).
  * Generation endpoints (chat, completions, Anthropic's messages and
  * count_tokens) are in generate.c.
  */
@@ -40,6 +41,7 @@ static enum MHD_Result metrics(struct gs_srv_req *r)
                           &b);
     gs_srv_val_metrics_render(&s->val_metrics, s->cfg.model.id, s->cfg.model.backend,
                               s->has_engine ? &st : NULL, &b);
+    gs_srv__ledger_metrics(s, s->has_engine ? &st : NULL, &b);
     if (s->tls)
         gs_srv_tls_metrics_render(s->tls, &b);
     enum MHD_Result ret =
@@ -199,6 +201,14 @@ static const struct gs_srv_route routes[] = {
     {"POST", "/v1/messages", GS_SRV_EP_MESSAGES, true, gs_srv__gen_start, GS_SRV_API_ANTHROPIC},
     {"POST", "/v1/messages/count_tokens", GS_SRV_EP_COUNT_TOKENS, true, gs_srv__gen_start,
      GS_SRV_API_ANTHROPIC},
+    /* debug.c: 404 unless debug_endpoints */
+    {"GET", "/debug/graph", GS_SRV_EP_DEBUG, true, gs_srv__debug_graph, GS_SRV_API_OPENAI},
+    {"GET", "/debug/memory", GS_SRV_EP_DEBUG, true, gs_srv__debug_memory, GS_SRV_API_OPENAI},
+    {"GET", "/debug/events", GS_SRV_EP_DEBUG, true, gs_srv__debug_events, GS_SRV_API_OPENAI},
+    /* webui.c: 404 unless webui. No key: a browser's navigation sends none, and the page
+     * holds nothing secret; it asks for the key and sends it on its API calls. */
+    {"GET", "/", GS_SRV_EP_WEBUI, false, gs_srv__webui, GS_SRV_API_OPENAI},
+    {"GET", "/assets/*", GS_SRV_EP_WEBUI, false, gs_srv__webui, GS_SRV_API_OPENAI},
 };
 
 /* An exact path, or a pattern ending in slash-asterisk for one more non-empty segment. */

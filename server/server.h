@@ -95,6 +95,10 @@ struct gs_srv_model_info {
     const char *sha256;
     const char *kernel_variant;
     const char *graph_hash;
+    /* GET /debug/graph: the model's graph as engine/graph.h's JSON form, as built
+     * and after the rewrite passes the serving backend ran; borrowed, NULL: unknown. */
+    const char *graph_json_built;
+    const char *graph_json_served;
 };
 
 /* The loop-thread side of the scheduler contract (scheduler/scheduler.h). */
@@ -104,6 +108,10 @@ struct gs_srv_engine {
     void (*cancel)(void *ctx, uint64_t id);
     size_t (*poll)(void *ctx, struct gs_sched_event *out, size_t cap);
     void (*stats)(void *ctx, struct gs_sched_stats *out);
+    /* The step trace (gs_sched_trace_watch, gs_sched_trace_take); NULL: an engine
+     * without one, and /debug/events answers 503. */
+    void (*trace_watch)(void *ctx, bool on);
+    uint64_t (*trace_take)(void *ctx, char **text, size_t *len);
 };
 
 /* HTTPS (server/tls.h): with cert_path and key_path the listener speaks TLS
@@ -139,6 +147,10 @@ struct gs_srv_cfg {
     size_t n_cors_origins;
     size_t n_api_keys;
     bool metrics_public;       /* GET /metrics needs no key even when keys are configured */
+    /* /debug/graph, /debug/memory and /debug/events are served (behind the keys, when
+     * keys are configured); false: they answer 404 as unknown paths. */
+    bool debug_endpoints;
+    bool webui; /* the web page at / and its /assets/ */
     uint32_t drain_timeout_ms; /* SIGTERM: time in-flight requests get before "abort" */
     const char *chat_template; /* forced template family name; NULL: from the model */
     struct gs_srv_model_info model;

@@ -5,9 +5,11 @@
  * GRAPHSERVE_* variables, --config FILE); `graphserve serve --help` lists
  * them.
  */
+#define _GNU_SOURCE /* open_memstream */
 #include "config/config.h"
 #include "config/sched_cfg.h"
 #include "engine/gguf.h"
+#include "engine/graph.h"
 #include "engine/model.h"
 #include "engine/tok.h"
 #include "scheduler/scheduler.h"
@@ -47,6 +49,32 @@ static size_t eng_poll(void *ctx, struct gs_sched_event *out, size_t cap)
 static void eng_stats(void *ctx, struct gs_sched_stats *out)
 {
     gs_sched_stats(ctx, out);
+}
+
+static void eng_trace_watch(void *ctx, bool on)
+{
+    gs_sched_trace_watch(ctx, on);
+}
+
+static uint64_t eng_trace_take(void *ctx, char **text, size_t *len)
+{
+    return gs_sched_trace_take(ctx, text, len);
+}
+
+/* The graph in engine/graph.h's JSON form, for /debug/graph; NULL out of memory. */
+static char *graph_json(const struct gs_graph *g)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    gs_graph_print(g, GS_GRAPH_JSON, f);
+    if (fclose(f)) {
+        free(text);
+        return NULL;
+    }
+    return text;
 }
 
 /* The scheduler is created before the server (the server needs its context
@@ -103,6 +131,7 @@ struct serve {
     struct gs_model *model;
     struct gs_tok *tok;
     char *tmpl;
+    char *graph_built, *graph_served; /* /debug/graph: JSON before and after the passes */
     struct gs_sched *sched;
     struct gs_srv *srv;
     struct wake_holder holder;
@@ -187,9 +216,10 @@ static int load(struct serve *sv)
     sc.notify_ctx = &sv->holder;
     if (gs_serve_test_hooks_from_env(&sv->hooks)) {
         gs_log(GS_LOG_WARN, "test_hook",
-               "poison_pos=%lld step_gate=%s validate_gate=%s reason=%s",
+               "poison_pos=%lld step_gate=%s step_gate_at=%u:%s validate_gate=%s reason=%s",
                sv->hooks.poison ? (long long)sv->hooks.poison_pos : -1LL,
-               sv->hooks.gate_path ? sv->hooks.gate_path : "-",
+               sv->hooks.gate_path ? sv->hooks.gate_path : "-", sv->hooks.gate_at,
+               sv->hooks.gate_at_path ? sv->hooks.gate_at_path : "-",
                sv->hooks.validate_gate_path ? sv->hooks.validate_gate_path : "-",
                "a GS_TEST_ variable is set (tests only)");
         sc.logits_hook = gs_serve_test_hook;
@@ -197,8 +227,11 @@ static int load(struct serve *sv)
         sc.validate_hook = gs_serve_test_validate_hook;
         sc.validate_hook_ctx = &sv->hooks;
     }
+    /* The scheduler rewrites the graph with its backend's passes: keep it as built. */
+    sv->graph_built = graph_json(sv->model->graph);
     if (gs_sched_new(&sc, sv->model, &sv->sched, &err) != GS_OK)
         return gs_cli_fail("serve", "scheduler: %s", err.msg);
+    sv->graph_served = graph_json(sv->model->graph);
     if (gs_serve_receipt_compute(digest, sv->model, sc.backend, &sv->receipt, &err) != GS_OK)
         return gs_cli_fail("serve", "%s", err.msg);
     return 0;
@@ -267,6 +300,8 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
         .api_keys = (const char *const *)cfg->api_key.v,
         .n_api_keys = cfg->api_key.n,
         .metrics_public = cfg->metrics_public,
+        .debug_endpoints = cfg->debug_endpoints,
+        .webui = cfg->webui,
         .allowed_hosts = (const char *const *)cfg->allowed_hosts.v,
         .n_allowed_hosts = cfg->allowed_hosts.n,
         .cors_origins = (const char *const *)cfg->cors_origins.v,
@@ -308,6 +343,8 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
         .sha256 = sv->receipt.sha256,
         .kernel_variant = sv->receipt.variant,
         .graph_hash = sv->receipt.graph_hash,
+        .graph_json_built = sv->graph_built,
+        .graph_json_served = sv->graph_served,
         .pooling = pooling_for(cfg, sv->model),
     };
     c->validate_rate = cfg->validate_rate;
@@ -400,7 +437,8 @@ static int serve(struct serve *sv)
     if (gs_srv_new(&c, &sv->srv, &err) != GS_OK)
         return gs_cli_fail("serve", "%s", err.msg);
     atomic_store(&sv->holder.srv, sv->srv);
-    struct gs_srv_engine eng = {sv->sched, eng_submit, eng_cancel, eng_poll, eng_stats};
+    struct gs_srv_engine eng = {sv->sched,  eng_submit,      eng_cancel,    eng_poll,
+                                eng_stats,  eng_trace_watch, eng_trace_take};
     gs_srv_set_engine(sv->srv, &eng);
     /* Known-answer check: the serving backend against ref on a fixed prompt,
      * before the engine thread starts; /ready and READY=1 wait for it. */
@@ -477,6 +515,8 @@ int gs_cmd_serve(int argc, char **argv)
     gs_sched_free(sv.sched);
     gs_serve_test_hooks_free(&sv.hooks);
     gs_free(sv.tmpl);
+    free(sv.graph_built);
+    free(sv.graph_served);
     gs_tok_free(sv.tok);
     gs_model_free(sv.model);
     gs_gguf_close(sv.gguf);

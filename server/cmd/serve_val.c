@@ -50,17 +50,27 @@ bool gs_serve_test_hooks_from_env(struct gs_serve_test_hooks *h)
     v = getenv("GS_TEST_STEP_GATE");
     if (v && *v)
         h->gate_path = gs_strdup(v);
+    v = getenv("GS_TEST_STEP_GATE_AT");
+    if (v && *v) {
+        char *end;
+        unsigned long n = strtoul(v, &end, 10);
+        if (*end == ':' && end[1] && n <= UINT32_MAX) {
+            h->gate_at = (uint32_t)n;
+            h->gate_at_path = gs_strdup(end + 1);
+        }
+    }
     v = getenv("GS_TEST_VALIDATE_GATE");
     if (v && *v)
         h->validate_gate_path = gs_strdup(v);
-    return h->poison || h->gate_path || h->validate_gate_path;
+    return h->poison || h->gate_path || h->gate_at_path || h->validate_gate_path;
 }
 
 void gs_serve_test_hooks_free(struct gs_serve_test_hooks *h)
 {
     gs_free(h->gate_path);
+    gs_free(h->gate_at_path);
     gs_free(h->validate_gate_path);
-    h->gate_path = h->validate_gate_path = NULL;
+    h->gate_path = h->gate_at_path = h->validate_gate_path = NULL;
 }
 
 /* Waits while path exists, bounded so that a forgotten gate cannot hang a
@@ -82,6 +92,8 @@ void gs_serve_test_hook(uint64_t id, uint32_t position, float *logits, uint32_t 
     (void)id;
     const struct gs_serve_test_hooks *h = ctx;
     hold_while(h->gate_path);
+    if (h->gate_at_path && position >= h->gate_at)
+        hold_while(h->gate_at_path);
     if (h->poison && position >= h->poison_pos && n_vocab)
         logits[n_vocab / 2] = NAN;
 }

@@ -42,6 +42,10 @@ struct gs_serve_test_hooks {
     bool poison;
     uint32_t poison_pos;
     char *gate_path;          /* owned; NULL: no gate */
+    /* GS_TEST_STEP_GATE_AT=N:FILE: the engine waits while FILE exists, but only at a
+     * sequence position >= N, so that requests run up to N first. */
+    uint32_t gate_at;
+    char *gate_at_path; /* owned; NULL: no gate */
     char *validate_gate_path; /* owned; NULL: no gate */
 };
 

@@ -5,7 +5,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 
 // Starts `BIN serve --port 0 ARGS...`; resolves with {proc, url, log} once it
-// prints its listening line, rejects if it exits first.
+// prints its listening line (http:// or, with --tls-cert, https://), rejects if it exits first.
 export function startDaemon(bin, args) {
   return new Promise((resolve, reject) => {
     const proc = spawn(bin, ['serve', '--port', '0', ...args],

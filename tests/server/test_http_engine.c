@@ -185,7 +185,7 @@ static void setup(void)
         .model = {.id = "fake", .tok = fk.tok, .n_ctx = 256},
     };
     cr_assert_eq(gs_srv_new(&cfg, &srv, &err), GS_OK, "%s", err.msg);
-    struct gs_srv_engine eng = {&fk, fake_submit, fake_cancel, fake_poll, fake_stats};
+    struct gs_srv_engine eng = {&fk, fake_submit, fake_cancel, fake_poll, fake_stats, NULL, NULL};
     gs_srv_set_engine(srv, &eng);
     fk.srv = srv;
     memset(&d, 0, sizeof(d));
