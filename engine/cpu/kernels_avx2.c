@@ -1049,7 +1049,7 @@ struct panel_block {
 static inline void panel_tile(int64_t nb, const struct panel_block *pb, const pv_f *dw,
                               const uint8_t *x, size_t xs, int nk, const float *dx,
                               const int32_t *ox, float *out, size_t os, const uint8_t *pf,
-                              size_t pf_block)
+                              size_t pf_block, int run16)
 {
     pv_f acc[PANEL_TOK];
     for (int k = 0; k < PANEL_TOK; k++)
@@ -1066,6 +1066,8 @@ static inline void panel_tile(int64_t nb, const struct panel_block *pb, const pv
             const uint8_t *y = xb + (size_t)k * xs;
             pv_i s0 = pv_set1_i32(ox[(size_t)k * nb + b]);
             pv_i s1 = pv_zero_i();
+#ifdef GS_CPU_VNNI
+            (void)run16;
             s0 = pv_dpbusd(s0, q[0], pv_set1_i32(ld_i32(y)));
             s1 = pv_dpbusd(s1, q[1], pv_set1_i32(ld_i32(y + 4)));
             s0 = pv_dpbusd(s0, q[2], pv_set1_i32(ld_i32(y + 8)));
@@ -1074,6 +1076,20 @@ static inline void panel_tile(int64_t nb, const struct panel_block *pb, const pv
             s1 = pv_dpbusd(s1, q[5], pv_set1_i32(ld_i32(y + 20)));
             s0 = pv_dpbusd(s0, q[6], pv_set1_i32(ld_i32(y + 24)));
             s1 = pv_dpbusd(s1, q[7], pv_set1_i32(ld_i32(y + 28)));
+#else
+            /* maddubs' int16 pair sums of run16 groups added before one
+             * widening: exact while run16 pair sums fit in int16, which the
+             * callers' quant ranges ensure (q4_0: 8 x 2 x 15 x 127). */
+            pv_i p = pv_zero_i();
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(q[g], pv_set1_i32(ld_i32(y + 4 * g))));
+                if ((g + 1) % run16 == 0) {
+                    s0 = pv_add_i32(s0, pv_madd_i16(p, _mm256_set1_epi16(1)));
+                    p = pv_zero_i();
+                }
+            }
+#endif
             const pv_f t = pv_mul(pv_cvt(pv_add_i32(s0, s1)), pv_set1_f(dx[(size_t)k * nb + b]));
             acc[k] = pv_fmadd(dw[b], t, acc[k]);
         }
@@ -1125,7 +1141,7 @@ static inline void pack8_q4_0(const uint8_t *w, size_t ws, __m256i q[8])
  * once into pb/dw (the caller's scratch, nb blocks), eight rows at a time,
  * then read by every tile.
  */
-#define PANEL_Q80(name, wbytes)                                                                    \
+#define PANEL_Q80(name, wbytes, run16)                                                             \
     static void panel_##name(int64_t nb, const uint8_t *wr, size_t ws, const uint8_t *x,          \
                              size_t xs, int nt, const float *dx, const int32_t *ox,               \
                              struct panel_block *pb, pv_f *dw, float *out, size_t os)             \
@@ -1143,13 +1159,15 @@ static inline void pack8_q4_0(const uint8_t *w, size_t ws, __m256i q[8])
         for (int k = 0; k < nt; k += PANEL_TOK)                                                   \
             panel_tile(nb, pb, dw, x + (size_t)k * xs, xs, GS_MIN(PANEL_TOK, nt - k),             \
                        dx + (size_t)k * nb, ox + (size_t)k * nb, out + (size_t)k * os, os,        \
-                       k ? NULL : wr + PANEL * ws, pf_block);                                     \
+                       k ? NULL : wr + PANEL * ws, pf_block, run16);                              \
     }
 
-PANEL_Q80(q4_0, GS_Q4_0_BYTES)
-PANEL_Q80(q5_0, GS_Q5_0_BYTES)
+/* run16: groups whose int16 pair sums stay within int16 without VNNI (pairs
+ * of quants up to 15, 31, 255 by activations up to 127 in magnitude). */
+PANEL_Q80(q4_0, GS_Q4_0_BYTES, 8)
+PANEL_Q80(q5_0, GS_Q5_0_BYTES, 4)
 #ifdef GS_CPU_VNNI
-PANEL_Q80(q8_0, GS_Q8_0_BYTES)
+PANEL_Q80(q8_0, GS_Q8_0_BYTES, 1)
 #endif
 #undef PANEL_Q80
 
