@@ -1592,7 +1592,7 @@ static void kpanel_pack(kpack_fn pack, const uint8_t *wr, size_t ws, int64_t off
  * integers; otherwise it is its own term with scale e (q4_K's mins). */
 static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const uint8_t *x,
                                size_t xs, int nk, float *out, size_t os, bool exact_offset,
-                               const uint8_t *pf, size_t pf_block)
+                               const uint8_t *pf, size_t pf_block, int run16)
 {
     pv_f acc[PANEL_TOK], accm[PANEL_TOK];
     for (int k = 0; k < PANEL_TOK; k++)
@@ -1608,16 +1608,40 @@ static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const 
             const pv_i q0 = pv_load_i(kb->q[4 * g]), q1 = pv_load_i(kb->q[4 * g + 1]);
             const pv_i q2 = pv_load_i(kb->q[4 * g + 2]), q3 = pv_load_i(kb->q[4 * g + 3]);
             const pv_i scv = pv_load_i(kb->sc[g]);
+#ifndef GS_CPU_VNNI
+            /* The group scale in both int16 halves of each lane: madd then
+             * multiplies and widens maddubs' pair sums in one step. */
+            const __m256i sc16 = _mm256_blend_epi16(scv, _mm256_slli_epi32(scv, 16), 0xaa);
+#endif
 #pragma GCC unroll 4
             for (int k = 0; k < PANEL_TOK; k++) {
                 if (k >= nk)
                     break;
                 const uint8_t *y = x + (size_t)k * xs + b * GS_Q8_K_BYTES + GS_Q8_K_QS + 16 * g;
+#ifdef GS_CPU_VNNI
+                (void)run16;
                 pv_i s0 = pv_dpbusd(pv_zero_i(), q0, pv_set1_i32(ld_i32(y)));
                 pv_i s1 = pv_dpbusd(pv_zero_i(), q1, pv_set1_i32(ld_i32(y + 4)));
                 s0 = pv_dpbusd(s0, q2, pv_set1_i32(ld_i32(y + 8)));
                 s1 = pv_dpbusd(s1, q3, pv_set1_i32(ld_i32(y + 12)));
                 isum[k] = pv_add_i32(isum[k], pv_mullo_i32(pv_add_i32(s0, s1), scv));
+#else
+                /* int16 sums of run16 (4 or 2) maddubs: exact for quants up
+                 * to 31 (4 x 2 x 31 x 127) and 63 (2 x 2 x 63 x 127). */
+                const __m256i p0 = _mm256_maddubs_epi16(q0, pv_set1_i32(ld_i32(y)));
+                const __m256i p1 = _mm256_maddubs_epi16(q1, pv_set1_i32(ld_i32(y + 4)));
+                const __m256i p2 = _mm256_maddubs_epi16(q2, pv_set1_i32(ld_i32(y + 8)));
+                const __m256i p3 = _mm256_maddubs_epi16(q3, pv_set1_i32(ld_i32(y + 12)));
+                if (run16 >= 4) {
+                    const __m256i p = _mm256_add_epi16(_mm256_add_epi16(p0, p1),
+                                                       _mm256_add_epi16(p2, p3));
+                    isum[k] = pv_add_i32(isum[k], _mm256_madd_epi16(p, sc16));
+                } else {
+                    isum[k] = pv_add_i32(
+                        isum[k], pv_add_i32(_mm256_madd_epi16(_mm256_add_epi16(p0, p1), sc16),
+                                            _mm256_madd_epi16(_mm256_add_epi16(p2, p3), sc16)));
+                }
+#endif
             }
         }
         const pv_f d = pv_load_f(kb->d), e = pv_load_f(kb->e);
@@ -1647,7 +1671,7 @@ static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const 
 
 /* Token blocks; in each, every panel of PANEL rows is packed once and read by
  * all the block's token tiles; rows left over go to the row kernels. */
-#define GEMM_KPANEL(name, wbytes, exact_offset)                                                          \
+#define GEMM_KPANEL(name, wbytes, exact_offset, run16)                                             \
     static void gemm_panel_##name(int64_t n, const void *vw, size_t ws, int nr, const void *vx,    \
                                   size_t xs, int nt, float *out, size_t os)                        \
     {                                                                                              \
@@ -1669,18 +1693,20 @@ static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const 
                 for (int t = t0; t < t1; t += PANEL_TOK)                                           \
                     kpanel_tile(nb, pb, x + (size_t)t * xs, xs, GS_MIN(PANEL_TOK, t1 - t),         \
                                 out + (size_t)t * os + r, os, exact_offset,                        \
-                                t > t0 ? NULL : w + (size_t)(r + PANEL) * ws, pf_block);           \
+                                t > t0 ? NULL : w + (size_t)(r + PANEL) * ws, pf_block, run16);    \
             }                                                                                      \
         }                                                                                          \
         if (rp < nr)                                                                               \
             gemm_##name(n, w + (size_t)rp * ws, ws, nr - rp, vx, xs, nt, out + rp, os);            \
     }
 
-GEMM_KPANEL(q2_K, GS_Q2_K_BYTES, false)
-GEMM_KPANEL(q3_K, GS_Q3_K_BYTES, true)
-GEMM_KPANEL(q4_K, GS_Q4_K_BYTES, false)
-GEMM_KPANEL(q5_K, GS_Q5_K_BYTES, false)
-GEMM_KPANEL(q6_K, GS_Q6_K_BYTES, true)
+/* run16 (AVX2 only): maddubs sums per group added in int16 (quants up to 3,
+ * 7, 15, 31: four; q6_K's up to 63: two). */
+GEMM_KPANEL(q2_K, GS_Q2_K_BYTES, false, 4)
+GEMM_KPANEL(q3_K, GS_Q3_K_BYTES, true, 4)
+GEMM_KPANEL(q4_K, GS_Q4_K_BYTES, false, 4)
+GEMM_KPANEL(q5_K, GS_Q5_K_BYTES, false, 4)
+GEMM_KPANEL(q6_K, GS_Q6_K_BYTES, true, 2)
 #undef GEMM_KPANEL
 
 #ifdef GS_CPU_VNNI
