@@ -1079,7 +1079,7 @@ static inline void panel_tile(int64_t nb, const struct panel_block *pb, const pv
 #else
             /* maddubs' int16 pair sums of run16 groups added before one
              * widening: exact while run16 pair sums fit in int16, which the
-             * callers' quant ranges ensure (q4_0: 8 x 2 x 15 x 127). */
+             * callers' quant ranges ensure (q4_0: 8 x 2 x 15 x 128 = 30720). */
             pv_i p = pv_zero_i();
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
@@ -1162,8 +1162,9 @@ static inline void pack8_q4_0(const uint8_t *w, size_t ws, __m256i q[8])
                        k ? NULL : wr + PANEL * ws, pf_block, run16);                              \
     }
 
-/* run16: groups whose int16 pair sums stay within int16 without VNNI (pairs
- * of quants up to 15, 31, 255 by activations up to 127 in magnitude). */
+/* run16: groups whose int16 pair sums stay within int16 without VNNI (quants
+ * up to 15 and 31 by q8_0 activations, at most 127 in magnitude; the VNNI
+ * build ignores it). */
 PANEL_Q80(q4_0, GS_Q4_0_BYTES, 8)
 PANEL_Q80(q5_0, GS_Q5_0_BYTES, 4)
 #ifdef GS_CPU_VNNI
@@ -1177,9 +1178,10 @@ PANEL_Q80(q8_0, GS_Q8_0_BYTES, 1)
  * VNNI build does) would reach 255, where maddubs' int16 pair sums saturate,
  * so the panel keeps each lane's magnitude |w| (at most 128) and its sign,
  * and every product moves the weight's sign onto the broadcast activation
- * (sign_epi8) first: |w| * +-y summed in pairs stays within 2 * 128 * 127.
- * The integer sums are exact, so the results equal the VNNI panels' bit for
- * bit: same sums, same float steps.
+ * (sign_epi8) first: |w| * +-y summed in pairs stays within 2 * 128 * 127
+ * (q8_0 activations are at most 127 in magnitude). The integer sums are
+ * exact and the float steps per row and token are the four-row kernels'
+ * (and the VNNI panels'), so the results are theirs bit for bit.
  */
 struct panel_block_s8 {
     __m256i mag[8], sgn[8]; /* [g] lane i: quants 4g..4g+3 of row i, |w| and w */
@@ -1627,7 +1629,8 @@ static inline void kpanel_tile(int64_t nb, const struct kpanel_block *pb, const 
                 isum[k] = pv_add_i32(isum[k], pv_mullo_i32(pv_add_i32(s0, s1), scv));
 #else
                 /* int16 sums of run16 (4 or 2) maddubs: exact for quants up
-                 * to 31 (4 x 2 x 31 x 127) and 63 (2 x 2 x 63 x 127). */
+                 * to 31 (4 x 2 x 31 x 128: q8_K reaches -128) and 63 (2 x 2
+                 * x 63 x 128). */
                 const __m256i p0 = _mm256_maddubs_epi16(q0, pv_set1_i32(ld_i32(y)));
                 const __m256i p1 = _mm256_maddubs_epi16(q1, pv_set1_i32(ld_i32(y + 4)));
                 const __m256i p2 = _mm256_maddubs_epi16(q2, pv_set1_i32(ld_i32(y + 8)));
