@@ -2,15 +2,20 @@
  * bench/kernels.c - gs-bench-kernels: speed of every cpu kernel on every ISA
  * this machine has, as weight bytes per second and as a ratio to the scalar
  * kernel measured in the same run. Dot: one token (generation). Gemm: a
- * batch of tokens (prompt processing). Single thread. Not a test: nothing is
- * asserted; bench/RESULTS.md records what it printed.
+ * batch of tokens (prompt processing). Single thread, timed by the thread's
+ * own CPU time, so that other work on a shared machine (which deschedules
+ * the thread) does not count; a type name as the fourth argument measures
+ * that type alone. Not a test: nothing is asserted; bench/RESULTS.md records
+ * what it printed.
  *
- * usage: gs-bench-kernels [K [N [TOKENS]]]   (default 2048 1024 64)
+ * usage: gs-bench-kernels [K [N [TOKENS [TYPE]]]]   (default 2048 1024 64, every type)
  */
 #include "engine/cpu/cpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 static const enum gs_type types[] = {
     GS_TYPE_F32,  GS_TYPE_F16,  GS_TYPE_BF16, GS_TYPE_Q4_0, GS_TYPE_Q4_1,
@@ -24,19 +29,27 @@ static float frand(uint64_t *s)
     return (float)((*s >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
 }
 
+/* This thread's CPU time in milliseconds. */
+static double thread_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
 /* Seconds per call of the gemm over n_tok tokens (best of a few runs). */
 static double time_gemm(const struct gs_cpu_kernels *k, int64_t K, const void *w, size_t ws,
                         int N, const void *x, size_t xs, int n_tok, float *out)
 {
     double best = 1e30;
     for (int rep = 0; rep < 3; rep++) {
-        double t0 = gs_now_ms();
+        double t0 = thread_ms();
         int calls = 0;
         do {
             k->gemm(K, w, ws, N, x, xs, n_tok, out, (size_t)N);
             calls++;
-        } while (gs_now_ms() - t0 < 150);
-        best = GS_MIN(best, (gs_now_ms() - t0) / 1000.0 / calls);
+        } while (thread_ms() - t0 < 150);
+        best = GS_MIN(best, (thread_ms() - t0) / 1000.0 / calls);
     }
     return best;
 }
@@ -46,8 +59,12 @@ int main(int argc, char **argv)
     int64_t K = argc > 1 ? atoll(argv[1]) : 2048;
     int N = argc > 2 ? atoi(argv[2]) : 1024;
     int T = argc > 3 ? atoi(argv[3]) : 64;
-    if (K <= 0 || K % 256 || N <= 0 || T <= 0) {
-        fprintf(stderr, "usage: gs-bench-kernels [K (multiple of 256) [N [TOKENS]]]\n");
+    const char *only = argc > 4 ? argv[4] : NULL;
+    bool known = !only;
+    for (size_t i = 0; only && i < GS_ARRAY_LEN(types); i++)
+        known |= !strcmp(only, gs_type_name(types[i]));
+    if (K <= 0 || K % 256 || N <= 0 || T <= 0 || !known) {
+        fprintf(stderr, "usage: gs-bench-kernels [K (multiple of 256) [N [TOKENS [TYPE]]]]\n");
         return 2;
     }
     uint64_t seed = 1;
@@ -59,6 +76,8 @@ int main(int argc, char **argv)
     printf("|---|---|---:|---:|---:|---:|\n");
     for (size_t i = 0; i < GS_ARRAY_LEN(types); i++) {
         enum gs_type t = types[i], xt = gs_type_traits(t)->vec_dot_type;
+        if (only && strcmp(only, gs_type_name(t)))
+            continue;
         uint64_t wb, xb;
         gs_type_row_bytes(t, K, &wb);
         gs_type_row_bytes(xt, K, &xb);

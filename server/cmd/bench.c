@@ -4,8 +4,11 @@
  * for the last). Generation: N steps of one token each from an empty cache.
  * Concurrent streams: S sequences decoding together, one token each per step
  * (the weights are read once per step for all of them); reported as the
- * aggregate generated tokens/s. Token ids are fixed pseudo-random ids: speed
- * does not depend on them. Peak RSS is the process high-water mark.
+ * aggregate generated tokens/s. Depth (-d, as llama-bench's): every sequence
+ * first holds that many context tokens, prefilled untimed, so that both
+ * measures include attention over a long context. Token ids are fixed
+ * pseudo-random ids: speed does not depend on them. Peak RSS is the process
+ * high-water mark.
  *
  * This measures the engine (graph + backend + KV pages), not HTTP or the
  * scheduler. No number here is asserted anywhere: see bench/ for the scripts
@@ -26,6 +29,9 @@
 #include <sys/stat.h>
 
 #define MAX_STREAMS 256
+#define MAX_DEPTH (1 << 17)
+/* Tokens per prefill step of the untimed depth context. */
+#define DEPTH_CHUNK 512
 #define CMD "bench"
 
 static const char usage[] =
@@ -35,6 +41,8 @@ static const char usage[] =
     "  -t, --threads N     worker threads (default: physical cores)\n"
     "  -p N                prompt tokens processed in one step (default 512, 0: skip)\n"
     "  -n N                tokens generated one per step (default 128, 0: skip)\n"
+    "  -d N                context depth: each sequence first holds N tokens, prefilled\n"
+    "                      untimed (default 0)\n"
     "  --streams LIST      concurrent sequences, comma-separated (default 1; e.g. 1,8,16,32)\n"
     "  -r N                repetitions; the best run is reported (default 1)\n"
     "  --kv-type f32|f16   KV cache element type (default f16)\n"
@@ -43,7 +51,7 @@ static const char usage[] =
 
 struct opts {
     const char *path, *backend;
-    int64_t threads, n_prompt, n_gen, reps;
+    int64_t threads, n_prompt, n_gen, reps, depth;
     int64_t streams[16];
     int n_streams;
     enum gs_type kv_type;
@@ -101,19 +109,53 @@ static enum gs_status step(struct bench *b, uint32_t n_tokens, uint32_t n_seq, b
     return gs_runner_step(b->run, &io, err);
 }
 
+/* Untimed context: n tokens appended to sequence s (its cache), in steps of
+ * up to DEPTH_CHUNK tokens of that sequence alone. */
+static enum gs_status fill_seq(struct bench *b, uint32_t s, uint32_t n, struct gs_err *err)
+{
+    uint32_t n_vocab = b->model->hp.n_vocab;
+    for (uint32_t done = 0; done < n;) {
+        uint32_t k = GS_MIN(n - done, (uint32_t)DEPTH_CHUNK), base = b->seqs[s].n_tokens;
+        enum gs_status st = gs_kv_seq_reserve(b->pool, &b->seqs[s], base + k, err);
+        if (st)
+            return st;
+        for (uint32_t i = 0; i < k; i++) {
+            b->tokens[i] = (int32_t)rand_token(base + i + s * 104729u, n_vocab);
+            b->pos[i] = (int32_t)(base + i);
+            b->seq[i] = s;
+        }
+        b->rows[0] = k - 1;
+        for (uint32_t q = 0; q <= s; q++)
+            b->sp[q] = (struct gs_seq_pages){b->seqs[q].pages, b->seqs[q].n_pages};
+        struct gs_step_io io = {
+            .n_tokens = k, .tokens = b->tokens, .pos = b->pos, .seq = b->seq,
+            .n_seqs = s + 1, .seqs = b->sp, .kv = &b->kv, .n_outputs = 1,
+            .out_rows = b->rows, .logits = b->logits,
+        };
+        if ((st = gs_runner_step(b->run, &io, err)))
+            return st;
+        done += k;
+    }
+    return GS_OK;
+}
+
 static void release_all(struct bench *b)
 {
     for (int s = 0; s < MAX_STREAMS; s++)
         gs_kv_seq_release(b->pool, &b->seqs[s]);
 }
 
-/* Tokens per second of a prompt step of n tokens (best of reps). */
-static enum gs_status run_pp(struct bench *b, uint32_t n, int64_t reps, double *tps,
-                             struct gs_err *err)
+/* Tokens per second of a prompt step of n tokens after depth tokens (best
+ * of reps). */
+static enum gs_status run_pp(struct bench *b, uint32_t n, uint32_t depth, int64_t reps,
+                             double *tps, struct gs_err *err)
 {
     *tps = 0;
     for (int64_t r = 0; r < reps + 1; r++) { /* the first run warms up (plans, pages) */
         release_all(b);
+        enum gs_status fst = fill_seq(b, 0, depth, err);
+        if (fst)
+            return fst;
         double t0 = gs_now_ms();
         enum gs_status st = step(b, n, 1, true, err);
         if (st)
@@ -125,14 +167,19 @@ static enum gs_status run_pp(struct bench *b, uint32_t n, int64_t reps, double *
     return GS_OK;
 }
 
-/* Aggregate tokens per second of n steps of one token for each of s streams. */
-static enum gs_status run_tg(struct bench *b, uint32_t n, uint32_t s, int64_t reps, double *tps,
-                             struct gs_err *err)
+/* Aggregate tokens per second of n steps of one token for each of s streams,
+ * each after depth tokens of its own. */
+static enum gs_status run_tg(struct bench *b, uint32_t n, uint32_t s, uint32_t depth,
+                             int64_t reps, double *tps, struct gs_err *err)
 {
     *tps = 0;
     for (int64_t r = 0; r < reps; r++) {
         release_all(b);
-        enum gs_status st = step(b, s, s, false, err); /* warm-up token */
+        enum gs_status st = GS_OK;
+        for (uint32_t q = 0; q < s && !st; q++)
+            st = fill_seq(b, q, depth, err);
+        if (!st)
+            st = step(b, s, s, false, err); /* warm-up token */
         if (st)
             return st;
         double t0 = gs_now_ms();
@@ -190,6 +237,8 @@ static int parse(int argc, char **argv, struct opts *o)
             ok = gs_cli_parse_i64(a, v, 0, 1 << 16, &o->n_prompt);
         else if (!strcmp(a, "-n"))
             ok = gs_cli_parse_i64(a, v, 0, 1 << 16, &o->n_gen);
+        else if (!strcmp(a, "-d"))
+            ok = gs_cli_parse_i64(a, v, 0, MAX_DEPTH, &o->depth);
         else if (!strcmp(a, "-r"))
             ok = gs_cli_parse_i64(a, v, 1, 1000, &o->reps);
         else if (!strcmp(a, "--streams"))
@@ -224,8 +273,9 @@ static enum gs_status bench_open(struct bench *b, const struct opts *o, struct g
     for (int i = 0; i < o->n_streams; i++)
         max_streams = GS_MAX(max_streams, o->streams[i]);
     uint32_t pt = GS_KV_DEFAULT_PAGE_TOKENS;
-    uint64_t per_seq = (uint64_t)(o->n_gen + 2 + pt - 1) / pt;
-    uint64_t pages = GS_MAX((uint64_t)(o->n_prompt + pt - 1) / pt + 1, per_seq * max_streams);
+    uint64_t per_seq = (uint64_t)(o->depth + o->n_gen + 2 + pt - 1) / pt;
+    uint64_t pages =
+        GS_MAX((uint64_t)(o->depth + o->n_prompt + pt - 1) / pt + 1, per_seq * max_streams);
     struct gs_kv_pool_cfg pc = {
         .n_layer = gs_model_kv_layers(b->model), .kv_dim = gs_model_kv_dim(b->model),
         .elem_bytes = o->kv_type == GS_TYPE_F16 ? 2 : 4, .page_tokens = pt,
@@ -236,7 +286,8 @@ static enum gs_status bench_open(struct bench *b, const struct opts *o, struct g
     b->kv = gs_kv_pool_view(b->pool);
     for (int s = 0; s < MAX_STREAMS; s++)
         gs_kv_seq_init(&b->seqs[s]);
-    size_t max_step = (size_t)GS_MAX(GS_MAX(o->n_prompt, max_streams), 1);
+    size_t max_step = (size_t)GS_MAX(GS_MAX(o->n_prompt, max_streams),
+                                     GS_MAX(GS_MIN(o->depth, DEPTH_CHUNK), 1));
     b->logits = gs_alloc_array((size_t)max_streams * b->model->hp.n_vocab, sizeof(float));
     b->tokens = gs_alloc_array(max_step, sizeof(*b->tokens));
     b->pos = gs_alloc_array(max_step, sizeof(*b->pos));
@@ -279,9 +330,10 @@ int gs_cmd_bench(int argc, char **argv)
     enum gs_status st = bench_open(&b, &o, file, &err);
     double pp = 0, tg[16] = {0};
     if (!st && o.n_prompt > 0)
-        st = run_pp(&b, (uint32_t)o.n_prompt, o.reps, &pp, &err);
+        st = run_pp(&b, (uint32_t)o.n_prompt, (uint32_t)o.depth, o.reps, &pp, &err);
     for (int i = 0; !st && o.n_gen > 0 && i < o.n_streams; i++)
-        st = run_tg(&b, (uint32_t)o.n_gen, (uint32_t)o.streams[i], o.reps, &tg[i], &err);
+        st = run_tg(&b, (uint32_t)o.n_gen, (uint32_t)o.streams[i], (uint32_t)o.depth, o.reps,
+                    &tg[i], &err);
     if (st) {
         bench_close(&b);
         gs_gguf_close(file);
@@ -295,9 +347,9 @@ int gs_cmd_bench(int argc, char **argv)
     double rss_mib = ru.ru_maxrss / 1024.0;
     int threads = o.threads ? (int)o.threads : 0;
     if (o.json) {
-        json_t *j = json_pack("{s:s, s:s, s:i, s:f, s:f, s:f}", "model", o.path, "backend",
-                              o.backend, "threads", threads, "file_mib", file_mib, "kv_mib",
-                              kv_mib, "peak_rss_mib", rss_mib);
+        json_t *j = json_pack("{s:s, s:s, s:i, s:I, s:f, s:f, s:f}", "model", o.path, "backend",
+                              o.backend, "threads", threads, "depth", (json_int_t)o.depth,
+                              "file_mib", file_mib, "kv_mib", kv_mib, "peak_rss_mib", rss_mib);
         if (o.n_prompt > 0)
             json_object_set_new(j, "pp", json_pack("{s:I, s:f}", "tokens", (json_int_t)o.n_prompt,
                                                    "tokens_per_s", pp));
@@ -315,12 +367,15 @@ int gs_cmd_bench(int argc, char **argv)
         printf("model %s (%.1f MiB), backend %s, threads %s, kv %s %.1f MiB\n", o.path,
                file_mib, o.backend, threads ? "set" : "default", gs_type_name(o.kv_type),
                kv_mib);
+        char at[32] = "";
+        if (o.depth > 0)
+            snprintf(at, sizeof(at), " @ d%lld", (long long)o.depth);
         printf("| test | tokens/s |\n|---|---:|\n");
         if (o.n_prompt > 0)
-            printf("| pp%lld | %.2f |\n", (long long)o.n_prompt, pp);
+            printf("| pp%lld%s | %.2f |\n", (long long)o.n_prompt, at, pp);
         for (int i = 0; o.n_gen > 0 && i < o.n_streams; i++)
-            printf("| tg%lld x%lld streams | %.2f |\n", (long long)o.n_gen,
-                   (long long)o.streams[i], tg[i]);
+            printf("| tg%lld x%lld streams%s | %.2f |\n", (long long)o.n_gen,
+                   (long long)o.streams[i], at, tg[i]);
         printf("peak RSS %.1f MiB\n", rss_mib);
     }
     bench_close(&b);

@@ -196,6 +196,42 @@ Test(cpu_kernels, gemm_matches_reference_for_batches_1_to_70)
     }
 }
 
+/* Decoding steps (1-3 tokens) over rows of 19 blocks: the row-by-row
+ * kernels reduce whole groups of eight blocks at a time (two groups here),
+ * then the blocks after them (three). */
+Test(cpu_kernels, gemm_of_decode_steps_matches_reference_on_long_rows)
+{
+    for (int isa = 0; isa < GS_CPU_ISA_COUNT; isa++) {
+        for (size_t k = 0; k < GS_ARRAY_LEN(weight_types); k++) {
+            enum gs_type t = weight_types[k];
+            const struct gs_cpu_kernels *kr = gs_cpu_kernels_for((enum gs_cpu_isa)isa, t);
+            if (!kr)
+                continue;
+            int64_t sizes[4];
+            sizes_for(t, sizes);
+            const int64_t n = sizes[0] * 19;
+            enum { ROWS = 11, TOKS = 3 };
+            struct operands o;
+            operands_make(&o, t, n, ROWS, TOKS);
+            float out[TOKS * ROWS];
+            for (int nt = 1; nt <= TOKS; nt++) {
+                kr->gemm(o.n, o.w, o.w_stride, o.rows, o.x, o.x_stride, nt, out, ROWS);
+                double num = 0, den = 0;
+                for (int tk = 0; tk < nt; tk++)
+                    for (int r = 0; r < ROWS; r++) {
+                        double want = ref_dot(&o, r, tk), got = out[tk * ROWS + r];
+                        num += (got - want) * (got - want);
+                        den += want * want;
+                    }
+                cr_expect(num / den < nmse_limit(t), "%s/%s n=%lld, %d tokens: nmse %.3g",
+                          gs_cpu_isa_name((enum gs_cpu_isa)isa), gs_type_name(t), (long long)n,
+                          nt, num / den);
+            }
+            operands_free(&o);
+        }
+    }
+}
+
 Test(cpu_kernels, vector_helpers_match_scalar)
 {
     enum { N = 203 };

@@ -287,6 +287,43 @@ Test(cli_inspect, refuses_a_file_that_is_not_gguf_with_a_message)
     free(out);
 }
 
+/* bench -d: every sequence first holds the depth's tokens (more than one
+ * prefill step of them here), the cache is sized for them, and the JSON says
+ * which depth it measured; a depth out of range is refused by name. */
+Test(cli_bench, depth_prefills_each_sequence_and_is_reported)
+{
+    char model[4096]; /* the path helpers share one buffer */
+    snprintf(model, sizeof(model), "%s", gs_test_shared_path("models/stories260K.gguf"));
+    double kv_mib[2];
+    const int depths[2] = {0, 700};
+    for (int i = 0; i < 2; i++) {
+        char *out;
+        cr_assert_eq(run(&out, "bench -m %s -t 1 -p 8 -n 2 -d %d --streams 1,2 --json", model,
+                         depths[i]),
+                     0, "%s", out);
+        json_error_t jerr;
+        json_t *j = json_loads(out, 0, &jerr);
+        cr_assert_not_null(j, "bench --json is not JSON: %s (%s)", jerr.text, out);
+        cr_assert_eq(json_integer_value(json_object_get(j, "depth")), depths[i]);
+        cr_assert_gt(json_real_value(json_object_get(json_object_get(j, "pp"), "tokens_per_s")),
+                     0);
+        json_t *tg = json_object_get(j, "tg");
+        cr_assert_eq(json_array_size(tg), 2);
+        for (size_t k = 0; k < 2; k++)
+            cr_assert_gt(json_real_value(json_object_get(json_array_get(tg, k), "tokens_per_s")),
+                         0);
+        kv_mib[i] = json_real_value(json_object_get(j, "kv_mib"));
+        json_decref(j);
+        free(out);
+    }
+    cr_assert_gt(kv_mib[1], kv_mib[0], "the cache holds the depth: %g vs %g MiB", kv_mib[1],
+                 kv_mib[0]);
+    char *out;
+    cr_assert_eq(run(&out, "bench -m %s -d 1000000", model), 2);
+    cr_assert(strstr(out, "-d"), "%s", out);
+    free(out);
+}
+
 /* Several prompts share every engine step and each still reproduces llama.cpp's
  * greedy completion; a prompts file gives the same results as repeated -p. */
 Test(cli_run, several_prompts_batched_match_goldens)
