@@ -71,7 +71,8 @@ struct gs_train_param {
     const char *name;
     int64_t ne0, ne1;
     float *data;
-    float *grad; /* the accumulated gradient since the last update */
+    float *grad;      /* the accumulated gradient since the last update */
+    float *step_grad; /* the last step's gradient (before averaging and clipping) */
     float *m, *v;
 };
 

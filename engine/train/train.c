@@ -265,7 +265,7 @@ enum gs_status gs_train_new(const struct gs_train_shape *shape_in, const struct 
         struct gs_train_param *p = &t->params[i];
         const size_t n = (size_t)(p->ne0 * p->ne1);
         p->data = mem, p->grad = mem + n, p->m = mem + 2 * n, p->v = mem + 3 * n;
-        t->step_grads[i] = mem + 4 * n;
+        t->step_grads[i] = p->step_grad = mem + 4 * n;
         memset(mem + n, 0, 3 * n * sizeof(float));
         mem += 5 * n;
         t->outs[1 + i] = t->step_grads[i];
