@@ -925,7 +925,7 @@ static void k_hidden(struct run *r, int chunk, int n_chunks, int thread)
 static void k_train(struct run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_node *n = r->n;
-    struct gs_train_args a = {.n = n, .io = r->io, .out = r->out};
+    struct gs_train_args a = {.n = n, .io = r->io, .out = r->out, .work = thread_buf(r, thread)};
     for (uint32_t j = 0; j < n->n_src; j++) {
         const struct gs_node *s = &r->g->nodes[n->src[j]];
         a.src[j] = s->op == GS_OP_WEIGHT ? s->data : value(r, n->src[j]);
@@ -1161,6 +1161,9 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
         goto out_nomem;
     const uint64_t nt = (uint64_t)c->n_threads, row = xq_stride ? xq_stride : 1;
     cp->xq_stride = xq_stride;
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        if (gs_train_op(g->nodes[i].op))
+            thread_floats = GS_MAX(thread_floats, GS_TRAIN_WORK_FLOATS(s->n_tokens));
     cp->thread_floats = (thread_floats + 15) / 16 * 16;
     cp->logits_matmul = logits_matmul(g);
     if (!grow(&c->scratch, &c->scratch_bytes, p->scratch_bytes, 1) ||

@@ -14,6 +14,9 @@
 
 #include "engine/backend.h"
 
+/* Scratch a thread needs for a step of n tokens: attention's score rows. */
+#define GS_TRAIN_WORK_FLOATS(n) (2 * (int64_t)(n))
+
 /* The ops train_ops.c runs. */
 bool gs_train_op(enum gs_op op);
 
@@ -23,7 +26,8 @@ struct gs_train_args {
     const float *src[GS_GRAPH_MAX_SRC]; /* each source's rows (a weight's F32 data) */
     int64_t src_rows[GS_GRAPH_MAX_SRC]; /* their rows in this step */
     int64_t src_ne0[GS_GRAPH_MAX_SRC];  /* their row lengths */
-    float *out; /* the node's value; NULL for OUT */
+    float *out;  /* the node's value; NULL for OUT */
+    float *work; /* [GS_TRAIN_WORK_FLOATS(n_tokens)] the running thread's scratch */
 };
 
 /* The number of work units of a. */

@@ -23,6 +23,7 @@ struct ref_plan {
     float *row_b;   /* [max activation row] per-token temporary */
     float *xq;      /* [bucket][max weight row] activations rounded for a matmul */
     float *ffn;     /* [2][bucket][n_ff] gate and up products of a matmul_swiglu */
+    float *train;   /* the training ops' scratch (engine/backend/internal.h) */
 };
 
 /* The state of one run: plan, step and resolved row counts. */
@@ -72,6 +73,7 @@ static void ref_plan_free(struct gs_be *be, struct gs_plan *p)
         gs_free(rp->row_b);
         gs_free(rp->xq);
         gs_free(rp->ffn);
+        gs_free(rp->train);
         gs_free(rp);
     }
     gs_plan_free(p);
@@ -107,7 +109,8 @@ static enum gs_status ref_compile(struct gs_be *be, const struct gs_graph *g,
     rp->row_b = gs_alloc_array((size_t)max_a, sizeof(float));
     rp->xq = gs_alloc_array((size_t)max_w * s->n_tokens, sizeof(float));
     rp->ffn = gs_alloc_array((size_t)max_ff * 2 * s->n_tokens, sizeof(float));
-    if (!rp->scratch || !rp->row_a || !rp->row_b || !rp->xq || !rp->ffn)
+    rp->train = gs_alloc_array((size_t)GS_TRAIN_WORK_FLOATS(s->n_tokens), sizeof(float));
+    if (!rp->scratch || !rp->row_a || !rp->row_b || !rp->xq || !rp->ffn || !rp->train)
         goto out_nomem;
     *out = p;
     return GS_OK;
@@ -682,7 +685,7 @@ static void k_hidden(const struct run *r, const struct gs_node *n, float *out)
 /* The training ops (train_ops.c), every unit in order. */
 static void k_train(const struct run *r, const struct gs_node *n, float *out)
 {
-    struct gs_train_args a = {.n = n, .io = r->io, .out = out};
+    struct gs_train_args a = {.n = n, .io = r->io, .out = out, .work = r->rp->train};
     for (uint32_t j = 0; j < n->n_src; j++) {
         const struct gs_node *s = &r->g->nodes[n->src[j]];
         a.src[j] = s->op == GS_OP_WEIGHT ? s->data : value(r, n->src[j]);

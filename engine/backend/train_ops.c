@@ -59,6 +59,15 @@ int64_t gs_train_units(const struct gs_train_args *a)
     }
 }
 
+/* x86-64 builds also get an AVX2 copy of the vector loops, picked at load time.
+ * Without FMA, and every element summed in the same order, both copies give
+ * the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define VEC_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define VEC_CLONES
+#endif
+
 static float dot(const float *a, const float *b, int64_t n)
 {
     float s = 0;
@@ -67,10 +76,27 @@ static float dot(const float *a, const float *b, int64_t n)
     return s;
 }
 
-static void axpy(float *y, float a, const float *x, int64_t n)
+VEC_CLONES static void axpy(float *restrict y, float a, const float *restrict x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += a * x[i];
+}
+
+/* y += sum_k a[k] x[k*stride] over n_x rows of x, four rows a pass over y. */
+VEC_CLONES static void axpy_rows(float *restrict y, const float *a, int64_t a_stride,
+                                 const float *restrict x, int64_t x_stride, int64_t n_x, int64_t n)
+{
+    int64_t k = 0;
+    for (; k + 4 <= n_x; k += 4) {
+        const float a0 = a[k * a_stride], a1 = a[(k + 1) * a_stride];
+        const float a2 = a[(k + 2) * a_stride], a3 = a[(k + 3) * a_stride];
+        const float *x0 = x + k * x_stride, *x1 = x0 + x_stride, *x2 = x1 + x_stride,
+                    *x3 = x2 + x_stride;
+        for (int64_t i = 0; i < n; i++)
+            y[i] = y[i] + a0 * x0[i] + a1 * x1[i] + a2 * x2[i] + a3 * x3[i];
+    }
+    for (; k < n_x; k++)
+        axpy(y, a[k * a_stride], x + k * x_stride, n);
 }
 
 /* ---- attention ---------------------------------------------------------------- */
@@ -80,6 +106,7 @@ struct attn {
     const struct gs_step_io *io;
     const float *q, *k, *v, *dy;
     int64_t q_dim, kv_dim;
+    float *pr, *dp; /* [n_tokens] each: a query's softmax row and dy . v over its keys */
 };
 
 static bool sees(const struct attn *at, uint32_t i, uint32_t j)
@@ -87,37 +114,37 @@ static bool sees(const struct attn *at, uint32_t i, uint32_t j)
     return at->io->seq[j] == at->io->seq[i] && at->io->pos[j] <= at->io->pos[i];
 }
 
-static float score(const struct attn *at, uint32_t i, int h, uint32_t j)
+/* Query i, head h: at->pr[j] = p_ij over every row j <= i (0 where i does not see j). */
+static void softmax_row(const struct attn *at, uint32_t i, int h)
 {
     const int hd = at->p->head_dim, g = h / (at->p->n_head / at->p->n_head_kv);
-    return at->p->scale * dot(at->q + i * at->q_dim + (int64_t)h * hd,
-                              at->k + j * at->kv_dim + (int64_t)g * hd, hd);
-}
-
-/* The softmax of query i, head h: its max m and normaliser 1/l. */
-static void row_stats(const struct attn *at, uint32_t i, int h, float *m, float *inv_l)
-{
+    const float *qi = at->q + i * at->q_dim + (int64_t)h * hd;
     float mx = -INFINITY;
-    for (uint32_t j = 0; j <= i; j++)
-        if (sees(at, i, j))
-            mx = fmaxf(mx, score(at, i, h, j));
+    for (uint32_t j = 0; j <= i; j++) {
+        at->pr[j] = sees(at, i, j) ? at->p->scale * dot(qi, at->k + j * at->kv_dim + g * hd, hd)
+                                   : -INFINITY;
+        mx = at->pr[j] > mx ? at->pr[j] : mx;
+    }
     double l = 0;
+    for (uint32_t j = 0; j <= i; j++) {
+        at->pr[j] = at->pr[j] == -INFINITY ? 0.0f : expf(at->pr[j] - mx);
+        l += at->pr[j];
+    }
+    const float inv = (float)(1.0 / l);
     for (uint32_t j = 0; j <= i; j++)
-        if (sees(at, i, j))
-            l += expf(score(at, i, h, j) - mx);
-    *m = mx;
-    *inv_l = (float)(1.0 / l);
+        at->pr[j] *= inv;
 }
 
-/* D_i = sum_j p_ij (dy_i . v_j) for head h. */
-static float row_d(const struct attn *at, uint32_t i, int h, float m, float inv_l)
+/* at->dp[j] = dy_i . v_j for head h; returns D_i = sum_j p_ij dp_j. */
+static float dp_row(const struct attn *at, uint32_t i, int h)
 {
     const int hd = at->p->head_dim, g = h / (at->p->n_head / at->p->n_head_kv);
     const float *dyi = at->dy + i * at->q_dim + (int64_t)h * hd;
     double d = 0;
-    for (uint32_t j = 0; j <= i; j++)
-        if (sees(at, i, j))
-            d += expf(score(at, i, h, j) - m) * inv_l * dot(dyi, at->v + j * at->kv_dim + g * hd, hd);
+    for (uint32_t j = 0; j <= i; j++) {
+        at->dp[j] = at->pr[j] != 0 ? dot(dyi, at->v + j * at->kv_dim + g * hd, hd) : 0.0f;
+        d += (double)at->pr[j] * at->dp[j];
+    }
     return (float)d;
 }
 
@@ -126,12 +153,12 @@ static void attn_fwd(const struct attn *at, uint32_t i, float *out)
     const int hd = at->p->head_dim;
     for (int h = 0; h < at->p->n_head; h++) {
         const int g = h / (at->p->n_head / at->p->n_head_kv);
-        float m, inv_l, *o = out + i * at->q_dim + (int64_t)h * hd;
-        row_stats(at, i, h, &m, &inv_l);
+        float *o = out + i * at->q_dim + (int64_t)h * hd;
+        softmax_row(at, i, h);
         memset(o, 0, (size_t)hd * sizeof(float));
         for (uint32_t j = 0; j <= i; j++)
-            if (sees(at, i, j))
-                axpy(o, expf(score(at, i, h, j) - m) * inv_l, at->v + j * at->kv_dim + g * hd, hd);
+            if (at->pr[j] != 0)
+                axpy(o, at->pr[j], at->v + j * at->kv_dim + g * hd, hd);
     }
 }
 
@@ -140,18 +167,14 @@ static void attn_back_q(const struct attn *at, uint32_t i, float *out)
     const int hd = at->p->head_dim;
     for (int h = 0; h < at->p->n_head; h++) {
         const int g = h / (at->p->n_head / at->p->n_head_kv);
-        const float *dyi = at->dy + i * at->q_dim + (int64_t)h * hd;
-        float m, inv_l, *o = out + i * at->q_dim + (int64_t)h * hd;
-        row_stats(at, i, h, &m, &inv_l);
-        const float d = row_d(at, i, h, m, inv_l);
+        float *o = out + i * at->q_dim + (int64_t)h * hd;
+        softmax_row(at, i, h);
+        const float d = dp_row(at, i, h);
         memset(o, 0, (size_t)hd * sizeof(float));
-        for (uint32_t j = 0; j <= i; j++) {
-            if (!sees(at, i, j))
-                continue;
-            const float pij = expf(score(at, i, h, j) - m) * inv_l;
-            const float dp = dot(dyi, at->v + j * at->kv_dim + g * hd, hd);
-            axpy(o, at->p->scale * pij * (dp - d), at->k + j * at->kv_dim + g * hd, hd);
-        }
+        for (uint32_t j = 0; j <= i; j++)
+            if (at->pr[j] != 0)
+                axpy(o, at->p->scale * at->pr[j] * (at->dp[j] - d),
+                     at->k + j * at->kv_dim + g * hd, hd);
     }
 }
 
@@ -170,20 +193,16 @@ static void attn_back_kv(const struct attn *at, uint32_t s, int g, bool want_k, 
         for (int h = g * group; h < (g + 1) * group; h++) {
             const float *dyi = at->dy + i * at->q_dim + (int64_t)h * hd;
             const float *qi = at->q + i * at->q_dim + (int64_t)h * hd;
-            float m, inv_l;
-            row_stats(at, i, h, &m, &inv_l);
-            const float d = want_k ? row_d(at, i, h, m, inv_l) : 0;
+            softmax_row(at, i, h);
+            const float d = want_k ? dp_row(at, i, h) : 0;
             for (uint32_t j = 0; j <= i; j++) {
-                if (!sees(at, i, j))
+                if (at->pr[j] == 0)
                     continue;
-                const float pij = expf(score(at, i, h, j) - m) * inv_l;
                 float *o = out + j * at->kv_dim + g * hd;
-                if (want_k) {
-                    const float dp = dot(dyi, at->v + j * at->kv_dim + g * hd, hd);
-                    axpy(o, at->p->scale * pij * (dp - d), qi, hd);
-                } else {
-                    axpy(o, pij, dyi, hd);
-                }
+                if (want_k)
+                    axpy(o, at->p->scale * at->pr[j] * (at->dp[j] - d), qi, hd);
+                else
+                    axpy(o, at->pr[j], dyi, hd);
             }
         }
     }
@@ -243,8 +262,7 @@ static void row_kernel(const struct gs_train_args *a, uint32_t t)
         const float *dy = a->src[0] + t * nn;
         float *o = a->out + t * ne0;
         memset(o, 0, (size_t)ne0 * sizeof(float));
-        for (int64_t k = 0; k < nn; k++)
-            axpy(o, dy[k], a->src[1] + k * ne0, ne0);
+        axpy_rows(o, dy, 1, a->src[1], ne0, nn, ne0);
         break;
     }
     case GS_OP_RMS_NORM_BACK: {
@@ -284,7 +302,7 @@ void gs_train_run(const struct gs_train_args *a, int64_t u0, int64_t u1)
     const struct gs_node *n = a->n;
     const struct gs_step_io *io = a->io;
     const int64_t ne0 = n->ne[0];
-    struct attn at = {.p = &n->p.attn, .io = io};
+    struct attn at = {.p = &n->p.attn, .io = io, .pr = a->work, .dp = a->work + io->n_tokens};
     if (n->op == GS_OP_ATTN_CAUSAL) {
         at.q = a->src[0], at.k = a->src[1], at.v = a->src[2];
     } else if (n->op >= GS_OP_ATTN_CAUSAL_BACK_Q && n->op <= GS_OP_ATTN_CAUSAL_BACK_V) {
@@ -332,8 +350,7 @@ void gs_train_run(const struct gs_train_args *a, int64_t u0, int64_t u1)
             const int64_t nn = n->ne[1];
             float *o = a->out + u * ne0;
             memset(o, 0, (size_t)ne0 * sizeof(float));
-            for (int64_t r = 0; r < a->src_rows[0]; r++)
-                axpy(o, a->src[0][r * nn + u], a->src[1] + r * ne0, ne0);
+            axpy_rows(o, a->src[0] + u, nn, a->src[1], ne0, a->src_rows[0], ne0);
             break;
         }
         case GS_OP_ATTN_CAUSAL:

@@ -1,0 +1,163 @@
+/*
+ * tests/engine/test_train_cli.c - `graphserve train` as a child process: the
+ * bad inputs it must refuse by name, a short run whose model `graphserve run`
+ * loads and whose bytes do not depend on the thread count, and a resumed run
+ * equal bit for bit to an uninterrupted one.
+ */
+#include "tests/common/testutil.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int graphserve(const char *args, char **out)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "%s %s", gs_test_build_path("server/graphserve"), args);
+    return gs_test_run(cmd, 1, out);
+}
+
+/* name in one fresh folder per test (gs_test_tmpdir makes a new one each call) */
+static const char *tmp_path(const char *name)
+{
+    static char dir[4096], buf[8][4200];
+    static int k;
+    if (!dir[0])
+        snprintf(dir, sizeof(dir), "%s", gs_test_tmpdir());
+    char *p = buf[k++ % 8];
+    snprintf(p, sizeof(buf[0]), "%s/%s", dir, name);
+    return p;
+}
+
+static const char *write_file(const char *name, const void *data, size_t n)
+{
+    const char *path = tmp_path(name);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot create %s", path);
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    cr_assert_eq(fclose(f), 0);
+    return path;
+}
+
+/* A small English-like text: a few sentences repeated with variations. */
+static const char *corpus(void)
+{
+    static char text[16384];
+    static const char *const words[] = {"the", "king", "said", "unto", "his", "servants",
+                                        "and", "they", "went", "into", "city", "of", "light"};
+    size_t n = 0;
+    uint32_t s = 1;
+    while (n + 16 < sizeof(text)) {
+        s = s * 1664525u + 1013904223u;
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "%s%s", words[(s >> 16) % 13],
+                              (s >> 8) % 9 == 0 ? ".\n" : " ");
+    }
+    return write_file("corpus.txt", text, n);
+}
+
+static bool same_file(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    cr_assert(fa && fb);
+    int ca, cb;
+    do {
+        ca = fgetc(fa);
+        cb = fgetc(fb);
+    } while (ca == cb && ca != EOF);
+    fclose(fa);
+    fclose(fb);
+    return ca == cb;
+}
+
+#define SMALL "--n-embd 16 --n-layer 2 --n-head 2 --block 16 --batch 4 --eval-every 2 " \
+              "--eval-batches 1 --seed 3"
+
+struct bad_case {
+    const char *what;
+    int kind; /* 0 empty, 1 NUL, 2 not UTF-8, 3 tiny text, 4 the corpus */
+    const char *flags;
+    const char *message;
+};
+
+static const struct bad_case bad_cases[] = {
+    {"empty corpus", 0, "", "the corpus is empty"},
+    {"binary corpus", 1, "", "is NUL: not a text file"},
+    {"not UTF-8", 2, "", "is not UTF-8"},
+    {"smaller than a batch", 3, "", "fewer than one batch"},
+    {"block over the context", 4, "--block 64 --n-ctx 32", "--block 64 is over the context"},
+    {"heads do not divide", 4, "--n-embd 16 --n-head 3", "--n-head 3 does not divide"},
+    {"kv heads do not divide", 4, "--n-head 4 --n-head-kv 3", "--n-head-kv 3 does not divide"},
+    {"odd head size", 4, "--n-embd 12 --n-head 4", "must be even"},
+    {"missing file", 5, "", "cannot open"},
+};
+
+Test(train_cli, bad_inputs)
+{
+    for (size_t i = 0; i < sizeof(bad_cases) / sizeof(bad_cases[0]); i++) {
+        const struct bad_case *c = &bad_cases[i];
+        const char *in;
+        switch (c->kind) {
+        case 0:
+            in = write_file("empty.txt", "", 0);
+            break;
+        case 1:
+            in = write_file("nul.txt", "ab\0cd", 5);
+            break;
+        case 2:
+            in = write_file("latin1.txt", "caf\xe9 au lait", 12);
+            break;
+        case 3:
+            in = write_file("tiny.txt", "In the beginning.", 17);
+            break;
+        case 4:
+            in = corpus();
+            break;
+        default:
+            in = tmp_path("does-not-exist.txt");
+            break;
+        }
+        char args[2048], *out = NULL;
+        snprintf(args, sizeof(args), "train -i %s -o %s --steps 2 %s", in, tmp_path("bad.gguf"),
+                 c->flags);
+        int rc = graphserve(args, &out);
+        cr_expect_eq(rc, 1, "%s: exit %d: %s", c->what, rc, out);
+        cr_expect(out && strstr(out, c->message), "%s: '%s' not in: %s", c->what, c->message,
+                  out);
+        free(out);
+    }
+}
+
+/* The same run on one and two threads writes the same bytes, and the model
+ * it writes loads and generates. */
+Test(train_cli, deterministic_and_loadable)
+{
+    const char *in = corpus();
+    char args[2048], *out = NULL;
+    snprintf(args, sizeof(args), "train -i %s -o %s --steps 4 --threads 1 --csv %s " SMALL, in,
+             tmp_path("one.gguf"), tmp_path("one.csv"));
+    cr_assert_eq(graphserve(args, &out), 0, "%s", out);
+    cr_expect(strstr(out, "held-out loss"), "%s", out);
+    free(out);
+    snprintf(args, sizeof(args), "train -i %s -o %s --steps 4 --threads 2 " SMALL, in,
+             tmp_path("two.gguf"));
+    cr_assert_eq(graphserve(args, &out), 0, "%s", out);
+    free(out);
+    cr_expect(same_file(tmp_path("one.gguf"), tmp_path("two.gguf")),
+              "1 and 2 threads wrote different models");
+
+    FILE *f = fopen(tmp_path("one.csv"), "r");
+    cr_assert(f);
+    char line[256];
+    int n = 0;
+    cr_assert(fgets(line, sizeof(line), f));
+    cr_expect_str_eq(line, "step,train_loss,heldout_loss,lr\n");
+    while (fgets(line, sizeof(line), f))
+        n++;
+    fclose(f);
+    cr_expect_eq(n, 5, "a row for step 0 and each of 4 steps, got %d", n);
+
+    snprintf(args, sizeof(args), "run -m %s -p 'the king' -n 8 --temp 0", tmp_path("one.gguf"));
+    cr_expect_eq(graphserve(args, &out), 0, "the trained model does not run: %s", out);
+    free(out);
+}
