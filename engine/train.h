@@ -102,6 +102,22 @@ const struct gs_train_param *gs_train_param(const struct gs_train *t, size_t i);
 /* Updates done so far; the last update's gradient norm (before clipping). */
 int64_t gs_train_updates(const struct gs_train *t);
 double gs_train_grad_norm(const struct gs_train *t);
+/*
+ * Checkpoints: everything a later step reads (weights, accumulated
+ * gradients, moments, the update and accumulation counters) plus the caller's
+ * own bytes (user, user_len: its data order, say), so that a run resumed from
+ * a checkpoint continues bit for bit as the uninterrupted run would have.
+ * Written to PATH.tmp and renamed over PATH, so a crash leaves the previous
+ * checkpoint. Loading refuses a file of another shape or batch (GS_INVAL) or
+ * a damaged one (GS_FORMAT), naming what differs; user_len must equal the
+ * saved length. After a failed load the state may be partly overwritten:
+ * free it rather than train on.
+ */
+enum gs_status gs_train_save(const struct gs_train *t, const char *path, const void *user,
+                             size_t user_len, struct gs_err *err);
+enum gs_status gs_train_load(struct gs_train *t, const char *path, void *user, size_t user_len,
+                             struct gs_err *err);
+
 /* The training graph (forward, backward, OUT roots), for printing. */
 const struct gs_graph *gs_train_graph(const struct gs_train *t);
 

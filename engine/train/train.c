@@ -463,3 +463,93 @@ const struct gs_graph *gs_train_graph(const struct gs_train *t)
 {
     return t->train_g;
 }
+
+/* ---- checkpoints -------------------------------------------------------------------- */
+
+static const char ckpt_magic[8] = {'G', 'S', 'T', 'R', 'A', 'I', 'N', '1'};
+
+/* The header: what a checkpoint must agree on, then the counters. */
+static void ckpt_header(const struct gs_train *t, int64_t h[12])
+{
+    const struct gs_train_shape *s = &t->shape;
+    const int64_t v[12] = {(int64_t)t->n_params, s->n_vocab, s->n_embd, s->n_layer, s->n_head,
+                           s->n_head_kv, s->n_ff, s->block, t->opt.batch, t->opt.accum,
+                           t->n_updates, t->n_steps_in_update};
+    memcpy(h, v, sizeof(v));
+}
+
+enum gs_status gs_train_save(const struct gs_train *t, const char *path, const void *user,
+                             size_t user_len, struct gs_err *err)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+        return gs_err_set(err, GS_INVAL, "checkpoint: path too long");
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return gs_err_set(err, GS_IO, "checkpoint: cannot create %s", tmp);
+    int64_t h[12];
+    ckpt_header(t, h);
+    const uint64_t ulen = user_len;
+    bool ok = fwrite(ckpt_magic, sizeof(ckpt_magic), 1, f) == 1 && fwrite(h, sizeof(h), 1, f) == 1;
+    for (size_t i = 0; i < t->n_params && ok; i++) {
+        const struct gs_train_param *p = &t->params[i];
+        const size_t n = (size_t)(p->ne0 * p->ne1);
+        ok = fwrite(p->data, sizeof(float), n, f) == n && fwrite(p->grad, sizeof(float), n, f) == n &&
+             fwrite(p->m, sizeof(float), n, f) == n && fwrite(p->v, sizeof(float), n, f) == n;
+    }
+    ok = ok && fwrite(&ulen, sizeof(ulen), 1, f) == 1 &&
+         (user_len == 0 || fwrite(user, user_len, 1, f) == 1);
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path)) {
+        remove(tmp);
+        return gs_err_set(err, GS_IO, "checkpoint: cannot write %s", path);
+    }
+    return GS_OK;
+}
+
+enum gs_status gs_train_load(struct gs_train *t, const char *path, void *user, size_t user_len,
+                             struct gs_err *err)
+{
+    static const char *const fields[12] = {"parameter count", "vocabulary", "width", "layers",
+                                           "heads", "kv heads", "feed-forward width", "block",
+                                           "batch", "accumulation"};
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return gs_err_set(err, GS_IO, "checkpoint: cannot open %s", path);
+    char magic[8];
+    int64_t h[12], want[12];
+    uint64_t ulen = 0;
+    enum gs_status st = GS_OK;
+    ckpt_header(t, want);
+    if (fread(magic, sizeof(magic), 1, f) != 1 || memcmp(magic, ckpt_magic, sizeof(magic)) ||
+        fread(h, sizeof(h), 1, f) != 1)
+        st = gs_err_set(err, GS_FORMAT, "checkpoint: %s is not a graphserve training checkpoint",
+                        path);
+    for (int i = 0; i < 10 && !st; i++)
+        if (h[i] != want[i])
+            st = gs_err_set(err, GS_INVAL, "checkpoint: %s has %s %lld, this run %lld", path,
+                            fields[i], (long long)h[i], (long long)want[i]);
+    if (!st && (h[10] < 0 || h[11] < 0 || h[11] >= t->opt.accum))
+        st = gs_err_set(err, GS_FORMAT, "checkpoint: %s: bad counters", path);
+    /* Read straight into the state: a damaged tail leaves it partly loaded,
+     * and the caller (told so by the status) frees it. */
+    for (size_t i = 0; i < t->n_params && !st; i++) {
+        struct gs_train_param *p = &t->params[i];
+        const size_t n = (size_t)(p->ne0 * p->ne1);
+        if (fread(p->data, sizeof(float), n, f) != n || fread(p->grad, sizeof(float), n, f) != n ||
+            fread(p->m, sizeof(float), n, f) != n || fread(p->v, sizeof(float), n, f) != n)
+            st = gs_err_set(err, GS_FORMAT, "checkpoint: %s is truncated", path);
+    }
+    if (!st && (fread(&ulen, sizeof(ulen), 1, f) != 1 || ulen != user_len ||
+                (user_len && fread(user, user_len, 1, f) != 1)))
+        st = gs_err_set(err, GS_FORMAT, "checkpoint: %s: the caller's %zu bytes are missing",
+                        path, user_len);
+    if (!st && fgetc(f) != EOF)
+        st = gs_err_set(err, GS_FORMAT, "checkpoint: %s has bytes after its end", path);
+    fclose(f);
+    if (!st) {
+        t->n_updates = h[10];
+        t->n_steps_in_update = h[11];
+    }
+    return st;
+}

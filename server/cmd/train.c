@@ -56,14 +56,20 @@ static const char usage[] =
     "  --holdout F           fraction of the text held out (default 0.1)\n"
     "  --eval-every N        held-out evaluation interval in steps (default 100)\n"
     "  --eval-batches N      batches per held-out evaluation (default 8)\n"
-    "  --csv FILE            the loss curve as CSV\n"
+    "  --csv FILE            the loss curve as CSV (appended to on --resume)\n"
+    "  --svg FILE            a plot of the train and held-out loss\n"
+    "  --checkpoint FILE     save the training state every --checkpoint-every steps\n"
+    "  --checkpoint-every N  (default: --eval-every) and at the end\n"
+    "  --resume FILE         continue from a checkpoint of the same shape and options:\n"
+    "                        the result equals the uninterrupted run's bit for bit\n"
+    "  --stop-after N        end after step N (with a checkpoint), to resume later\n"
     "  --threads N           cpu worker threads (default: the cpu backend's)\n"
     "  --seed N              initialisation and batch order (default 1)\n";
 
 struct train_cfg {
-    const char *in, *out, *csv;
+    const char *in, *out, *csv, *svg, *checkpoint, *resume;
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, block, n_ctx, batch, steps, warmup;
-    int64_t eval_every, eval_batches, threads, seed;
+    int64_t eval_every, eval_batches, threads, seed, checkpoint_every, stop_after;
     double lr, min_lr, weight_decay, clip, holdout;
 };
 
@@ -245,6 +251,83 @@ static int heldout_loss(const struct train_cfg *c, struct gs_train *t, const int
     return 0;
 }
 
+/* What the loop adds to a checkpoint: where it is, its data order and its curve. */
+struct loop_state {
+    int64_t step;     /* steps done */
+    uint64_t rng;     /* the batch sampler */
+    double first_loss;
+    float *curve; /* [2][steps + 1]: train loss by step, held-out loss (NaN: not evaluated) */
+};
+
+/* The curve as an SVG line plot: train loss (every step) and held-out loss (each evaluation). */
+static int write_svg(const struct train_cfg *c, const float *curve)
+{
+    FILE *f = fopen(c->svg, "w");
+    if (!f)
+        return gs_cli_fail("train", "%s: cannot create", c->svg);
+    const float *tr = curve, *ho = curve + c->steps + 1;
+    double hi = 0;
+    for (int64_t i = 0; i <= c->steps; i++) {
+        if (isfinite(tr[i]) && tr[i] > hi)
+            hi = tr[i];
+        if (isfinite(ho[i]) && ho[i] > hi)
+            hi = ho[i];
+    }
+    hi = ceil(hi);
+    const double w = 640, h = 400, l = 60, r = 20, t = 30, b = 50;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+               "font-family=\"sans-serif\" font-size=\"12\">\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+               "<text x=\"%.0f\" y=\"18\">graphserve train: loss (nats/token) by step</text>\n",
+            w, h, l);
+    fprintf(f, "<path d=\"M%.0f %.0f V%.0f H%.0f\" stroke=\"black\" fill=\"none\"/>\n", l, t,
+            h - b, w - r);
+    for (int k = 0; k <= (int)hi; k++) {
+        const double y = h - b - (h - t - b) * k / hi;
+        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%d</text>\n", l - 6, y + 4, k);
+    }
+    for (int k = 0; k <= 4; k++)
+        fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%lld</text>\n",
+                l + (w - l - r) * k / 4, h - b + 16, (long long)(c->steps * k / 4));
+    for (int s = 0; s < 2; s++) {
+        const float *y = s ? ho : tr;
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"",
+                s ? "#d62728" : "#1f77b4");
+        for (int64_t i = 0; i <= c->steps; i++)
+            if (isfinite(y[i]))
+                fprintf(f, "%.1f,%.1f ", l + (w - l - r) * (double)i / (double)c->steps,
+                        h - b - (h - t - b) * y[i] / hi);
+        fprintf(f, "\"/>\n");
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#1f77b4\">train</text>\n"
+               "<text x=\"%.0f\" y=\"%.0f\" fill=\"#d62728\">held-out</text>\n"
+               "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">step</text>\n</svg>\n",
+            w - 140, t + 10, w - 80, t + 10, l + (w - l - r) / 2, h - 12);
+    return fclose(f) ? gs_cli_fail("train", "%s: write error", c->svg) : 0;
+}
+
+/* The checkpoint's caller bytes: the loop state's scalars, then the curve. */
+static size_t user_bytes(const struct train_cfg *c)
+{
+    return 3 * sizeof(int64_t) + 2 * (size_t)(c->steps + 1) * sizeof(float);
+}
+
+static void pack(const struct train_cfg *c, const struct loop_state *ls, char *buf)
+{
+    memcpy(buf, &ls->step, 8);
+    memcpy(buf + 8, &ls->rng, 8);
+    memcpy(buf + 16, &ls->first_loss, 8);
+    memcpy(buf + 24, ls->curve, 2 * (size_t)(c->steps + 1) * sizeof(float));
+}
+
+static void unpack(const struct train_cfg *c, struct loop_state *ls, const char *buf)
+{
+    memcpy(&ls->step, buf, 8);
+    memcpy(&ls->rng, buf + 8, 8);
+    memcpy(&ls->first_loss, buf + 16, 8);
+    memcpy(ls->curve, buf + 24, 2 * (size_t)(c->steps + 1) * sizeof(float));
+}
+
 static int train(const struct train_cfg *c, const int32_t *tok, int64_t n_tok)
 {
     const int64_t win = c->block + 1;
@@ -274,30 +357,52 @@ static int train(const struct train_cfg *c, const int32_t *tok, int64_t n_tok)
     struct gs_err err = {0};
     if (gs_train_new(&shape, &opt, "cpu", (int)c->threads, &t, &err))
         return gs_cli_fail("train", "%s", err.msg);
+    struct loop_state ls = {.rng = (uint64_t)c->seed ^ 0x5eed0fba7c4e5ull, .first_loss = NAN};
     int32_t *batch = gs_alloc_array((size_t)(c->batch * win), sizeof(int32_t));
-    FILE *csv = c->csv ? fopen(c->csv, "w") : NULL;
+    ls.curve = gs_alloc_array(2 * (size_t)(c->steps + 1), sizeof(float));
+    char *user = gs_malloc(user_bytes(c));
     int rc = 0;
-    if (!batch)
+    if (!batch || !ls.curve || !user)
         rc = gs_cli_fail("train", "out of memory");
-    else if (c->csv && !csv)
-        rc = gs_cli_fail("train", "%s: cannot create", c->csv);
-    if (csv)
-        fprintf(csv, "step,train_loss,heldout_loss,lr\n");
-    const bool tty = isatty(fileno(stderr));
-    uint64_t rng = (uint64_t)c->seed ^ 0x5eed0fba7c4e5ull;
-    double held = NAN, t0 = now_s(), first_loss = NAN;
-    if (!rc)
-        rc = heldout_loss(c, t, tok + n_train, n_held, batch, &held);
-    if (!rc) {
-        fprintf(stderr, "graphserve train: %zu tensors, %" PRId64 " training and %" PRId64
-                        " held-out tokens; held-out loss at step 0 %.4f (ln %d = %.4f)\n",
-                gs_train_n_params(t), n_train, n_held, held, N_VOCAB, log((double)N_VOCAB));
-        if (csv)
-            fprintf(csv, "0,,%.6f,%.6g\n", held, (double)gs_train_lr(&opt, 0));
+    for (int64_t i = 0; !rc && i < 2 * (c->steps + 1); i++)
+        ls.curve[i] = NAN;
+    if (!rc && c->resume) {
+        if (gs_train_load(t, c->resume, user, user_bytes(c), &err))
+            rc = gs_cli_fail("train", "--resume: %s (same shape, batch and --steps as the run "
+                                      "that wrote it?)",
+                             err.msg);
+        else
+            unpack(c, &ls, user);
+        if (!rc && (ls.step < 0 || ls.step > c->steps))
+            rc = gs_cli_fail("train", "--resume %s: at step %lld of %lld", c->resume,
+                             (long long)ls.step, (long long)c->steps);
     }
-    for (int64_t step = 1; step <= c->steps && !rc; step++) {
+    FILE *csv = NULL;
+    if (!rc && c->csv && !(csv = fopen(c->csv, c->resume ? "a" : "w")))
+        rc = gs_cli_fail("train", "%s: cannot create", c->csv);
+    const bool tty = isatty(fileno(stderr));
+    float *held = ls.curve + c->steps + 1;
+    if (!rc && ls.step == 0) {
+        double h0;
+        rc = heldout_loss(c, t, tok + n_train, n_held, batch, &h0);
+        held[0] = (float)h0;
+        if (!rc && csv)
+            fprintf(csv, "step,train_loss,heldout_loss,lr\n0,,%.6f,%.6g\n", h0,
+                    (double)gs_train_lr(&opt, 0));
+    }
+    if (!rc)
+        fprintf(stderr, "graphserve train: %zu tensors, %" PRId64 " training and %" PRId64
+                        " held-out tokens; held-out loss at step 0 %.4f (ln %d = %.4f)%s\n",
+                gs_train_n_params(t), n_train, n_held, (double)held[0], N_VOCAB,
+                log((double)N_VOCAB), c->resume ? ", resumed" : "");
+    const int64_t start = ls.step, last = c->stop_after ? GS_MIN(c->stop_after, c->steps) : c->steps;
+    double t0 = now_s(), h = held[0];
+    for (int64_t i = 0; i <= ls.step; i++) /* the latest evaluation, on resuming */
+        if (isfinite(held[i]))
+            h = held[i];
+    for (int64_t step = start + 1; step <= last && !rc; step++) {
         for (int64_t s = 0; s < c->batch; s++) {
-            const uint64_t off = splitmix64(&rng) % (uint64_t)(n_train - win + 1);
+            const uint64_t off = splitmix64(&ls.rng) % (uint64_t)(n_train - win + 1);
             memcpy(batch + s * win, tok + off, (size_t)win * sizeof(int32_t));
         }
         float loss;
@@ -307,36 +412,50 @@ static int train(const struct train_cfg *c, const int32_t *tok, int64_t n_tok)
             rc = gs_cli_fail("train", "step %lld: %s", (long long)step, err.msg);
             break;
         }
+        ls.curve[step] = loss;
         if (step == 1)
-            first_loss = loss;
-        const bool eval = step % c->eval_every == 0 || step == c->steps;
-        if (eval && (rc = heldout_loss(c, t, tok + n_train, n_held, batch, &held)))
+            ls.first_loss = loss;
+        const bool eval = step % c->eval_every == 0 || step == c->steps || step == last;
+        if (eval && (rc = heldout_loss(c, t, tok + n_train, n_held, batch, &h)))
             break;
+        if (eval)
+            held[step] = (float)h;
+        ls.step = step;
         if (csv) {
             fprintf(csv, "%lld,%.6f,", (long long)step, (double)loss);
             if (eval)
-                fprintf(csv, "%.6f", held);
+                fprintf(csv, "%.6f", h);
             fprintf(csv, ",%.6g\n", (double)lr);
         }
-        const double el = now_s() - t0, tps = (double)(step * c->batch * c->block) / el;
+        const double el = now_s() - t0;
+        const double tps = (double)((step - start) * c->batch * c->block) / el;
         if (tty || eval)
             fprintf(stderr, "%sstep %lld/%lld  loss %.4f  held-out %.4f (ppl %.2f)  %.0f tok/s  "
                             "ETA %.0f s%s",
-                    tty ? "\r" : "", (long long)step, (long long)c->steps, (double)loss, held,
-                    exp(held), tps, el / (double)step * (double)(c->steps - step),
+                    tty ? "\r" : "", (long long)step, (long long)c->steps, (double)loss, h,
+                    exp(h), tps, el / (double)(step - start) * (double)(c->steps - step),
                     tty && !eval ? "" : "\n");
+        if (c->checkpoint && (step % c->checkpoint_every == 0 || step == last)) {
+            pack(c, &ls, user);
+            if (gs_train_save(t, c->checkpoint, user, user_bytes(c), &err))
+                rc = gs_cli_fail("train", "%s", err.msg);
+        }
     }
     if (!rc) {
         const double el = now_s() - t0;
         printf("steps %lld  first loss %.4f (ln %d = %.4f)  held-out loss %.4f  perplexity %.3f  "
                "%.1f s  %.0f tokens/s\n",
-               (long long)c->steps, first_loss, N_VOCAB, log((double)N_VOCAB), held, exp(held),
-               el, (double)(c->steps * c->batch * c->block) / el);
-        rc = write_model(c, t, held);
+               (long long)ls.step, ls.first_loss, N_VOCAB, log((double)N_VOCAB), h, exp(h), el,
+               el > 0 ? (double)((ls.step - start) * c->batch * c->block) / el : 0.0);
+        rc = write_model(c, t, h);
     }
+    if (!rc && c->svg)
+        rc = write_svg(c, ls.curve);
     if (csv && fclose(csv) && !rc)
         rc = gs_cli_fail("train", "%s: write error", c->csv);
     gs_free(batch);
+    gs_free(ls.curve);
+    gs_free(user);
     gs_train_free(t);
     return rc;
 }
@@ -361,6 +480,12 @@ int gs_cmd_train(int argc, char **argv)
             c.out = v;
         } else if (!strcmp(a, "--csv")) {
             c.csv = v;
+        } else if (!strcmp(a, "--svg")) {
+            c.svg = v;
+        } else if (!strcmp(a, "--checkpoint")) {
+            c.checkpoint = v;
+        } else if (!strcmp(a, "--resume")) {
+            c.resume = v;
         } else {
             static const struct {
                 const char *opt;
@@ -376,11 +501,14 @@ int gs_cmd_train(int argc, char **argv)
                 {"--block", offsetof(struct train_cfg, block), 1, 65536, false},
                 {"--n-ctx", offsetof(struct train_cfg, n_ctx), 1, 1 << 20, false},
                 {"--batch", offsetof(struct train_cfg, batch), 1, 65536, false},
-                {"--steps", offsetof(struct train_cfg, steps), 1, 1e9, false},
+                {"--steps", offsetof(struct train_cfg, steps), 1, 1e6, false},
                 {"--warmup", offsetof(struct train_cfg, warmup), 0, 1e9, false},
                 {"--eval-every", offsetof(struct train_cfg, eval_every), 1, 1e9, false},
                 {"--eval-batches", offsetof(struct train_cfg, eval_batches), 1, 1e6, false},
                 {"--threads", offsetof(struct train_cfg, threads), 1, 1024, false},
+                {"--checkpoint-every", offsetof(struct train_cfg, checkpoint_every), 1, 1e9,
+                 false},
+                {"--stop-after", offsetof(struct train_cfg, stop_after), 1, 1e9, false},
                 {"--seed", offsetof(struct train_cfg, seed), 0, 9e18, false},
                 {"--lr", offsetof(struct train_cfg, lr), 0, 10, true},
                 {"--min-lr", offsetof(struct train_cfg, min_lr), 0, 10, true},
@@ -417,6 +545,10 @@ int gs_cmd_train(int argc, char **argv)
         c.n_ctx = c.block;
     if (c.min_lr < 0)
         c.min_lr = c.lr / 10;
+    if (!c.checkpoint_every)
+        c.checkpoint_every = c.eval_every;
+    if (c.stop_after && !c.checkpoint)
+        return gs_cli_fail("train", "--stop-after needs --checkpoint FILE to resume from");
     if (c.block > c.n_ctx)
         return gs_cli_fail("train", "--block %lld is over the context --n-ctx %lld",
                            (long long)c.block, (long long)c.n_ctx);
