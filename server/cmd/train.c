@@ -63,11 +63,13 @@ static const char usage[] =
     "  --resume FILE         continue from a checkpoint of the same shape and options:\n"
     "                        the result equals the uninterrupted run's bit for bit\n"
     "  --stop-after N        end after step N (with a checkpoint), to resume later\n"
+    "  --print-graph FMT     print the training graph (forward, backward, outputs) as\n"
+    "                        text, dot or json and exit; -i and -o are not needed\n"
     "  --threads N           cpu worker threads (default: the cpu backend's)\n"
     "  --seed N              initialisation and batch order (default 1)\n";
 
 struct train_cfg {
-    const char *in, *out, *csv, *svg, *checkpoint, *resume;
+    const char *in, *out, *csv, *svg, *checkpoint, *resume, *print_graph;
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, block, n_ctx, batch, steps, warmup;
     int64_t eval_every, eval_batches, threads, seed, checkpoint_every, stop_after;
     double lr, min_lr, weight_decay, clip, holdout;
@@ -460,6 +462,31 @@ static int train(const struct train_cfg *c, const int32_t *tok, int64_t n_tok)
     return rc;
 }
 
+/* The graph a step runs, for a shape: what gs_graph_backward made of the forward pass. */
+static int print_graph(const struct train_cfg *c)
+{
+    static const char *const names[] = {"text", "dot", "json"};
+    static const enum gs_graph_format fmts[] = {GS_GRAPH_TEXT, GS_GRAPH_DOT, GS_GRAPH_JSON};
+    size_t k = 0;
+    while (k < GS_ARRAY_LEN(names) && strcmp(names[k], c->print_graph))
+        k++;
+    if (k == GS_ARRAY_LEN(names))
+        return gs_cli_fail("train", "--print-graph '%s': not text, dot or json", c->print_graph);
+    const struct gs_train_shape shape = {.n_vocab = N_VOCAB, .n_embd = c->n_embd,
+                                         .n_layer = c->n_layer, .n_head = c->n_head,
+                                         .n_head_kv = c->n_head_kv, .n_ff = c->n_ff,
+                                         .block = c->block};
+    struct gs_train_opt opt = gs_train_opt_default();
+    opt.batch = c->batch;
+    struct gs_train *t;
+    struct gs_err err = {0};
+    if (gs_train_new(&shape, &opt, "ref", 1, &t, &err))
+        return gs_cli_fail("train", "%s", err.msg);
+    gs_graph_print(gs_train_graph(t), fmts[k], stdout);
+    gs_train_free(t);
+    return 0;
+}
+
 int gs_cmd_train(int argc, char **argv)
 {
     struct train_cfg c = {.n_embd = 64, .n_layer = 2, .n_head = 4, .block = 32, .batch = 16,
@@ -486,6 +513,8 @@ int gs_cmd_train(int argc, char **argv)
             c.checkpoint = v;
         } else if (!strcmp(a, "--resume")) {
             c.resume = v;
+        } else if (!strcmp(a, "--print-graph")) {
+            c.print_graph = v;
         } else {
             static const struct {
                 const char *opt;
@@ -535,7 +564,7 @@ int gs_cmd_train(int argc, char **argv)
         }
         i++;
     }
-    if (!c.in || !c.out)
+    if (!c.print_graph && (!c.in || !c.out))
         return gs_cli_usage("train", usage);
     if (!c.n_head_kv)
         c.n_head_kv = c.n_head;
@@ -558,6 +587,8 @@ int gs_cmd_train(int argc, char **argv)
     if (c.n_head % c.n_head_kv)
         return gs_cli_fail("train", "--n-head-kv %lld does not divide --n-head %lld",
                            (long long)c.n_head_kv, (long long)c.n_head);
+    if (c.print_graph)
+        return print_graph(&c);
     int32_t *tok = NULL;
     int64_t n_tok = 0;
     int rc = load_corpus(c.in, &tok, &n_tok);

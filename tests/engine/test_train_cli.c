@@ -204,3 +204,18 @@ Test(train_cli, resume_is_bit_exact)
     fclose(f);
     cr_expect(strstr(head, "<svg"), "%s", head);
 }
+
+/* The training graph prints like any other: the backward nodes and each gradient's root. */
+Test(train_cli, print_graph)
+{
+    char *out = NULL;
+    cr_assert_eq(graphserve("train --print-graph text --n-layer 1 --batch 2 --block 4", &out), 0,
+                 "%s", out);
+    cr_expect(strstr(out, "= cross_entropy(") && strstr(out, "= attn_causal_back_k(") &&
+                  strstr(out, "grad.token_embd.weight") && strstr(out, "= out("),
+              "%s", out);
+    free(out);
+    cr_expect_eq(graphserve("train --print-graph svg", &out), 1, "%s", out);
+    cr_expect(strstr(out, "not text, dot or json"), "%s", out);
+    free(out);
+}
