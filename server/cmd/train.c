@@ -234,9 +234,14 @@ static double now_s(void)
 }
 
 /* The mean loss over eval_batches batches of consecutive held-out windows. */
+/* Time spent in held-out evaluations and their tokens: the forward-only rate. */
+static double eval_seconds;
+static int64_t eval_tokens;
+
 static int heldout_loss(const struct train_cfg *c, struct gs_train *t, const int32_t *held,
                         int64_t n_held, int32_t *batch, double *out)
 {
+    const double t0 = now_s();
     const int64_t win = c->block + 1, n_win = n_held / win;
     double sum = 0;
     int64_t k = 0;
@@ -250,6 +255,8 @@ static int heldout_loss(const struct train_cfg *c, struct gs_train *t, const int
         sum += loss;
     }
     *out = sum / (double)c->eval_batches;
+    eval_seconds += now_s() - t0;
+    eval_tokens += c->eval_batches * c->batch * c->block;
     return 0;
 }
 
@@ -398,7 +405,7 @@ static int train(const struct train_cfg *c, const int32_t *tok, int64_t n_tok)
                 gs_train_n_params(t), n_train, n_held, (double)held[0], N_VOCAB,
                 log((double)N_VOCAB), c->resume ? ", resumed" : "");
     const int64_t start = ls.step, last = c->stop_after ? GS_MIN(c->stop_after, c->steps) : c->steps;
-    double t0 = now_s(), h = held[0];
+    double t0 = now_s(), h = held[0], eval0 = eval_seconds;
     for (int64_t i = 0; i <= ls.step; i++) /* the latest evaluation, on resuming */
         if (isfinite(held[i]))
             h = held[i];
@@ -445,10 +452,14 @@ static int train(const struct train_cfg *c, const int32_t *tok, int64_t n_tok)
     }
     if (!rc) {
         const double el = now_s() - t0;
+        /* tokens/s of the steps alone (forward + backward + update), and of the
+         * held-out evaluations (forward only) at the same shape */
+        const double train_s = el - (eval_seconds - eval0);
         printf("steps %lld  first loss %.4f (ln %d = %.4f)  held-out loss %.4f  perplexity %.3f  "
-               "%.1f s  %.0f tokens/s\n",
+               "%.1f s  train %.0f tokens/s  forward-only %.0f tokens/s\n",
                (long long)ls.step, ls.first_loss, N_VOCAB, log((double)N_VOCAB), h, exp(h), el,
-               el > 0 ? (double)((ls.step - start) * c->batch * c->block) / el : 0.0);
+               train_s > 0 ? (double)((ls.step - start) * c->batch * c->block) / train_s : 0.0,
+               eval_seconds > 0 ? (double)eval_tokens / eval_seconds : 0.0);
         rc = write_model(c, t, h);
     }
     if (!rc && c->svg)
