@@ -171,6 +171,11 @@ static void vjp(struct bwd *b, uint32_t id, uint32_t dy)
         accum(b, s0, gs_graph_scale(g, dy, n.p.scale));
         break;
     case GS_OP_MATMUL: {
+        if (b->needs[s0] && g->nodes[s1].type != GS_TYPE_F32) { /* the kernels read F32 rows */
+            failf(g, GS_UNSUPPORTED, "backward: matmul node %u multiplies by %s weight '%s'", id,
+                  gs_type_name(g->nodes[s1].type), g->nodes[s1].name);
+            return;
+        }
         if (b->needs[s0]) {
             uint32_t src[2] = {dy, s1};
             accum(b, s0, like(g, GS_OP_MATMUL_BACK_X, g->nodes[s1].ne[0], src, 2, NULL));

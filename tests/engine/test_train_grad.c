@@ -274,4 +274,18 @@ Test(train_grad, refusals)
     cr_expect_eq(gs_graph_backward(g, loss, three, 3, &err), GS_INVAL);
     cr_expect(strstr(err.msg, "'unused' does not reach the loss"), "%s", err.msg);
     gs_graph_free(g);
+
+    /* a gradient through a quantized (frozen) weight is refused, naming it */
+    static float wide[32 * 4], proj3[2 * 3];
+    static uint8_t q8[2 * 34];
+    cr_assert_eq(gs_graph_new(&g, &err), GS_OK);
+    table = gs_graph_weight(g, "table", GS_TYPE_F32, 32, 4, wide);
+    uint32_t frozen = gs_graph_weight(g, "frozen", GS_TYPE_Q8_0, 32, 2, q8);
+    proj = gs_graph_weight(g, "proj", GS_TYPE_F32, 2, 3, proj3);
+    x = gs_graph_matmul(g, gs_graph_embed(g, table), frozen);
+    loss = gs_graph_cross_entropy(g, gs_graph_matmul(g, x, proj));
+    uint32_t two[2] = {table, proj};
+    cr_expect_eq(gs_graph_backward(g, loss, two, 2, &err), GS_UNSUPPORTED);
+    cr_expect(strstr(err.msg, "q8_0 weight 'frozen'"), "%s", err.msg);
+    gs_graph_free(g);
 }
