@@ -79,6 +79,7 @@ struct cpu_plan {
      * writes straight into the caller's logits (same [output][vocab]
      * layout), so vocab x outputs floats of scratch are never touched. */
     uint32_t logits_matmul;
+    bool paged_attn; /* the graph reads the KV cache (ATTN): score rows are needed */
 };
 
 /* One step in flight. The fields below io are per op. */
@@ -1166,6 +1167,8 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
             thread_floats = GS_MAX(thread_floats, GS_TRAIN_WORK_FLOATS(s->n_tokens));
     cp->thread_floats = (thread_floats + 15) / 16 * 16;
     cp->logits_matmul = logits_matmul(g);
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        cp->paged_attn |= g->nodes[i].op == GS_OP_ATTN;
     if (!grow(&c->scratch, &c->scratch_bytes, p->scratch_bytes, 1) ||
         !grow((void **)&c->xq, &c->xq_bytes, s->n_tokens, row) ||
         !grow((void **)&c->xq_local, &c->xq_local_bytes, nt * LOCAL_QUANT_TOKENS, row) ||
@@ -1405,7 +1408,7 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
         return st;
     struct run r = {.plan = p, .g = g, .io = io, .cp = p->be_data, .ctx = c,
                     .xq_node = GS_NODE_NONE, .step = ++c->n_steps};
-    st = reserve_scores(c, io, err);
+    st = r.cp->paged_attn ? reserve_scores(c, io, err) : GS_OK;
     if (st)
         return st;
     attn_blocks(&r);

@@ -47,6 +47,7 @@ static const char usage[] =
     "  --block N             tokens per training sequence (default 32)\n"
     "  --n-ctx N             context length written in the file, >= block (default block)\n"
     "  --batch N             sequences per step (default 16)\n"
+    "  --accum N             steps whose gradients make one update (default 1)\n"
     "  --steps N             optimiser steps (default 1500)\n"
     "  --lr F                peak learning rate (default 3e-3)\n"
     "  --min-lr F            the cosine decay's floor (default lr / 10)\n"
@@ -71,7 +72,7 @@ static const char usage[] =
 struct train_cfg {
     const char *in, *out, *csv, *svg, *checkpoint, *resume, *print_graph;
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, block, n_ctx, batch, steps, warmup;
-    int64_t eval_every, eval_batches, threads, seed, checkpoint_every, stop_after;
+    int64_t eval_every, eval_batches, threads, seed, checkpoint_every, stop_after, accum;
     double lr, min_lr, weight_decay, clip, holdout;
 };
 
@@ -355,10 +356,12 @@ static int train(const struct train_cfg *c, const int32_t *tok, int64_t n_tok)
                                          .block = c->block};
     struct gs_train_opt opt = gs_train_opt_default();
     opt.batch = c->batch;
+    opt.accum = c->accum;
+    /* the schedule counts updates */
+    opt.warmup = (c->warmup + c->accum - 1) / c->accum;
     opt.lr = (float)c->lr;
     opt.min_lr = (float)c->min_lr;
-    opt.warmup = c->warmup;
-    opt.total = c->steps;
+    opt.total = (c->steps + c->accum - 1) / c->accum;
     opt.weight_decay = (float)c->weight_decay;
     opt.clip_norm = (float)c->clip;
     opt.seed = (uint64_t)c->seed;
@@ -416,7 +419,7 @@ static int train(const struct train_cfg *c, const int32_t *tok, int64_t n_tok)
         }
         float loss;
         bool updated;
-        const float lr = gs_train_lr(&opt, step - 1);
+        const float lr = gs_train_lr(&opt, (step - 1) / c->accum);
         if (gs_train_step(t, batch, &loss, &updated, &err)) {
             rc = gs_cli_fail("train", "step %lld: %s", (long long)step, err.msg);
             break;
@@ -501,7 +504,7 @@ static int print_graph(const struct train_cfg *c)
 int gs_cmd_train(int argc, char **argv)
 {
     struct train_cfg c = {.n_embd = 64, .n_layer = 2, .n_head = 4, .block = 32, .batch = 16,
-                          .steps = 1500, .eval_every = 100, .eval_batches = 8, .seed = 1,
+                          .steps = 1500, .accum = 1, .eval_every = 100, .eval_batches = 8, .seed = 1,
                           .lr = 3e-3, .min_lr = -1, .weight_decay = 0.1, .clip = 1.0,
                           .holdout = 0.1};
     for (int i = 1; i < argc; i++) {
@@ -541,6 +544,7 @@ int gs_cmd_train(int argc, char **argv)
                 {"--block", offsetof(struct train_cfg, block), 1, 65536, false},
                 {"--n-ctx", offsetof(struct train_cfg, n_ctx), 1, 1 << 20, false},
                 {"--batch", offsetof(struct train_cfg, batch), 1, 65536, false},
+                {"--accum", offsetof(struct train_cfg, accum), 1, 65536, false},
                 {"--steps", offsetof(struct train_cfg, steps), 1, 1e6, false},
                 {"--warmup", offsetof(struct train_cfg, warmup), 0, 1e9, false},
                 {"--eval-every", offsetof(struct train_cfg, eval_every), 1, 1e9, false},
