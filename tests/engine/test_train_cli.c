@@ -168,6 +168,18 @@ Test(train_cli, deterministic_and_loadable)
     fclose(f);
     cr_expect_eq(n, 5, "a row for step 0 and each of 4 steps, got %d", n);
 
+    /* The served tokenizer encodes a text exactly as train encoded the corpus:
+     * byte b is token 3 + b, a space is the "▁" piece (259), no BOS, no prefix. */
+    static const char text[] = "In the  beginning, \xc3\xa9";
+    snprintf(args, sizeof(args), "tokenize -m %s --json '%s'", tmp_path("one.gguf"), text);
+    cr_assert_eq(graphserve(args, &out), 0, "%s", out);
+    char want[512] = "{\"ids\":[";
+    for (size_t i = 0; i < sizeof(text) - 1; i++)
+        snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%d", i ? "," : "",
+                 text[i] == ' ' ? 259 : 3 + (unsigned char)text[i]);
+    cr_expect(strstr(out, want), "want %s in %s", want, out);
+    free(out);
+
     snprintf(args, sizeof(args), "run -m %s -p 'the king' -n 8 --temp 0", tmp_path("one.gguf"));
     cr_expect_eq(graphserve(args, &out), 0, "the trained model does not run: %s", out);
     free(out);
