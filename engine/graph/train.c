@@ -11,6 +11,7 @@
  */
 #include "engine/graph/internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
