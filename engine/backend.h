@@ -76,6 +76,12 @@ struct gs_step_io {
      * output norm's result, before the projection) when the graph has a HIDDEN
      * root; NULL: not copied. */
     float *hidden;
+    /* Training graphs. targets: [n_tokens] the next token of each row, read by
+     * CROSS_ENTROPY; outs: [n_outs] buffers the OUT roots write (slot i gets
+     * the node's rows x ne0 floats). */
+    const int32_t *targets;
+    float *const *outs;
+    uint32_t n_outs;
 };
 
 /*

@@ -108,7 +108,35 @@
     /* x * |ref| / |x| per row (|v| the L2 norm): x given ref's magnitude                      */  \
     X(MAG_MATCH, "mag_match", 2, 0)                                                                \
     /* relu(x - (mean + k * std)) per row, std with n - 1: Gemma 3n's Gaussian top-k           */  \
-    X(GAUSS_TOPK, "gauss_topk", 1, 0)
+    X(GAUSS_TOPK, "gauss_topk", 1, 0)                                                              \
+    /* Training (engine/graph/train.c). Causal attention of q [n_head*hd x T] over the k, v     */  \
+    /* rows [n_head_kv*hd x T] of the step's earlier tokens of the same sequence: full        */  \
+    /* sequences in one step, no KV cache                                                      */  \
+    X(ATTN_CAUSAL, "attn_causal", 3, 0)                                                            \
+    /* mean over the step's tokens of -log softmax(x)[target]: [V x T] -> [1 x 1]              */  \
+    X(CROSS_ENTROPY, "cross_entropy", 1, 0)                                                        \
+    /* the gradient of cross_entropy with respect to its logits: (softmax(x) - onehot) / T    */  \
+    X(CROSS_ENTROPY_BACK, "cross_entropy_back", 1, 0)                                              \
+    /* dy [E x T] added into row tokens[t] of a zeroed table [E x ne1] (embed's gradient)     */  \
+    X(EMBED_BACK, "embed_back", 1, 0)                                                              \
+    /* dy [N x R] times W [K x N] -> dx [K x R] (matmul's gradient for its input)              */  \
+    X(MATMUL_BACK_X, "matmul_back_x", 2, 0)                                                        \
+    /* dy [N x R] and x [K x R] -> dW [K x N] = sum over rows of dy^T x (for its weight)       */  \
+    X(MATMUL_BACK_W, "matmul_back_w", 2, 0)                                                        \
+    /* rms_norm's gradient from dy and the norm's input x                                      */  \
+    X(RMS_NORM_BACK, "rms_norm_back", 2, GS_OPF_ELEMWISE)                                          \
+    /* rope's gradient: dy rotated back by the same angles; optional src1 frequency factors   */  \
+    X(ROPE_BACK, "rope_back", 1, 0)                                                                \
+    /* dy * b * silu'(a): swiglu's gradient for its gate a (for b it is swiglu(a, dy))         */  \
+    X(SWIGLU_BACK_GATE, "swiglu_back_gate", 3, GS_OPF_ELEMWISE)                                    \
+    /* sum over rows of a * b -> [ne0 x 1]: the gradient of a broadcast row of a mul           */  \
+    X(SUM_ROWS_MUL, "sum_rows_mul", 2, 0)                                                          \
+    /* attn_causal's gradients for q, k and v, from (dy, q, k, v); recompute the softmax     */  \
+    X(ATTN_CAUSAL_BACK_Q, "attn_causal_back_q", 4, 0)                                              \
+    X(ATTN_CAUSAL_BACK_K, "attn_causal_back_k", 4, 0)                                              \
+    X(ATTN_CAUSAL_BACK_V, "attn_causal_back_v", 4, 0)                                              \
+    /* copies x (any rows) to the caller's buffer io->outs[params.out_slot]: loss, gradients  */  \
+    X(OUT, "out", 1, GS_OPF_ROOT)
 
 enum gs_op_flags {
     GS_OPF_LEAF = 1 << 0,     /* no sources, no computation */
@@ -214,6 +242,7 @@ union gs_node_params {
     struct gs_attn_params attn; /* KV_STORE (layer, n_head_kv, head_dim), ATTN */
     struct gs_softmax_params softmax;
     struct gs_norm_heads_params norm_heads; /* RMS_NORM_HEADS */
+    int32_t out_slot;                       /* OUT: index into gs_step_io.outs */
 };
 
 struct gs_node {
@@ -304,6 +333,28 @@ uint32_t gs_graph_outputs(struct gs_graph *g, uint32_t x);
 uint32_t gs_graph_logits(struct gs_graph *g, uint32_t x);
 /* The hidden-state root: x has one row per token; at most one per graph. */
 uint32_t gs_graph_hidden(struct gs_graph *g, uint32_t x);
+
+/* ---- training (engine/graph/train.c) ------------------------------------- */
+
+/* q, k, v: [n_head*hd x T], [n_head_kv*hd x T] twice; p.layer and p.window unused (0). */
+uint32_t gs_graph_attn_causal(struct gs_graph *g, uint32_t q, uint32_t k, uint32_t v,
+                              const struct gs_attn_params *p);
+/* logits [V x T] against the step's targets (gs_step_io.targets) -> [1 x 1]. */
+uint32_t gs_graph_cross_entropy(struct gs_graph *g, uint32_t logits);
+/* A root copying x into io->outs[slot]. */
+uint32_t gs_graph_out(struct gs_graph *g, uint32_t x, int32_t slot);
+
+/*
+ * Reverse-mode autodiff. From the scalar loss (a CROSS_ENTROPY node) appends
+ * the nodes of the backward pass, computing d loss / d params[i] for each of
+ * the n_params WEIGHT nodes (F32), and roots: OUT slot 0 the loss, OUT slot
+ * 1 + i the gradient of params[i] (its shape). Gradients reaching a node
+ * from several readers are summed with ADD. GS_UNSUPPORTED names an op on the
+ * path from a parameter to the loss that has no gradient; GS_INVAL a
+ * parameter that does not reach the loss.
+ */
+enum gs_status gs_graph_backward(struct gs_graph *g, uint32_t loss, const uint32_t *params,
+                                 uint32_t n_params, struct gs_err *err);
 
 /* Names node id (printf-style, copied into the arena); returns id for chaining. */
 uint32_t gs_graph_name(struct gs_graph *g, uint32_t id, const char *fmt, ...)

@@ -13,6 +13,7 @@
 int gs_cmd_serve(int argc, char **argv);
 int gs_cmd_inspect(int argc, char **argv);
 int gs_cmd_synth(int argc, char **argv);
+int gs_cmd_train(int argc, char **argv);
 int gs_cmd_tokenize(int argc, char **argv);
 int gs_cmd_graph(int argc, char **argv);
 int gs_cmd_run(int argc, char **argv);

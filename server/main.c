@@ -14,6 +14,7 @@ static const struct command commands[] = {
     {"serve", gs_cmd_serve, "run the OpenAI-compatible HTTP daemon"},
     {"inspect", gs_cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"synth", gs_cmd_synth, "write a GGUF of any supported family with random weights"},
+    {"train", gs_cmd_train, "train a Llama-architecture model on a text file (F32 GGUF out)"},
     {"tokenize", gs_cmd_tokenize, "print the token ids and pieces a model gives for a text"},
     {"graph", gs_cmd_graph, "print a model's forward-pass graph before/after rewrite passes"},
     {"run", gs_cmd_run, "generate from one or several prompts (batched) on the command line"},

@@ -115,12 +115,37 @@ static enum gs_status check_kv(const struct gs_step_io *io, const struct gs_grap
     return GS_OK;
 }
 
+/* What training graphs read and write: targets for the loss, buffers for OUT. */
+static enum gs_status check_train(const struct gs_step_io *io, const struct gs_graph *g,
+                                  struct gs_err *err)
+{
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const struct gs_node *n = &g->nodes[i];
+        if (n->op == GS_OP_CROSS_ENTROPY || n->op == GS_OP_CROSS_ENTROPY_BACK) {
+            if (!io->targets)
+                return gs_err_set(err, GS_INVAL, "step: node %u (%s) needs targets", i,
+                                  gs_op_info(n->op)->name);
+            const int64_t n_vocab = g->nodes[n->src[0]].ne[0];
+            for (uint32_t t = 0; t < io->n_tokens; t++)
+                if (io->targets[t] < 0 || io->targets[t] >= n_vocab)
+                    return gs_err_set(err, GS_INVAL, "step: token %u: target %d outside 0..%lld",
+                                      t, io->targets[t], (long long)n_vocab - 1);
+        }
+        if (n->op == GS_OP_OUT &&
+            ((uint32_t)n->p.out_slot >= io->n_outs || !io->outs || !io->outs[n->p.out_slot]))
+            return gs_err_set(err, GS_INVAL, "step: out slot %d has no buffer (%u given)",
+                              n->p.out_slot, io->n_outs);
+    }
+    return GS_OK;
+}
+
 enum gs_status gs_step_io_check(const struct gs_step_io *io, const struct gs_graph *g,
                                 const struct gs_shape *shape, struct gs_err *err)
 {
     if (io->n_tokens == 0 || io->n_tokens > shape->n_tokens)
         return gs_err_set(err, GS_INVAL, "step: n_tokens %u outside the plan's bucket 1..%u",
                           io->n_tokens, shape->n_tokens);
+    enum gs_status st;
     if (!io->tokens || !io->pos || !io->seq || !io->seqs)
         return gs_err_set(err, GS_INVAL, "step: tokens, pos, seq and seqs are required");
     int64_t n_rows_embed = INT64_MAX;
@@ -145,6 +170,9 @@ enum gs_status gs_step_io_check(const struct gs_step_io *io, const struct gs_gra
         if (io->out_rows[o] >= io->n_tokens || (o && io->out_rows[o] <= io->out_rows[o - 1]))
             return gs_err_set(err, GS_INVAL, "step: out_rows[%u] = %u is out of order or range",
                               o, io->out_rows[o]);
+    st = check_train(io, g, err);
+    if (st)
+        return st;
     return check_kv(io, g, err);
 }
 

@@ -21,6 +21,7 @@
  * per-thread buffers, all allocated at compile time. A step allocates nothing.
  */
 #include "engine/backend.h"
+#include "engine/backend/internal.h"
 #include "engine/compile.h"
 #include "engine/cpu/cpu.h"
 
@@ -78,6 +79,7 @@ struct cpu_plan {
      * writes straight into the caller's logits (same [output][vocab]
      * layout), so vocab x outputs floats of scratch are never touched. */
     uint32_t logits_matmul;
+    bool paged_attn; /* the graph reads the KV cache (ATTN): score rows are needed */
 };
 
 /* One step in flight. The fields below io are per op. */
@@ -386,6 +388,20 @@ static void elementwise_span(const struct run *r, int64_t i, int64_t j0, int64_t
     case GS_OP_ALTUP_CORRECT:
     case GS_OP_MAG_MATCH:
     case GS_OP_GAUSS_TOPK:
+    case GS_OP_ATTN_CAUSAL:
+    case GS_OP_CROSS_ENTROPY:
+    case GS_OP_CROSS_ENTROPY_BACK:
+    case GS_OP_EMBED_BACK:
+    case GS_OP_MATMUL_BACK_X:
+    case GS_OP_MATMUL_BACK_W:
+    case GS_OP_RMS_NORM_BACK:
+    case GS_OP_ROPE_BACK:
+    case GS_OP_SWIGLU_BACK_GATE:
+    case GS_OP_SUM_ROWS_MUL:
+    case GS_OP_ATTN_CAUSAL_BACK_Q:
+    case GS_OP_ATTN_CAUSAL_BACK_K:
+    case GS_OP_ATTN_CAUSAL_BACK_V:
+    case GS_OP_OUT:
     case GS_OP_COUNT:
         (void)GS_NEVER(true);
         for (int64_t j = j0; j < j1; j++)
@@ -906,6 +922,22 @@ static void k_hidden(struct run *r, int chunk, int n_chunks, int thread)
                (size_t)((t1 - t0) * n->ne[0]) * sizeof(float));
 }
 
+/* The training ops (train_ops.c): a chunk runs its share of the node's units. */
+static void k_train(struct run *r, int chunk, int n_chunks, int thread)
+{
+    const struct gs_node *n = r->n;
+    struct gs_train_args a = {.n = n, .io = r->io, .out = r->out, .work = thread_buf(r, thread)};
+    for (uint32_t j = 0; j < n->n_src; j++) {
+        const struct gs_node *s = &r->g->nodes[n->src[j]];
+        a.src[j] = s->op == GS_OP_WEIGHT ? s->data : value(r, n->src[j]);
+        a.src_rows[j] = gs_step_rows(s, r->io);
+        a.src_ne0[j] = s->ne[0];
+    }
+    int64_t u0, u1;
+    gs_cpu_split(gs_train_units(&a), 1, chunk, n_chunks, &u0, &u1);
+    gs_train_run(&a, u0, u1);
+}
+
 /* One row per op; WEIGHT has no kernel and never appears in a plan's order. */
 static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_EMBED] = k_embed,
@@ -937,6 +969,20 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_ALTUP_CORRECT] = k_altup_correct,
     [GS_OP_MAG_MATCH] = k_mag_match,
     [GS_OP_GAUSS_TOPK] = k_gauss_topk,
+    [GS_OP_ATTN_CAUSAL] = k_train,
+    [GS_OP_CROSS_ENTROPY] = k_train,
+    [GS_OP_CROSS_ENTROPY_BACK] = k_train,
+    [GS_OP_EMBED_BACK] = k_train,
+    [GS_OP_MATMUL_BACK_X] = k_train,
+    [GS_OP_MATMUL_BACK_W] = k_train,
+    [GS_OP_RMS_NORM_BACK] = k_train,
+    [GS_OP_ROPE_BACK] = k_train,
+    [GS_OP_SWIGLU_BACK_GATE] = k_train,
+    [GS_OP_SUM_ROWS_MUL] = k_train,
+    [GS_OP_ATTN_CAUSAL_BACK_Q] = k_train,
+    [GS_OP_ATTN_CAUSAL_BACK_K] = k_train,
+    [GS_OP_ATTN_CAUSAL_BACK_V] = k_train,
+    [GS_OP_OUT] = k_train,
 };
 
 /* ---- backend table ------------------------------------------------------------------ */
@@ -1116,8 +1162,13 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
         goto out_nomem;
     const uint64_t nt = (uint64_t)c->n_threads, row = xq_stride ? xq_stride : 1;
     cp->xq_stride = xq_stride;
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        if (gs_train_op(g->nodes[i].op))
+            thread_floats = GS_MAX(thread_floats, GS_TRAIN_WORK_FLOATS(s->n_tokens));
     cp->thread_floats = (thread_floats + 15) / 16 * 16;
     cp->logits_matmul = logits_matmul(g);
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        cp->paged_attn |= g->nodes[i].op == GS_OP_ATTN;
     if (!grow(&c->scratch, &c->scratch_bytes, p->scratch_bytes, 1) ||
         !grow((void **)&c->xq, &c->xq_bytes, s->n_tokens, row) ||
         !grow((void **)&c->xq_local, &c->xq_local_bytes, nt * LOCAL_QUANT_TOKENS, row) ||
@@ -1189,7 +1240,7 @@ static void task_quantize(void *arg, int c, int nc, int ith)
  */
 static int chunks_for(const struct gs_graph *g, const struct gs_node *n, int n_threads)
 {
-    if (n->op == GS_OP_ATTN)
+    if (n->op == GS_OP_ATTN || n->op == GS_OP_ATTN_CAUSAL || n->op == GS_OP_ATTN_CAUSAL_BACK_Q)
         return 4 * n_threads;
     if (!is_matmul(n))
         return n_threads;
@@ -1357,7 +1408,7 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
         return st;
     struct run r = {.plan = p, .g = g, .io = io, .cp = p->be_data, .ctx = c,
                     .xq_node = GS_NODE_NONE, .step = ++c->n_steps};
-    st = reserve_scores(c, io, err);
+    st = r.cp->paged_attn ? reserve_scores(c, io, err) : GS_OK;
     if (st)
         return st;
     attn_blocks(&r);

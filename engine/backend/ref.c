@@ -11,6 +11,7 @@
  * identical to llama.cpp's F16-cache goldens.
  */
 #include "engine/backend.h"
+#include "engine/backend/internal.h"
 #include "engine/compile.h"
 
 #include <math.h>
@@ -22,6 +23,7 @@ struct ref_plan {
     float *row_b;   /* [max activation row] per-token temporary */
     float *xq;      /* [bucket][max weight row] activations rounded for a matmul */
     float *ffn;     /* [2][bucket][n_ff] gate and up products of a matmul_swiglu */
+    float *train;   /* the training ops' scratch (engine/backend/internal.h) */
 };
 
 /* The state of one run: plan, step and resolved row counts. */
@@ -71,6 +73,7 @@ static void ref_plan_free(struct gs_be *be, struct gs_plan *p)
         gs_free(rp->row_b);
         gs_free(rp->xq);
         gs_free(rp->ffn);
+        gs_free(rp->train);
         gs_free(rp);
     }
     gs_plan_free(p);
@@ -106,7 +109,8 @@ static enum gs_status ref_compile(struct gs_be *be, const struct gs_graph *g,
     rp->row_b = gs_alloc_array((size_t)max_a, sizeof(float));
     rp->xq = gs_alloc_array((size_t)max_w * s->n_tokens, sizeof(float));
     rp->ffn = gs_alloc_array((size_t)max_ff * 2 * s->n_tokens, sizeof(float));
-    if (!rp->scratch || !rp->row_a || !rp->row_b || !rp->xq || !rp->ffn)
+    rp->train = gs_alloc_array((size_t)GS_TRAIN_WORK_FLOATS(s->n_tokens), sizeof(float));
+    if (!rp->scratch || !rp->row_a || !rp->row_b || !rp->xq || !rp->ffn || !rp->train)
         goto out_nomem;
     *out = p;
     return GS_OK;
@@ -323,7 +327,9 @@ static void k_elementwise(const struct run *r, const struct gs_node *n, float *o
     uint64_t row_bytes = 0;
     gs_type_row_bytes(n->type, ne0, &row_bytes);
     const float *a = value(r, n->src[0]);
-    bool bcast = n->n_src > 1 && r->g->nodes[n->src[1]].rows == GS_ROWS_FIXED;
+    /* b is one row broadcast, or rows of its own (fixed rows too: weights' gradients) */
+    bool bcast = n->n_src > 1 && r->g->nodes[n->src[1]].rows == GS_ROWS_FIXED &&
+                 r->g->nodes[n->src[1]].ne[1] == 1;
     const float *b = bcast ? row_of(r, n->src[1], 0, r->rp->row_a) : NULL;
     for (int64_t i = 0; i < rows; i++) {
         if (n->n_src > 1 && !bcast)
@@ -378,6 +384,20 @@ static void k_elementwise(const struct run *r, const struct gs_node *n, float *o
             case GS_OP_ALTUP_CORRECT:
             case GS_OP_MAG_MATCH:
             case GS_OP_GAUSS_TOPK:
+            case GS_OP_ATTN_CAUSAL:
+            case GS_OP_CROSS_ENTROPY:
+            case GS_OP_CROSS_ENTROPY_BACK:
+            case GS_OP_EMBED_BACK:
+            case GS_OP_MATMUL_BACK_X:
+            case GS_OP_MATMUL_BACK_W:
+            case GS_OP_RMS_NORM_BACK:
+            case GS_OP_ROPE_BACK:
+            case GS_OP_SWIGLU_BACK_GATE:
+            case GS_OP_SUM_ROWS_MUL:
+            case GS_OP_ATTN_CAUSAL_BACK_Q:
+            case GS_OP_ATTN_CAUSAL_BACK_K:
+            case GS_OP_ATTN_CAUSAL_BACK_V:
+            case GS_OP_OUT:
             case GS_OP_COUNT:
                 (void)GS_NEVER(true);
                 break;
@@ -662,6 +682,19 @@ static void k_hidden(const struct run *r, const struct gs_node *n, float *out)
 }
 
 /* One row per op; WEIGHT has no kernel and never appears in a plan's order. */
+/* The training ops (train_ops.c), every unit in order. */
+static void k_train(const struct run *r, const struct gs_node *n, float *out)
+{
+    struct gs_train_args a = {.n = n, .io = r->io, .out = out, .work = r->rp->train};
+    for (uint32_t j = 0; j < n->n_src; j++) {
+        const struct gs_node *s = &r->g->nodes[n->src[j]];
+        a.src[j] = s->op == GS_OP_WEIGHT ? s->data : value(r, n->src[j]);
+        a.src_rows[j] = gs_step_rows(s, r->io);
+        a.src_ne0[j] = s->ne[0];
+    }
+    gs_train_run(&a, 0, gs_train_units(&a));
+}
+
 static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_EMBED] = k_embed,       [GS_OP_RMS_NORM] = k_rms_norm, [GS_OP_RMS_NORM_MUL] = k_rms_norm,
     [GS_OP_MUL] = k_elementwise,   [GS_OP_ADD] = k_elementwise,   [GS_OP_SWIGLU] = k_elementwise,
@@ -675,6 +708,20 @@ static const kernel_fn kernels[GS_OP_COUNT] = {
     [GS_OP_COLS] = k_cols,         [GS_OP_CONCAT] = k_concat,     [GS_OP_ALTUP_PREDICT] = k_altup_predict,
     [GS_OP_ALTUP_CORRECT] = k_altup_correct, [GS_OP_MAG_MATCH] = k_mag_match,
     [GS_OP_GAUSS_TOPK] = k_gauss_topk,
+    [GS_OP_ATTN_CAUSAL] = k_train,
+    [GS_OP_CROSS_ENTROPY] = k_train,
+    [GS_OP_CROSS_ENTROPY_BACK] = k_train,
+    [GS_OP_EMBED_BACK] = k_train,
+    [GS_OP_MATMUL_BACK_X] = k_train,
+    [GS_OP_MATMUL_BACK_W] = k_train,
+    [GS_OP_RMS_NORM_BACK] = k_train,
+    [GS_OP_ROPE_BACK] = k_train,
+    [GS_OP_SWIGLU_BACK_GATE] = k_train,
+    [GS_OP_SUM_ROWS_MUL] = k_train,
+    [GS_OP_ATTN_CAUSAL_BACK_Q] = k_train,
+    [GS_OP_ATTN_CAUSAL_BACK_K] = k_train,
+    [GS_OP_ATTN_CAUSAL_BACK_V] = k_train,
+    [GS_OP_OUT] = k_train,
 };
 
 static enum gs_status ref_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,

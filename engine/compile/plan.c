@@ -135,8 +135,8 @@ enum gs_status gs_plan_layout(const struct gs_graph *g, const struct gs_shape *s
     for (uint32_t k = 0; k < p->n_order; k++) {
         uint32_t id = p->order[k], reused = GS_NODE_NONE;
         const struct gs_node *nd = &g->nodes[id];
-        /* LOGITS writes straight into the caller's buffer; KV_STORE into the cache. */
-        if (nd->rows == GS_ROWS_TOKENS || nd->rows == GS_ROWS_OUTPUTS) {
+        /* LOGITS and OUT write straight into the caller's buffer; KV_STORE into the cache. */
+        if (nd->rows != GS_ROWS_NONE) { /* a value: activations, gradients of weights */
             uint64_t row, bytes;
             if (gs_type_row_bytes(nd->type, nd->ne[0], &row) ||
                 gs_mul_overflow(row, (uint64_t)gs_plan_rows(nd, s), &bytes))

@@ -167,6 +167,17 @@ static uint32_t push(struct gs_graph *g, enum gs_op op, enum gs_rows rows, int64
     return g->n_nodes++;
 }
 
+uint32_t gs_graph__push(struct gs_graph *g, enum gs_op op, enum gs_rows rows, int64_t ne0,
+                        const uint32_t *src, uint32_t n_src, const union gs_node_params *p)
+{
+    return g->err.code == GS_OK ? push(g, op, rows, ne0, src, n_src, p) : GS_NODE_NONE;
+}
+
+uint32_t gs_graph__fail(struct gs_graph *g, enum gs_status code, const char *msg)
+{
+    return fail(g, code, "%s", msg);
+}
+
 /* Looks up sources for a new node: NULL (and a sticky error) if any is missing. */
 static bool get_srcs(struct gs_graph *g, const char *op, const uint32_t *ids, int n,
                      const struct gs_node **out)
@@ -719,8 +730,9 @@ enum gs_status gs_graph_verify(const struct gs_graph *g, struct gs_err *err)
         const struct gs_op_info *info = gs_op_info(n->op);
         if (!info)
             return gs_err_set(err, GS_FORMAT, "graph: node %u has unknown op %d", i, (int)n->op);
+        const bool opt_src = n->op == GS_OP_ROPE || n->op == GS_OP_ROPE_BACK;
         if (n->n_src > GS_GRAPH_MAX_SRC || (n->op == GS_OP_CONCAT ? n->n_src < 2
-                                     : n->op != GS_OP_ROPE && (int)n->n_src != info->n_src))
+                                     : !opt_src && (int)n->n_src != info->n_src))
             return gs_err_set(err, GS_FORMAT, "graph: node %u (%s) has %u sources", i, info->name,
                               n->n_src);
         for (uint32_t j = 0; j < n->n_src; j++) {

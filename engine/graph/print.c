@@ -11,6 +11,7 @@ static void params_str(const struct gs_node *n, char *buf, size_t len)
     case GS_OP_RMS_NORM:
     case GS_OP_RMS_NORM_MUL:
     case GS_OP_RMS_NORM_QUANT:
+    case GS_OP_RMS_NORM_BACK:
         snprintf(buf, len, "eps=%g", (double)n->p.eps);
         break;
     case GS_OP_RMS_NORM_HEADS:
@@ -18,6 +19,7 @@ static void params_str(const struct gs_node *n, char *buf, size_t len)
                  n->p.norm_heads.head_dim);
         break;
     case GS_OP_ROPE:
+    case GS_OP_ROPE_BACK:
         snprintf(buf, len, "heads=%d head_dim=%d n_rot=%d mode=%s base=%g scale=%g",
                  n->p.rope.n_head, n->p.rope.head_dim, n->p.rope.n_rot,
                  n->p.rope.mode == GS_ROPE_NEOX ? "neox" : "normal", (double)n->p.rope.freq_base,
@@ -35,6 +37,16 @@ static void params_str(const struct gs_node *n, char *buf, size_t len)
             size_t used = strlen(buf);
             snprintf(buf + used, len - used, " window=%d", n->p.attn.window);
         }
+        break;
+    case GS_OP_ATTN_CAUSAL:
+    case GS_OP_ATTN_CAUSAL_BACK_Q:
+    case GS_OP_ATTN_CAUSAL_BACK_K:
+    case GS_OP_ATTN_CAUSAL_BACK_V:
+        snprintf(buf, len, "heads=%d kv_heads=%d head_dim=%d scale=%g", n->p.attn.n_head,
+                 n->p.attn.n_head_kv, n->p.attn.head_dim, (double)n->p.attn.scale);
+        break;
+    case GS_OP_OUT:
+        snprintf(buf, len, "slot=%d", n->p.out_slot);
         break;
     case GS_OP_SWIGLU:
     case GS_OP_SWIGLU_QUANT:

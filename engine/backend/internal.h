@@ -1,0 +1,38 @@
+/*
+ * engine/backend/internal.h - the training ops' kernels (train_ops.c), shared
+ * by the ref and cpu backends. No other module includes this.
+ *
+ * A training node's work is cut into independent units (rows, columns, or
+ * sequence-and-head pairs, whichever lets each unit write output elements no
+ * other unit writes), so a backend runs units [u0, u1) on any thread and the
+ * result does not depend on how they were shared out. Every kernel is F32
+ * with a fixed order of summation: the same step gives the same bits on any
+ * thread count.
+ */
+#ifndef GS_BACKEND_INTERNAL_H
+#define GS_BACKEND_INTERNAL_H
+
+#include "engine/backend.h"
+
+/* Scratch a thread needs for a step of n tokens: attention's score rows. */
+#define GS_TRAIN_WORK_FLOATS(n) (2 * (int64_t)(n))
+
+/* The ops train_ops.c runs. */
+bool gs_train_op(enum gs_op op);
+
+struct gs_train_args {
+    const struct gs_node *n;
+    const struct gs_step_io *io;
+    const float *src[GS_GRAPH_MAX_SRC]; /* each source's rows (a weight's F32 data) */
+    int64_t src_rows[GS_GRAPH_MAX_SRC]; /* their rows in this step */
+    int64_t src_ne0[GS_GRAPH_MAX_SRC];  /* their row lengths */
+    float *out;  /* the node's value; NULL for OUT */
+    float *work; /* [GS_TRAIN_WORK_FLOATS(n_tokens)] the running thread's scratch */
+};
+
+/* The number of work units of a. */
+int64_t gs_train_units(const struct gs_train_args *a);
+/* Computes units [u0, u1) of a. */
+void gs_train_run(const struct gs_train_args *a, int64_t u0, int64_t u1);
+
+#endif

@@ -1,0 +1,614 @@
+/*
+ * server/cmd/train.c - `graphserve train`: a text file in, a Llama-architecture
+ * GGUF out, trained on the engine (engine/train.h).
+ *
+ * Tokenizer: byte level, written as a SentencePiece ("llama") vocabulary that
+ * graphserve and llama.cpp both load: <unk>, <s>, </s>, the 256 byte tokens
+ * <0x00>..<0xFF> and "▁" (U+2581, SentencePiece's space), with
+ * add_space_prefix off. With no merges in the vocabulary, SentencePiece
+ * encodes a text as one "▁" per space and one byte token per other byte, so
+ * the corpus is tokenized here exactly that way and a served prompt is seen
+ * as the model was trained on it.
+ *
+ * Data: the corpus must be UTF-8 text (no NUL bytes). Its last --holdout
+ * fraction is held out; training batches are windows of block + 1 tokens at
+ * seeded random offsets in the rest, and the held-out loss is the mean over
+ * fixed consecutive windows, evaluated every --eval-every steps and at the
+ * end. The curve goes to --csv (step, train loss, held-out loss, learning
+ * rate); a terminal gets a progress line.
+ */
+#include "engine/gguf.h"
+#include "engine/train.h"
+#include "server/cli.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define N_SPECIAL  3
+#define TOK_BYTE0  N_SPECIAL
+#define TOK_SPACE  (N_SPECIAL + 256)
+#define N_VOCAB    (TOK_SPACE + 1)
+#define MAX_CORPUS ((int64_t)1 << 30)
+
+static const char usage[] =
+    "-i TEXT -o FILE [options]\n"
+    "  -i, --input FILE      the training text (UTF-8)\n"
+    "  -o, --output FILE     where to write the trained model (F32 GGUF)\n"
+    "  --n-embd N            width (default 64)\n"
+    "  --n-layer N           blocks (default 2)\n"
+    "  --n-head N            attention heads (default 4)\n"
+    "  --n-head-kv N         key/value heads, divides n-head (default = n-head)\n"
+    "  --n-ff N              feed-forward width (default 4 * n-embd rounded to 32)\n"
+    "  --block N             tokens per training sequence (default 32)\n"
+    "  --n-ctx N             context length written in the file, >= block (default block)\n"
+    "  --batch N             sequences per step (default 16)\n"
+    "  --accum N             steps whose gradients make one update (default 1)\n"
+    "  --steps N             optimiser steps (default 1500)\n"
+    "  --lr F                peak learning rate (default 3e-3)\n"
+    "  --min-lr F            the cosine decay's floor (default lr / 10)\n"
+    "  --warmup N            steps of linear warmup (default 0)\n"
+    "  --weight-decay F      AdamW's decoupled decay on matrices (default 0.1)\n"
+    "  --clip F              gradient-norm clip, 0 for none (default 1)\n"
+    "  --holdout F           fraction of the text held out (default 0.1)\n"
+    "  --eval-every N        held-out evaluation interval in steps (default 100)\n"
+    "  --eval-batches N      batches per held-out evaluation (default 8)\n"
+    "  --csv FILE            the loss curve as CSV (appended to on --resume)\n"
+    "  --svg FILE            a plot of the train and held-out loss\n"
+    "  --checkpoint FILE     save the training state every --checkpoint-every steps\n"
+    "  --checkpoint-every N  (default: --eval-every) and at the end\n"
+    "  --resume FILE         continue from a checkpoint of the same shape and options:\n"
+    "                        the result equals the uninterrupted run's bit for bit\n"
+    "  --stop-after N        end after step N (with a checkpoint), to resume later\n"
+    "  --print-graph FMT     print the training graph (forward, backward, outputs) as\n"
+    "                        text, dot or json and exit; -i and -o are not needed\n"
+    "  --threads N           cpu worker threads (default: the cpu backend's)\n"
+    "  --seed N              initialisation and batch order (default 1)\n";
+
+struct train_cfg {
+    const char *in, *out, *csv, *svg, *checkpoint, *resume, *print_graph;
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, block, n_ctx, batch, steps, warmup;
+    int64_t eval_every, eval_batches, threads, seed, checkpoint_every, stop_after, accum;
+    double lr, min_lr, weight_decay, clip, holdout;
+};
+
+/* Reads the corpus and tokenizes it; refuses what is not text. */
+static int load_corpus(const char *path, int32_t **out, int64_t *n_out)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return gs_cli_fail("train", "%s: cannot open", path);
+    unsigned char *buf = NULL;
+    int64_t n = 0, cap = 0;
+    int rc = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 1 << 16;
+            if (cap > MAX_CORPUS + 1) {
+                rc = gs_cli_fail("train", "%s: larger than %lld bytes", path,
+                                 (long long)MAX_CORPUS);
+                break;
+            }
+            unsigned char *b = gs_realloc(buf, (size_t)cap);
+            if (!b) {
+                rc = gs_cli_fail("train", "%s: out of memory", path);
+                break;
+            }
+            buf = b;
+        }
+        size_t got = fread(buf + n, 1, (size_t)(cap - n), f);
+        n += (int64_t)got;
+        if (got == 0)
+            break;
+    }
+    if (!rc && ferror(f))
+        rc = gs_cli_fail("train", "%s: read error", path);
+    fclose(f);
+    if (!rc && n == 0)
+        rc = gs_cli_fail("train", "%s: the corpus is empty", path);
+    for (int64_t i = 0; i < n && !rc; i++)
+        if (buf[i] == 0)
+            rc = gs_cli_fail("train", "%s: byte %lld is NUL: not a text file", path, (long long)i);
+    /* UTF-8, so that what the model learns to write decodes */
+    for (int64_t i = 0; i < n && !rc;) {
+        const unsigned c = buf[i];
+        const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = len > 0 && i + len <= n;
+        for (int k = 1; ok && k < len; k++)
+            ok = (buf[i + k] & 0xC0) == 0x80;
+        if (!ok)
+            rc = gs_cli_fail("train", "%s: byte %lld is not UTF-8: not a text file", path,
+                             (long long)i);
+        i += len ? len : 1;
+    }
+    int32_t *tok = rc ? NULL : gs_alloc_array((size_t)n, sizeof(int32_t));
+    if (!rc && !tok)
+        rc = gs_cli_fail("train", "%s: out of memory", path);
+    for (int64_t i = 0; i < n && !rc; i++)
+        tok[i] = buf[i] == ' ' ? TOK_SPACE : TOK_BYTE0 + buf[i];
+    gs_free(buf);
+    *out = tok;
+    *n_out = n;
+    return rc;
+}
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* ---- the GGUF --------------------------------------------------------------------- */
+
+static enum gs_status add_vocab(struct gs_gguf_writer *w)
+{
+    static char names[N_VOCAB][16];
+    const char *toks[N_VOCAB];
+    float scores[N_VOCAB] = {0};
+    int32_t types[N_VOCAB];
+    static const char *const specials[N_SPECIAL] = {"<unk>", "<s>", "</s>"};
+    /* GGUF token types: 1 normal, 2 unknown, 3 control, 6 byte. */
+    for (int i = 0; i < N_VOCAB; i++) {
+        if (i < N_SPECIAL)
+            snprintf(names[i], sizeof(names[i]), "%s", specials[i]);
+        else if (i < TOK_SPACE)
+            snprintf(names[i], sizeof(names[i]), "<0x%02X>", (unsigned)(i - TOK_BYTE0));
+        else
+            snprintf(names[i], sizeof(names[i]), "\xe2\x96\x81");
+        types[i] = i == 0 ? 2 : i < N_SPECIAL ? 3 : i < TOK_SPACE ? 6 : 1;
+        toks[i] = names[i];
+    }
+    enum gs_status rc = GS_OK;
+    rc |= gs_gguf_w_str(w, "tokenizer.ggml.model", "llama");
+    rc |= gs_gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, N_VOCAB);
+    rc |= gs_gguf_w_arr(w, "tokenizer.ggml.scores", GS_GGUF_F32, scores, N_VOCAB);
+    rc |= gs_gguf_w_arr(w, "tokenizer.ggml.token_type", GS_GGUF_I32, types, N_VOCAB);
+    rc |= gs_gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    rc |= gs_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    rc |= gs_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    /* trained on plain text windows: no BOS, no space before the first word */
+    rc |= gs_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", false);
+    rc |= gs_gguf_w_bool(w, "tokenizer.ggml.add_eos_token", false);
+    rc |= gs_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", false);
+    return rc ? GS_NOMEM : GS_OK;
+}
+
+static int write_model(const struct train_cfg *c, const struct gs_train *t, double heldout)
+{
+    struct gs_gguf_writer *w;
+    struct gs_err err = {0};
+    if (gs_gguf_writer_new(NULL, &w, &err))
+        return gs_cli_fail("train", "%s", err.msg);
+    char name[160], desc[320];
+    snprintf(name, sizeof(name), "graphserve train %" PRId64 "x%" PRId64 " byte-level", c->n_embd,
+             c->n_layer);
+    snprintf(desc, sizeof(desc),
+             "Trained by graphserve train on %s: %" PRId64 " steps of %" PRId64 " x %" PRId64
+             " tokens, held-out loss %.4f nats/token.",
+             c->in, c->steps, c->batch, c->block, heldout);
+    enum gs_status rc = GS_OK;
+    rc |= gs_gguf_w_str(w, "general.architecture", "llama");
+    rc |= gs_gguf_w_str(w, "general.name", name);
+    rc |= gs_gguf_w_str(w, "general.description", desc);
+    rc |= gs_gguf_w_u32(w, "general.alignment", GS_GGUF_DEFAULT_ALIGNMENT);
+    rc |= gs_gguf_w_u32(w, "llama.context_length", (uint32_t)c->n_ctx);
+    rc |= gs_gguf_w_u32(w, "llama.embedding_length", (uint32_t)c->n_embd);
+    rc |= gs_gguf_w_u32(w, "llama.block_count", (uint32_t)c->n_layer);
+    rc |= gs_gguf_w_u32(w, "llama.feed_forward_length", (uint32_t)c->n_ff);
+    rc |= gs_gguf_w_u32(w, "llama.attention.head_count", (uint32_t)c->n_head);
+    rc |= gs_gguf_w_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_head_kv);
+    rc |= gs_gguf_w_u32(w, "llama.rope.dimension_count", (uint32_t)(c->n_embd / c->n_head));
+    rc |= gs_gguf_w_u32(w, "llama.vocab_size", N_VOCAB);
+    rc |= gs_gguf_w_f32(w, "llama.rope.freq_base", 10000.0f);
+    rc |= gs_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    rc |= add_vocab(w);
+    for (size_t i = 0; i < gs_train_n_params(t) && !rc; i++) {
+        const struct gs_train_param *p = gs_train_param(t, i);
+        struct gs_gguf_w_tensor wt = {.name = p->name, .type = GS_TYPE_F32,
+                                      .n_dims = p->ne1 > 1 ? 2 : 1, .ne = {p->ne0, p->ne1, 1, 1},
+                                      .data = p->data,
+                                      .nbytes = (uint64_t)(p->ne0 * p->ne1) * sizeof(float)};
+        rc = gs_gguf_w_tensor(w, &wt);
+    }
+    if (rc) {
+        gs_gguf_writer_free(w);
+        return gs_cli_fail("train", "out of memory writing the model");
+    }
+    rc = gs_gguf_writer_to_file(w, c->out, &err);
+    gs_gguf_writer_free(w);
+    return rc ? gs_cli_fail("train", "%s", err.msg) : 0;
+}
+
+/* ---- the loop ------------------------------------------------------------------------ */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The mean loss over eval_batches batches of consecutive held-out windows. */
+/* Time spent in held-out evaluations and their tokens: the forward-only rate. */
+static double eval_seconds;
+static int64_t eval_tokens;
+
+static int heldout_loss(const struct train_cfg *c, struct gs_train *t, const int32_t *held,
+                        int64_t n_held, int32_t *batch, double *out)
+{
+    const double t0 = now_s();
+    const int64_t win = c->block + 1, n_win = n_held / win;
+    double sum = 0;
+    int64_t k = 0;
+    struct gs_err err = {0};
+    for (int64_t b = 0; b < c->eval_batches; b++) {
+        for (int64_t s = 0; s < c->batch; s++, k++)
+            memcpy(batch + s * win, held + (k % n_win) * win, (size_t)win * sizeof(int32_t));
+        float loss;
+        if (gs_train_eval(t, batch, &loss, &err))
+            return gs_cli_fail("train", "%s", err.msg);
+        sum += loss;
+    }
+    *out = sum / (double)c->eval_batches;
+    eval_seconds += now_s() - t0;
+    eval_tokens += c->eval_batches * c->batch * c->block;
+    return 0;
+}
+
+/* What the loop adds to a checkpoint: where it is, its data order and its curve. */
+struct loop_state {
+    int64_t step;     /* steps done */
+    uint64_t rng;     /* the batch sampler */
+    double first_loss;
+    float *curve; /* [2][steps + 1]: train loss by step, held-out loss (NaN: not evaluated) */
+};
+
+/* The curve as an SVG line plot: train loss (every step) and held-out loss (each evaluation). */
+static int write_svg(const struct train_cfg *c, const float *curve)
+{
+    FILE *f = fopen(c->svg, "w");
+    if (!f)
+        return gs_cli_fail("train", "%s: cannot create", c->svg);
+    const float *tr = curve, *ho = curve + c->steps + 1;
+    double hi = 0;
+    for (int64_t i = 0; i <= c->steps; i++) {
+        if (isfinite(tr[i]) && tr[i] > hi)
+            hi = tr[i];
+        if (isfinite(ho[i]) && ho[i] > hi)
+            hi = ho[i];
+    }
+    hi = ceil(hi);
+    const double w = 640, h = 400, l = 60, r = 20, t = 30, b = 50;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+               "font-family=\"sans-serif\" font-size=\"12\">\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+               "<text x=\"%.0f\" y=\"18\">graphserve train: loss (nats/token) by step</text>\n",
+            w, h, l);
+    fprintf(f, "<path d=\"M%.0f %.0f V%.0f H%.0f\" stroke=\"black\" fill=\"none\"/>\n", l, t,
+            h - b, w - r);
+    for (int k = 0; k <= (int)hi; k++) {
+        const double y = h - b - (h - t - b) * k / hi;
+        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%d</text>\n", l - 6, y + 4, k);
+    }
+    for (int k = 0; k <= 4; k++)
+        fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%lld</text>\n",
+                l + (w - l - r) * k / 4, h - b + 16, (long long)(c->steps * k / 4));
+    for (int s = 0; s < 2; s++) {
+        const float *y = s ? ho : tr;
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"",
+                s ? "#d62728" : "#1f77b4");
+        for (int64_t i = 0; i <= c->steps; i++)
+            if (isfinite(y[i]))
+                fprintf(f, "%.1f,%.1f ", l + (w - l - r) * (double)i / (double)c->steps,
+                        h - b - (h - t - b) * y[i] / hi);
+        fprintf(f, "\"/>\n");
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#1f77b4\">train</text>\n"
+               "<text x=\"%.0f\" y=\"%.0f\" fill=\"#d62728\">held-out</text>\n"
+               "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">step</text>\n</svg>\n",
+            w - 140, t + 10, w - 80, t + 10, l + (w - l - r) / 2, h - 12);
+    return fclose(f) ? gs_cli_fail("train", "%s: write error", c->svg) : 0;
+}
+
+/* The checkpoint's caller bytes: the loop state's scalars, then the curve. */
+static size_t user_bytes(const struct train_cfg *c)
+{
+    return 3 * sizeof(int64_t) + 2 * (size_t)(c->steps + 1) * sizeof(float);
+}
+
+static void pack(const struct train_cfg *c, const struct loop_state *ls, char *buf)
+{
+    memcpy(buf, &ls->step, 8);
+    memcpy(buf + 8, &ls->rng, 8);
+    memcpy(buf + 16, &ls->first_loss, 8);
+    memcpy(buf + 24, ls->curve, 2 * (size_t)(c->steps + 1) * sizeof(float));
+}
+
+static void unpack(const struct train_cfg *c, struct loop_state *ls, const char *buf)
+{
+    memcpy(&ls->step, buf, 8);
+    memcpy(&ls->rng, buf + 8, 8);
+    memcpy(&ls->first_loss, buf + 16, 8);
+    memcpy(ls->curve, buf + 24, 2 * (size_t)(c->steps + 1) * sizeof(float));
+}
+
+static int train(const struct train_cfg *c, const int32_t *tok, int64_t n_tok)
+{
+    const int64_t win = c->block + 1;
+    const int64_t n_held = (int64_t)((double)n_tok * c->holdout), n_train = n_tok - n_held;
+    if (n_train < c->batch * win)
+        return gs_cli_fail("train",
+                           "%s: %lld training tokens, fewer than one batch (%lld sequences of "
+                           "%lld)",
+                           c->in, (long long)n_train, (long long)c->batch, (long long)win);
+    if (n_held < win)
+        return gs_cli_fail("train", "%s: %lld held-out tokens, fewer than one sequence of %lld",
+                           c->in, (long long)n_held, (long long)win);
+    const struct gs_train_shape shape = {.n_vocab = N_VOCAB, .n_embd = c->n_embd,
+                                         .n_layer = c->n_layer, .n_head = c->n_head,
+                                         .n_head_kv = c->n_head_kv, .n_ff = c->n_ff,
+                                         .block = c->block};
+    struct gs_train_opt opt = gs_train_opt_default();
+    opt.batch = c->batch;
+    opt.accum = c->accum;
+    /* the schedule counts updates */
+    opt.warmup = (c->warmup + c->accum - 1) / c->accum;
+    opt.lr = (float)c->lr;
+    opt.min_lr = (float)c->min_lr;
+    opt.total = (c->steps + c->accum - 1) / c->accum;
+    opt.weight_decay = (float)c->weight_decay;
+    opt.clip_norm = (float)c->clip;
+    opt.seed = (uint64_t)c->seed;
+    struct gs_train *t;
+    struct gs_err err = {0};
+    if (gs_train_new(&shape, &opt, "cpu", (int)c->threads, &t, &err))
+        return gs_cli_fail("train", "%s", err.msg);
+    struct loop_state ls = {.rng = (uint64_t)c->seed ^ 0x5eed0fba7c4e5ull, .first_loss = NAN};
+    int32_t *batch = gs_alloc_array((size_t)(c->batch * win), sizeof(int32_t));
+    ls.curve = gs_alloc_array(2 * (size_t)(c->steps + 1), sizeof(float));
+    char *user = gs_malloc(user_bytes(c));
+    int rc = 0;
+    if (!batch || !ls.curve || !user)
+        rc = gs_cli_fail("train", "out of memory");
+    for (int64_t i = 0; !rc && i < 2 * (c->steps + 1); i++)
+        ls.curve[i] = NAN;
+    if (!rc && c->resume) {
+        if (gs_train_load(t, c->resume, user, user_bytes(c), &err))
+            rc = gs_cli_fail("train", "--resume: %s (same shape, batch and --steps as the run "
+                                      "that wrote it?)",
+                             err.msg);
+        else
+            unpack(c, &ls, user);
+        if (!rc && (ls.step < 0 || ls.step > c->steps))
+            rc = gs_cli_fail("train", "--resume %s: at step %lld of %lld", c->resume,
+                             (long long)ls.step, (long long)c->steps);
+    }
+    FILE *csv = NULL;
+    if (!rc && c->csv && !(csv = fopen(c->csv, c->resume ? "a" : "w")))
+        rc = gs_cli_fail("train", "%s: cannot create", c->csv);
+    const bool tty = isatty(fileno(stderr));
+    float *held = ls.curve + c->steps + 1;
+    if (!rc && ls.step == 0) {
+        double h0;
+        rc = heldout_loss(c, t, tok + n_train, n_held, batch, &h0);
+        held[0] = (float)h0;
+        if (!rc && csv)
+            fprintf(csv, "step,train_loss,heldout_loss,lr\n0,,%.6f,%.6g\n", h0,
+                    (double)gs_train_lr(&opt, 0));
+    }
+    if (!rc)
+        fprintf(stderr, "graphserve train: %zu tensors, %" PRId64 " training and %" PRId64
+                        " held-out tokens; held-out loss at step 0 %.4f (ln %d = %.4f)%s\n",
+                gs_train_n_params(t), n_train, n_held, (double)held[0], N_VOCAB,
+                log((double)N_VOCAB), c->resume ? ", resumed" : "");
+    const int64_t start = ls.step, last = c->stop_after ? GS_MIN(c->stop_after, c->steps) : c->steps;
+    double t0 = now_s(), h = held[0], eval0 = eval_seconds;
+    for (int64_t i = 0; i <= ls.step; i++) /* the latest evaluation, on resuming */
+        if (isfinite(held[i]))
+            h = held[i];
+    for (int64_t step = start + 1; step <= last && !rc; step++) {
+        for (int64_t s = 0; s < c->batch; s++) {
+            const uint64_t off = splitmix64(&ls.rng) % (uint64_t)(n_train - win + 1);
+            memcpy(batch + s * win, tok + off, (size_t)win * sizeof(int32_t));
+        }
+        float loss;
+        bool updated;
+        const float lr = gs_train_lr(&opt, (step - 1) / c->accum);
+        if (gs_train_step(t, batch, &loss, &updated, &err)) {
+            rc = gs_cli_fail("train", "step %lld: %s", (long long)step, err.msg);
+            break;
+        }
+        ls.curve[step] = loss;
+        if (step == 1)
+            ls.first_loss = loss;
+        const bool eval = step % c->eval_every == 0 || step == c->steps || step == last;
+        if (eval && (rc = heldout_loss(c, t, tok + n_train, n_held, batch, &h)))
+            break;
+        if (eval)
+            held[step] = (float)h;
+        ls.step = step;
+        if (csv) {
+            fprintf(csv, "%lld,%.6f,", (long long)step, (double)loss);
+            if (eval)
+                fprintf(csv, "%.6f", h);
+            fprintf(csv, ",%.6g\n", (double)lr);
+        }
+        const double el = now_s() - t0;
+        const double tps = (double)((step - start) * c->batch * c->block) / el;
+        if (tty || eval)
+            fprintf(stderr, "%sstep %lld/%lld  loss %.4f  held-out %.4f (ppl %.2f)  %.0f tok/s  "
+                            "ETA %.0f s%s",
+                    tty ? "\r" : "", (long long)step, (long long)c->steps, (double)loss, h,
+                    exp(h), tps, el / (double)(step - start) * (double)(c->steps - step),
+                    tty && !eval ? "" : "\n");
+        if (c->checkpoint && (step % c->checkpoint_every == 0 || step == last)) {
+            pack(c, &ls, user);
+            if (gs_train_save(t, c->checkpoint, user, user_bytes(c), &err))
+                rc = gs_cli_fail("train", "%s", err.msg);
+        }
+    }
+    if (!rc) {
+        const double el = now_s() - t0;
+        /* tokens/s of the steps alone (forward + backward + update), and of the
+         * held-out evaluations (forward only) at the same shape */
+        const double train_s = el - (eval_seconds - eval0);
+        printf("steps %lld  first loss %.4f (ln %d = %.4f)  held-out loss %.4f  perplexity %.3f  "
+               "%.1f s  train %.0f tokens/s  forward-only %.0f tokens/s\n",
+               (long long)ls.step, ls.first_loss, N_VOCAB, log((double)N_VOCAB), h, exp(h), el,
+               train_s > 0 ? (double)((ls.step - start) * c->batch * c->block) / train_s : 0.0,
+               eval_seconds > 0 ? (double)eval_tokens / eval_seconds : 0.0);
+        rc = write_model(c, t, h);
+    }
+    if (!rc && c->svg)
+        rc = write_svg(c, ls.curve);
+    if (csv && fclose(csv) && !rc)
+        rc = gs_cli_fail("train", "%s: write error", c->csv);
+    gs_free(batch);
+    gs_free(ls.curve);
+    gs_free(user);
+    gs_train_free(t);
+    return rc;
+}
+
+/* The graph a step runs, for a shape: what gs_graph_backward made of the forward pass. */
+static int print_graph(const struct train_cfg *c)
+{
+    static const char *const names[] = {"text", "dot", "json"};
+    static const enum gs_graph_format fmts[] = {GS_GRAPH_TEXT, GS_GRAPH_DOT, GS_GRAPH_JSON};
+    size_t k = 0;
+    while (k < GS_ARRAY_LEN(names) && strcmp(names[k], c->print_graph))
+        k++;
+    if (k == GS_ARRAY_LEN(names))
+        return gs_cli_fail("train", "--print-graph '%s': not text, dot or json", c->print_graph);
+    const struct gs_train_shape shape = {.n_vocab = N_VOCAB, .n_embd = c->n_embd,
+                                         .n_layer = c->n_layer, .n_head = c->n_head,
+                                         .n_head_kv = c->n_head_kv, .n_ff = c->n_ff,
+                                         .block = c->block};
+    struct gs_train_opt opt = gs_train_opt_default();
+    opt.batch = c->batch;
+    struct gs_train *t;
+    struct gs_err err = {0};
+    if (gs_train_new(&shape, &opt, "ref", 1, &t, &err))
+        return gs_cli_fail("train", "%s", err.msg);
+    gs_graph_print(gs_train_graph(t), fmts[k], stdout);
+    gs_train_free(t);
+    return 0;
+}
+
+int gs_cmd_train(int argc, char **argv)
+{
+    struct train_cfg c = {.n_embd = 64, .n_layer = 2, .n_head = 4, .block = 32, .batch = 16,
+                          .steps = 1500, .accum = 1, .eval_every = 100, .eval_batches = 8, .seed = 1,
+                          .lr = 3e-3, .min_lr = -1, .weight_decay = 0.1, .clip = 1.0,
+                          .holdout = 0.1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: graphserve train %s", usage);
+            return 0;
+        } else if (!v) {
+            return gs_cli_usage("train", usage);
+        } else if (!strcmp(a, "-i") || !strcmp(a, "--input")) {
+            c.in = v;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            c.out = v;
+        } else if (!strcmp(a, "--csv")) {
+            c.csv = v;
+        } else if (!strcmp(a, "--svg")) {
+            c.svg = v;
+        } else if (!strcmp(a, "--checkpoint")) {
+            c.checkpoint = v;
+        } else if (!strcmp(a, "--resume")) {
+            c.resume = v;
+        } else if (!strcmp(a, "--print-graph")) {
+            c.print_graph = v;
+        } else {
+            static const struct {
+                const char *opt;
+                size_t field;
+                double min, max;
+                bool real;
+            } opts[] = {
+                {"--n-embd", offsetof(struct train_cfg, n_embd), 2, 65536, false},
+                {"--n-layer", offsetof(struct train_cfg, n_layer), 1, 256, false},
+                {"--n-head", offsetof(struct train_cfg, n_head), 1, 1024, false},
+                {"--n-head-kv", offsetof(struct train_cfg, n_head_kv), 1, 1024, false},
+                {"--n-ff", offsetof(struct train_cfg, n_ff), 1, 1 << 20, false},
+                {"--block", offsetof(struct train_cfg, block), 1, 65536, false},
+                {"--n-ctx", offsetof(struct train_cfg, n_ctx), 1, 1 << 20, false},
+                {"--batch", offsetof(struct train_cfg, batch), 1, 65536, false},
+                {"--accum", offsetof(struct train_cfg, accum), 1, 65536, false},
+                {"--steps", offsetof(struct train_cfg, steps), 1, 1e6, false},
+                {"--warmup", offsetof(struct train_cfg, warmup), 0, 1e9, false},
+                {"--eval-every", offsetof(struct train_cfg, eval_every), 1, 1e9, false},
+                {"--eval-batches", offsetof(struct train_cfg, eval_batches), 1, 1e6, false},
+                {"--threads", offsetof(struct train_cfg, threads), 1, 1024, false},
+                {"--checkpoint-every", offsetof(struct train_cfg, checkpoint_every), 1, 1e9,
+                 false},
+                {"--stop-after", offsetof(struct train_cfg, stop_after), 1, 1e9, false},
+                {"--seed", offsetof(struct train_cfg, seed), 0, 9e18, false},
+                {"--lr", offsetof(struct train_cfg, lr), 0, 10, true},
+                {"--min-lr", offsetof(struct train_cfg, min_lr), 0, 10, true},
+                {"--weight-decay", offsetof(struct train_cfg, weight_decay), 0, 10, true},
+                {"--clip", offsetof(struct train_cfg, clip), 0, 1e6, true},
+                {"--holdout", offsetof(struct train_cfg, holdout), 0.001, 0.5, true},
+            };
+            size_t k = 0;
+            while (k < GS_ARRAY_LEN(opts) && strcmp(a, opts[k].opt))
+                k++;
+            if (k == GS_ARRAY_LEN(opts))
+                return gs_cli_usage("train", usage);
+            if (opts[k].real) {
+                double x;
+                if (!gs_cli_parse_f64(a, v, opts[k].min, opts[k].max, &x))
+                    return 2;
+                memcpy((char *)&c + opts[k].field, &x, sizeof(x));
+            } else {
+                int64_t n;
+                if (!gs_cli_parse_i64(a, v, (int64_t)opts[k].min, (int64_t)opts[k].max, &n))
+                    return 2;
+                memcpy((char *)&c + opts[k].field, &n, sizeof(n));
+            }
+        }
+        i++;
+    }
+    if (!c.print_graph && (!c.in || !c.out))
+        return gs_cli_usage("train", usage);
+    if (!c.n_head_kv)
+        c.n_head_kv = c.n_head;
+    if (!c.n_ff)
+        c.n_ff = (4 * c.n_embd + 31) / 32 * 32;
+    if (!c.n_ctx)
+        c.n_ctx = c.block;
+    if (c.min_lr < 0)
+        c.min_lr = c.lr / 10;
+    if (!c.checkpoint_every)
+        c.checkpoint_every = c.eval_every;
+    if (c.stop_after && !c.checkpoint)
+        return gs_cli_fail("train", "--stop-after needs --checkpoint FILE to resume from");
+    if (c.block > c.n_ctx)
+        return gs_cli_fail("train", "--block %lld is over the context --n-ctx %lld",
+                           (long long)c.block, (long long)c.n_ctx);
+    if (c.n_embd % c.n_head)
+        return gs_cli_fail("train", "--n-head %lld does not divide --n-embd %lld",
+                           (long long)c.n_head, (long long)c.n_embd);
+    if (c.n_head % c.n_head_kv)
+        return gs_cli_fail("train", "--n-head-kv %lld does not divide --n-head %lld",
+                           (long long)c.n_head_kv, (long long)c.n_head);
+    if (c.print_graph)
+        return print_graph(&c);
+    int32_t *tok = NULL;
+    int64_t n_tok = 0;
+    int rc = load_corpus(c.in, &tok, &n_tok);
+    if (!rc)
+        rc = train(&c, tok, n_tok);
+    gs_free(tok);
+    return rc;
+}
