@@ -298,6 +298,9 @@ struct gs_srv_parse_limits gs_srv__parse_limits(const struct gs_srv *s);
 void gs_srv__id_headers(const struct gs_srv_req *r, struct MHD_Response *resp);
 /* The CORS headers of r's answer (none unless its Origin is configured). */
 void gs_srv__cors_headers(const struct gs_srv_req *r, struct MHD_Response *resp);
+/* An event stream's response, read from r->out by gs_srv__gen_stream_read, with its
+ * content type, no-cache, the id and CORS headers; NULL when out of memory. */
+struct MHD_Response *gs_srv__sse_response(struct gs_srv_req *r);
 /* Whether a request naming model `name` (NULL: none named) is for this server. */
 bool gs_srv__model_name_ok(const struct gs_srv *s, const char *name);
 

@@ -234,14 +234,9 @@ enum MHD_Result gs_srv__debug_events(struct gs_srv_req *r)
     json_decref(hello);
     if (!ok)
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, gs_srv__gen_stream_read, r, NULL);
+    struct MHD_Response *resp = gs_srv__sse_response(r);
     if (!resp)
         return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    gs_srv__id_headers(r, resp);
-    gs_srv__cors_headers(r, resp);
     r->status = 200;
     r->streaming = true;
     r->t_last_out_ms = gs_now_ms();

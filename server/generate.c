@@ -993,14 +993,9 @@ static enum MHD_Result start_stream(struct gs_srv_req *r)
     r->streaming = true;
     r->t_last_out_ms = gs_now_ms();
     r->shape->stream_open(r);
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, gs_srv__gen_stream_read, r, NULL);
+    struct MHD_Response *resp = gs_srv__sse_response(r);
     if (!resp)
         return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    gs_srv__id_headers(r, resp);
-    gs_srv__cors_headers(r, resp);
     if (r->gen.ignored[0])
         MHD_add_response_header(resp, "X-Ignored-Fields", r->gen.ignored);
     r->status = 200;

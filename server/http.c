@@ -63,6 +63,19 @@ void gs_srv__id_headers(const struct gs_srv_req *r, struct MHD_Response *resp)
         MHD_add_response_header(resp, "request-id", r->id);
 }
 
+struct MHD_Response *gs_srv__sse_response(struct gs_srv_req *r)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, gs_srv__gen_stream_read, r, NULL);
+    if (!resp)
+        return NULL;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    gs_srv__id_headers(r, resp);
+    gs_srv__cors_headers(r, resp);
+    return resp;
+}
+
 static void add_common_headers(struct gs_srv_req *r, struct MHD_Response *resp, unsigned status)
 {
     gs_srv__id_headers(r, resp);

@@ -18,22 +18,10 @@
 
 #include <string.h>
 
-static const struct gs_srv_parse_limits limits = {
-    .n_vocab = 32000,
-    .max_tokens = 4096,
-    .max_n = 8,
-    .max_stop = 4,
-    .max_stop_bytes = 64,
-};
+#define LIMITS .n_vocab = 32000, .max_tokens = 4096, .max_n = 8, .max_stop = 4, .max_stop_bytes = 64
+static const struct gs_srv_parse_limits limits = {LIMITS};
 /* The same limits for a model with a Jinja template: tools and tool blocks are read. */
-static const struct gs_srv_parse_limits jinja_limits = {
-    .n_vocab = 32000,
-    .max_tokens = 4096,
-    .max_n = 8,
-    .max_stop = 4,
-    .max_stop_bytes = 64,
-    .jinja = true,
-};
+static const struct gs_srv_parse_limits jinja_limits = {LIMITS, .jinja = true};
 
 /* A refusal must carry what the daemon answers with. */
 static void check_refusal(enum gs_status st, const char *param, const struct gs_err *err)
