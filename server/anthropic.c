@@ -49,10 +49,19 @@ static json_t *stop_sequence(const struct gs_srv_req *r, const struct gs_srv_cho
     return json_string(r->gen.stop[c->stop.hit_index]);
 }
 
+/*
+ * Anthropic's usage: input_tokens are the prompt tokens this request computed and
+ * cache_read_input_tokens those the prefix cache served, so that their sum is the prompt
+ * (count_tokens' number). cache_creation_input_tokens is 0: graphserve caches every
+ * prompt's full pages without being asked, so no request pays to write the cache.
+ */
 static json_t *usage(const struct gs_srv_req *r)
 {
-    return json_pack("{s:i,s:i}", "input_tokens", (int)r->n_prompt, "output_tokens",
-                     (int)gs_srv__choice_tokens(&r->choices[0]));
+    const struct gs_srv_choice *c = &r->choices[0];
+    uint32_t cached = GS_MIN(c->stats.n_prompt_cached, r->n_prompt);
+    return json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", (int)(r->n_prompt - cached),
+                     "cache_creation_input_tokens", 0, "cache_read_input_tokens", (int)cached,
+                     "output_tokens", (int)gs_srv__choice_tokens(c));
 }
 
 static void event(struct gs_srv_req *r, const char *name, json_t *data)
@@ -118,10 +127,13 @@ static void block_open(struct gs_srv_req *r, int kind, json_t *block)
 
 static void stream_open(struct gs_srv_req *r)
 {
-    json_t *msg =
-        json_pack("{s:s,s:s,s:s,s:[],s:s,s:n,s:n,s:{s:i,s:i}}", "id", r->id, "type", "message",
-                  "role", "assistant", "content", "model", r->srv->cfg.model.id, "stop_reason",
-                  "stop_sequence", "usage", "input_tokens", (int)r->n_prompt, "output_tokens", 0);
+    /* The prefix cache's share is known once the engine has admitted the request: until
+     * message_delta, which carries the final split, the whole prompt counts as input. */
+    json_t *msg = json_pack("{s:s,s:s,s:s,s:[],s:s,s:n,s:n,s:{s:i,s:i,s:i,s:i}}", "id", r->id,
+                            "type", "message", "role", "assistant", "content", "model",
+                            r->srv->cfg.model.id, "stop_reason", "stop_sequence", "usage",
+                            "input_tokens", (int)r->n_prompt, "cache_creation_input_tokens", 0,
+                            "cache_read_input_tokens", 0, "output_tokens", 0);
     event(r, "message_start", json_pack("{s:s,s:o}", "type", "message_start", "message", msg));
     if (!r->choices[0].tools_on)
         block_open(r, BLOCK_TEXT, json_pack("{s:s,s:s}", "type", "text", "text", ""));

@@ -50,6 +50,13 @@ static json_int_t num(json_t *o, const char *key)
     return json_integer_value(json_object_get(o, key));
 }
 
+/* The whole prompt of an answer's usage: what it computed and what the prefix cache gave. */
+static json_int_t prompt_of(json_t *usage)
+{
+    cr_expect_eq(num(usage, "cache_creation_input_tokens"), 0);
+    return num(usage, "input_tokens") + num(usage, "cache_read_input_tokens");
+}
+
 static void messages(const char *path, const char *body, struct e2e_resp *r)
 {
     e2e_http(&d, "POST", path, body, KEY, r);
@@ -94,7 +101,9 @@ Test(http_anthropic, message_has_anthropic_shape_and_the_chat_routes_text)
     cr_expect_str_eq(str(r.json, "stop_reason"), "max_tokens");
     cr_expect(json_is_null(json_object_get(r.json, "stop_sequence")), "%s", r.body);
     json_t *u = json_object_get(r.json, "usage");
-    cr_expect_eq(num(u, "input_tokens"), chat_prompt, "%s", r.body);
+    cr_expect_eq(prompt_of(u), chat_prompt, "%s", r.body);
+    /* The chat route just ran this conversation: its full pages came from the cache. */
+    cr_expect_gt(num(u, "cache_read_input_tokens"), 0, "%s", r.body);
     cr_expect_eq(num(u, "output_tokens"), 24);
     free(want);
     e2e_resp_free(&r);
@@ -114,7 +123,7 @@ Test(http_anthropic, text_blocks_equal_strings)
              &r);
     cr_assert_eq(r.status, 200, "%s", r.body);
     cr_expect_str_eq(str(json_array_get(json_object_get(r.json, "content"), 0), "text"), want);
-    cr_expect_eq(num(json_object_get(r.json, "usage"), "input_tokens"), chat_prompt);
+    cr_expect_eq(prompt_of(json_object_get(r.json, "usage")), chat_prompt);
     free(want);
     e2e_resp_free(&r);
 }
@@ -159,8 +168,9 @@ Test(http_anthropic, stream_is_anthropics_event_sequence)
     cr_expect_str_eq(str(start, "role"), "assistant");
     cr_expect_eq(json_array_size(json_object_get(start, "content")), 0);
     cr_expect(json_is_null(json_object_get(start, "stop_reason")));
+    /* message_start counts the whole prompt; message_delta has the cache's share. */
     cr_expect_eq(num(json_object_get(start, "usage"), "input_tokens"),
-                 num(json_object_get(whole.json, "usage"), "input_tokens"));
+                 prompt_of(json_object_get(whole.json, "usage")));
     json_t *block =
         json_object_get(json_object_get(json_array_get(ev, 1), "data"), "content_block");
     cr_expect_str_eq(str(block, "type"), "text");
@@ -202,7 +212,7 @@ Test(http_anthropic, count_tokens_equals_the_chat_routes_prompt)
     e2e_resp_free(&r);
     snprintf(b, sizeof(b), "{\"messages\":%s,\"max_tokens\":1}", turns);
     messages("/v1/messages", b, &r);
-    cr_expect_eq(num(json_object_get(r.json, "usage"), "input_tokens"), want, "%s", r.body);
+    cr_expect_eq(prompt_of(json_object_get(r.json, "usage")), want, "%s", r.body);
     e2e_resp_free(&r);
 }
 
@@ -278,7 +288,7 @@ Test(http_anthropic, final_assistant_message_is_a_prefill)
     cr_assert_eq(r.status, 200, "%s", r.body);
     cr_expect_str_eq(str(json_array_get(json_object_get(r.json, "content"), 0), "text"),
                      str(json_array_get(json_object_get(c.json, "choices"), 0), "text"));
-    cr_expect_eq(num(json_object_get(r.json, "usage"), "input_tokens"),
+    cr_expect_eq(prompt_of(json_object_get(r.json, "usage")),
                  num(json_object_get(c.json, "usage"), "prompt_tokens"));
     e2e_resp_free(&t);
     e2e_resp_free(&c);

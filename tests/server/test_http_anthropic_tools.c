@@ -51,6 +51,13 @@ static const char *str(json_t *o, const char *key)
     return json_string_value(json_object_get(o, key));
 }
 
+/* The whole prompt of a message's usage: computed plus served by the prefix cache. */
+static json_int_t prompt_of(json_t *usage)
+{
+    return json_integer_value(json_object_get(usage, "input_tokens")) +
+           json_integer_value(json_object_get(usage, "cache_read_input_tokens"));
+}
+
 static void post(const char *path, json_t *req, struct e2e_resp *r)
 {
     char *body = json_dumps(req, JSON_COMPACT);
@@ -123,8 +130,7 @@ static void expect_same_call(json_t *anthropic_choice, json_t *chat_choice, bool
                   what, a.body, str(fn, "arguments"));
         json_decref(args);
     }
-    cr_expect_eq(json_integer_value(json_object_get(json_object_get(a.json, "usage"),
-                                                    "input_tokens")),
+    cr_expect_eq(prompt_of(json_object_get(a.json, "usage")),
                  json_integer_value(json_object_get(json_object_get(c.json, "usage"),
                                                     "prompt_tokens")),
                  "%s: the two routes rendered different prompts", what);
@@ -264,9 +270,7 @@ Test(http_anthropic_tools, a_history_of_calls_counts_as_the_chat_routes)
                    anthropic_tools(), "max_tokens", 4, "temperature", 0),
          &r);
     cr_expect_eq(r.status, 200, "%s", r.body);
-    cr_expect_eq(json_integer_value(json_object_get(json_object_get(r.json, "usage"),
-                                                    "input_tokens")),
-                 anthropic);
+    cr_expect_eq(prompt_of(json_object_get(r.json, "usage")), anthropic);
     e2e_resp_free(&r);
 }
 
