@@ -125,6 +125,33 @@ void e2e_http(const struct e2e_daemon *d, const char *method, const char *path, 
     out->json = json_loads(out->body, 0, NULL);
 }
 
+void e2e_post_at_once(const struct e2e_daemon *d, const char *path, const char *const *bodies,
+                      size_t n, char **outs)
+{
+    char(*files)[600] = calloc(n, sizeof(*files));
+    cr_assert(files || !n);
+    char *cmd = strdup("");
+    for (size_t i = 0; i < n; i++) {
+        snprintf(files[i], sizeof(files[i]), "%s", e2e_body_file(bodies[i]));
+        char *next;
+        cr_assert(asprintf(&next, "%scurl -sN --max-time %d --data-binary @%s '%s%s' > %s.out & ",
+                           cmd, E2E_HANG_S, files[i], d->url, path, files[i]) > 0);
+        free(cmd);
+        cmd = next;
+    }
+    char *full;
+    cr_assert(asprintf(&full, "%swait", cmd) > 0);
+    cr_assert_eq(gs_test_run(full, 1, NULL), 0);
+    free(full);
+    free(cmd);
+    for (size_t i = 0; i < n; i++) {
+        char out[700];
+        snprintf(out, sizeof(out), "%.600s.out", files[i]);
+        outs[i] = gs_test_read_file(out, NULL);
+    }
+    free(files);
+}
+
 void e2e_resp_free(struct e2e_resp *r)
 {
     free(r->headers);

@@ -44,6 +44,12 @@ void e2e_http(const struct e2e_daemon *d, const char *method, const char *path, 
               const char *extra_curl, struct e2e_resp *out);
 void e2e_resp_free(struct e2e_resp *r);
 
+/* POSTs the n bodies to path all at once (n curls started together, then waited for)
+ * and sets outs[i] to the i-th answer's body (malloc'ed; the caller frees each): for
+ * tests that need many requests in flight together. Each curl is bounded by E2E_HANG_S. */
+void e2e_post_at_once(const struct e2e_daemon *d, const char *path, const char *const *bodies,
+                      size_t n, char **outs);
+
 /* Writes body into a fresh file under the test's tmpdir; returns its path
  * (static buffer, valid until the next call). */
 const char *e2e_body_file(const char *body);

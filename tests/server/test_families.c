@@ -139,10 +139,12 @@ Test(srv_families, gemma3n_batches_streams_exactly, .timeout = 600)
                      json_string_value(json_object_get(json_array_get(ch, 1), "text")));
     e2e_resp_free(&r);
 
-    char *alone[N], files[N][600];
+    char *alone[N], *streamed[N], stream_bodies[N][256];
+    const char *bodies[N];
     for (int i = 0; i < N; i++) {
-        char body[256];
-        snprintf(body, sizeof(body),
+        char *body = stream_bodies[i];
+        bodies[i] = body;
+        snprintf(body, sizeof(stream_bodies[i]),
                  "{\"prompt\":\"The little dog %d\",\"max_tokens\":10,\"temperature\":0,"
                  "\"ignore_eos\":true,\"stream\":true}",
                  i);
@@ -150,23 +152,10 @@ Test(srv_families, gemma3n_batches_streams_exactly, .timeout = 600)
         cr_assert_eq(r.status, 200, "%s", r.body);
         alone[i] = stream_text(r.body);
         e2e_resp_free(&r);
-        snprintf(files[i], sizeof(files[i]), "%s", e2e_body_file(body));
     }
-    char *cmd = strdup(""), *next;
+    e2e_post_at_once(&d, "/v1/completions", bodies, N, streamed);
     for (int i = 0; i < N; i++) {
-        cr_assert(asprintf(&next, "%scurl -sN --data-binary @%s %s/v1/completions > %s.out & ",
-                           cmd, files[i], d.url, files[i]) > 0);
-        free(cmd);
-        cmd = next;
-    }
-    cr_assert(asprintf(&next, "%swait", cmd) > 0);
-    free(cmd);
-    cr_assert_eq(gs_test_run(next, 1, NULL), 0);
-    free(next);
-    for (int i = 0; i < N; i++) {
-        char path[700];
-        snprintf(path, sizeof(path), "%.600s.out", files[i]);
-        char *body = gs_test_read_file(path, NULL);
+        char *body = streamed[i];
         char *text = stream_text(body);
         cr_expect_str_eq(text, alone[i], "stream %d differs from its request alone", i);
         free(text);

@@ -65,8 +65,8 @@ Test(http_load, concurrent_streams_equal_each_request_alone, .timeout = 300)
 {
     struct e2e_daemon d;
     e2e_start(&d, "");
-    char *alone[N_CLIENTS];
-    char files[N_CLIENTS][600];
+    char *alone[N_CLIENTS], *streamed[N_CLIENTS], stream_bodies[N_CLIENTS][256];
+    const char *bodies[N_CLIENTS];
     for (int i = 0; i < N_CLIENTS; i++) {
         char prompt[128], body[256];
         prompt_of(i, prompt, sizeof(prompt));
@@ -79,30 +79,14 @@ Test(http_load, concurrent_streams_equal_each_request_alone, .timeout = 300)
         alone[i] = strdup(json_string_value(
             json_object_get(json_array_get(json_object_get(r.json, "choices"), 0), "text")));
         e2e_resp_free(&r);
-        snprintf(body, sizeof(body),
+        snprintf(stream_bodies[i], sizeof(stream_bodies[i]),
                  "{\"prompt\":\"%s\",\"max_tokens\":48,\"temperature\":0,\"stream\":true}", prompt);
-        snprintf(files[i], sizeof(files[i]), "%s", e2e_body_file(body));
+        bodies[i] = stream_bodies[i];
     }
     /* All 32 at once. */
-    char *cmd = strdup("");
+    e2e_post_at_once(&d, "/v1/completions", bodies, N_CLIENTS, streamed);
     for (int i = 0; i < N_CLIENTS; i++) {
-        char *next;
-        cr_assert(asprintf(&next,
-                           "%scurl -sN --max-time 120 --data-binary @%s %s/v1/completions "
-                           "> %s.out & ",
-                           cmd, files[i], d.url, files[i]) > 0);
-        free(cmd);
-        cmd = next;
-    }
-    char *full;
-    cr_assert(asprintf(&full, "%swait", cmd) > 0);
-    cr_assert_eq(gs_test_run(full, 1, NULL), 0);
-    free(full);
-    free(cmd);
-    for (int i = 0; i < N_CLIENTS; i++) {
-        char path[700];
-        snprintf(path, sizeof(path), "%.600s.out", files[i]);
-        char *body = gs_test_read_file(path, NULL);
+        char *body = streamed[i];
         const char *finish;
         char *text = stream_text(body, &finish);
         cr_expect_str_eq(text, alone[i], "client %d differs from its request alone", i);

@@ -68,41 +68,24 @@ Test(http_spec, sixteen_streams_equal_plain_decoding, .timeout = 300)
     struct e2e_daemon plain, spec;
     e2e_start(&plain, "--backend cpu");
     e2e_start(&spec, "--backend cpu --spec ngram --spec-max-draft 6");
-    char *alone[N_CLIENTS];
-    char files[N_CLIENTS][600];
+    char *alone[N_CLIENTS], *streamed[N_CLIENTS], stream_bodies[N_CLIENTS][512];
+    const char *bodies[N_CLIENTS];
     for (int i = 0; i < N_CLIENTS; i++) {
         char prompt[256], body[512];
         prompt_of(i, prompt, sizeof(prompt));
         snprintf(body, sizeof(body), "{\"prompt\":\"%s\",\"max_tokens\":64,\"temperature\":0}",
                  prompt);
         alone[i] = completion(&plain, body, NULL);
-        snprintf(body, sizeof(body),
+        snprintf(stream_bodies[i], sizeof(stream_bodies[i]),
                  "{\"prompt\":\"%s\",\"max_tokens\":64,\"temperature\":0,\"stream\":true}", prompt);
-        snprintf(files[i], sizeof(files[i]), "%s", e2e_body_file(body));
+        bodies[i] = stream_bodies[i];
     }
-    char *cmd = strdup("");
+    e2e_post_at_once(&spec, "/v1/completions", bodies, N_CLIENTS, streamed);
     for (int i = 0; i < N_CLIENTS; i++) {
-        char *next;
-        cr_assert(asprintf(&next,
-                           "%scurl -sN --max-time 120 --data-binary @%s %s/v1/completions "
-                           "> %s.out & ",
-                           cmd, files[i], spec.url, files[i]) > 0);
-        free(cmd);
-        cmd = next;
-    }
-    char *full;
-    cr_assert(asprintf(&full, "%swait", cmd) > 0);
-    cr_assert_eq(gs_test_run(full, 1, NULL), 0);
-    free(full);
-    free(cmd);
-    for (int i = 0; i < N_CLIENTS; i++) {
-        char path[700];
-        snprintf(path, sizeof(path), "%.600s.out", files[i]);
-        char *body = gs_test_read_file(path, NULL);
-        char *text = stream_text(body);
+        char *text = stream_text(streamed[i]);
         cr_expect_str_eq(text, alone[i], "client %d differs from plain decoding", i);
         free(text);
-        free(body);
+        free(streamed[i]);
     }
     /* One alone on the speculating daemon: its timings report the drafts. */
     char prompt[256], body[512];
