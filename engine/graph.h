@@ -112,31 +112,31 @@
     /* Training (engine/graph/train.c). Causal attention of q [n_head*hd x T] over the k, v     */  \
     /* rows [n_head_kv*hd x T] of the step's earlier tokens of the same sequence: full        */  \
     /* sequences in one step, no KV cache                                                      */  \
-    X(ATTN_CAUSAL, "attn_causal", 3, 0)                                                            \
+    X(ATTN_CAUSAL, "attn_causal", 3, GS_OPF_TRAIN)                                                 \
     /* mean over the step's tokens of -log softmax(x)[target]: [V x T] -> [1 x 1]              */  \
-    X(CROSS_ENTROPY, "cross_entropy", 1, 0)                                                        \
+    X(CROSS_ENTROPY, "cross_entropy", 1, GS_OPF_TRAIN)                                             \
     /* the gradient of cross_entropy with respect to its logits: (softmax(x) - onehot) / T    */  \
-    X(CROSS_ENTROPY_BACK, "cross_entropy_back", 1, 0)                                              \
+    X(CROSS_ENTROPY_BACK, "cross_entropy_back", 1, GS_OPF_TRAIN)                                   \
     /* dy [E x T] added into row tokens[t] of a zeroed table [E x ne1] (embed's gradient)     */  \
-    X(EMBED_BACK, "embed_back", 1, 0)                                                              \
+    X(EMBED_BACK, "embed_back", 1, GS_OPF_TRAIN)                                                   \
     /* dy [N x R] times W [K x N] -> dx [K x R] (matmul's gradient for its input)              */  \
-    X(MATMUL_BACK_X, "matmul_back_x", 2, 0)                                                        \
+    X(MATMUL_BACK_X, "matmul_back_x", 2, GS_OPF_TRAIN)                                             \
     /* dy [N x R] and x [K x R] -> dW [K x N] = sum over rows of dy^T x (for its weight)       */  \
-    X(MATMUL_BACK_W, "matmul_back_w", 2, 0)                                                        \
+    X(MATMUL_BACK_W, "matmul_back_w", 2, GS_OPF_TRAIN)                                             \
     /* rms_norm's gradient from dy and the norm's input x                                      */  \
-    X(RMS_NORM_BACK, "rms_norm_back", 2, GS_OPF_ELEMWISE)                                          \
+    X(RMS_NORM_BACK, "rms_norm_back", 2, GS_OPF_ELEMWISE | GS_OPF_TRAIN)                           \
     /* rope's gradient: dy rotated back by the same angles; optional src1 frequency factors   */  \
-    X(ROPE_BACK, "rope_back", 1, 0)                                                                \
+    X(ROPE_BACK, "rope_back", 1, GS_OPF_TRAIN)                                                     \
     /* dy * b * silu'(a): swiglu's gradient for its gate a (for b it is swiglu(a, dy))         */  \
-    X(SWIGLU_BACK_GATE, "swiglu_back_gate", 3, GS_OPF_ELEMWISE)                                    \
+    X(SWIGLU_BACK_GATE, "swiglu_back_gate", 3, GS_OPF_ELEMWISE | GS_OPF_TRAIN)                     \
     /* sum over rows of a * b -> [ne0 x 1]: the gradient of a broadcast row of a mul           */  \
-    X(SUM_ROWS_MUL, "sum_rows_mul", 2, 0)                                                          \
+    X(SUM_ROWS_MUL, "sum_rows_mul", 2, GS_OPF_TRAIN)                                               \
     /* attn_causal's gradients for q, k and v, from (dy, q, k, v); recompute the softmax     */  \
-    X(ATTN_CAUSAL_BACK_Q, "attn_causal_back_q", 4, 0)                                              \
-    X(ATTN_CAUSAL_BACK_K, "attn_causal_back_k", 4, 0)                                              \
-    X(ATTN_CAUSAL_BACK_V, "attn_causal_back_v", 4, 0)                                              \
+    X(ATTN_CAUSAL_BACK_Q, "attn_causal_back_q", 4, GS_OPF_TRAIN)                                   \
+    X(ATTN_CAUSAL_BACK_K, "attn_causal_back_k", 4, GS_OPF_TRAIN)                                   \
+    X(ATTN_CAUSAL_BACK_V, "attn_causal_back_v", 4, GS_OPF_TRAIN)                                   \
     /* copies x (any rows) to the caller's buffer io->outs[params.out_slot]: loss, gradients  */  \
-    X(OUT, "out", 1, GS_OPF_ROOT)
+    X(OUT, "out", 1, GS_OPF_ROOT | GS_OPF_TRAIN)
 
 enum gs_op_flags {
     GS_OPF_LEAF = 1 << 0,     /* no sources, no computation */
@@ -145,6 +145,8 @@ enum gs_op_flags {
     /* the value may take the bytes of src[0] when this node is its last reader: each
      * output element depends only on src[0] elements a kernel reads before writing it */
     GS_OPF_INPLACE = 1 << 3,
+    /* a training op: one kernel in engine/backend/train_ops.c serves ref and cpu */
+    GS_OPF_TRAIN = 1 << 4,
 };
 
 enum gs_op {

@@ -18,25 +18,8 @@
 
 bool gs_train_op(enum gs_op op)
 {
-    switch (op) {
-    case GS_OP_ATTN_CAUSAL:
-    case GS_OP_CROSS_ENTROPY:
-    case GS_OP_CROSS_ENTROPY_BACK:
-    case GS_OP_EMBED_BACK:
-    case GS_OP_MATMUL_BACK_X:
-    case GS_OP_MATMUL_BACK_W:
-    case GS_OP_RMS_NORM_BACK:
-    case GS_OP_ROPE_BACK:
-    case GS_OP_SWIGLU_BACK_GATE:
-    case GS_OP_SUM_ROWS_MUL:
-    case GS_OP_ATTN_CAUSAL_BACK_Q:
-    case GS_OP_ATTN_CAUSAL_BACK_K:
-    case GS_OP_ATTN_CAUSAL_BACK_V:
-    case GS_OP_OUT:
-        return true;
-    default:
-        return false;
-    }
+    const struct gs_op_info *info = gs_op_info(op);
+    return info && (info->flags & GS_OPF_TRAIN);
 }
 
 int64_t gs_train_units(const struct gs_train_args *a)
