@@ -2,6 +2,9 @@
 #define _GNU_SOURCE
 #include "tests/common/testutil.h"
 
+#include "engine/grammar.h"
+#include "engine/tok.h"
+
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,4 +99,23 @@ int gs_test_run(const char *cmd, int merge_stderr, char **out)
     else
         free(buf);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+struct gs_grammar_vocab *gs_test_grammar_vocab(const struct gs_tok *tok)
+{
+    uint32_t n = gs_tok_n_vocab(tok);
+    const char **piece = calloc(n, sizeof(*piece));
+    uint32_t *len = calloc(n, sizeof(*len));
+    cr_assert(piece && len);
+    for (uint32_t i = 0; i < n; i++) {
+        size_t l = 0;
+        piece[i] = gs_tok_piece(tok, (int32_t)i, 0, &l);
+        len[i] = (uint32_t)l;
+    }
+    struct gs_grammar_vocab *v;
+    struct gs_err err;
+    cr_assert_eq(gs_grammar_vocab_new(piece, len, n, &v, &err), GS_OK, "%s", err.msg);
+    free(piece); /* the vocabulary copied the pieces */
+    free(len);
+    return v;
 }

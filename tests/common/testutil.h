@@ -33,4 +33,10 @@ const char *gs_test_tmpdir(void);
  * malloc'ed string (*out, caller frees) and returns the exit status. */
 int gs_test_run(const char *cmd, int merge_stderr, char **out);
 
+/* The grammar vocabulary of tok's tokens, as the daemon builds it (each token's piece
+ * bytes); asserts on failure. Free with gs_grammar_vocab_free. */
+struct gs_tok;
+struct gs_grammar_vocab;
+struct gs_grammar_vocab *gs_test_grammar_vocab(const struct gs_tok *tok);
+
 #endif

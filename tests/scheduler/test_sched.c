@@ -737,17 +737,7 @@ Test(sched, grammar_trigger_constrains_only_after_the_trigger)
     struct gs_tok *tok;
     cr_assert_eq(gs_tok_open(gs_test_shared_path("models/stories260K.gguf"), &tok, &err), GS_OK,
                  "%s", err.msg);
-    uint32_t n = gs_tok_n_vocab(tok);
-    const char **piece = calloc(n, sizeof(*piece));
-    uint32_t *len = calloc(n, sizeof(*len));
-    cr_assert(piece && len);
-    for (uint32_t i = 0; i < n; i++) {
-        size_t l = 0;
-        piece[i] = gs_tok_piece(tok, (int32_t)i, 0, &l);
-        len[i] = (uint32_t)l;
-    }
-    struct gs_grammar_vocab *v;
-    cr_assert_eq(gs_grammar_vocab_new(piece, len, n, &v, &err), GS_OK, "%s", err.msg);
+    struct gs_grammar_vocab *v = gs_test_grammar_vocab(tok);
     const char *src = "root ::= \"e\" [a-z]{0,3} \"Z\"";
     struct gs_grammar *g;
     cr_assert_eq(gs_grammar_compile(src, strlen(src), "root", NULL, &g, &err), GS_OK, "%s",
@@ -803,8 +793,6 @@ Test(sched, grammar_trigger_constrains_only_after_the_trigger)
     gs_sched_free(s);
     gs_grammar_unref(g);
     gs_grammar_vocab_free(v);
-    free(piece);
-    free(len);
     gs_tok_free(tok);
     rig_close(&r);
 }

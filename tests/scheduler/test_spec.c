@@ -314,16 +314,7 @@ Test(spec_greedy, structured_output_equals_plain_decoding)
     struct gs_tok *tok;
     cr_assert_eq(gs_tok_open(gs_test_shared_path("models/stories260K.gguf"), &tok, &err), GS_OK,
                  "%s", err.msg);
-    uint32_t nv = gs_tok_n_vocab(tok);
-    const char **piece = calloc(nv, sizeof(*piece));
-    uint32_t *len = calloc(nv, sizeof(*len));
-    for (uint32_t i = 0; i < nv; i++) {
-        size_t l = 0;
-        piece[i] = gs_tok_piece(tok, (int32_t)i, 0, &l);
-        len[i] = (uint32_t)l;
-    }
-    struct gs_grammar_vocab *v;
-    cr_assert_eq(gs_grammar_vocab_new(piece, len, nv, &v, &err), GS_OK, "%s", err.msg);
+    struct gs_grammar_vocab *v = gs_test_grammar_vocab(tok);
     /* sentences of lowercase words without the letter o, then a full stop */
     const char *src = "root ::= [ a-np-z,]{1,200} \".\"";
     struct gs_grammar *g;
@@ -352,8 +343,6 @@ Test(spec_greedy, structured_output_equals_plain_decoding)
     gs_free(ids);
     gs_grammar_unref(g);
     gs_grammar_vocab_free(v);
-    free(piece);
-    free(len);
     gs_tok_free(tok);
     rig_close(&r);
 }
