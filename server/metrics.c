@@ -6,6 +6,9 @@
 #include "server/internal.h"
 
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 /* Upper bounds (seconds) shared by every latency histogram: 1 ms to 60 s. */
 static const double bounds[GS_SRV_HIST_BUCKETS] = {
@@ -152,6 +155,26 @@ static void engine_metrics(struct gs_srv_buf *o, const struct gs_sched_stats *st
     gauge(o, "graphserve_kv_bytes", "Bytes of the KV page pool.", (double)st->kv_bytes);
 }
 
+/*
+ * The C allocator's own count, beside the ledger's: what the daemon has
+ * allocated and what the allocator keeps free for reuse. Resident memory
+ * that grows while in_use stays put is the allocator's, not a leak; the soak
+ * test reads both. glibc only (mallinfo2); elsewhere the family is absent.
+ */
+static void heap_metrics(struct gs_srv_buf *o)
+{
+#ifdef __GLIBC__
+    struct mallinfo2 mi = mallinfo2();
+    header(o, "graphserve_heap_bytes", "gauge",
+           "The C allocator's heap (glibc mallinfo2): allocated (in_use, mapped blocks "
+           "included) and kept free for reuse (free).");
+    gs_srv_buf_addf(o, "graphserve_heap_bytes{state=\"in_use\"} %zu\n", mi.uordblks + mi.hblkhd);
+    gs_srv_buf_addf(o, "graphserve_heap_bytes{state=\"free\"} %zu\n", mi.fordblks);
+#else
+    (void)o;
+#endif
+}
+
 void gs_srv_metrics_render(const struct gs_srv_metrics *m, const struct gs_sched_stats *st,
                            bool ready, struct gs_srv_buf *o)
 {
@@ -197,4 +220,5 @@ void gs_srv_metrics_render(const struct gs_srv_metrics *m, const struct gs_sched
     gauge(o, "graphserve_ready", "1 when /ready answers 200.", ready ? 1 : 0);
     if (st)
         engine_metrics(o, st);
+    heap_metrics(o);
 }

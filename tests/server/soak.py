@@ -813,7 +813,8 @@ class Soak:
               file=sys.stderr, flush=True)
         # Idle checkpoints along the way: a leak climbs from one to the next,
         # a high-water mark stays put. Only the last one is asserted on.
-        idle = [(round(t_base - self.t0), n_warm, rss0, fds0, conns0, anon0, file0)]
+        idle = [(round(t_base - self.t0), n_warm, rss0, fds0, conns0, anon0, file0) +
+                heap_kib(m0)]
         every = max(60.0, a.seconds / 6.0)
         next_hup = max(next_hup, t_base)
         while True:
@@ -822,9 +823,10 @@ class Soak:
             next_hup = self.sleep_until(t_stop, next_hup)
             (rss1, fds1, conns1, anon1, file1), m1 = self.quiesce()
             idle.append((round(time.monotonic() - self.t0), self.total(), rss1, fds1, conns1,
-                         anon1, file1))
+                         anon1, file1) + heap_kib(m1))
             print('soak: idle after %d requests: rss=%dKiB fds=%d connections=%d '
-                  '(anon %d, file %d)' % idle[-1][1:], file=sys.stderr, flush=True)
+                  '(anon %d, file %d; heap in use %d, free %d)' % idle[-1][1:],
+                  file=sys.stderr, flush=True)
             if t_stop >= self.t0 + a.seconds:
                 break
         self.stop.set()
@@ -850,6 +852,8 @@ class Soak:
             'rss_file_kib_warm': file0, 'rss_file_kib_end': file1,
             'connections_warm': conns0, 'connections_end': conns1,
             'rss_kib_max': max(s[1] for s in self.samples),
+            'heap_in_use_kib_warm': idle[0][7], 'heap_in_use_kib_end': idle[-1][7],
+            'heap_free_kib_warm': idle[0][8], 'heap_free_kib_end': idle[-1][8],
             'pages_used_end': m1.get('graphserve_kv_pages{state="used"}'),
             'pages_cached_end': m1.get('graphserve_kv_pages{state="cached"}'),
             'slow_reader_cancellations': m1.get('graphserve_slow_reader_cancellations_total'),
@@ -859,6 +863,13 @@ class Soak:
         with open(a.summary, 'w') as f:
             json.dump(summary, f)
         return 0
+
+
+def heap_kib(m):
+    """(in use, free) KiB of the allocator's heap from /metrics; -1 where the
+    daemon does not report them (not glibc)."""
+    return tuple(int(m[k]) // 1024 if k in m else -1 for k in
+                 ('graphserve_heap_bytes{state="in_use"}', 'graphserve_heap_bytes{state="free"}'))
 
 
 def main():

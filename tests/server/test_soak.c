@@ -154,10 +154,11 @@ Test(srv_soak, mixed_traffic_leaks_nothing, .timeout = SOAK_SECONDS_MAX + 1000)
     json_array_foreach(json_object_get(s, "idle"), i, f)
         fprintf(stderr,
                 "soak: idle at %llds after %lld requests: RSS %lld KiB (anonymous %lld, "
-                "file-backed %lld), fds %lld\n",
+                "file-backed %lld), fds %lld; the allocator's heap %lld KiB in use, %lld free\n",
                 json_integer_value(json_array_get(f, 0)), json_integer_value(json_array_get(f, 1)),
                 json_integer_value(json_array_get(f, 2)), json_integer_value(json_array_get(f, 5)),
-                json_integer_value(json_array_get(f, 6)), json_integer_value(json_array_get(f, 3)));
+                json_integer_value(json_array_get(f, 6)), json_integer_value(json_array_get(f, 3)),
+                json_integer_value(json_array_get(f, 7)), json_integer_value(json_array_get(f, 8)));
 
     json_array_foreach(json_object_get(s, "failures"), i, f)
         cr_log_error("soak: %s", json_string_value(f));
