@@ -65,6 +65,7 @@ static enum gs_status parse_messages(const struct gs_srv_refusal *c, json_t *roo
         return gs_srv_refuse_nomem(c);
     size_t i;
     json_t *m;
+    bool null_content = false;
     json_array_foreach(msgs, i, m)
     {
         char param[48];
@@ -86,10 +87,14 @@ static enum gs_status parse_messages(const struct gs_srv_refusal *c, json_t *roo
             return gs_srv_refuse_nomem(c);
         json_t *content = json_object_get(m, "content");
         if (jinja && (!content || json_is_null(content))) {
-            /* An assistant's tool calls come with null content; the template
-             * sees the message as sent. */
+            /* An assistant's tool calls come with null content (the SDKs send
+             * the answer back so); the template sees "" instead: templates
+             * that search the content (Qwen 3's "'</think>' in
+             * message.content") cannot take null, and every template that
+             * tests it for truth reads "" as it reads null. */
             if (!(g->msgs[i].content = gs_strdup("")))
                 return gs_srv_refuse_nomem(c);
+            null_content = true;
             continue;
         }
         if (!content) {
@@ -100,8 +105,21 @@ static enum gs_status parse_messages(const struct gs_srv_refusal *c, json_t *roo
         if (st != GS_OK)
             return st;
     }
-    if (jinja)
+    if (!jinja)
+        return GS_OK;
+    if (!null_content) {
         g->messages_json = json_incref(msgs);
+        return GS_OK;
+    }
+    if (!(g->messages_json = json_deep_copy(msgs)))
+        return gs_srv_refuse_nomem(c);
+    json_array_foreach(g->messages_json, i, m)
+    {
+        json_t *content = json_object_get(m, "content");
+        if ((!content || json_is_null(content)) &&
+            json_object_set_new(m, "content", json_string("")) != 0)
+            return gs_srv_refuse_nomem(c);
+    }
     return GS_OK;
 }
 

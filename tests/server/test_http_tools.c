@@ -474,3 +474,43 @@ Test(http_tools, a_thinking_block_goes_to_reasoning_content, .timeout = 300)
     cr_expect_eq(e2e_stop(&d), 0);
     json_decref(g);
 }
+
+#define NULL_CONTENT_FMT                                                                           \
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"Add 2 and 3.\"},{\"role\":\"assistant\","     \
+    "\"content\":%s,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":"        \
+    "{\"name\":\"add\",\"arguments\":\"{\\\"a\\\":2,\\\"b\\\":3}\"}}]},{\"role\":\"tool\","        \
+    "\"tool_call_id\":\"call_1\",\"content\":\"5\"}],\"tools\":[" ADD_TOOL "]}"
+
+/* The SDKs send an answer's tool calls back with "content": null. Qwen 3's template searches
+ * the content ("'</think>' in message.content") and cannot take null: the template sees "",
+ * so the turn renders exactly as one sent with "" and holds the call. */
+Test(http_tools, a_tool_call_turn_with_null_content_renders_as_empty, .timeout = 300)
+{
+    struct e2e_daemon d;
+    json_t *g;
+    start_family(&d, "Qwen-Qwen3-0.6B", &g);
+    char body[2048];
+    struct e2e_resp empty, null;
+    snprintf(body, sizeof(body), NULL_CONTENT_FMT, "\"\"");
+    e2e_http(&d, "POST", "/apply-template", body, NULL, &empty);
+    snprintf(body, sizeof(body), NULL_CONTENT_FMT, "null");
+    e2e_http(&d, "POST", "/apply-template", body, NULL, &null);
+    cr_assert_eq(empty.status, 200, "%s", empty.body);
+    cr_assert_eq(null.status, 200, "%s", null.body);
+    const char *p = json_string_value(json_object_get(null.json, "prompt"));
+    cr_expect_str_eq(p, json_string_value(json_object_get(empty.json, "prompt")));
+    cr_expect(p && strstr(p, "\"name\": \"add\"") && strstr(p, "5"), "%s", p);
+    /* And a completion of it runs. */
+    snprintf(body, sizeof(body), NULL_CONTENT_FMT, "null");
+    json_t *req = json_loads(body, 0, NULL);
+    cr_assert(req);
+    json_object_set_new(req, "max_tokens", json_integer(4));
+    struct e2e_resp r;
+    post(&d, "/v1/chat/completions", req, &r);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    e2e_resp_free(&r);
+    e2e_resp_free(&empty);
+    e2e_resp_free(&null);
+    cr_expect_eq(e2e_stop(&d), 0);
+    json_decref(g);
+}
