@@ -123,6 +123,37 @@ def proc_sample(pid):
     return rss, n_fds, n_conns, anon, rfile
 
 
+def anon_maps(pid):
+    """{mapping: anonymous KiB} from /proc/pid/smaps, a mapping named by its
+    address range and path ('[heap]', '[stack]', a file, or '' for an mmap):
+    where anonymous memory lives, to tell which mapping a growth is in."""
+    maps = {}
+    key = None
+    try:
+        with open('/proc/%d/smaps' % pid) as f:
+            for line in f:
+                head = line.split(None, 5)
+                if '-' in head[0] and len(head) >= 5 and not head[0].endswith(':'):
+                    name = head[5].strip() if len(head) > 5 else ''
+                    # A named mapping ([heap] grows by brk) keeps its name, not its range.
+                    key = '%s %s' % (name, head[1]) if name else '%s %s' % (head[0], head[1])
+                elif head[0] == 'Anonymous:' and key:
+                    kib = int(head[1])
+                    if kib:
+                        maps[key] = kib
+    except OSError:
+        pass
+    return maps
+
+
+def grown_maps(before, after, most=8):
+    """The mappings whose anonymous memory changed the most, as printable lines."""
+    rows = sorted(((after.get(k, 0) - before.get(k, 0), k) for k in set(before) | set(after)),
+                  key=lambda r: -abs(r[0]))
+    return ['%+d KiB (%d -> %d) %s' % (d, before.get(k, 0), after.get(k, 0), k)
+            for d, k in rows[:most] if d]
+
+
 def request_bytes(method, path, body=None, host='localhost', ctype='application/json',
                   key=KEY, close=True):
     h = ['%s %s HTTP/1.1' % (method, path), 'Host: ' + host]
@@ -806,6 +837,7 @@ class Soak:
         next_hup = self.t0 + a.hup_seconds
         next_hup = self.sleep_until(self.t0 + warm, next_hup, self.t0 + 0.6 * a.seconds)
         (rss0, fds0, conns0, anon0, file0), m0 = self.quiesce()
+        maps0 = anon_maps(a.pid)
         n_warm = self.total()
         t_base = time.monotonic()
         print('soak: baseline after %d requests: rss=%dKiB (anon %d, file %d) fds=%d '
@@ -829,6 +861,9 @@ class Soak:
                   file=sys.stderr, flush=True)
             if t_stop >= self.t0 + a.seconds:
                 break
+        grown = grown_maps(maps0, anon_maps(a.pid))
+        for g in grown:
+            print('soak: anonymous memory changed in %s' % g, file=sys.stderr, flush=True)
         self.stop.set()
         for t in threads:
             t.join(IO_TIMEOUT_S)
@@ -852,6 +887,7 @@ class Soak:
             'rss_file_kib_warm': file0, 'rss_file_kib_end': file1,
             'connections_warm': conns0, 'connections_end': conns1,
             'rss_kib_max': max(s[1] for s in self.samples),
+            'anon_maps_grown': grown,
             'heap_in_use_kib_warm': idle[0][7], 'heap_in_use_kib_end': idle[-1][7],
             'heap_free_kib_warm': idle[0][8], 'heap_free_kib_end': idle[-1][8],
             'pages_used_end': m1.get('graphserve_kv_pages{state="used"}'),
