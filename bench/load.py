@@ -7,6 +7,9 @@ round so that a busy machine slows each alike: --clients clients at once, each
 sending --requests requests one after another, every request its own prompt
 (so no two share a prefix beyond the first words), greedy, --max-tokens tokens
 with the end-of-text token ignored so every server generates the same count.
+Time to first token is the first chunk with text, so the model's tokens must
+decode to text: a `graphserve synth` file needs --vocab-from (its default
+vocabulary streams nothing).
 
 Per server and round it prints one markdown row: aggregate generated tokens/s
 (all tokens over the wall time from the first request to the last answer),
@@ -107,7 +110,8 @@ def one_request(url, a, text, out):
         out.append((None, [], 0, str(e)))
         return
     if first is None:
-        out.append((None, [], 0, "no token streamed"))
+        out.append((None, [], 0, "no text streamed (the model's tokens must decode to text: "
+                                 "a synth model needs --vocab-from)"))
         return
     out.append((first - t0, gaps, usage_tokens if usage_tokens is not None else chunks, None))
 
