@@ -19,7 +19,9 @@ not found whole (fixed, or broken in part) fails too, so that the list shrinks w
 the code: write the smaller cycle there, or remove the entry.
 Calls through function pointers (a route's hooks, a shape, a backend's vtable) are not
 edges: a table is how a lower file reaches code above it without naming it.
-Usage: check_calls.py BUILD_DIR [SOURCE_ROOT]
+Usage: check_calls.py BUILD_DIR [SOURCE_ROOT] [--map MODULE]
+  --map MODULE also prints which files of MODULE each of its files calls, callers first
+  (the map docs/ARCHITECTURE.md draws).
 """
 import json
 import os
@@ -55,11 +57,6 @@ KNOWN = {
     # (issue 15, item 4 splits sched.c along these seams).
     frozenset({"scheduler/sched.c", "scheduler/spec.c", "scheduler/step.c",
                "scheduler/trace.c", "scheduler/vjobs.c"}),
-    # server/: the HTTP layer, the routes and the responses (issue 15, item 3).
-    frozenset({"server/anthropic.c", "server/debug.c", "server/embed.c", "server/generate.c",
-               "server/http.c", "server/jinja_prompt.c", "server/responses.c",
-               "server/responses_store.c", "server/routes.c", "server/validation.c",
-               "server/webui.c"}),
 }
 ARCHIVE_DIR = re.compile(r"(^|/)(lib[^/]+\.a)\.p/")
 # nm -P types of a global definition ('i': an ifunc, as target_clones makes).
@@ -177,11 +174,37 @@ def describe(comp, edges, why):
     return "\n".join(lines)
 
 
+def print_map(mod, uses, edges):
+    """Each file of mod with the files of mod it calls, in an order where a file comes
+    before every file it calls (when the module has no cycle)."""
+    files = sorted(f for f in uses if module(f) == mod)
+    inner = {f: sorted(g for g in edges.get(f, ()) if module(g) == mod) for f in files}
+    depth = {}
+
+    def height(f, seen=()):
+        if f not in depth:
+            depth[f] = 0 if f in seen else 1 + max(
+                [height(g, seen + (f,)) for g in inner[f]] or [-1])
+        return depth[f]
+
+    for f in sorted(files, key=lambda f: (-height(f), f)):
+        callees = ", ".join(os.path.basename(g) for g in inner[f]) or "-"
+        print(f"map: {os.path.basename(f)} -> {callees}")
+
+
 def main():
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    map_mod = None
+    if "--map" in args:
+        i = args.index("--map")
+        if i + 1 >= len(args):
+            raise SystemExit(__doc__)
+        map_mod = args[i + 1]
+        del args[i:i + 2]
+    if not args:
         raise SystemExit(__doc__)
-    build = os.path.abspath(sys.argv[1])
-    roots = [os.path.abspath(sys.argv[2])] if len(sys.argv) > 2 else []
+    build = os.path.abspath(args[0])
+    roots = [os.path.abspath(args[1])] if len(args) > 1 else []
     roots.append(build)
     libs = objects(build)
     if not libs:
@@ -207,6 +230,8 @@ def main():
                 if g != f:
                     edges.setdefault(f, set()).add(g)
                     why.setdefault((f, g), set()).add(name)
+    if map_mod:
+        print_map(map_mod, uses, edges)
     problems = []
     # Upward edges between modules.
     for (a, b), names in sorted(why.items()):
