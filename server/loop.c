@@ -62,21 +62,21 @@ void gs_srv__active_remove(struct gs_srv_req *r)
     s->metrics.in_flight--;
 }
 
-struct gs_srv_req *gs_srv__active_find(struct gs_srv *s, uint64_t sched_id)
-{
-    for (struct gs_srv_req *r = s->active; r; r = r->next)
-        if (r->n_choices && sched_id >= r->choices[0].sched_id &&
-            sched_id < r->choices[0].sched_id + r->n_choices)
-            return r;
-    return NULL;
-}
-
+/* A request's choices have consecutive engine ids from choices[0].sched_id. */
 struct gs_srv_choice *gs_srv__choice_of(struct gs_srv_req *r, uint64_t sched_id)
 {
     if (!r->n_choices || sched_id < r->choices[0].sched_id ||
         sched_id >= r->choices[0].sched_id + r->n_choices)
         return NULL;
     return &r->choices[sched_id - r->choices[0].sched_id];
+}
+
+struct gs_srv_req *gs_srv__active_find(struct gs_srv *s, uint64_t sched_id)
+{
+    for (struct gs_srv_req *r = s->active; r; r = r->next)
+        if (gs_srv__choice_of(r, sched_id))
+            return r;
+    return NULL;
 }
 
 /* ---- tokenizing off the loop ---------------------------------------------------------------- */
