@@ -236,5 +236,5 @@ static enum MHD_Result respond(struct gs_srv_req *r)
 }
 
 const struct gs_srv_shape gs_srv__anthropic_shape = {
-    "msg_", stream_open, stream_text, stream_end, stream_fail, respond,
+    "msg_", stream_open, stream_text, stream_end, stream_fail, respond, NULL,
 };

@@ -1,15 +1,24 @@
 /*
- * server/daemon.h - the daemon's own state, shared by http.c (libmicrohttpd
- * on libuv, connections, drain), routes.c (the endpoints) and generate.c
- * (generation requests and their engine events). Loop thread only, except
- * the fields marked atomic. No other module includes this header.
+ * server/daemon.h - the daemon's own state, shared by its files: http.c
+ * (libmicrohttpd on libuv, connections, drain), routes.c (the table and the
+ * endpoints that need no generation), the route files (generate.c, openai.c,
+ * anthropic.c, responses.c, embed.c, debug.c, ...), loop.c (the loop's services
+ * to routes) and respond.c (the response leaf). Loop thread only, except the
+ * fields marked atomic. No other module includes this header.
+ *
+ * Files call downward only (the call_graph test, tests/check_calls.py): http.c ->
+ * routes.c -> the route files -> validation.c, loop.c -> respond.c -> the pure
+ * pieces of internal.h. What a lower file must reach above it goes through a table:
+ * a route's hooks (struct gs_srv_route_hooks) for the HTTP layer, a request's shape
+ * (struct gs_srv_shape) for generate.c, the tokenize job's then for loop.c.
  *
  * Life of an HTTP request (struct gs_srv_req): created when its headers
- * arrive, the body collected up to the cap, then dispatched to a route. A
- * generation request submits one engine request per choice and suspends its
- * connection; engine events (uv_async) fill its buffers and resume it. The
- * request is freed in MHD's completion callback, which also cancels whatever
- * the engine still runs for it (the client went away).
+ * arrive, the body collected up to the cap, then dispatched to its route's
+ * handler. A generation request submits one engine request per choice and
+ * suspends its connection; engine events (uv_async) go to its route's event
+ * hook, which fills its buffers and resumes it. The request is freed in MHD's
+ * completion callback, which first calls the route's cancel hook (whatever the
+ * engine still runs for it: the client went away) and then its free hook.
  */
 #ifndef GS_SERVER_DAEMON_H
 #define GS_SERVER_DAEMON_H
@@ -58,6 +67,15 @@ struct gs_srv_choice {
     float *embd;         /* /v1/embeddings: [n_embd] this input's unit vector; owned */
 };
 
+/* Tokens a choice produced for its client: up to the one that completed a
+ * stop string (the engine may have run a step further before the cancel). */
+static inline uint32_t gs_srv__choice_tokens(const struct gs_srv_choice *c)
+{
+    if (c->stop_hit)
+        return c->n_tokens_at_stop;
+    return c->done ? c->stats.n_generated : c->n_tokens;
+}
+
 struct gs_srv_route;
 
 struct gs_srv_req;
@@ -81,6 +99,9 @@ struct gs_srv_shape {
     void (*stream_fail)(struct gs_srv_req *r, enum gs_srv_ekind kind, const char *msg);
     /* Not streamed: every choice ended without an engine error; answers. */
     enum MHD_Result (*respond)(struct gs_srv_req *r);
+    /* Stream: every choice ended and a validation report is awaited (once); NULL:
+     * nothing is said until the end. */
+    void (*stream_pending)(struct gs_srv_req *r);
 };
 
 /* generate.c: the error kind and message for a choice that did not end as an
@@ -164,6 +185,8 @@ struct gs_srv_req {
     bool in_active;
     char id[64];
     const struct gs_srv_route *route;
+    enum gs_srv_api api; /* whose error objects it answers with: its route's, or its path's */
+    char allow[64];      /* a 405's Allow header: the methods its path takes */
     enum gs_srv_endpoint ep;
     char method[12];
     char *url;
@@ -177,7 +200,7 @@ struct gs_srv_req {
     bool peer_gone;   /* the client closed or reset the connection */
     bool drain_abort; /* ended by the drain deadline: finish_reason "abort" */
     /* generation */
-    const struct gs_srv_shape *shape; /* set by gs_srv__gen_start */
+    const struct gs_srv_shape *shape; /* its route's (gs_srv__gen_begin, embed start) */
     struct gs_srv_gen gen;
     struct gs_srv_tok_job tok_job;
     bool tokenize_pieces; /* /tokenize: with_pieces */
@@ -269,6 +292,29 @@ struct gs_srv {
     char known_answer[256]; /* the readiness check's verdict, for /health */
 };
 
+/*
+ * A route's life after its handler, for routes whose requests outlive it (engine
+ * work, a stream): the HTTP layer (http.c) calls these through the route's table
+ * entry and never names the file that implements them, so that a route is one row
+ * and one file. NULL members are not called. Loop thread.
+ */
+struct gs_srv_route_hooks {
+    /* An engine event for one of r's choices (r is on the active list). */
+    void (*event)(struct gs_srv_req *r, const struct gs_sched_event *ev);
+    /* r->waiting and every choice is in: MHD runs r again for its whole answer. */
+    enum MHD_Result (*resume)(struct gs_srv_req *r);
+    /* The client is gone, or the drain deadline passed: end what the engine still
+     * runs for r. Returns whether anything was still awaited (a cancelled request). */
+    bool (*cancel)(struct gs_srv_req *r);
+    /* The 1-second tick, for each request on the active list: its deadlines (the
+     * validation reports'). */
+    void (*tick)(struct gs_srv_req *r, double now_ms);
+    /* The request ends (MHD's completion): frees what the route allocated for r.
+     * Called for every request the route matched, answered or refused, whatever
+     * its handler reached; http.c frees the rest (body, tok_job, out). */
+    void (*free)(struct gs_srv_req *r);
+};
+
 /* A route: one row of routes.c's table. */
 struct gs_srv_route {
     const char *method;
@@ -276,7 +322,9 @@ struct gs_srv_route {
     enum gs_srv_endpoint ep;
     bool auth; /* a key required (when keys are configured) */
     enum MHD_Result (*handler)(struct gs_srv_req *r);
-    enum gs_srv_api api; /* whose error objects its answers carry */
+    enum gs_srv_api api;              /* whose error objects its answers carry */
+    const struct gs_srv_shape *shape; /* generation routes: how their answers are written */
+    const struct gs_srv_route_hooks *hooks; /* NULL: the handler is the whole route */
 };
 
 /* routes.c */
@@ -289,43 +337,54 @@ enum gs_srv_api gs_srv__route_api(const char *path);
 /* The methods path allows, for the Allow header of a 405 ("GET, HEAD"). */
 void gs_srv__route_allow(const char *path, char *out, size_t cap);
 
-/* http.c: responses and connection control */
+/* respond.c: the response leaf (answers, error objects, event streams, suspension). */
 enum MHD_Result gs_srv__respond_json(struct gs_srv_req *r, unsigned status, json_t *body);
-/* What the request parsers may accept from this server's limits (model.tok must be set). */
-struct gs_srv_parse_limits gs_srv__parse_limits(const struct gs_srv *s);
-
+enum MHD_Result gs_srv__respond_text(struct gs_srv_req *r, unsigned status, const char *type,
+                                     const char *text, size_t len);
+/* Answers kind's status with the error object of r's API (r->api). */
+enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind kind,
+                                      const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* X-Request-Id, and Anthropic's request-id on its API's routes. */
 void gs_srv__id_headers(const struct gs_srv_req *r, struct MHD_Response *resp);
 /* The CORS headers of r's answer (none unless its Origin is configured). */
 void gs_srv__cors_headers(const struct gs_srv_req *r, struct MHD_Response *resp);
-/* An event stream's response, read from r->out by gs_srv__gen_stream_read, with its
+/* An event stream's response, read from r->out by gs_srv__sse_read, with its
  * content type, no-cache, the id and CORS headers; NULL when out of memory. */
 struct MHD_Response *gs_srv__sse_response(struct gs_srv_req *r);
-/* Whether a request naming model `name` (NULL: none named) is for this server. */
-bool gs_srv__model_name_ok(const struct gs_srv *s, const char *name);
-
-enum MHD_Result gs_srv__respond_text(struct gs_srv_req *r, unsigned status, const char *type,
-                                     const char *text, size_t len);
-/* Answers kind's status with the error object of the API of r's path (OpenAI's for an
- * unknown path). */
-enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind kind,
-                                      const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+/* The content reader of an event stream: hands MHD what r->out holds, ends the
+ * stream once r->stream_end is set and out is empty (with an error when the peer is
+ * gone or out failed), and suspends the connection while there is nothing to send. */
+ssize_t gs_srv__sse_read(void *cls, uint64_t pos, char *buf, size_t max);
 void gs_srv__suspend(struct gs_srv_req *r);
-/* Lets MHD process what changed (a resumed connection) outside its callbacks. */
+void gs_srv__resume(struct gs_srv_req *r);
+
+/* loop.c: the loop's services to routes (MHD runs, the active list, the thread pool). */
+/* Lets MHD process what changed (a resumed connection) outside its callbacks; rearms
+ * MHD's timer. */
 void gs_srv__kick(struct gs_srv *s);
+/* srv->active: the requests the engine works for (from their submission until every
+ * choice and awaited report is in). */
+void gs_srv__active_add(struct gs_srv_req *r);
+void gs_srv__active_remove(struct gs_srv_req *r);
+/* The active request one of whose choices is engine request sched_id; NULL: none (its
+ * client went away). */
+struct gs_srv_req *gs_srv__active_find(struct gs_srv *s, uint64_t sched_id);
+/* r's choice for engine request sched_id, or NULL. */
+struct gs_srv_choice *gs_srv__choice_of(struct gs_srv_req *r, uint64_t sched_id);
 /* Tokenizes r->tok_job.text with its spans and flags (gs_tok_encode_spans)
  * on the thread pool, the connection suspended; then the access handler
  * calls then(r), which takes the result (ids, n_ids, st, err) and clears
  * done. Call from a handler; returns what the handler returns. */
 enum MHD_Result gs_srv__tokenize_async(struct gs_srv_req *r, unsigned flags,
                                        enum MHD_Result (*then)(struct gs_srv_req *r));
-void gs_srv__resume(struct gs_srv_req *r);
-void gs_srv__active_add(struct gs_srv_req *r);
-/* Starts the 1-second tick (dead peers, keepalives) if it is not running. */
-void gs_srv__tick_start(struct gs_srv *s);
-void gs_srv__active_remove(struct gs_srv_req *r);
+/* Frees a job's text, spans and ids (not while it runs). */
+void gs_srv__tok_job_free(struct gs_srv_tok_job *j);
 bool gs_srv__is_ready(struct gs_srv *s, char *why, size_t cap);
+/* Whether a request naming model `name` (NULL: none named) is for this server. */
+bool gs_srv__model_name_ok(const struct gs_srv *s, const char *name);
+/* What the request parsers may accept from this server's limits (model.tok must be set). */
+struct gs_srv_parse_limits gs_srv__parse_limits(const struct gs_srv *s);
 
 /* service.c: SIGHUP -> cfg.on_reload, and WATCHDOG=1 pings (when configured). */
 void gs_srv__service_start(struct gs_srv *s);
@@ -344,20 +403,28 @@ bool gs_srv__jinja_render(struct gs_srv_req *r, unsigned *flags, enum MHD_Result
 /* POST /apply-template: a chat completion body's prompt, rendered by the
  * template chats use, without generating: {"prompt": ..., "chat_template": ...}. */
 enum MHD_Result gs_srv__apply_template(struct gs_srv_req *r);
+extern const struct gs_srv_route_hooks gs_srv__apply_template_hooks; /* frees r->gen */
 
-/* generate.c */
+/* generate.c: the generation routes (chat, completions, messages, count_tokens), and
+ * the machinery that /v1/responses and /v1/embeddings share with them. */
 enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r);
+/* The start of every generation handler: r->shape from the route, the request id in
+ * the shape's spelling, readiness and the engine checked. false: answered (*ret). */
+bool gs_srv__gen_begin(struct gs_srv_req *r, enum MHD_Result *ret);
+/* After a body's parse into r->gen: the refusal (st, param, e), or the model check and
+ * the prompt's tokens, then the submission. */
+enum MHD_Result gs_srv__gen_parsed(struct gs_srv_req *r, enum gs_status st, const char *param,
+                                   const struct gs_err *e);
 /* Called again once the prompt is tokenized: checks it and submits. */
 enum MHD_Result gs_srv__gen_continue(struct gs_srv_req *r);
-/* Called again for a resumed non-stream request: queues the final answer. */
+/* The generation routes' hooks (struct gs_srv_route_hooks), for the routes that
+ * share the machinery and add their own parts (responses.c, embed.c). */
+void gs_srv__gen_event(struct gs_srv_req *r, const struct gs_sched_event *ev);
 enum MHD_Result gs_srv__gen_respond(struct gs_srv_req *r);
-void gs_srv__gen_event(struct gs_srv *s, const struct gs_sched_event *ev);
-/* The client is gone or the drain deadline passed: cancel what still runs. */
-void gs_srv__gen_cancel(struct gs_srv_req *r);
+bool gs_srv__gen_cancel(struct gs_srv_req *r);
+void gs_srv__gen_tick(struct gs_srv_req *r, double now_ms);
 void gs_srv__gen_free(struct gs_srv_req *r);
-uint32_t gs_srv__choice_tokens(const struct gs_srv_choice *c);
-/* The SSE content reader for streaming requests. */
-ssize_t gs_srv__gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max);
+extern const struct gs_srv_route_hooks gs_srv__gen_hooks;
 /* Streaming: once every choice ended, the closing chunks and [DONE], or the
  * "pending" usage chunk while validation reports are awaited. */
 void gs_srv__gen_try_end(struct gs_srv_req *r);
@@ -365,9 +432,35 @@ void gs_srv__gen_try_end(struct gs_srv_req *r);
  * send or answer, leave the active list when nothing is awaited. */
 void gs_srv__gen_settle(struct gs_srv_req *r);
 
+/* openai.c: OpenAI's answer shapes (chat.completion and text_completion objects and
+ * chunks), and their renderers: pure functions of r's state, each returning a new
+ * reference (NULL out of memory). */
+extern const struct gs_srv_shape gs_srv__openai_chat_shape;
+extern const struct gs_srv_shape gs_srv__openai_completion_shape;
+/* The whole answer of a request whose choices have all ended. */
+json_t *gs_srv__openai_answer(const struct gs_srv_req *r);
+/* One stream chunk for choice c: its pending text (c->text), reasoning and logprobs, the
+ * role on its first chunk (!c->first_sent), and with fin (a finish_reason) the receipt. */
+json_t *gs_srv__openai_chunk(const struct gs_srv_req *r, const struct gs_srv_choice *c,
+                             const char *fin);
+/* A chunk's envelope (id, object, created, model, fingerprint) around choices (taken). */
+json_t *gs_srv__openai_chunk_base(const struct gs_srv_req *r, json_t *choices);
+/* {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"} and,
+ * validated, "validation"; timings: llama.cpp's per-request figures for choice 0. */
+json_t *gs_srv__openai_usage(const struct gs_srv_req *r);
+json_t *gs_srv__openai_timings(const struct gs_srv_req *r);
+/* "stop", "length", "tool_calls", "error" or "abort" for how c ended. */
+const char *gs_srv__openai_finish_reason(const struct gs_srv_choice *c);
+/* One sampled token's logprobs entry (token, logprob, bytes, id, up to n_top
+ * alternatives) from its TOKEN event. */
+json_t *gs_srv__openai_logprob(const struct gs_tok *tok, const struct gs_sched_event *ev,
+                               uint32_t n_top);
+
 /* responses.c and responses_store.c: /v1/responses */
-/* Frees r's stream state (from gs_srv__gen_free). */
-void gs_srv__responses_free(struct gs_srv_req *r);
+/* POST /v1/responses: previous_response_id looked up, the body rewritten into a chat,
+ * then generation's path; its hooks add the stream state's free. */
+enum MHD_Result gs_srv__responses_start(struct gs_srv_req *r);
+extern const struct gs_srv_route_hooks gs_srv__responses_hooks;
 /* The conversation kept for response id (chat messages; borrowed until the next call
  * into the store), or NULL when unknown or expired. */
 const json_t *gs_srv__responses_find(struct gs_srv *s, const char *id);
@@ -379,10 +472,9 @@ void gs_srv__responses_store_free(struct gs_srv *s);
  * ({"id","object":"response","deleted":true}). 404 for an id not kept. */
 enum MHD_Result gs_srv__responses_retrieve(struct gs_srv_req *r);
 enum MHD_Result gs_srv__responses_delete(struct gs_srv_req *r);
-/* embed.c: POST /v1/embeddings, and each input's FINISH event (its vector). */
+/* embed.c: POST /v1/embeddings; its hooks take each input's FINISH event (its vector). */
 enum MHD_Result gs_srv__embed_start(struct gs_srv_req *r);
-void gs_srv__embed_event(struct gs_srv_req *r, struct gs_srv_choice *c,
-                         const struct gs_sched_event *ev);
+extern const struct gs_srv_route_hooks gs_srv__embed_hooks;
 
 /* debug.c: /debug/graph, /debug/memory, /debug/events and the memory ledger. */
 enum MHD_Result gs_srv__debug_graph(struct gs_srv_req *r);
@@ -392,8 +484,8 @@ enum MHD_Result gs_srv__debug_events(struct gs_srv_req *r);
 void gs_srv__debug_drain(struct gs_srv *s);
 /* The drain: every subscriber's stream ends. */
 void gs_srv__debug_end_all(struct gs_srv *s);
-/* Leaves the subscribers (from req_free). */
-void gs_srv__debug_free(struct gs_srv_req *r);
+/* GET /debug/events' hooks: a subscriber leaves the list when its request ends. */
+extern const struct gs_srv_route_hooks gs_srv__debug_events_hooks;
 
 /*
  * The memory ledger: one row per kind of memory the daemon holds, read by
@@ -434,7 +526,7 @@ const char *gs_srv__val_usage(const struct gs_srv_req *r); /* usage.validation *
 json_t *gs_srv__val_receipt(const struct gs_srv_req *r);
 /* Sets body.validation (choice 0's) and, with n > 1, each choice's in
  * body.validations; nothing when r is not validated. */
-void gs_srv__val_attach(struct gs_srv_req *r, json_t *body);
+void gs_srv__val_attach(const struct gs_srv_req *r, json_t *body);
 void gs_srv__val_token(struct gs_srv_req *r, struct gs_srv_choice *c,
                        const struct gs_sched_event *ev);
 void gs_srv__val_finish(struct gs_srv_req *r, struct gs_srv_choice *c,
@@ -444,7 +536,8 @@ void gs_srv__val_report(struct gs_srv_req *r, struct gs_srv_choice *c,
 /* Ends every awaited report with state (TIMEOUT or ERROR) and drops the
  * engine's job. */
 void gs_srv__val_give_up(struct gs_srv_req *r, enum gs_srv_val_state state, const char *why);
-/* The tick: requests whose reports are overdue time out. */
-void gs_srv__val_tick(struct gs_srv *s, double now_ms);
+/* The tick: when r's awaited reports are past validate_timeout_ms, gives them up as
+ * timed out and returns true (the route then settles r); false otherwise. */
+bool gs_srv__val_expire(struct gs_srv_req *r, double now_ms);
 
 #endif /* GS_SERVER_DAEMON_H */

@@ -149,10 +149,9 @@ static void unsubscribe(struct gs_srv_req *r)
         s->engine.trace_watch(s->engine.ctx, false);
 }
 
-void gs_srv__debug_free(struct gs_srv_req *r)
-{
-    unsubscribe(r);
-}
+const struct gs_srv_route_hooks gs_srv__debug_events_hooks = {
+    .free = unsubscribe,
+};
 
 /* Appends one record (a JSON object without its newline) to r's stream, or counts it
  * lost when r's queue is full. */
@@ -245,8 +244,7 @@ enum MHD_Result gs_srv__debug_events(struct gs_srv_req *r)
     if (s->debug_subs)
         s->debug_subs->dprev = r;
     s->debug_subs = r;
-    s->engine.trace_watch(s->engine.ctx, true);
-    gs_srv__tick_start(s);
+    s->engine.trace_watch(s->engine.ctx, true); /* http.c starts the tick for subscribers */
     enum MHD_Result q = MHD_queue_response(r->conn, 200, resp);
     MHD_destroy_response(resp);
     return q;

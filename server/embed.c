@@ -7,7 +7,8 @@
  *
  * The request reuses generation's machinery: each input is one choice, its
  * FINISH event carries the pooled vector, and the answer goes out once every
- * choice has ended (gs_srv__gen_respond calls embed_respond through the shape).
+ * choice has ended (gs_srv__gen_respond calls embed_respond through the shape). Its
+ * hooks (gs_srv__embed_hooks) are generation's but for the events and the free.
  */
 #include "server/daemon.h"
 
@@ -364,7 +365,7 @@ static enum MHD_Result tokenize_next(struct gs_srv_req *r)
 enum MHD_Result gs_srv__embed_start(struct gs_srv_req *r)
 {
     struct gs_srv *s = r->srv;
-    r->shape = &gs_srv__embed_shape;
+    r->shape = r->route->shape;
     char why[64];
     if (!gs_srv__is_ready(s, why, sizeof(why)))
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "the server is %s",
@@ -387,11 +388,16 @@ enum MHD_Result gs_srv__embed_start(struct gs_srv_req *r)
     return tokenize_next(r);
 }
 
-void gs_srv__embed_event(struct gs_srv_req *r, struct gs_srv_choice *c,
-                         const struct gs_sched_event *ev)
+/* An input's events: its FINISH carries the vector. */
+static void embed_event(struct gs_srv_req *r, const struct gs_sched_event *ev)
 {
-    if (ev->kind != GS_SCHED_EV_FINISH)
+    struct gs_srv_choice *c = gs_srv__choice_of(r, ev->id);
+    if (!c || (c->done && ev->kind != GS_SCHED_EV_VALIDATION))
+        return; /* a late event for an input that has ended */
+    if (ev->kind != GS_SCHED_EV_FINISH) {
+        gs_srv__gen_settle(r);
         return;
+    }
     struct gs_srv *s = r->srv;
     c->done = true;
     c->finish = ev->finish;
@@ -408,4 +414,22 @@ void gs_srv__embed_event(struct gs_srv_req *r, struct gs_srv_choice *c,
     }
     s->metrics.prompt_tokens += ev->stats.n_prompt;
     r->n_done++;
+    gs_srv__gen_settle(r);
 }
+
+/* The request's end: its body, then what generation's machinery allocated. */
+static void embed_free(struct gs_srv_req *r)
+{
+    gs_srv_embed_req_free(r->embed);
+    r->embed = NULL;
+    gs_srv__gen_free(r);
+}
+
+/* Generation's hooks but for the events (and the body's free). */
+const struct gs_srv_route_hooks gs_srv__embed_hooks = {
+    .event = embed_event,
+    .resume = gs_srv__gen_respond,
+    .cancel = gs_srv__gen_cancel,
+    .tick = gs_srv__gen_tick,
+    .free = embed_free,
+};

@@ -3,7 +3,11 @@
  * from a parsed request to engine requests (one per choice), and from engine
  * events to SSE chunks or one JSON answer. One path serves every API; where
  * their answers differ it calls the request's shape (struct gs_srv_shape in
- * daemon.h): OpenAI's is here, Anthropic's in anthropic.c.
+ * daemon.h), which the route's row in routes.c names: OpenAI's in openai.c,
+ * Anthropic's in anthropic.c, the Responses API's in responses.c. The HTTP layer
+ * reaches this file only through the routes' hooks (gs_srv__gen_hooks, and those of
+ * responses.c and embed.c, which share this machinery); it calls below itself only
+ * (loop.c, respond.c, validation.c, openai.c's renderers, the pure parsers).
  *
  * Text goes through two stages per choice: the tokenizer's streaming decoder
  * releases only complete UTF-8, and the stop-string matcher holds back what
@@ -20,51 +24,6 @@
 #include <sys/random.h>
 #include <time.h>
 
-/* Tokens a choice produced for its client: up to the one that completed a
- * stop string (the engine may have run a step further before the cancel). */
-uint32_t gs_srv__choice_tokens(const struct gs_srv_choice *c)
-{
-    if (c->stop_hit)
-        return c->n_tokens_at_stop;
-    return c->done ? c->stats.n_generated : c->n_tokens;
-}
-
-static const char *finish_reason(const struct gs_srv_req *r, const struct gs_srv_choice *c)
-{
-    /* An answer that ended by itself after making calls ends for them. */
-    const char *stop = json_array_size(c->calls) ? "tool_calls" : "stop";
-    if (c->stop_hit)
-        return stop;
-    switch (c->finish) {
-    case GS_FINISH_STOP:
-    case GS_FINISH_EOS:
-        return stop;
-    case GS_FINISH_LENGTH:
-        return "length";
-    case GS_FINISH_ERROR:
-        return "error";
-    case GS_FINISH_CANCELLED:
-    case GS_FINISH_ABORT:
-    case GS_FINISH_NONE:
-        break;
-    }
-    return "abort";
-}
-
-static json_t *usage_json(const struct gs_srv_req *r)
-{
-    uint32_t gen = 0;
-    for (uint32_t i = 0; i < r->n_choices; i++)
-        gen += gs_srv__choice_tokens(&r->choices[i]);
-    uint32_t cached = r->n_choices ? r->choices[0].stats.n_prompt_cached : 0;
-    json_t *u = json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", (int)r->n_prompt,
-                          "completion_tokens", (int)gen, "total_tokens", (int)(r->n_prompt + gen),
-                          "prompt_tokens_details", "cached_tokens", (int)cached);
-    if (u && r->val.on)
-        json_object_set_new(u, "validation", json_string(gs_srv__val_usage(r)));
-    return u;
-}
-
 enum gs_srv_ekind gs_srv__unfinished_kind(const struct gs_srv_choice *c, const char **msg)
 {
     if (c->finish == GS_FINISH_ERROR) {
@@ -73,233 +32,6 @@ enum gs_srv_ekind gs_srv__unfinished_kind(const struct gs_srv_choice *c, const c
     }
     *msg = "the server ended the request before its answer was whole (shutting down)";
     return GS_SRV_E_UNAVAILABLE;
-}
-
-/* Per-request timings, as llama.cpp reports them, for choice 0. */
-static json_t *timings_json(const struct gs_srv_req *r)
-{
-    const struct gs_sched_req_stats *st = &r->choices[0].stats;
-    uint32_t prompt_n = st->n_prompt - GS_MIN(st->n_prompt, st->n_prompt_cached);
-    json_t *t =
-        json_pack("{s:f,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "queue_ms", st->queue_ms, "prompt_n",
-                  (int)prompt_n, "prompt_ms", st->prefill_ms, "prompt_per_token_ms",
-                  prompt_n ? st->prefill_ms / prompt_n : 0.0, "prompt_per_second",
-                  st->prefill_ms > 0 ? prompt_n * 1000.0 / st->prefill_ms : 0.0, "predicted_n",
-                  (int)st->n_generated, "predicted_ms", st->decode_ms, "predicted_per_token_ms",
-                  st->n_generated ? st->decode_ms / st->n_generated : 0.0, "predicted_per_second",
-                  st->decode_ms > 0 ? st->n_generated * 1000.0 / st->decode_ms : 0.0);
-    /* Structured output: the part of predicted_ms spent on masks and matchers. */
-    if (t && r->gen.grammar)
-        json_object_set_new(t, "grammar_ms", json_real(st->grammar_ms));
-    /* Speculative decoding, when it drafted for this request (llama.cpp's
-     * draft_n and draft_n_accepted, plus the steps that verified a draft and
-     * the drafting time inside predicted_ms). */
-    if (t && st->n_drafted > 0) {
-        json_object_set_new(t, "draft_n", json_integer(st->n_drafted));
-        json_object_set_new(t, "draft_n_accepted", json_integer(st->n_draft_accepted));
-        json_object_set_new(t, "draft_verify_steps", json_integer(st->n_verify_steps));
-        json_object_set_new(t, "draft_ms", json_real(st->draft_ms));
-    }
-    return t;
-}
-
-/* ---- logprobs ------------------------------------------------------------------------------- */
-
-static json_t *token_json(const struct gs_tok *tok, int32_t id, float lp, bool with_id)
-{
-    size_t pl = 0;
-    const char *p = gs_tok_piece(tok, id, 0, &pl);
-    if (!p)
-        p = "";
-    json_t *j = json_pack("{s:o,s:f,s:o}", "token", gs_srv_json_text(p, pl), "logprob",
-                          isfinite(lp) ? (double)lp : -9999.0, "bytes", gs_srv_json_bytes(p, pl));
-    if (j && with_id)
-        json_object_set_new(j, "id", json_integer(id));
-    return j;
-}
-
-/* One token's logprobs entry in the choice's pending list. Chat uses
- * OpenAI's {"content":[...]} entries; completions collect the legacy arrays
- * at report time from the same entries. */
-static void add_logprob(struct gs_srv_req *r, struct gs_srv_choice *c,
-                        const struct gs_sched_event *ev)
-{
-    const struct gs_tok *tok = r->srv->cfg.model.tok;
-    if (!c->logprobs)
-        c->logprobs = json_array();
-    json_t *e = token_json(tok, ev->token, ev->logprob, true);
-    json_t *top = json_array();
-    /* The engine may send more alternatives than asked, for validation's
-     * top_logprobs. */
-    uint32_t n_top = GS_MIN(ev->n_top, (uint32_t)r->gen.top_logprobs);
-    for (uint32_t k = 0; k < n_top && top; k++)
-        json_array_append_new(top, token_json(tok, ev->top[k].token, ev->top[k].logprob, true));
-    json_object_set_new(e, "top_logprobs", top);
-    json_array_append_new(c->logprobs, e);
-}
-
-/* The logprobs object for the entries in c->logprobs (then emptied). */
-static json_t *take_logprobs(struct gs_srv_req *r, struct gs_srv_choice *c)
-{
-    if (!r->gen.logprobs)
-        return json_null();
-    json_t *entries = c->logprobs ? c->logprobs : json_array();
-    c->logprobs = NULL;
-    if (r->gen.chat)
-        return json_pack("{s:o}", "content", entries);
-    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-    size_t i;
-    json_t *e;
-    json_array_foreach(entries, i, e)
-    {
-        json_array_append(tokens, json_object_get(e, "token"));
-        json_array_append(lps, json_object_get(e, "logprob"));
-        json_t *m = json_object();
-        size_t k;
-        json_t *t;
-        json_array_foreach(json_object_get(e, "top_logprobs"), k, t) json_object_set(
-            m, json_string_value(json_object_get(t, "token")), json_object_get(t, "logprob"));
-        json_array_append_new(tops, m);
-        json_array_append_new(offs, json_integer((json_int_t)c->text_offset));
-        c->text_offset += json_array_size(json_object_get(e, "bytes"));
-    }
-    json_decref(entries);
-    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs",
-                     tops, "text_offset", offs);
-}
-
-/* ---- SSE chunks ----------------------------------------------------------------------------- */
-
-static json_t *chunk_base(const struct gs_srv_req *r, json_t *choices)
-{
-    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", r->id, "object",
-                     r->gen.chat ? "chat.completion.chunk" : "text_completion", "created",
-                     (json_int_t)r->created, "model", r->srv->cfg.model.id, "system_fingerprint",
-                     r->val.fingerprint, "choices", choices);
-}
-
-/* Appends one chunk of choice c with delta (a new reference taken), no logprobs. */
-static void emit_delta(struct gs_srv_req *r, struct gs_srv_choice *c, json_t *delta)
-{
-    json_t *ch = json_pack("{s:i,s:o,s:n,s:n}", "index", (int)c->index, "delta", delta, "logprobs",
-                           "finish_reason");
-    json_t *chunk = chunk_base(r, json_pack("[o]", ch));
-    gs_srv_sse_json(&r->out, chunk);
-    json_decref(chunk);
-}
-
-/* The tool_calls deltas of c not yet streamed, one chunk each (see read_calls). */
-static void emit_calls(struct gs_srv_req *r, struct gs_srv_choice *c)
-{
-    size_t i;
-    json_t *d;
-    json_array_foreach(c->call_deltas, i, d)
-    {
-        emit_delta(r, c, json_pack("{s:[O]}", "tool_calls", d));
-    }
-    json_array_clear(c->call_deltas);
-}
-
-static void emit_chunk_text(struct gs_srv_req *r, struct gs_srv_choice *c, const char *fin);
-
-/* Appends choice c's pending text (and logprobs), then its new calls, with
- * finish_reason when fin is set. */
-static void emit_chunk(struct gs_srv_req *r, struct gs_srv_choice *c, const char *fin)
-{
-    if (!r->gen.chat || !json_array_size(c->call_deltas)) {
-        emit_chunk_text(r, c, fin);
-        return;
-    }
-    if (c->text.len || c->reasoning.len || !c->first_sent || c->logprobs)
-        emit_chunk_text(r, c, NULL);
-    emit_calls(r, c);
-    if (fin)
-        emit_chunk_text(r, c, fin);
-}
-
-/* One chunk for choice c carrying its pending text (and logprobs), with finish_reason
- * when fin is set. */
-static void emit_chunk_text(struct gs_srv_req *r, struct gs_srv_choice *c, const char *fin)
-{
-    json_t *text = gs_srv_json_text(c->text.p ? c->text.p : "", c->text.len);
-    c->text.len = 0;
-    json_t *ch;
-    if (r->gen.chat) {
-        json_t *delta = json_object();
-        if (!c->first_sent)
-            json_object_set_new(delta, "role", json_string("assistant"));
-        if (c->reasoning.len) {
-            json_object_set_new(delta, "reasoning_content",
-                                gs_srv_json_text(c->reasoning.p, c->reasoning.len));
-            c->reasoning.len = 0;
-        }
-        if ((!fin && !json_object_get(delta, "reasoning_content")) || json_string_length(text))
-            json_object_set(delta, "content", text);
-        ch = json_pack("{s:i,s:o,s:o,s:o}", "index", (int)c->index, "delta", delta, "logprobs",
-                       take_logprobs(r, c), "finish_reason", fin ? json_string(fin) : json_null());
-    } else {
-        ch = json_pack("{s:i,s:O,s:o,s:o}", "index", (int)c->index, "text", text, "logprobs",
-                       take_logprobs(r, c), "finish_reason", fin ? json_string(fin) : json_null());
-    }
-    json_decref(text);
-    c->first_sent = true;
-    json_t *chunk = chunk_base(r, json_pack("[o]", ch));
-    if (chunk && fin)
-        json_object_set_new(chunk, "graphserve", gs_srv__val_receipt(r));
-    gs_srv_sse_json(&r->out, chunk);
-    json_decref(chunk);
-}
-
-static void openai_open(struct gs_srv_req *r)
-{
-    if (r->gen.chat)
-        for (uint32_t i = 0; i < r->n_choices; i++)
-            emit_chunk(r, &r->choices[i], NULL);
-}
-
-static void openai_text(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin)
-{
-    emit_chunk(r, c, fin ? finish_reason(r, c) : NULL);
-}
-
-/* After the last choice: the error chunk if one failed, the usage chunk
- * when asked, and [DONE]. */
-static void openai_end(struct gs_srv_req *r)
-{
-    for (uint32_t i = 0; i < r->n_choices; i++) {
-        struct gs_srv_choice *c = &r->choices[i];
-        if (c->finish == GS_FINISH_ERROR && !c->stop_hit) {
-            json_t *e = gs_srv_err_json(gs_srv_err_from_status(c->err_code), c->err_msg, NULL);
-            gs_srv_sse_json(&r->out, e);
-            json_decref(e);
-            break;
-        }
-    }
-    /* The validation report rides on the last chunk before [DONE]: the
-     * usage chunk when asked, else one of its own. */
-    if (r->val.on && !r->gen.include_usage) {
-        json_t *chunk = chunk_base(r, json_array());
-        gs_srv__val_attach(r, chunk);
-        gs_srv_sse_json(&r->out, chunk);
-        json_decref(chunk);
-    }
-    if (r->gen.include_usage) {
-        json_t *chunk = chunk_base(r, json_array());
-        gs_srv__val_attach(r, chunk);
-        json_object_set_new(chunk, "usage", usage_json(r));
-        json_object_set_new(chunk, "timings", timings_json(r));
-        gs_srv_sse_json(&r->out, chunk);
-        json_decref(chunk);
-    }
-    gs_srv_sse_done(&r->out);
-}
-
-static void openai_fail(struct gs_srv_req *r, enum gs_srv_ekind kind, const char *msg)
-{
-    json_t *e = gs_srv_err_json(kind, msg, NULL);
-    gs_srv_sse_json(&r->out, e);
-    json_decref(e);
-    gs_srv_sse_done(&r->out);
 }
 
 /* Choice c's released text to the stream, fin: with its end; dropped once the stream
@@ -315,40 +47,9 @@ static void stream_text(struct gs_srv_req *r, struct gs_srv_choice *c, bool fin)
     r->shape->stream_text(r, c, fin);
 }
 
-ssize_t gs_srv__gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
-{
-    struct gs_srv_req *r = cls;
-    if (r->peer_gone || r->out.failed)
-        return MHD_CONTENT_READER_END_WITH_ERROR;
-    if (r->out.len) {
-        size_t n = GS_MIN(max, r->out.len);
-        memcpy(buf, r->out.p, n);
-        gs_srv_buf_consume(&r->out, n);
-        r->t_last_out_ms = gs_now_ms();
-        return (ssize_t)n;
-    }
-    if (r->stream_end)
-        return MHD_CONTENT_READER_END_OF_STREAM;
-    /* Nothing to send: park the connection until the engine has more. */
-    gs_srv__suspend(r);
-    return 0;
-}
-
 static void submit_deferred(struct gs_srv_req *r, const struct gs_srv_choice *first);
 
 /* ---- engine events -------------------------------------------------------------------------- */
-
-static struct gs_srv_choice *find_choice(struct gs_srv *s, uint64_t id, struct gs_srv_req **out)
-{
-    for (struct gs_srv_req *r = s->active; r; r = r->next) {
-        if (!r->n_choices || id < r->choices[0].sched_id ||
-            id >= r->choices[0].sched_id + r->n_choices)
-            continue;
-        *out = r;
-        return &r->choices[id - r->choices[0].sched_id];
-    }
-    return NULL;
-}
 
 /*
  * A control token that spells one of the format's markers ([TOOL_CALLS] and [ARGS] in
@@ -495,8 +196,13 @@ static void on_token(struct gs_srv_req *r, struct gs_srv_choice *c, const struct
     struct gs_err err;
     if (gs_tok_decoder_feed(c->dec, ev->token, &piece, &len, &err) != GS_OK)
         len = 0;
-    if (r->gen.logprobs)
-        add_logprob(r, c, ev);
+    if (r->gen.logprobs) {
+        /* OpenAI's entries, kept until they are sent (streams) or answered. */
+        if (!c->logprobs)
+            c->logprobs = json_array();
+        json_array_append_new(c->logprobs, gs_srv__openai_logprob(r->srv->cfg.model.tok, ev,
+                                                                  (uint32_t)r->gen.top_logprobs));
+    }
     if (r->val.top_k)
         gs_srv__val_token(r, c, ev);
     if (!len && c->tools_on)
@@ -565,12 +271,8 @@ void gs_srv__gen_try_end(struct gs_srv_req *r)
         return;
     if (!complete(r)) {
         /* The text is complete; the report is awaited. Say so once. */
-        if (!r->val.pending_told && r->gen.include_usage) {
-            json_t *chunk = chunk_base(r, json_array());
-            json_object_set_new(chunk, "usage", usage_json(r));
-            gs_srv_sse_json(&r->out, chunk);
-            json_decref(chunk);
-        }
+        if (!r->val.pending_told && r->shape->stream_pending)
+            r->shape->stream_pending(r);
         r->val.pending_told = true;
         return;
     }
@@ -613,17 +315,11 @@ void gs_srv__gen_settle(struct gs_srv_req *r)
         gs_srv__active_remove(r);
 }
 
-void gs_srv__gen_event(struct gs_srv *s, const struct gs_sched_event *ev)
+void gs_srv__gen_event(struct gs_srv_req *r, const struct gs_sched_event *ev)
 {
-    struct gs_srv_req *r;
-    struct gs_srv_choice *c = find_choice(s, ev->id, &r);
+    struct gs_srv_choice *c = gs_srv__choice_of(r, ev->id);
     if (!c || (c->done && ev->kind != GS_SCHED_EV_VALIDATION))
-        return; /* its client went away; the request is gone */
-    if (r->embed) {
-        gs_srv__embed_event(r, c, ev);
-        gs_srv__gen_settle(r);
-        return;
-    }
+        return; /* a late event for a choice that has ended */
     if (ev->kind == GS_SCHED_EV_VALIDATION) {
         if (!c->val.pending)
             return; /* timed out already */
@@ -640,9 +336,17 @@ void gs_srv__gen_event(struct gs_srv *s, const struct gs_sched_event *ev)
     gs_srv__gen_settle(r);
 }
 
-void gs_srv__gen_cancel(struct gs_srv_req *r)
+void gs_srv__gen_tick(struct gs_srv_req *r, double now_ms)
+{
+    if (gs_srv__val_expire(r, now_ms))
+        gs_srv__gen_settle(r);
+}
+
+bool gs_srv__gen_cancel(struct gs_srv_req *r)
 {
     struct gs_srv *s = r->srv;
+    if (!r->n_choices || (r->n_done == r->n_choices && !r->val.n_pending))
+        return false; /* nothing is awaited */
     if (r->deferred) {
         /* The choices not yet submitted end here, as the first will. */
         r->deferred = false;
@@ -668,6 +372,7 @@ void gs_srv__gen_cancel(struct gs_srv_req *r)
         if (r->drain_abort)
             gs_srv__resume(r);
     }
+    return true;
 }
 
 void gs_srv__gen_free(struct gs_srv_req *r)
@@ -691,14 +396,7 @@ void gs_srv__gen_free(struct gs_srv_req *r)
     }
     gs_free(r->choices);
     gs_free(r->prompt);
-    gs_free(r->tok_job.ids);
-    gs_srv_buf_free(&r->tok_job.text);
-    gs_srv_spans_free(&r->tok_job.spans);
-    gs_srv_buf_free(&r->out);
     gs_srv_gen_free(&r->gen);
-    gs_srv__responses_free(r);
-    gs_srv_embed_req_free(r->embed);
-    r->embed = NULL;
     r->choices = NULL;
     r->n_choices = 0;
 }
@@ -716,54 +414,6 @@ enum MHD_Result gs_srv__gen_respond(struct gs_srv_req *r)
     }
     return r->shape->respond(r);
 }
-
-static enum MHD_Result openai_respond(struct gs_srv_req *r)
-{
-    json_t *choices = json_array();
-    for (uint32_t i = 0; i < r->n_choices; i++) {
-        struct gs_srv_choice *c = &r->choices[i];
-        json_t *text = gs_srv_json_text(c->text.p ? c->text.p : "", c->text.len);
-        json_t *ch;
-        /* With calls, content is null unless the model wrote more than whitespace. */
-        size_t k = 0;
-        while (k < c->text.len && strchr(" \t\r\n", c->text.p[k]))
-            k++;
-        if (json_array_size(c->calls) && k == c->text.len) {
-            json_decref(text);
-            text = json_null();
-        }
-        if (r->gen.chat)
-            ch = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", (int)i, "message", "role",
-                           "assistant", "content", text, "logprobs", take_logprobs(r, c),
-                           "finish_reason", finish_reason(r, c));
-        else
-            ch = json_pack("{s:i,s:o,s:o,s:s}", "index", (int)i, "text", text, "logprobs",
-                           take_logprobs(r, c), "finish_reason", finish_reason(r, c));
-        if (ch && r->gen.chat && json_array_size(c->calls))
-            json_object_set(json_object_get(ch, "message"), "tool_calls", c->calls);
-        if (ch && r->gen.chat && c->reasoning.len)
-            json_object_set_new(json_object_get(ch, "message"), "reasoning_content",
-                                gs_srv_json_text(c->reasoning.p, c->reasoning.len));
-        json_array_append_new(choices, ch);
-    }
-    json_t *body = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", r->id, "object",
-                             r->gen.chat ? "chat.completion" : "text_completion", "created",
-                             (json_int_t)r->created, "model", r->srv->cfg.model.id,
-                             "system_fingerprint", r->val.fingerprint, "choices", choices, "usage",
-                             usage_json(r), "timings", timings_json(r));
-    if (body) {
-        json_object_set_new(body, "graphserve", gs_srv__val_receipt(r));
-        gs_srv__val_attach(r, body);
-    }
-    return gs_srv__respond_json(r, 200, body);
-}
-
-static const struct gs_srv_shape openai_chat = {
-    "chatcmpl-", openai_open, openai_text, openai_end, openai_fail, openai_respond,
-};
-static const struct gs_srv_shape openai_completion = {
-    "cmpl-", openai_open, openai_text, openai_end, openai_fail, openai_respond,
-};
 
 /* ---- starting a request --------------------------------------------------------------------- */
 
@@ -927,7 +577,7 @@ static void submit_deferred(struct gs_srv_req *r, const struct gs_srv_choice *fi
         ev.finish = give_up ? first->finish : GS_FINISH_ERROR;
         ev.err_code = give_up ? first->err_code : st;
         snprintf(ev.err_msg, sizeof(ev.err_msg), "%s", give_up ? first->err_msg : err.msg);
-        gs_srv__gen_event(r->srv, &ev);
+        gs_srv__gen_event(r, &ev);
     }
 }
 
@@ -1004,92 +654,47 @@ static enum MHD_Result start_stream(struct gs_srv_req *r)
     return ret;
 }
 
-struct gs_srv_parse_limits gs_srv__parse_limits(const struct gs_srv *s)
+bool gs_srv__gen_begin(struct gs_srv_req *r, enum MHD_Result *ret)
 {
-    const struct gs_srv_limits *l = &s->cfg.limits;
-    return (struct gs_srv_parse_limits){
-        .n_vocab = gs_tok_n_vocab(s->cfg.model.tok),
-        .max_tokens = l->max_tokens,
-        .max_n = l->max_n,
-        .max_stop = l->max_stop,
-        .max_stop_bytes = l->max_stop_bytes,
-        .jinja = s->jinja.tmpl != NULL,
-        .tool_format = s->jinja.tmpl ? s->tool_format : NULL,
-    };
-}
-
-static enum MHD_Result parsed(struct gs_srv_req *r, enum gs_status st, const char *param,
-                              const struct gs_err *e);
-
-/* /v1/responses: previous_response_id looked up (404 when unknown or expired), then the
- * body parsed after the conversation it names. */
-static enum MHD_Result start_responses(struct gs_srv_req *r, const char *body,
-                                       const struct gs_srv_parse_limits *pl)
-{
-    char param[64];
-    struct gs_err err;
-    json_t *root = json_loadb(body, r->body.len, 0, NULL);
-    json_t *prev = json_object_get(root, "previous_response_id");
-    const json_t *prior = NULL;
-    enum MHD_Result ret = MHD_YES;
-    bool go = true;
-    if (prev && !json_is_null(prev)) {
-        if (!json_is_string(prev)) {
-            ret = gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, "previous_response_id",
-                                        "'previous_response_id' must be a string");
-            go = false;
-        } else if (!(prior = gs_srv__responses_find(r->srv, json_string_value(prev)))) {
-            ret = gs_srv__respond_error(r, GS_SRV_E_RESPONSE_NOT_FOUND, "previous_response_id",
-                                        "Previous response with id '%.64s' not found (unknown, "
-                                        "not stored, or expired).",
-                                        json_string_value(prev));
-            go = false;
-        }
+    struct gs_srv *s = r->srv;
+    r->shape = r->route->shape;
+    char why[64];
+    if (!gs_srv__is_ready(s, why, sizeof(why))) {
+        *ret = gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "the server is %s",
+                                     why[0] ? why : "not ready");
+        return false;
     }
-    json_decref(root);
-    if (!go)
-        return ret;
-    enum gs_status st =
-        gs_srv_responses_parse(body, r->body.len, prior, pl, &r->gen, param, sizeof(param), &err);
-    return parsed(r, st, param, &err);
+    if (!s->has_engine || !s->cfg.model.tok) {
+        *ret = gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "no engine is running");
+        return false;
+    }
+    char serial[40];
+    snprintf(serial, sizeof(serial), "%s", r->id + 4); /* after "req-" */
+    snprintf(r->id, sizeof(r->id), "%s%s", r->shape->id_prefix, serial);
+    return true;
 }
 
 enum MHD_Result gs_srv__gen_start(struct gs_srv_req *r)
 {
-    struct gs_srv *s = r->srv;
-    bool chat = r->ep == GS_SRV_EP_CHAT;
-    bool messages = r->route->api == GS_SRV_API_ANTHROPIC;
-    bool responses = r->ep == GS_SRV_EP_RESPONSES;
-    r->shape = messages    ? &gs_srv__anthropic_shape
-               : responses ? &gs_srv__responses_shape
-               : chat      ? &openai_chat
-                           : &openai_completion;
-    char why[64];
-    if (!gs_srv__is_ready(s, why, sizeof(why)))
-        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "the server is %s",
-                                     why[0] ? why : "not ready");
-    if (!s->has_engine || !s->cfg.model.tok)
-        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "no engine is running");
-    const struct gs_srv_parse_limits pl = gs_srv__parse_limits(s);
+    enum MHD_Result ret;
+    if (!gs_srv__gen_begin(r, &ret))
+        return ret;
+    const struct gs_srv_parse_limits pl = gs_srv__parse_limits(r->srv);
     char param[64];
     struct gs_err err;
     const char *body = r->body.p ? r->body.p : "";
-    char serial[40];
-    snprintf(serial, sizeof(serial), "%s", r->id + 4); /* after "req-" */
-    snprintf(r->id, sizeof(r->id), "%s%s", r->shape->id_prefix, serial);
-    enum gs_status st;
-    if (responses)
-        return start_responses(r, body, &pl);
-    st = messages
-             ? gs_srv_messages_parse(body, r->body.len, r->ep == GS_SRV_EP_COUNT_TOKENS, &pl,
-                                     &r->gen, param, sizeof(param), &err)
-             : gs_srv_gen_parse(body, r->body.len, chat, &pl, &r->gen, param, sizeof(param), &err);
-    return parsed(r, st, param, &err);
+    enum gs_status st =
+        r->api == GS_SRV_API_ANTHROPIC
+            ? gs_srv_messages_parse(body, r->body.len, r->ep == GS_SRV_EP_COUNT_TOKENS, &pl,
+                                    &r->gen, param, sizeof(param), &err)
+            : gs_srv_gen_parse(body, r->body.len, r->ep == GS_SRV_EP_CHAT, &pl, &r->gen, param,
+                               sizeof(param), &err);
+    return gs_srv__gen_parsed(r, st, param, &err);
 }
 
 /* After the parse: the refusal, or the model check and the prompt's tokens. */
-static enum MHD_Result parsed(struct gs_srv_req *r, enum gs_status st, const char *param,
-                              const struct gs_err *e)
+enum MHD_Result gs_srv__gen_parsed(struct gs_srv_req *r, enum gs_status st, const char *param,
+                                   const struct gs_err *e)
 {
     struct gs_srv *s = r->srv;
     const struct gs_err err = *e;
@@ -1130,3 +735,11 @@ enum MHD_Result gs_srv__gen_continue(struct gs_srv_req *r)
     gs_srv__suspend(r);
     return MHD_YES;
 }
+
+const struct gs_srv_route_hooks gs_srv__gen_hooks = {
+    .event = gs_srv__gen_event,
+    .resume = gs_srv__gen_respond,
+    .cancel = gs_srv__gen_cancel,
+    .tick = gs_srv__gen_tick,
+    .free = gs_srv__gen_free,
+};

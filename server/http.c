@@ -4,7 +4,10 @@
  * arms a timer for MHD's next timeout. Streaming and waiting connections are
  * suspended and resumed when engine events arrive through uv_async, so an
  * idle stream costs no CPU. Also here: request bodies and their cap, auth,
- * responses, the request log, dead-peer detection, signals and the drain.
+ * the request log, dead-peer detection, signals and the drain. This is the top of
+ * the daemon: it finds a request's route in routes.c's table and calls the route
+ * only through its row (the handler and struct gs_srv_route_hooks), never naming
+ * the files behind it; answers go out through respond.c like every route's.
  */
 #define _GNU_SOURCE
 #include "server/daemon.h"
@@ -33,178 +36,12 @@
 #define CONN_SNDBUF_BYTES (256 * 1024) /* a connection's kernel send buffer (Linux doubles it) */
 #define KEEPALIVE_MS   2000 /* SSE comment on a stream quiet this long */
 #define DRAIN_GRACE_MS 3000 /* after the deadline, aborted requests get this long */
-#define RETRY_AFTER_S  "1"
 #define TRIM_MS        1000 /* idle: hand freed heap back to the system at most this often */
 
-static void mhd_run(struct gs_srv *s);
 static void begin_drain(struct gs_srv *s);
 static void on_tick(uv_timer_t *h);
-static void on_mhd_timer(uv_timer_t *h);
 static void on_drain_timer(uv_timer_t *h);
 static void on_sweep(uv_timer_t *h);
-
-/* ---- responses ---------------------------------------------------------------------------- */
-
-void gs_srv__cors_headers(const struct gs_srv_req *r, struct MHD_Response *resp)
-{
-    if (!r->cors_origin)
-        return;
-    MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors_origin);
-    MHD_add_response_header(resp, "Access-Control-Expose-Headers",
-                            "X-Request-Id, X-Ignored-Fields, Retry-After, request-id");
-    MHD_add_response_header(resp, "Vary", "Origin");
-}
-
-void gs_srv__id_headers(const struct gs_srv_req *r, struct MHD_Response *resp)
-{
-    MHD_add_response_header(resp, "X-Request-Id", r->id);
-    /* Anthropic's SDKs read the id from their API's own header (as request_id). */
-    if ((r->route ? r->route->api : gs_srv__route_api(r->url)) == GS_SRV_API_ANTHROPIC)
-        MHD_add_response_header(resp, "request-id", r->id);
-}
-
-struct MHD_Response *gs_srv__sse_response(struct gs_srv_req *r)
-{
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, gs_srv__gen_stream_read, r, NULL);
-    if (!resp)
-        return NULL;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    gs_srv__id_headers(r, resp);
-    gs_srv__cors_headers(r, resp);
-    return resp;
-}
-
-static void add_common_headers(struct gs_srv_req *r, struct MHD_Response *resp, unsigned status)
-{
-    gs_srv__id_headers(r, resp);
-    gs_srv__cors_headers(r, resp);
-    if (r->gen.ignored[0])
-        MHD_add_response_header(resp, "X-Ignored-Fields", r->gen.ignored);
-    if (status == 429 || status == 503)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
-    if (r->srv->draining || r->close_after)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-}
-
-enum MHD_Result gs_srv__respond_text(struct gs_srv_req *r, unsigned status, const char *type,
-                                     const char *text, size_t len)
-{
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
-    if (!resp)
-        return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    add_common_headers(r, resp, status);
-    if (status == 405) {
-        char allow[64];
-        gs_srv__route_allow(r->url, allow, sizeof(allow));
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
-    }
-    if (status == 401)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    r->status = status;
-    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
-    MHD_destroy_response(resp);
-    return ret;
-}
-
-enum MHD_Result gs_srv__respond_json(struct gs_srv_req *r, unsigned status, json_t *body)
-{
-    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    if (!s) {
-        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
-                                  "\"server_error\",\"param\":null,\"code\":\"internal_error\"}}";
-        return gs_srv__respond_text(r, 500, "application/json", oom, sizeof(oom) - 1);
-    }
-    enum MHD_Result ret = gs_srv__respond_text(r, status, "application/json", s, strlen(s));
-    free(s);
-    return ret;
-}
-
-enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind kind,
-                                      const char *param, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (kind == GS_SRV_E_BUSY)
-        r->srv->metrics.rejected_busy++;
-    enum gs_srv_api api = r->route ? r->route->api : gs_srv__route_api(r->url);
-    json_t *e = api == GS_SRV_API_ANTHROPIC ? gs_srv_err_json_anthropic(kind, msg, r->id)
-                                            : gs_srv_err_json(kind, msg, param);
-    return gs_srv__respond_json(r, gs_srv_err_http(kind), e);
-}
-
-/* ---- suspend / resume, active list --------------------------------------------------------- */
-
-void gs_srv__suspend(struct gs_srv_req *r)
-{
-    if (!r->suspended) {
-        r->suspended = true;
-        MHD_suspend_connection(r->conn);
-    }
-}
-
-void gs_srv__resume(struct gs_srv_req *r)
-{
-    if (r->suspended) {
-        r->suspended = false;
-        MHD_resume_connection(r->conn);
-    }
-}
-
-void gs_srv__active_add(struct gs_srv_req *r)
-{
-    struct gs_srv *s = r->srv;
-    r->next = s->active;
-    r->prev = NULL;
-    if (s->active)
-        s->active->prev = r;
-    s->active = r;
-    r->in_active = true;
-    s->metrics.in_flight++;
-    gs_srv__tick_start(s);
-}
-
-void gs_srv__tick_start(struct gs_srv *s)
-{
-    if (!s->tick_on) {
-        uv_timer_start(&s->tick, on_tick, TICK_MS, TICK_MS);
-        s->tick_on = true;
-    }
-}
-
-void gs_srv__active_remove(struct gs_srv_req *r)
-{
-    struct gs_srv *s = r->srv;
-    if (!r->in_active)
-        return;
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        s->active = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
-    r->in_active = false;
-    r->prev = r->next = NULL;
-    s->metrics.in_flight--;
-}
-
-bool gs_srv__is_ready(struct gs_srv *s, char *why, size_t cap)
-{
-    bool ready = atomic_load(&s->ready) && !s->draining;
-    if (why && cap) {
-        uv_mutex_lock(&s->ready_mu);
-        snprintf(why, cap, "%s", s->draining ? "draining" : s->ready_why);
-        uv_mutex_unlock(&s->ready_mu);
-    }
-    return ready;
-}
 
 /* ---- the request log ----------------------------------------------------------------------- */
 
@@ -264,14 +101,26 @@ static struct gs_srv_req *req_new(struct gs_srv *s, struct MHD_Connection *c, co
     bool known;
     r->route = gs_srv__route_find(method, url, &known);
     r->ep = r->route ? r->route->ep : GS_SRV_EP_OTHER;
+    r->api = r->route ? r->route->api : gs_srv__route_api(url);
     s->n_reqs++;
     return r;
 }
 
+/* Every route's hooks come from its table row; a request without a route (a 404, a
+ * 405, a preflight) has none. */
+static const struct gs_srv_route_hooks no_hooks;
+
+static const struct gs_srv_route_hooks *hooks_of(const struct gs_srv_req *r)
+{
+    return r->route && r->route->hooks ? r->route->hooks : &no_hooks;
+}
+
 static void req_free(struct gs_srv_req *r)
 {
-    gs_srv__debug_free(r);
-    gs_srv__gen_free(r);
+    if (hooks_of(r)->free)
+        hooks_of(r)->free(r);
+    gs_srv__tok_job_free(&r->tok_job);
+    gs_srv_buf_free(&r->out);
     gs_srv_buf_free(&r->body);
     gs_free(r->url);
     gs_free(r);
@@ -381,9 +230,11 @@ static enum MHD_Result on_headers(struct gs_srv_req *r, const char *version)
         return preflight(r, origin);
     if (!r->route) {
         gs_srv__route_find(r->method, r->url, &known);
-        if (known)
+        if (known) {
+            gs_srv__route_allow(r->url, r->allow, sizeof(r->allow));
             return gs_srv__respond_error(r, GS_SRV_E_METHOD, NULL, "method %s is not allowed on %s",
                                          r->method, r->url);
+        }
         return gs_srv__respond_error(r, GS_SRV_E_NOT_FOUND, NULL, "no route for %s %s", r->method,
                                      r->url);
     }
@@ -415,6 +266,35 @@ static enum MHD_Result on_headers(struct gs_srv_req *r, const char *version)
                                          s->cfg.limits.max_body_bytes);
     }
     return MHD_YES;
+}
+
+/* A whole request into its route: the handler, or what it waits for to go on (its
+ * prompt's tokens, or the end of its engine work). */
+static enum MHD_Result dispatch(struct gs_srv_req *r)
+{
+    struct gs_srv *s = r->srv;
+    if (r->tok_job.done)
+        return r->tok_job.then(r);
+    if (r->waiting && hooks_of(r)->resume)
+        return hooks_of(r)->resume(r);
+    if (r->too_large)
+        return gs_srv__respond_error(r, GS_SRV_E_TOO_LARGE, NULL,
+                                     "request body over the %" PRIu64 "-byte limit",
+                                     s->cfg.limits.max_body_bytes);
+    if (r->body.failed)
+        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
+    return r->route->handler(r);
+}
+
+/* The 1-second tick runs while the engine works for a request or a /debug/events
+ * stream is open; a route joins those lists from its handler, after which this starts
+ * the tick (on_tick stops it once both are empty). */
+static void tick_keep(struct gs_srv *s)
+{
+    if ((s->active || s->debug_subs) && !s->tick_on) {
+        uv_timer_start(&s->tick, on_tick, TICK_MS, TICK_MS);
+        s->tick_on = true;
+    }
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -451,17 +331,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_NO;
     if (r->tok_job.running)
         return MHD_YES; /* resumed early (shutdown); the pool still has the prompt */
-    if (r->tok_job.done)
-        return r->tok_job.then(r);
-    if (r->waiting)
-        return gs_srv__gen_respond(r);
-    if (r->too_large)
-        return gs_srv__respond_error(r, GS_SRV_E_TOO_LARGE, NULL,
-                                     "request body over the %" PRIu64 "-byte limit",
-                                     s->cfg.limits.max_body_bytes);
-    if (r->body.failed)
-        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
-    return r->route->handler(r);
+    enum MHD_Result ret = dispatch(r);
+    tick_keep(s);
+    return ret;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -473,11 +345,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         return;
     *con_cls = NULL;
     bool ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
-    if (r->n_choices && (r->n_done < r->n_choices || r->val.n_pending)) {
-        gs_srv__gen_cancel(r);
-        if (!ok)
-            s->metrics.cancelled++;
-    }
+    /* Whatever the engine still runs for the request is cancelled: its client is gone
+     * (or it was answered without waiting for all of it). */
+    if (hooks_of(r)->cancel && hooks_of(r)->cancel(r) && !ok)
+        s->metrics.cancelled++;
     if (!r->status)
         r->status = 499; /* nothing was sent: the client went away first */
     gs_srv_metrics_request(&s->metrics, r->ep, r->status);
@@ -516,70 +387,9 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
 
 /* ---- the loop ------------------------------------------------------------------------------ */
 
-static void mhd_run(struct gs_srv *s)
-{
-    if (!s->mhd || s->closing)
-        return;
-    MHD_run(s->mhd);
-    MHD_UNSIGNED_LONG_LONG to;
-    if (MHD_get_timeout(s->mhd, &to) == MHD_YES)
-        uv_timer_start(&s->mhd_timer, on_mhd_timer, to, 0);
-    else
-        uv_timer_stop(&s->mhd_timer);
-}
-
-void gs_srv__kick(struct gs_srv *s)
-{
-    mhd_run(s);
-}
-
-/* ---- tokenizing off the loop ---------------------------------------------------------------- */
-
-/* Tokenizing a long text takes a while (about 0.3 s per MiB), so it runs on
- * libuv's thread pool while the connection is suspended; the loop goes on
- * serving the others. The tokenizer is immutable and safe to share. */
-static void tok_work(uv_work_t *w)
-{
-    struct gs_srv_req *r = w->data;
-    struct gs_srv_tok_job *j = &r->tok_job;
-    j->st = gs_tok_encode_spans(r->srv->cfg.model.tok, j->text.p ? j->text.p : "", j->text.len,
-                                j->spans.v, j->spans.n, j->flags, &j->ids, &j->n_ids, &j->err);
-}
-
-static void tok_done(uv_work_t *w, int status)
-{
-    struct gs_srv_req *r = w->data;
-    r->tok_job.running = false;
-    r->tok_job.done = true;
-    if (status != 0 || r->srv->closing)
-        r->peer_gone = true; /* shutting down: the connection is closed */
-    /* The access handler runs again and calls r->tok_job.then. */
-    gs_srv__resume(r);
-    gs_srv__kick(r->srv);
-}
-
-enum MHD_Result gs_srv__tokenize_async(struct gs_srv_req *r, unsigned flags,
-                                       enum MHD_Result (*then)(struct gs_srv_req *r))
-{
-    struct gs_srv_tok_job *j = &r->tok_job;
-    j->flags = flags;
-    j->then = then;
-    j->work.data = r;
-    if (uv_queue_work(&r->srv->loop, &j->work, tok_work, tok_done) != 0)
-        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "cannot queue tokenization");
-    j->running = true;
-    gs_srv__suspend(r);
-    return MHD_YES;
-}
-
 static void on_mhd_poll(uv_poll_t *h, int status, int events)
 {
-    mhd_run(h->data);
-}
-
-static void on_mhd_timer(uv_timer_t *h)
-{
-    mhd_run(h->data);
+    gs_srv__kick(h->data);
 }
 
 /*
@@ -688,7 +498,7 @@ static void on_sweep(uv_timer_t *h)
         s->sweep_on = false;
     }
     if (cut)
-        mhd_run(s);
+        gs_srv__kick(s);
 }
 
 static void on_tick(uv_timer_t *h)
@@ -701,7 +511,8 @@ static void on_tick(uv_timer_t *h)
             continue;
         if (peer_gone(r)) {
             r->peer_gone = true;
-            gs_srv__gen_cancel(r);
+            if (hooks_of(r)->cancel)
+                hooks_of(r)->cancel(r);
             gs_srv__resume(r);
         } else if (r->streaming && now - r->t_last_out_ms >= KEEPALIVE_MS) {
             gs_srv_sse_comment(&r->out, "keepalive");
@@ -722,12 +533,17 @@ static void on_tick(uv_timer_t *h)
             gs_srv__resume(r);
         }
     }
-    gs_srv__val_tick(s, now);
+    /* The routes' deadlines (validation reports); a request may leave the list. */
+    for (struct gs_srv_req *r = s->active, *next; r; r = next) {
+        next = r->next;
+        if (hooks_of(r)->tick)
+            hooks_of(r)->tick(r, now);
+    }
     if (!s->active && !s->debug_subs) {
         uv_timer_stop(&s->tick);
         s->tick_on = false;
     }
-    mhd_run(s);
+    gs_srv__kick(s);
 }
 
 static void close_all(struct gs_srv *s)
@@ -760,12 +576,17 @@ static void on_async(uv_async_t *h)
         size_t n;
         do {
             n = s->engine.poll(s->engine.ctx, evs, GS_ARRAY_LEN(evs));
-            for (size_t i = 0; i < n; i++)
-                gs_srv__gen_event(s, &evs[i]);
+            for (size_t i = 0; i < n; i++) {
+                /* None: the request is gone (its client went away), or nothing waits
+                 * for a late event of a request that has ended. */
+                struct gs_srv_req *r = gs_srv__active_find(s, evs[i].id);
+                if (r && hooks_of(r)->event)
+                    hooks_of(r)->event(r, &evs[i]);
+            }
         } while (n == GS_ARRAY_LEN(evs));
         gs_srv__debug_drain(s);
     }
-    mhd_run(s);
+    gs_srv__kick(s);
     if (s->draining && s->n_reqs == 0)
         close_all(s);
 }
@@ -778,10 +599,11 @@ static void on_drain_timer(uv_timer_t *h)
         s->drain_expired = true;
         for (struct gs_srv_req *r = s->active; r; r = r->next) {
             r->drain_abort = true;
-            gs_srv__gen_cancel(r);
+            if (hooks_of(r)->cancel)
+                hooks_of(r)->cancel(r);
         }
         uv_timer_start(&s->drain_timer, on_drain_timer, DRAIN_GRACE_MS, 0);
-        mhd_run(s);
+        gs_srv__kick(s);
         return;
     }
     gs_log(GS_LOG_WARN, "drain_forced", "requests_left=%u", s->n_reqs);
@@ -908,16 +730,6 @@ static void free_strs(char **v, size_t n)
     gs_free(v);
 }
 
-bool gs_srv__model_name_ok(const struct gs_srv *s, const char *name)
-{
-    if (!name || s->cfg.model.accept_any_name || !strcmp(name, s->cfg.model.id))
-        return true;
-    for (size_t i = 0; i < s->cfg.model.n_aliases; i++)
-        if (!strcmp(name, s->cfg.model.aliases[i]))
-            return true;
-    return false;
-}
-
 static enum gs_status copy_cfg(struct gs_srv *s, const struct gs_srv_cfg *cfg, struct gs_err *err)
 {
     s->cfg = *cfg;
@@ -971,7 +783,7 @@ static void tls_deliver(void *ctx, int fd, const struct sockaddr *peer, socklen_
     }
     /* On failure (limits, memory) MHD closes fd itself. */
     MHD_add_connection(s->mhd, fd, peer, peer_len);
-    mhd_run(s);
+    gs_srv__kick(s);
 }
 
 /* MHD gets no listening socket; the relay (TLS or plain) owns the passed socket
@@ -1150,7 +962,7 @@ int gs_srv_run(struct gs_srv *s)
         uv_signal_start(&s->sig_term, on_signal, SIGTERM);
         uv_signal_start(&s->sig_int, on_signal, SIGINT);
     }
-    mhd_run(s);
+    gs_srv__kick(s);
     int rc = uv_run(&s->loop, UV_RUN_DEFAULT);
     return rc < 0 ? 1 : 0;
 }

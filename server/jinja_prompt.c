@@ -189,3 +189,13 @@ enum MHD_Result gs_srv__apply_template(struct gs_srv_req *r)
     return gs_srv__respond_json(r, 200,
                                 json_pack("{s:o,s:s}", "prompt", prompt, "chat_template", name));
 }
+
+/* /apply-template parses a chat body into r->gen. */
+static void apply_template_free(struct gs_srv_req *r)
+{
+    gs_srv_gen_free(&r->gen);
+}
+
+const struct gs_srv_route_hooks gs_srv__apply_template_hooks = {
+    .free = apply_template_free,
+};

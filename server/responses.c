@@ -289,14 +289,63 @@ static enum MHD_Result respond(struct gs_srv_req *r)
     return gs_srv__respond_json(r, 200, body);
 }
 
-void gs_srv__responses_free(struct gs_srv_req *r)
+/* The request's end: the stream state, then what generation allocated. */
+static void responses_free(struct gs_srv_req *r)
 {
     json_decref(r->resp.output);
     json_decref(r->resp.item);
     gs_srv_buf_free(&r->resp.text);
     r->resp = (struct gs_srv_resp_stream){0};
+    gs_srv__gen_free(r);
 }
 
 const struct gs_srv_shape gs_srv__responses_shape = {
-    "resp_", stream_open, stream_text, stream_end, stream_fail, respond,
+    "resp_", stream_open, stream_text, stream_end, stream_fail, respond, NULL,
+};
+
+/* ---- the route ------------------------------------------------------------------------------ */
+
+/* /v1/responses: previous_response_id looked up (404 when unknown or expired), then the
+ * body parsed after the conversation it names. */
+enum MHD_Result gs_srv__responses_start(struct gs_srv_req *r)
+{
+    enum MHD_Result ret = MHD_YES;
+    if (!gs_srv__gen_begin(r, &ret))
+        return ret;
+    const struct gs_srv_parse_limits pl = gs_srv__parse_limits(r->srv);
+    const char *body = r->body.p ? r->body.p : "";
+    char param[64];
+    struct gs_err err;
+    json_t *root = json_loadb(body, r->body.len, 0, NULL);
+    json_t *prev = json_object_get(root, "previous_response_id");
+    const json_t *prior = NULL;
+    bool go = true;
+    if (prev && !json_is_null(prev)) {
+        if (!json_is_string(prev)) {
+            ret = gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, "previous_response_id",
+                                        "'previous_response_id' must be a string");
+            go = false;
+        } else if (!(prior = gs_srv__responses_find(r->srv, json_string_value(prev)))) {
+            ret = gs_srv__respond_error(r, GS_SRV_E_RESPONSE_NOT_FOUND, "previous_response_id",
+                                        "Previous response with id '%.64s' not found (unknown, "
+                                        "not stored, or expired).",
+                                        json_string_value(prev));
+            go = false;
+        }
+    }
+    json_decref(root);
+    if (!go)
+        return ret;
+    enum gs_status st =
+        gs_srv_responses_parse(body, r->body.len, prior, &pl, &r->gen, param, sizeof(param), &err);
+    return gs_srv__gen_parsed(r, st, param, &err);
+}
+
+/* Generation's hooks, with the stream state freed too. */
+const struct gs_srv_route_hooks gs_srv__responses_hooks = {
+    .event = gs_srv__gen_event,
+    .resume = gs_srv__gen_respond,
+    .cancel = gs_srv__gen_cancel,
+    .tick = gs_srv__gen_tick,
+    .free = responses_free,
 };

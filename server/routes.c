@@ -3,7 +3,10 @@
  * generation: /health, /ready, /metrics, /v1/models, /tokenize, /detokenize
  * (the /debug/ routes are debug.c's, the web page's webui.c's).
  * Generation endpoints (chat, completions, Anthropic's messages and
- * count_tokens) are in generate.c.
+ * count_tokens) are in generate.c, /v1/responses in responses.c, /v1/embeddings in
+ * embed.c. A row names its handler, its answer shape and its hooks
+ * (struct gs_srv_route_hooks), so that the HTTP layer reaches every route through
+ * this table and never names the files behind it.
  */
 #include "server/daemon.h"
 #include "server/tls.h"
@@ -178,38 +181,49 @@ static enum MHD_Result detokenize(struct gs_srv_req *r)
     return gs_srv__respond_json(r, 200, json_pack("{s:o}", "content", j));
 }
 
-/* method, path, endpoint label, key required, handler, API of its answers */
+/* One row per route: method, path, endpoint label, key required, handler, the API of its
+ * answers, its answer shape (generation routes) and its hooks (routes whose requests
+ * outlive the handler). */
+#define OPENAI    GS_SRV_API_OPENAI
+#define ANTHROPIC GS_SRV_API_ANTHROPIC
 static const struct gs_srv_route routes[] = {
-    {"POST", "/v1/chat/completions", GS_SRV_EP_CHAT, true, gs_srv__gen_start, GS_SRV_API_OPENAI},
-    {"POST", "/v1/completions", GS_SRV_EP_COMPLETIONS, true, gs_srv__gen_start, GS_SRV_API_OPENAI},
-    {"GET", "/v1/models", GS_SRV_EP_MODELS, true, models, GS_SRV_API_OPENAI},
-    {"GET", "/v1/models/*", GS_SRV_EP_MODELS, true, model_one, GS_SRV_API_OPENAI},
-    {"GET", "/health", GS_SRV_EP_HEALTH, false, health, GS_SRV_API_OPENAI},
-    {"GET", "/ready", GS_SRV_EP_READY, false, ready, GS_SRV_API_OPENAI},
-    {"GET", "/metrics", GS_SRV_EP_METRICS, true, metrics, GS_SRV_API_OPENAI},
-    {"POST", "/tokenize", GS_SRV_EP_TOKENIZE, true, tokenize, GS_SRV_API_OPENAI},
-    {"POST", "/detokenize", GS_SRV_EP_DETOKENIZE, true, detokenize, GS_SRV_API_OPENAI},
-    {"POST", "/apply-template", GS_SRV_EP_APPLY_TEMPLATE, true, gs_srv__apply_template,
-     GS_SRV_API_OPENAI},
-    {"POST", "/v1/responses", GS_SRV_EP_RESPONSES, true, gs_srv__gen_start, GS_SRV_API_OPENAI},
-    {"GET", "/v1/responses/*", GS_SRV_EP_RESPONSES, true, gs_srv__responses_retrieve,
-     GS_SRV_API_OPENAI},
-    {"DELETE", "/v1/responses/*", GS_SRV_EP_RESPONSES, true, gs_srv__responses_delete,
-     GS_SRV_API_OPENAI},
-    {"POST", "/v1/embeddings", GS_SRV_EP_EMBEDDINGS, true, gs_srv__embed_start,
-     GS_SRV_API_OPENAI},
-    {"POST", "/v1/messages", GS_SRV_EP_MESSAGES, true, gs_srv__gen_start, GS_SRV_API_ANTHROPIC},
+    {"POST", "/v1/chat/completions", GS_SRV_EP_CHAT, true, gs_srv__gen_start, OPENAI,
+     &gs_srv__openai_chat_shape, &gs_srv__gen_hooks},
+    {"POST", "/v1/completions", GS_SRV_EP_COMPLETIONS, true, gs_srv__gen_start, OPENAI,
+     &gs_srv__openai_completion_shape, &gs_srv__gen_hooks},
+    {"GET", "/v1/models", GS_SRV_EP_MODELS, true, models, OPENAI, NULL, NULL},
+    {"GET", "/v1/models/*", GS_SRV_EP_MODELS, true, model_one, OPENAI, NULL, NULL},
+    {"GET", "/health", GS_SRV_EP_HEALTH, false, health, OPENAI, NULL, NULL},
+    {"GET", "/ready", GS_SRV_EP_READY, false, ready, OPENAI, NULL, NULL},
+    {"GET", "/metrics", GS_SRV_EP_METRICS, true, metrics, OPENAI, NULL, NULL},
+    {"POST", "/tokenize", GS_SRV_EP_TOKENIZE, true, tokenize, OPENAI, NULL, NULL},
+    {"POST", "/detokenize", GS_SRV_EP_DETOKENIZE, true, detokenize, OPENAI, NULL, NULL},
+    {"POST", "/apply-template", GS_SRV_EP_APPLY_TEMPLATE, true, gs_srv__apply_template, OPENAI,
+     NULL, &gs_srv__apply_template_hooks},
+    {"POST", "/v1/responses", GS_SRV_EP_RESPONSES, true, gs_srv__responses_start, OPENAI,
+     &gs_srv__responses_shape, &gs_srv__responses_hooks},
+    {"GET", "/v1/responses/*", GS_SRV_EP_RESPONSES, true, gs_srv__responses_retrieve, OPENAI, NULL,
+     NULL},
+    {"DELETE", "/v1/responses/*", GS_SRV_EP_RESPONSES, true, gs_srv__responses_delete, OPENAI, NULL,
+     NULL},
+    {"POST", "/v1/embeddings", GS_SRV_EP_EMBEDDINGS, true, gs_srv__embed_start, OPENAI,
+     &gs_srv__embed_shape, &gs_srv__embed_hooks},
+    {"POST", "/v1/messages", GS_SRV_EP_MESSAGES, true, gs_srv__gen_start, ANTHROPIC,
+     &gs_srv__anthropic_shape, &gs_srv__gen_hooks},
     {"POST", "/v1/messages/count_tokens", GS_SRV_EP_COUNT_TOKENS, true, gs_srv__gen_start,
-     GS_SRV_API_ANTHROPIC},
+     ANTHROPIC, &gs_srv__anthropic_shape, &gs_srv__gen_hooks},
     /* debug.c: 404 unless debug_endpoints */
-    {"GET", "/debug/graph", GS_SRV_EP_DEBUG, true, gs_srv__debug_graph, GS_SRV_API_OPENAI},
-    {"GET", "/debug/memory", GS_SRV_EP_DEBUG, true, gs_srv__debug_memory, GS_SRV_API_OPENAI},
-    {"GET", "/debug/events", GS_SRV_EP_DEBUG, true, gs_srv__debug_events, GS_SRV_API_OPENAI},
+    {"GET", "/debug/graph", GS_SRV_EP_DEBUG, true, gs_srv__debug_graph, OPENAI, NULL, NULL},
+    {"GET", "/debug/memory", GS_SRV_EP_DEBUG, true, gs_srv__debug_memory, OPENAI, NULL, NULL},
+    {"GET", "/debug/events", GS_SRV_EP_DEBUG, true, gs_srv__debug_events, OPENAI, NULL,
+     &gs_srv__debug_events_hooks},
     /* webui.c: 404 unless webui. No key: a browser's navigation sends none, and the page
      * holds nothing secret; it asks for the key and sends it on its API calls. */
-    {"GET", "/", GS_SRV_EP_WEBUI, false, gs_srv__webui, GS_SRV_API_OPENAI},
-    {"GET", "/assets/*", GS_SRV_EP_WEBUI, false, gs_srv__webui, GS_SRV_API_OPENAI},
+    {"GET", "/", GS_SRV_EP_WEBUI, false, gs_srv__webui, OPENAI, NULL, NULL},
+    {"GET", "/assets/*", GS_SRV_EP_WEBUI, false, gs_srv__webui, OPENAI, NULL, NULL},
 };
+#undef OPENAI
+#undef ANTHROPIC
 
 /* An exact path, or a pattern ending in slash-asterisk for one more non-empty segment. */
 static bool path_match(const char *pattern, const char *path)

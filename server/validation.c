@@ -241,7 +241,7 @@ static json_t *choice_json(const struct gs_srv_choice *c)
     return o;
 }
 
-void gs_srv__val_attach(struct gs_srv_req *r, json_t *body)
+void gs_srv__val_attach(const struct gs_srv_req *r, json_t *body)
 {
     if (!r->val.on || !body || !r->n_choices)
         return;
@@ -332,18 +332,16 @@ void gs_srv__val_give_up(struct gs_srv_req *r, enum gs_srv_val_state state, cons
     r->val.n_pending = 0;
 }
 
-void gs_srv__val_tick(struct gs_srv *s, double now_ms)
+bool gs_srv__val_expire(struct gs_srv_req *r, double now_ms)
 {
-    for (struct gs_srv_req *r = s->active, *next; r; r = next) {
-        next = r->next;
-        if (!r->val.n_pending || now_ms < r->val.deadline_ms)
-            continue;
-        char why[96];
-        snprintf(why, sizeof(why), "no report within validate_timeout_ms (%u ms)",
-                 s->cfg.validate_timeout_ms ? s->cfg.validate_timeout_ms : 10000);
-        gs_srv__val_give_up(r, GS_SRV_VAL_TIMEOUT, why);
-        gs_srv__gen_settle(r);
-    }
+    const struct gs_srv *s = r->srv;
+    if (!r->val.n_pending || now_ms < r->val.deadline_ms)
+        return false;
+    char why[96];
+    snprintf(why, sizeof(why), "no report within validate_timeout_ms (%u ms)",
+             s->cfg.validate_timeout_ms ? s->cfg.validate_timeout_ms : 10000);
+    gs_srv__val_give_up(r, GS_SRV_VAL_TIMEOUT, why);
+    return true;
 }
 
 void gs_srv_set_known_answer(struct gs_srv *s, bool passed, const char *detail)
