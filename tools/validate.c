@@ -1,5 +1,5 @@
 /*
- * server/cmd/validate.c - `graphserve validate`: how closely a backend's
+ * tools/validate.c - `graphserve validate`: how closely a backend's
  * logits agree with llama.cpp's goldens, or two logit dumps with each other.
  *
  *   graphserve validate -m MODEL --golden FILE [--golden FILE ...] [options]
@@ -22,8 +22,8 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "kvcache/kvcache.h"
-#include "server/cli.h"
-#include "server/cmd/validate_server.h"
+#include "tools/internal.h"
+#include "tools/validate_server.h"
 
 #include <jansson.h>
 #include <math.h>

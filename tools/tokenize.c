@@ -1,11 +1,11 @@
 /*
- * server/cmd/tokenize.c - `graphserve tokenize -m FILE [--no-bos]
+ * tools/tokenize.c - `graphserve tokenize -m FILE [--no-bos]
  * [--parse-special] [--json] [--stdin | TEXT]`: the ids a model's tokenizer
  * gives for a text, with their pieces, one `id -> 'piece'` per line as
  * llama-tokenize prints them, or one JSON object.
  */
 #include "engine/tok.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * server/cmd/graph.c - `graphserve graph -m FILE [--passes none|all|NAME,...]
+ * tools/graph.c - `graphserve graph -m FILE [--passes none|all|NAME,...]
  * [--format text|dot|json] [--before] [--tokens N]`: builds a model's
  * forward-pass graph, rewrites it with the chosen passes and prints it; a
  * summary (node counts, planned scratch bytes) goes to stderr.
@@ -8,7 +8,7 @@
 #include "engine/compile.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * server/cmd/train.c - `graphserve train`: a text file in, a Llama-architecture
+ * tools/train.c - `graphserve train`: a text file in, a Llama-architecture
  * GGUF out, trained on the engine (engine/train.h).
  *
  * Tokenizer: byte level, written as a SentencePiece ("llama") vocabulary that
@@ -19,7 +19,7 @@
  */
 #include "engine/gguf.h"
 #include "engine/train.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <inttypes.h>
 #include <math.h>

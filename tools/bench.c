@@ -1,5 +1,5 @@
 /*
- * server/cmd/bench.c - `graphserve bench`: engine throughput on one model, in
+ * tools/bench.c - `graphserve bench`: engine throughput on one model, in
  * the spirit of llama-bench. Prompt processing: one step of P tokens (logits
  * for the last). Generation: N steps of one token each from an empty cache.
  * Concurrent streams: S sequences decoding together, one token each per step
@@ -19,7 +19,7 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "kvcache/kvcache.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <jansson.h>
 #include <stdio.h>

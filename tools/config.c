@@ -1,11 +1,11 @@
 /*
- * server/cmd/config.c - `graphserve config check FILE | print [options] |
+ * tools/config.c - `graphserve config check FILE | print [options] |
  * reference`: validate a config file without starting the daemon, show the
  * effective config that `serve` would run with (secrets masked), or print the
  * option reference as Markdown for the README.
  */
 #include "config/config.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <stdio.h>
 #include <string.h>

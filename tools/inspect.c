@@ -1,5 +1,5 @@
 /*
- * server/cmd/inspect.c - `graphserve inspect FILE [--json] [--sha256]`: a GGUF
+ * tools/inspect.c - `graphserve inspect FILE [--json] [--sha256]`: a GGUF
  * file's header, metadata (long arrays summarised) and tensor table.
  *
  * Strings from the file are untrusted: text output escapes control bytes and
@@ -8,7 +8,7 @@
 #include "engine/digest.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <inttypes.h>
 #include <jansson.h>

@@ -1,5 +1,5 @@
 /*
- * server/cmd/validate_server.h - `graphserve validate --server URL`: runs a
+ * tools/validate_server.h - `graphserve validate --server URL`: runs a
  * prompt set against a running daemon with validation on and prints each
  * answer's figures and a summary.
  */

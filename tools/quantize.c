@@ -1,8 +1,8 @@
 /*
- * server/cmd/quantize.c - `graphserve quantize IN OUT TYPE`: rewrites a GGUF
+ * tools/quantize.c - `graphserve quantize IN OUT TYPE`: rewrites a GGUF
  * file with its weight matrices in another type, as llama.cpp's llama-quantize
  * does for a plain type, so that a file quantized here and one quantized there
- * hold the same bytes (tests/server/test_quantize.c compares them).
+ * hold the same bytes (tests/tools/test_quantize.c compares them).
  *
  * Which tensors change, following llama.cpp's rules:
  *   - 2-D tensors whose name ends in ".weight" and is not a norm; AltUp,
@@ -24,7 +24,7 @@
  */
 #include "engine/gguf.h"
 #include "engine/quant.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
-/* server/cli_util.c - argument parsing and error printing for the commands. */
-#include "server/cli.h"
+/* config/cli.c - argument parsing and error printing for the commands (config/cli.h). */
+#include "config/cli.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /*
- * server/cmd/template.c - `graphserve template (-m FILE | --template-file
+ * tools/template.c - `graphserve template (-m FILE | --template-file
  * FILE) [--text] [--now UNIX_S]`: renders a Jinja chat template
  * (engine/jinja.h), a model's own (tokenizer.chat_template) or a file's, with
  * the JSON object read from standard input as its variables - messages, and
@@ -18,7 +18,7 @@
 #include "engine/gguf.h"
 #include "engine/jinja.h"
 #include "engine/tok.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <stdio.h>
 #include <string.h>

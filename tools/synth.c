@@ -1,5 +1,5 @@
 /*
- * server/cmd/synth.c - `graphserve synth`: writes a GGUF of any supported
+ * tools/synth.c - `graphserve synth`: writes a GGUF of any supported
  * architecture (llama, qwen2, qwen3, phi3, gemma2, gemma3, gemma3n) with RANDOM weights
  * at any shape and in any weight type that has a quantizer, with a byte-level
  * vocabulary.
@@ -30,7 +30,7 @@
  */
 #include "engine/gguf.h"
 #include "engine/quant.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /*
- * server/cmd/run.c - `graphserve run`: generate from one or several prompts on
+ * tools/run.c - `graphserve run`: generate from one or several prompts on
  * the command line, through the same scheduler the daemon uses.
  *
  * One prompt: its text streams to stdout as it is produced. Several prompts
@@ -12,7 +12,7 @@
 #include "engine/sample.h"
 #include "engine/tok.h"
 #include "scheduler/scheduler.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * server/cmd/validate_server.c - see validate_server.h.
+ * tools/validate_server.c - see validate_server.h.
  *
  * The client is a small blocking HTTP/1.1 client over one TCP socket per
  * request (Connection: close, the answer read to EOF): plain http:// only,
@@ -8,10 +8,10 @@
  * curl against the API.
  */
 #define _GNU_SOURCE
-#include "server/cmd/validate_server.h"
+#include "tools/validate_server.h"
 
 #include "engine/base.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -1,0 +1,24 @@
+/* tools/tools.c - the table of tools (tools/tools.h). */
+#include "tools/tools.h"
+
+#include "tools/internal.h"
+
+static const struct gs_tool tools[] = {
+    {"inspect", gs_cmd_inspect, "print a GGUF file's metadata and tensor table"},
+    {"synth", gs_cmd_synth, "write a GGUF of any supported family with random weights"},
+    {"train", gs_cmd_train, "train a Llama-architecture model on a text file (F32 GGUF out)"},
+    {"tokenize", gs_cmd_tokenize, "print the token ids and pieces a model gives for a text"},
+    {"graph", gs_cmd_graph, "print a model's forward-pass graph before/after rewrite passes"},
+    {"run", gs_cmd_run, "generate from one or several prompts (batched) on the command line"},
+    {"validate", gs_cmd_validate, "compare a backend's logits with golden logits"},
+    {"config", gs_cmd_config, "validate a config file; print the effective config or reference"},
+    {"bench", gs_cmd_bench, "measure prompt and generation tokens/s and peak memory"},
+    {"quantize", gs_cmd_quantize, "rewrite a GGUF file with its weight matrices in another type"},
+    {"template", gs_cmd_template, "render a Jinja chat template with a JSON conversation"},
+};
+
+const struct gs_tool *gs_tools(size_t *n)
+{
+    *n = sizeof(tools) / sizeof(tools[0]);
+    return tools;
+}
