@@ -158,7 +158,7 @@ int gs_cli_begin(const struct gs_cli_spec *spec, void *opts, int argc, char **ar
         return 2;
     }
     if (out->help) {
-        gs_cli_help(spec, stdout);
+        gs_cli_help(spec, opts, stdout);
         return 0;
     }
     return -1;
@@ -172,7 +172,30 @@ bool gs_cli_given(const struct gs_cli_spec *spec, const struct gs_cli_args *a, c
 
 /* ---- help -------------------------------------------------------------------- */
 
-void gs_cli_help(const struct gs_cli_spec *spec, FILE *f)
+/* The value a row without a default text holds in opts, as text. */
+static void current_value(const struct gs_cfg_opt *o, const void *opts, char *buf, size_t cap)
+{
+    const void *f = (const char *)opts + o->offset;
+    switch (o->type) {
+    case GS_CFG_INT:
+        snprintf(buf, cap, "%lld", (long long)*(const int64_t *)f);
+        return;
+    case GS_CFG_BYTES:
+        gs_cfg__format_bytes(*(const uint64_t *)f, buf, cap);
+        return;
+    case GS_CFG_FLOAT:
+        snprintf(buf, cap, "%g", *(const double *)f);
+        return;
+    case GS_CFG_ENUM:
+        snprintf(buf, cap, "%s", gs_cfg__choice(o, *(const int *)f));
+        return;
+    default:
+        gs_cfg__fmt_default(o, buf, cap);
+        return;
+    }
+}
+
+void gs_cli_help(const struct gs_cli_spec *spec, const void *opts, FILE *f)
 {
     fprintf(f, "usage: graphserve %s %s\n", spec->cmd, spec->synopsis);
     if (spec->about)
@@ -198,14 +221,17 @@ void gs_cli_help(const struct gs_cli_spec *spec, FILE *f)
         gs_cfg__wrap(f, o->help, col);
         fputc('\n', f);
         char detail[256];
-        gs_cfg__fmt_default(o, def, sizeof(def));
+        if (!o->def && opts)
+            current_value(o, opts, def, sizeof(def));
+        else
+            gs_cfg__fmt_default(o, def, sizeof(def));
         gs_cfg__fmt_help_range(o, range, sizeof(range));
         if (o->flags & GS_CFG_F_REQUIRED)
             snprintf(detail, sizeof(detail), "Required.");
         else if (o->type == GS_CFG_LIST)
             snprintf(detail, sizeof(detail), "Repeatable.");
-        else if (o->type == GS_CFG_BOOL && !o->def)
-            detail[0] = 0;
+        else if ((o->type == GS_CFG_BOOL || o->type == GS_CFG_STR) && !o->def)
+            detail[0] = 0; /* off, or unset: the help text says what that means */
         else
             snprintf(detail, sizeof(detail), "Default %s%s%s%s%s.", def, *range ? ", range " : "",
                      range, o->unit && *range ? " " : "", o->unit && *range ? o->unit : "");

@@ -32,7 +32,7 @@
 #include <stdio.h>
 
 #define GS_CLI_MAX_ARGS 8  /* positional arguments, at most */
-#define GS_CLI_MAX_LIST 64 /* values of one repeated flag, at most */
+#define GS_CLI_MAX_LIST 1024 /* values of one repeated flag, at most */
 
 struct gs_cli_list {
     size_t n;
@@ -77,8 +77,11 @@ int gs_cli_begin(const struct gs_cli_spec *spec, void *opts, int argc, char **ar
 bool gs_cli_given(const struct gs_cli_spec *spec, const struct gs_cli_args *a, const char *name);
 
 /* Prints "usage: graphserve <cmd> <synopsis>", the about text, and one entry
- * per row: flags, placeholder, help, default and range. */
-void gs_cli_help(const struct gs_cli_spec *spec, FILE *f);
+ * per row: flags, placeholder, help, default and range. A numeric or enum row
+ * without a default text leaves its field as the caller set it before
+ * parsing (a library's own default: validate's thresholds are
+ * engine/validate's), and help then shows that value from opts (NULL: "unset"). */
+void gs_cli_help(const struct gs_cli_spec *spec, const void *opts, FILE *f);
 
 /* ---- messages ------------------------------------------------------------- */
 
