@@ -58,7 +58,9 @@ struct gs_cli_args {
 };
 
 /*
- * Sets every row of spec to its default in opts, then applies argv (argv[0]
+ * Sets every row of spec that has a default text to it in opts (rows without
+ * one keep what the caller put there, so zero the struct first, or set a
+ * library's defaults), then applies argv (argv[0]
  * is the command's name and is skipped). On -h/--help returns GS_OK at once
  * with out->help set (nothing else is checked). GS_INVAL with a message that
  * names the flag as written for an unknown option, a bad value, a missing

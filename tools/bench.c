@@ -297,7 +297,7 @@ static void bench_close(struct bench *b)
 
 int gs_cmd_bench(int argc, char **argv)
 {
-    struct opts o;
+    struct opts o = {0};
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;

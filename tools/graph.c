@@ -92,7 +92,7 @@ static void report_plan(const struct gs_graph *g, uint32_t n_tokens)
 
 int gs_cmd_graph(int argc, char **argv)
 {
-    struct opts o;
+    struct opts o = {0};
     struct gs_cli_args args;
     int prc = gs_cli_begin(&spec, &o, argc, argv, &args);
     if (prc >= 0)
