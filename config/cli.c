@@ -153,8 +153,8 @@ int gs_cli_begin(const struct gs_cli_spec *spec, void *opts, int argc, char **ar
 {
     struct gs_err err;
     if (gs_cli_parse(spec, opts, argc, argv, out, &err)) {
-        fprintf(stderr, "graphserve %s: %s\nusage: graphserve %s %s (--help lists the options)\n",
-                spec->cmd, err.msg, spec->cmd, spec->synopsis);
+        fprintf(stderr, "graphserve %s: %s\nusage: graphserve %s%s%s (--help lists the options)\n",
+                spec->cmd, err.msg, spec->cmd, *spec->synopsis ? " " : "", spec->synopsis);
         return 2;
     }
     if (out->help) {
@@ -197,7 +197,8 @@ static void current_value(const struct gs_cfg_opt *o, const void *opts, char *bu
 
 void gs_cli_help(const struct gs_cli_spec *spec, const void *opts, FILE *f)
 {
-    fprintf(f, "usage: graphserve %s %s\n", spec->cmd, spec->synopsis);
+    fprintf(f, "usage: graphserve %s%s%s\n", spec->cmd, *spec->synopsis ? " " : "",
+            spec->synopsis);
     if (spec->about)
         fprintf(f, "\n%s", spec->about);
     fprintf(f, "\noptions:\n  -h, --help                    this text\n");

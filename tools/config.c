@@ -10,32 +10,32 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char usage[] =
-    "check FILE | print [serve options] | reference\n"
-    "  check FILE        validate a JSON config file (keys, types, ranges, files it names)\n"
-    "                    without starting; flags and GRAPHSERVE_* variables are not read\n"
-    "  print [options]   print the effective config that `serve` would use with these\n"
-    "                    options and the environment, secrets masked\n"
-    "  reference         print every option as a Markdown table\n";
+/* The subcommands; `print` hands the rest of the line to serve's own table
+ * (gs_cfg_load), so it takes exactly serve's options. */
+static const struct gs_cli_spec spec = {
+    .cmd = "config",
+    .synopsis = "check FILE | print [serve options] | reference",
+    .about = "  check FILE        validate a JSON config file (keys, types, ranges, files it names)\n"
+             "                    without starting; flags and GRAPHSERVE_* variables are not read\n"
+             "  print [options]   print the effective config that `serve` would use with these\n"
+             "                    options and the environment, secrets masked\n"
+             "  reference         print every option as a Markdown table\n",
+    .max_args = 2,
+};
+
+/* `config check FILE` and `config reference` take no options: positional
+ * arguments only, counted by the spec. */
+static const struct gs_cli_spec check_spec = {
+    .cmd = "config check", .synopsis = "FILE", .min_args = 1, .max_args = 1,
+};
+static const struct gs_cli_spec reference_spec = {.cmd = "config reference", .synopsis = ""};
 
 int gs_cmd_config(int argc, char **argv)
 {
-    if (argc < 2)
-        return gs_cli_usage("config", usage);
-    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        printf("usage: graphserve config %s", usage);
-        return 0;
-    }
-    struct gs_err err;
-    if (!strcmp(argv[1], "check")) {
-        if (argc != 3)
-            return gs_cli_usage("config", usage);
-        if (gs_cfg_check_file(argv[2], &err))
-            return gs_cli_fail("config", "%s", err.msg);
-        printf("%s: ok\n", argv[2]);
-        return 0;
-    }
-    if (!strcmp(argv[1], "print")) {
+    struct gs_cli_args args;
+    const char *sub = argc > 1 ? argv[1] : "";
+    if (!strcmp(sub, "print")) {
+        struct gs_err err;
         struct gs_cfg cfg;
         /* argv + 1: "print" takes the place of "serve" as the command name. */
         if (gs_cfg_load(&cfg, argc - 1, argv + 1, NULL, &err))
@@ -50,9 +50,28 @@ int gs_cmd_config(int argc, char **argv)
         gs_cfg_deinit(&cfg);
         return ok ? 0 : gs_cli_fail("config", "cannot print the config");
     }
-    if (!strcmp(argv[1], "reference") && argc == 2) {
+    const struct gs_cli_spec *sp = !strcmp(sub, "check")       ? &check_spec
+                                   : !strcmp(sub, "reference") ? &reference_spec
+                                                               : &spec;
+    /* A subcommand's own line starts at its name, as a command's starts at its. */
+    int rc = sp == &spec ? gs_cli_begin(sp, NULL, argc, argv, &args)
+                         : gs_cli_begin(sp, NULL, argc - 1, argv + 1, &args);
+    if (rc >= 0)
+        return rc;
+    if (sp == &check_spec) {
+        struct gs_err err;
+        if (gs_cfg_check_file(args.args[0], &err))
+            return gs_cli_fail("config", "%s", err.msg);
+        printf("%s: ok\n", args.args[0]);
+        return 0;
+    }
+    if (sp == &reference_spec) {
         gs_cfg_help_markdown(stdout);
         return 0;
     }
-    return gs_cli_usage("config", usage);
+    if (args.n_args)
+        gs_cli_fail("config", "unknown subcommand '%s'", args.args[0]);
+    else
+        gs_cli_fail("config", "expects a subcommand");
+    return gs_cli_usage("config", spec.synopsis);
 }
