@@ -7,10 +7,8 @@
 
 #include "config/internal.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* ---- parsing ----------------------------------------------------------------- */
@@ -245,28 +243,16 @@ void gs_cli_help(const struct gs_cli_spec *spec, const void *opts, FILE *f)
 
 /* ---- messages ------------------------------------------------------------------ */
 
-bool gs_cli_parse_i64(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out)
+bool gs_cli_parse_int(const char *cmd, const char *where, const char *s, int64_t min,
+                      int64_t max, int64_t *out)
 {
-    char *end = NULL;
-    errno = 0;
-    long long v = s ? strtoll(s, &end, 10) : 0;
-    if (!s || !*s || *end || errno || v < min || v > max) {
-        fprintf(stderr, "graphserve: %s expects an integer in [%lld, %lld], got '%s'\n", opt,
-                (long long)min, (long long)max, s ? s : "");
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-bool gs_cli_parse_f64(const char *opt, const char *s, double min, double max, double *out)
-{
-    char *end = NULL;
-    errno = 0;
-    double v = s ? strtod(s, &end) : 0;
-    if (!s || !*s || *end || errno || !(v >= min && v <= max)) {
-        fprintf(stderr, "graphserve: %s expects a number in [%g, %g], got '%s'\n", opt, min, max,
-                s ? s : "");
+    /* A one-row table, so that an element reads and fails as a flag's value does. */
+    const struct gs_cfg_opt row = {.name = where, .type = GS_CFG_INT, .min = (double)min,
+                                   .max = (double)max};
+    struct gs_err err;
+    int64_t v;
+    if (gs_cfg__set_text(&v, &row, s, where, &err)) {
+        gs_cli_fail(cmd, "%s", err.msg);
         return false;
     }
     *out = v;

@@ -93,10 +93,10 @@ int gs_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(pri
 /* Prints "usage: graphserve <cmd> <usage>\n" to stderr and returns 2. */
 int gs_cli_usage(const char *cmd, const char *usage);
 
-/* Parses a whole decimal integer / float in [min, max], for values inside a
- * value (one element of a comma-separated list). Prints an error naming opt
- * and returns false on anything else. */
-bool gs_cli_parse_i64(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out);
-bool gs_cli_parse_f64(const char *opt, const char *s, double min, double max, double *out);
+/* Parses one integer in [min, max] that is part of a value (an element of
+ * a comma-separated list) with the words a flag's value gets; on failure
+ * prints "graphserve <cmd>: <where>: ..." and returns false. */
+bool gs_cli_parse_int(const char *cmd, const char *where, const char *s, int64_t min,
+                      int64_t max, int64_t *out);
 
 #endif /* GS_CONFIG_CLI_H */

@@ -219,7 +219,7 @@ static bool parse_streams(struct opts *o, const char *s)
             gs_cli_fail(CMD, "--streams: more than %zu values", GS_ARRAY_LEN(o->streams));
             return false;
         }
-        if (!gs_cli_parse_i64("--streams", tok, 1, MAX_STREAMS, &o->streams[o->n_streams]))
+        if (!gs_cli_parse_int(CMD, "--streams", tok, 1, MAX_STREAMS, &o->streams[o->n_streams]))
             return false;
         o->n_streams++;
     }
