@@ -195,8 +195,7 @@ static void current_value(const struct gs_cfg_opt *o, const void *opts, char *bu
 
 void gs_cli_help(const struct gs_cli_spec *spec, const void *opts, FILE *f)
 {
-    fprintf(f, "usage: graphserve %s%s%s\n", spec->cmd, *spec->synopsis ? " " : "",
-            spec->synopsis);
+    fprintf(f, "usage: graphserve %s%s%s\n", spec->cmd, *spec->synopsis ? " " : "", spec->synopsis);
     if (spec->about)
         fprintf(f, "\n%s", spec->about);
     fprintf(f, "\noptions:\n  -h, --help                    this text\n");
@@ -243,12 +242,12 @@ void gs_cli_help(const struct gs_cli_spec *spec, const void *opts, FILE *f)
 
 /* ---- messages ------------------------------------------------------------------ */
 
-bool gs_cli_parse_int(const char *cmd, const char *where, const char *s, int64_t min,
-                      int64_t max, int64_t *out)
+bool gs_cli_parse_int(const char *cmd, const char *where, const char *s, int64_t min, int64_t max,
+                      int64_t *out)
 {
     /* A one-row table, so that an element reads and fails as a flag's value does. */
-    const struct gs_cfg_opt row = {.name = where, .type = GS_CFG_INT, .min = (double)min,
-                                   .max = (double)max};
+    const struct gs_cfg_opt row = {
+        .name = where, .type = GS_CFG_INT, .min = (double)min, .max = (double)max};
     struct gs_err err;
     int64_t v;
     if (gs_cfg__set_text(&v, &row, s, where, &err)) {

@@ -31,7 +31,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define GS_CLI_MAX_ARGS 8  /* positional arguments, at most */
+#define GS_CLI_MAX_ARGS 8    /* positional arguments, at most */
 #define GS_CLI_MAX_LIST 1024 /* values of one repeated flag, at most */
 
 struct gs_cli_list {
@@ -45,7 +45,7 @@ struct gs_cli_spec {
     const char *synopsis; /* after "usage: graphserve bench ": "-m FILE [options]" */
     const char *about;    /* lines printed after the usage line, or NULL */
     const struct gs_cfg_opt *opts;
-    size_t n_opts; /* at most 64 */
+    size_t n_opts;               /* at most 64 */
     unsigned min_args, max_args; /* positional arguments (max <= GS_CLI_MAX_ARGS) */
 };
 
@@ -96,7 +96,7 @@ int gs_cli_usage(const char *cmd, const char *usage);
 /* Parses one integer in [min, max] that is part of a value (an element of
  * a comma-separated list) with the words a flag's value gets; on failure
  * prints "graphserve <cmd>: <where>: ..." and returns false. */
-bool gs_cli_parse_int(const char *cmd, const char *where, const char *s, int64_t min,
-                      int64_t max, int64_t *out);
+bool gs_cli_parse_int(const char *cmd, const char *where, const char *s, int64_t min, int64_t max,
+                      int64_t *out);
 
 #endif /* GS_CONFIG_CLI_H */

@@ -9,7 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const struct gs_tool serve = {"serve", gs_cmd_serve,
+/* serve's options are config/'s own table (gs_cfg_opts), not a tool spec. */
+static const struct gs_tool serve = {"serve", gs_cmd_serve, NULL,
                                      "run the OpenAI-compatible HTTP daemon"};
 
 static void print_usage(FILE *f)

@@ -68,7 +68,7 @@ static const struct gs_cfg_opt opt_rows[] = {
 /* clang-format on */
 #undef O
 
-static const struct gs_cli_spec spec = {
+const struct gs_cli_spec gs_bench_spec = {
     .cmd = CMD, .synopsis = "-m FILE [options]", .opts = opt_rows,
     .n_opts = GS_ARRAY_LEN(opt_rows),
 };
@@ -231,7 +231,7 @@ static bool parse_streams(struct opts *o, const char *s)
 static int parse(int argc, char **argv, struct opts *o)
 {
     struct gs_cli_args args;
-    int rc = gs_cli_begin(&spec, o, argc, argv, &args);
+    int rc = gs_cli_begin(&gs_bench_spec, o, argc, argv, &args);
     if (rc >= 0)
         return rc;
     if (!parse_streams(o, o->streams_text))
@@ -345,7 +345,8 @@ int gs_cmd_bench(int argc, char **argv)
         json_decref(j);
     } else {
         printf("model %s (%.1f MiB), backend %s, threads %s, kv %s %.1f MiB\n", o.path,
-               file_mib, o.backend, threads ? "set" : "default", gs_type_name(gs_tool_kv_types[o.kv_type]),
+               file_mib, o.backend, threads ? "set" : "default",
+               gs_type_name(gs_tool_kv_types[o.kv_type]),
                kv_mib);
         char at[32] = "";
         if (o.depth > 0)

@@ -12,11 +12,12 @@
 
 /* The subcommands; `print` hands the rest of the line to serve's own table
  * (gs_cfg_load), so it takes exactly serve's options. */
-static const struct gs_cli_spec spec = {
+const struct gs_cli_spec gs_config_spec = {
     .cmd = "config",
     .synopsis = "check FILE | print [serve options] | reference",
-    .about = "  check FILE        validate a JSON config file (keys, types, ranges, files it names)\n"
-             "                    without starting; flags and GRAPHSERVE_* variables are not read\n"
+    .about = "  check FILE        validate a JSON config file (keys, types, ranges, files it\n"
+             "                    names) without starting; flags and GRAPHSERVE_* variables\n"
+             "                    are not read\n"
              "  print [options]   print the effective config that `serve` would use with these\n"
              "                    options and the environment, secrets masked\n"
              "  reference         print every option as a Markdown table\n",
@@ -24,7 +25,7 @@ static const struct gs_cli_spec spec = {
 };
 
 /* `config check FILE` and `config reference` take no options: positional
- * arguments only, counted by the spec. */
+ * arguments only, counted by their specs. */
 static const struct gs_cli_spec check_spec = {
     .cmd = "config check", .synopsis = "FILE", .min_args = 1, .max_args = 1,
 };
@@ -52,9 +53,9 @@ int gs_cmd_config(int argc, char **argv)
     }
     const struct gs_cli_spec *sp = !strcmp(sub, "check")       ? &check_spec
                                    : !strcmp(sub, "reference") ? &reference_spec
-                                                               : &spec;
+                                                               : &gs_config_spec;
     /* A subcommand's own line starts at its name, as a command's starts at its. */
-    int rc = sp == &spec ? gs_cli_begin(sp, NULL, argc, argv, &args)
+    int rc = sp == &gs_config_spec ? gs_cli_begin(sp, NULL, argc, argv, &args)
                          : gs_cli_begin(sp, NULL, argc - 1, argv + 1, &args);
     if (rc >= 0)
         return rc;
@@ -73,5 +74,5 @@ int gs_cmd_config(int argc, char **argv)
         gs_cli_fail("config", "unknown subcommand '%s'", args.args[0]);
     else
         gs_cli_fail("config", "expects a subcommand");
-    return gs_cli_usage("config", spec.synopsis);
+    return gs_cli_usage("config", gs_config_spec.synopsis);
 }

@@ -39,7 +39,7 @@ static const struct gs_cfg_opt opt_rows[] = {
 /* clang-format on */
 #undef O
 
-static const struct gs_cli_spec spec = {
+const struct gs_cli_spec gs_graph_spec = {
     .cmd = "graph", .synopsis = "-m FILE [--passes none|all|NAME,...] [--format text|dot|json]",
     .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows),
 };
@@ -94,7 +94,7 @@ int gs_cmd_graph(int argc, char **argv)
 {
     struct opts o = {0};
     struct gs_cli_args args;
-    int prc = gs_cli_begin(&spec, &o, argc, argv, &args);
+    int prc = gs_cli_begin(&gs_graph_spec, &o, argc, argv, &args);
     if (prc >= 0)
         return prc;
     const char *path = o.path;

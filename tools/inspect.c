@@ -30,7 +30,7 @@ static const struct gs_cfg_opt opt_rows[] = {
 };
 /* clang-format on */
 
-static const struct gs_cli_spec spec = {
+const struct gs_cli_spec gs_inspect_spec = {
     .cmd = "inspect", .synopsis = "FILE [--json] [--sha256]", .opts = opt_rows,
     .n_opts = GS_ARRAY_LEN(opt_rows), .min_args = 1, .max_args = 1,
 };
@@ -225,7 +225,7 @@ int gs_cmd_inspect(int argc, char **argv)
 {
     struct opts o = {0};
     struct gs_cli_args args;
-    int prc = gs_cli_begin(&spec, &o, argc, argv, &args);
+    int prc = gs_cli_begin(&gs_inspect_spec, &o, argc, argv, &args);
     if (prc >= 0)
         return prc;
     const char *path = args.args[0];

@@ -43,7 +43,7 @@ static const struct gs_cfg_opt opt_rows[] = {
 };
 /* clang-format on */
 
-static const struct gs_cli_spec spec = {
+const struct gs_cli_spec gs_quantize_spec = {
     .cmd = CMD, .synopsis = "IN OUT TYPE [--pure]",
     .about = "  IN      a GGUF file with f32, f16 or bf16 weights\n"
              "  OUT     where to write the quantized file\n"
@@ -251,7 +251,7 @@ int gs_cmd_quantize(int argc, char **argv)
 {
     struct opts o = {0};
     struct gs_cli_args args;
-    int prc = gs_cli_begin(&spec, &o, argc, argv, &args);
+    int prc = gs_cli_begin(&gs_quantize_spec, &o, argc, argv, &args);
     if (prc >= 0)
         return prc;
     const char *const *pos = args.args;

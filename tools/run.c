@@ -71,7 +71,7 @@ static const struct gs_cfg_opt opt_rows[] = {
 /* clang-format on */
 #undef O
 
-static const struct gs_cli_spec spec = {
+const struct gs_cli_spec gs_run_spec = {
     .cmd = "run",
     .synopsis = "-m FILE (-p PROMPT ... | --prompts-file FILE | --tokens ID,ID,...) [options]",
     .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows),
@@ -95,16 +95,16 @@ struct item {
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     struct gs_cli_args args;
-    int rc = gs_cli_begin(&spec, o, argc, argv, &args);
+    int rc = gs_cli_begin(&gs_run_spec, o, argc, argv, &args);
     if (rc >= 0)
         return rc;
     if (!(o->top_p > 0)) {
-        gs_cli_fail(spec.cmd, "--top-p: must be above 0 (1: off)");
+        gs_cli_fail(gs_run_spec.cmd, "--top-p: must be above 0 (1: off)");
         return 2;
     }
     int sources = (o->p.n > 0) + (o->prompts_file != NULL) + (o->tokens != NULL);
     if (sources != 1) {
-        gs_cli_fail(spec.cmd, "give the prompts one way: -p, --prompts-file or --tokens");
+        gs_cli_fail(gs_run_spec.cmd, "give the prompts one way: -p, --prompts-file or --tokens");
         return 2;
     }
     for (size_t i = 0; i < o->p.n; i++)

@@ -159,7 +159,7 @@ static const struct gs_cfg_opt opt_rows[] = {
 #undef O
 #undef I
 
-static const struct gs_cli_spec spec = {
+const struct gs_cli_spec gs_synth_spec = {
     .cmd = "synth", .synopsis = "-o FILE [options]",
     .about = "Weights are random: the model produces noise. It is for tests and benchmarks.\n",
     .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows),
@@ -611,7 +611,7 @@ int gs_cmd_synth(int argc, char **argv)
 {
     struct synth_cfg c = {0};
     struct gs_cli_args args;
-    int prc = gs_cli_begin(&spec, &c, argc, argv, &args);
+    int prc = gs_cli_begin(&gs_synth_spec, &c, argc, argv, &args);
     if (prc >= 0)
         return prc;
     if (!(c.arch = find_arch(c.arch_name))) {
@@ -624,7 +624,9 @@ int gs_cmd_synth(int argc, char **argv)
     if (!parse_type(c.type_name, &c))
         return 2;
     if (c.head_dim == 1)
-        return gs_cli_fail("synth", "--head-dim: 1 is out of range [2, 4096] (0: n-embd / n-head)") + 1;
+        return gs_cli_fail("synth",
+                           "--head-dim: 1 is out of range [2, 4096] (0: n-embd / n-head)") +
+               1;
     const char *out_type = c.out_type_name, *vocab_path = c.vocab_path;
     if (!c.n_head_kv)
         c.n_head_kv = c.n_head;
@@ -632,9 +634,9 @@ int gs_cmd_synth(int argc, char **argv)
         c.sliding_window = c.arch->window_default;
     if (c.arch->tied_only)
         c.tied = true;
-    if (!c.arch->gemma3n && (gs_cli_given(&spec, &args, "per-layer-input") ||
-                             gs_cli_given(&spec, &args, "laurel-rank") ||
-                             gs_cli_given(&spec, &args, "shared-kv-layers")))
+    if (!c.arch->gemma3n && (gs_cli_given(&gs_synth_spec, &args, "per-layer-input") ||
+                             gs_cli_given(&gs_synth_spec, &args, "laurel-rank") ||
+                             gs_cli_given(&gs_synth_spec, &args, "shared-kv-layers")))
         return gs_cli_fail("synth", "--per-layer-input, --laurel-rank and --shared-kv-layers "
                                     "are gemma3n's");
     /* E2B keeps 20 of its 30 layers' caches: about two thirds, a multiple of the swa period

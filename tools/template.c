@@ -47,8 +47,9 @@ static const struct gs_cfg_opt opt_rows[] = {
 /* clang-format on */
 #undef O
 
-static const struct gs_cli_spec spec = {
-    .cmd = "template", .synopsis = "(-m FILE | --template-file FILE) [--text] [--now UNIX_S] < CONTEXT.json",
+const struct gs_cli_spec gs_template_spec = {
+    .cmd = "template",
+    .synopsis = "(-m FILE | --template-file FILE) [--text] [--now UNIX_S] < CONTEXT.json",
     .about = "Standard input holds one JSON object: messages, and optionally tools,\n"
              "add_generation_prompt, bos_token, eos_token and any further template variables.\n",
     .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows),
@@ -237,14 +238,14 @@ int gs_cmd_template(int argc, char **argv)
 {
     struct opts o = {.now = (int64_t)time(NULL)};
     struct gs_cli_args args;
-    int prc = gs_cli_begin(&spec, &o, argc, argv, &args);
+    int prc = gs_cli_begin(&gs_template_spec, &o, argc, argv, &args);
     if (prc >= 0)
         return prc;
     const char *path = o.path, *model = o.model;
     bool text_only = o.text_only;
     int64_t now = o.now;
     if (!path && !model)
-        return gs_cli_fail(spec.cmd, "needs -m FILE or --template-file FILE") + 1;
+        return gs_cli_fail(gs_template_spec.cmd, "needs -m FILE or --template-file FILE") + 1;
     size_t len;
     char *in = read_all(stdin, &len);
     if (!in)

@@ -33,7 +33,7 @@ static const struct gs_cfg_opt opt_rows[] = {
 /* clang-format on */
 #undef O
 
-static const struct gs_cli_spec spec = {
+const struct gs_cli_spec gs_tokenize_spec = {
     .cmd = "tokenize", .synopsis = "-m FILE [options] (--stdin | [--] TEXT)",
     .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows), .max_args = 1,
 };
@@ -115,14 +115,15 @@ int gs_cmd_tokenize(int argc, char **argv)
 {
     struct opts o = {0};
     struct gs_cli_args args;
-    int prc = gs_cli_begin(&spec, &o, argc, argv, &args);
+    int prc = gs_cli_begin(&gs_tokenize_spec, &o, argc, argv, &args);
     if (prc >= 0)
         return prc;
     const char *model = o.model, *text = args.n_args ? args.args[0] : NULL;
     bool json = o.json, from_stdin = o.from_stdin;
-    unsigned flags = (o.bos ? GS_TOK_ADD_SPECIAL : 0u) | (o.parse_special ? GS_TOK_PARSE_SPECIAL : 0u);
+    unsigned flags =
+        (o.bos ? GS_TOK_ADD_SPECIAL : 0u) | (o.parse_special ? GS_TOK_PARSE_SPECIAL : 0u);
     if (!text == !from_stdin)
-        return gs_cli_fail(spec.cmd, "give the text as one argument or --stdin") + 1;
+        return gs_cli_fail(gs_tokenize_spec.cmd, "give the text as one argument or --stdin") + 1;
 
     struct gs_err err = {0};
     struct gs_tok *tok;

@@ -14,12 +14,15 @@
 #ifndef GS_TOOLS_H
 #define GS_TOOLS_H
 
+#include "config/cli.h"
+
 #include <stddef.h>
 
 struct gs_tool {
     const char *name; /* the command word: "bench" */
     int (*run)(int argc, char **argv);
-    const char *help; /* one line for `graphserve --help` */
+    const struct gs_cli_spec *spec; /* its options (NULL for a command outside tools/) */
+    const char *help;               /* one line for `graphserve --help` */
 };
 
 /* The tools, in `graphserve --help` order; *n receives their count. The

@@ -60,7 +60,8 @@ static const struct gs_cfg_opt opt_rows[] = {
     I("n-head-kv", n_head_kv, "0", 0, 1024, "Key/value heads, dividing n-head; 0: n-head."),
     I("n-ff", n_ff, "0", 0, 1 << 20, "Feed-forward width; 0: 4 * n-embd rounded up to 32."),
     I("block", block, "32", 1, 65536, "Tokens per training sequence."),
-    I("n-ctx", n_ctx, "0", 0, 1 << 20, "Context length written in the file, at least block; 0: block."),
+    I("n-ctx", n_ctx, "0", 0, 1 << 20,
+      "Context length written in the file, at least block; 0: block."),
     I("batch", batch, "16", 1, 65536, "Sequences per step."),
     I("accum", accum, "1", 1, 65536, "Steps whose gradients make one update."),
     I("steps", steps, "1500", 1, 1e6, "Optimiser steps."),
@@ -94,7 +95,7 @@ static const struct gs_cfg_opt opt_rows[] = {
 #undef R
 #undef S
 
-static const struct gs_cli_spec spec = {
+const struct gs_cli_spec gs_train_spec = {
     .cmd = "train", .synopsis = "-i TEXT -o FILE [options]", .opts = opt_rows,
     .n_opts = GS_ARRAY_LEN(opt_rows),
 };
@@ -528,7 +529,7 @@ int gs_cmd_train(int argc, char **argv)
 {
     struct train_cfg c = {0};
     struct gs_cli_args args;
-    int prc = gs_cli_begin(&spec, &c, argc, argv, &args);
+    int prc = gs_cli_begin(&gs_train_spec, &c, argc, argv, &args);
     if (prc >= 0)
         return prc;
     if (!c.print_graph && (!c.in || !c.out))

@@ -103,11 +103,12 @@ static const struct gs_cfg_opt opt_rows[] = {
 #undef THR
 #undef SRV
 
-static const struct gs_cli_spec spec = {
+const struct gs_cli_spec gs_validate_spec = {
     .cmd = "validate",
     .synopsis = "-m MODEL --golden FILE [--golden FILE ...] [options]\n"
                 "       graphserve validate --a FILE --b FILE [options]\n"
-                "       graphserve validate --server URL [--api-key K] [--prompts-file F | -p P ...]",
+                "       graphserve validate --server URL [--api-key K]"
+                " [--prompts-file F | -p P ...]",
     .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows),
 };
 
@@ -425,7 +426,7 @@ static int check_modes(const struct opts *o, const struct gs_cli_args *args)
                                             "passes", "rows", "min-pearson", "min-top1",
                                             "top1-margin", "max-kl", "max-abs-err", "backend"};
         for (size_t i = 0; i < GS_ARRAY_LEN(local); i++)
-            if (gs_cli_given(&spec, args, local[i])) {
+            if (gs_cli_given(&gs_validate_spec, args, local[i])) {
                 gs_cli_fail(cmd, "--%s: not with --server (the daemon's settings apply)",
                             local[i]);
                 return 2;
@@ -435,7 +436,7 @@ static int check_modes(const struct opts *o, const struct gs_cli_args *args)
     static const char *const remote[] = {"api-key", "prompt", "prompts-file", "max-tokens",
                                          "timeout-s"};
     for (size_t i = 0; i < GS_ARRAY_LEN(remote); i++)
-        if (gs_cli_given(&spec, args, remote[i])) {
+        if (gs_cli_given(&gs_validate_spec, args, remote[i])) {
             gs_cli_fail(cmd, "--%s: only with --server", remote[i]);
             return 2;
         }
@@ -457,8 +458,9 @@ static int check_modes(const struct opts *o, const struct gs_cli_args *args)
         return 2;
     }
     if (!gs_be_find(o->backend) || (o->against && !gs_be_find(o->against))) {
-        gs_cli_fail(cmd, "--%s: unknown backend '%s'", gs_be_find(o->backend) ? "against" : "backend",
-                    gs_be_find(o->backend) ? o->against : o->backend);
+        bool bad_ref = gs_be_find(o->backend) != NULL;
+        gs_cli_fail(cmd, "--%s: unknown backend '%s'", bad_ref ? "against" : "backend",
+                    bad_ref ? o->against : o->backend);
         return 2;
     }
     return -1;
@@ -469,7 +471,7 @@ int gs_cmd_validate(int argc, char **argv)
     struct opts o = {0};
     gs_val_thresholds_init(&o.thr);
     struct gs_cli_args args;
-    int rc = gs_cli_begin(&spec, &o, argc, argv, &args);
+    int rc = gs_cli_begin(&gs_validate_spec, &o, argc, argv, &args);
     if (rc < 0)
         rc = check_modes(&o, &args);
     if (rc >= 0)
