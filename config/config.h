@@ -280,7 +280,9 @@ const char *gs_cfg_kv_type_name(enum gs_cfg_kv_type t);
 const char *gs_cfg_spec_name(enum gs_cfg_spec t);
 const char *gs_cfg_template_name(enum gs_cfg_chat_template t);
 
-/* ---- the table (for tests and tools) ------------------------------------------- */
+/* ---- the table (for tests and tools) -------------------------------------------
+ * The same row type describes the tools' options (config/cli.h): there the
+ * offset is into the tool's own options struct. */
 
 enum gs_cfg_type {
     GS_CFG_BOOL,
@@ -297,6 +299,7 @@ enum gs_cfg_flag {
     GS_CFG_F_SECRET = 1u << 1, /* masked in --print-config and errors */
     GS_CFG_F_NOFILE = 1u << 2, /* flag or env only (--config itself) */
     GS_CFG_F_PATH = 1u << 3,   /* must name a readable file when set */
+    GS_CFG_F_REQUIRED = 1u << 4, /* a tool's option it cannot run without (config/cli.h) */
 };
 
 struct gs_cfg_opt {

@@ -92,7 +92,7 @@ static const char *type_name(const struct gs_cfg_opt *o)
 }
 
 /* The placeholder after the flag: "N", "SIZE", "ref|cpu", ... */
-static void metavar(const struct gs_cfg_opt *o, char *buf, size_t cap)
+void gs_cfg__metavar(const struct gs_cfg_opt *o, char *buf, size_t cap)
 {
     size_t n = 0;
     buf[0] = 0;
@@ -121,7 +121,7 @@ static void metavar(const struct gs_cfg_opt *o, char *buf, size_t cap)
     }
 }
 
-static void fmt_default(const struct gs_cfg_opt *o, char *buf, size_t cap)
+void gs_cfg__fmt_default(const struct gs_cfg_opt *o, char *buf, size_t cap)
 {
     if (!o->def)
         snprintf(buf, cap, o->type == GS_CFG_LIST ? "none" : "unset");
@@ -130,7 +130,7 @@ static void fmt_default(const struct gs_cfg_opt *o, char *buf, size_t cap)
 }
 
 /* "" when the type has no numeric range. */
-static void fmt_range(const struct gs_cfg_opt *o, char *buf, size_t cap)
+void gs_cfg__fmt_help_range(const struct gs_cfg_opt *o, char *buf, size_t cap)
 {
     char a[32], b[32];
     buf[0] = 0;
@@ -145,12 +145,12 @@ static void fmt_range(const struct gs_cfg_opt *o, char *buf, size_t cap)
     }
 }
 
-#define HELP_INDENT 32
+#define HELP_INDENT GS_CFG__HELP_INDENT
 #define HELP_WIDTH  100
 
 /* Writes text word by word from column col, breaking lines at HELP_WIDTH
  * and indenting continuation lines to HELP_INDENT; returns the column. */
-static size_t wrap(FILE *f, const char *text, size_t col)
+size_t gs_cfg__wrap(FILE *f, const char *text, size_t col)
 {
     for (;;) {
         while (*text == ' ')
@@ -193,14 +193,14 @@ void gs_cfg_help(FILE *f)
         if (!group || strcmp(group, o->group))
             fprintf(f, "\n%s:\n", group = o->group);
         char mv[128], flag[192], def[64], range[80], env[64];
-        metavar(o, mv, sizeof(mv));
+        gs_cfg__metavar(o, mv, sizeof(mv));
         char sh[8] = "";
         if (o->short_flag)
             snprintf(sh, sizeof(sh), "-%c, ", o->short_flag);
         snprintf(flag, sizeof(flag), "%s--%s%s%s%s", sh, o->type == GS_CFG_BOOL ? "[no-]" : "",
                  o->name, *mv ? " " : "", mv);
-        fmt_default(o, def, sizeof(def));
-        fmt_range(o, range, sizeof(range));
+        gs_cfg__fmt_default(o, def, sizeof(def));
+        gs_cfg__fmt_help_range(o, range, sizeof(range));
         char detail[512];
         snprintf(detail, sizeof(detail), "Default %s%s%s%s%s; env %s%s%s%s.", def,
                  *range ? ", range " : "", range, o->unit ? " " : "", o->unit ? o->unit : "",
@@ -215,9 +215,9 @@ void gs_cfg_help(FILE *f)
             fputc('\n', f);
             col = 0;
         }
-        wrap(f, o->help, col);
+        gs_cfg__wrap(f, o->help, col);
         fputc('\n', f);
-        wrap(f, detail, 0);
+        gs_cfg__wrap(f, detail, 0);
         fputc('\n', f);
     }
 }
@@ -242,9 +242,9 @@ void gs_cfg_help_markdown(FILE *f)
     for (size_t i = 0; i < n; i++) {
         const struct gs_cfg_opt *o = &opts[i];
         char mv[128], def[64], range[80], env[64], key[64];
-        metavar(o, mv, sizeof(mv));
-        fmt_default(o, def, sizeof(def));
-        fmt_range(o, range, sizeof(range));
+        gs_cfg__metavar(o, mv, sizeof(mv));
+        gs_cfg__fmt_default(o, def, sizeof(def));
+        gs_cfg__fmt_help_range(o, range, sizeof(range));
         fputs("| `", f);
         if (o->short_flag)
             fprintf(f, "-%c`, `", o->short_flag);

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-void *gs_cfg__field(struct gs_cfg *cfg, const struct gs_cfg_opt *o)
+void *gs_cfg__field(void *base, const struct gs_cfg_opt *o)
 {
-    return (char *)cfg + o->offset;
+    return (char *)base + o->offset;
 }
 
 const void *gs_cfg__cfield(const struct gs_cfg *cfg, const struct gs_cfg_opt *o)
@@ -203,7 +203,7 @@ static enum gs_status out_of_range(const struct gs_cfg_opt *o, const char *shown
     return gs_err_set(err, GS_INVAL, "%s: %s is out of range %s", where, shown, r);
 }
 
-static enum gs_status set_int(struct gs_cfg *cfg, const struct gs_cfg_opt *o, int64_t v,
+static enum gs_status set_int(void *cfg, const struct gs_cfg_opt *o, int64_t v,
                               const char *shown, const char *where, struct gs_err *err)
 {
     if ((double)v < o->min || (double)v > o->max)
@@ -212,7 +212,7 @@ static enum gs_status set_int(struct gs_cfg *cfg, const struct gs_cfg_opt *o, in
     return GS_OK;
 }
 
-static enum gs_status set_bytes(struct gs_cfg *cfg, const struct gs_cfg_opt *o, uint64_t v,
+static enum gs_status set_bytes(void *cfg, const struct gs_cfg_opt *o, uint64_t v,
                                 const char *shown, const char *where, struct gs_err *err)
 {
     if ((double)v < o->min || (double)v > o->max)
@@ -221,7 +221,7 @@ static enum gs_status set_bytes(struct gs_cfg *cfg, const struct gs_cfg_opt *o, 
     return GS_OK;
 }
 
-static enum gs_status set_float(struct gs_cfg *cfg, const struct gs_cfg_opt *o, double v,
+static enum gs_status set_float(void *cfg, const struct gs_cfg_opt *o, double v,
                                 const char *shown, const char *where, struct gs_err *err)
 {
     if (!isfinite(v) || v < o->min || v > o->max)
@@ -230,7 +230,7 @@ static enum gs_status set_float(struct gs_cfg *cfg, const struct gs_cfg_opt *o, 
     return GS_OK;
 }
 
-static enum gs_status set_enum(struct gs_cfg *cfg, const struct gs_cfg_opt *o, const char *s,
+static enum gs_status set_enum(void *cfg, const struct gs_cfg_opt *o, const char *s,
                                const char *where, struct gs_err *err)
 {
     char list[256];
@@ -248,7 +248,7 @@ static enum gs_status set_enum(struct gs_cfg *cfg, const struct gs_cfg_opt *o, c
     return gs_err_set(err, GS_INVAL, "%s: '%s' is not one of %s", where, s, list);
 }
 
-static enum gs_status set_str(struct gs_cfg *cfg, const struct gs_cfg_opt *o, const char *s,
+static enum gs_status set_str(void *cfg, const struct gs_cfg_opt *o, const char *s,
                               struct gs_err *err)
 {
     char *copy = NULL;
@@ -283,7 +283,7 @@ static const char *shown(const struct gs_cfg_opt *o, const char *s)
     return (o->flags & GS_CFG_F_SECRET) ? "(secret)" : s;
 }
 
-enum gs_status gs_cfg__set_text(struct gs_cfg *cfg, const struct gs_cfg_opt *o, const char *s,
+enum gs_status gs_cfg__set_text(void *cfg, const struct gs_cfg_opt *o, const char *s,
                                 const char *where, struct gs_err *err)
 {
     char *end = NULL;

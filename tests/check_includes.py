@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Checks graphserve's include graph (the "include_graph" test, tests/meson.build).
 
-Every `#include "..."` in engine/, kvcache/, scheduler/, config/ and server/ is an
-edge from the including file's module to the included file's module. The check fails
-when
+Every `#include "..."` in engine/, kvcache/, scheduler/, config/, tools/ and server/
+is an edge from the including file's module to the included file's module. The check
+fails when
   - an edge points upward: module order is base < engine components < kvcache <
     scheduler < server, with config beside the scheduler (either may use the
-    other's headers) and nothing below them including config/;
+    other's headers) and nothing below them including config/, and tools/ (the
+    engine tools) beside server/: server's main.c lists the tools, but no tool
+    includes server/ and nothing below them includes tools/;
   - a file includes another module's private header (<dir>/internal.h belongs to
     <dir>/; engine/cpu/cpu.h to engine/cpu/ and the cpu backend, engine/backend/cpu.c);
   - headers include each other in a cycle (within a module or across modules).
@@ -18,8 +20,11 @@ import os
 import re
 import sys
 
-TREES = ["engine", "kvcache", "scheduler", "config", "server"]
-RANK = {"base": 0, "engine": 1, "kvcache": 2, "scheduler": 3, "config": 3, "server": 4}
+TREES = ["engine", "kvcache", "scheduler", "config", "tools", "server"]
+RANK = {"base": 0, "engine": 1, "kvcache": 2, "scheduler": 3, "config": 3, "tools": 4,
+        "server": 4}
+# Edges between modules of one rank that are refused all the same (includer, included).
+FORBIDDEN = {("tools", "server")}
 # (includer, included): removed by issue 15's block-layout header and tools/ move.
 KNOWN = {
     ("engine/cpu/kernels_scalar.c", "engine/quant/internal.h"),
@@ -77,6 +82,8 @@ def main():
                 why = f"private header of {users[0].rstrip('/')}"
             elif rank(module(h)) > rank(module(src)):
                 why = f"upward: {module(src)} must not use {module(h)}"
+            elif (module(src).split("/")[0], module(h).split("/")[0]) in FORBIDDEN:
+                why = f"{module(src)} must not use {module(h)}"
             if why is None:
                 continue
             if (src, h) in KNOWN:

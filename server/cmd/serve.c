@@ -13,6 +13,7 @@
 #include "engine/model.h"
 #include "engine/tok.h"
 #include "scheduler/scheduler.h"
+#include "config/cli.h"
 #include "server/cli.h"
 #include "server/progress.h"
 #include "server/cmd/serve_val.h"

@@ -1,5 +1,5 @@
 /*
- * server/cmd/bench.c - `graphserve bench`: engine throughput on one model, in
+ * tools/bench.c - `graphserve bench`: engine throughput on one model, in
  * the spirit of llama-bench. Prompt processing: one step of P tokens (logits
  * for the last). Generation: N steps of one token each from an empty cache.
  * Concurrent streams: S sequences decoding together, one token each per step
@@ -19,7 +19,7 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "kvcache/kvcache.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -34,28 +34,43 @@
 #define DEPTH_CHUNK 512
 #define CMD "bench"
 
-static const char usage[] =
-    "-m FILE [options]\n"
-    "  -m FILE             GGUF model file\n"
-    "  --backend NAME      backend (default cpu)\n"
-    "  -t, --threads N     worker threads (default: physical cores)\n"
-    "  -p N                prompt tokens processed in one step (default 512, 0: skip)\n"
-    "  -n N                tokens generated one per step (default 128, 0: skip)\n"
-    "  -d N                context depth: each sequence first holds N tokens, prefilled\n"
-    "                      untimed (default 0)\n"
-    "  --streams LIST      concurrent sequences, comma-separated (default 1; e.g. 1,8,16,32)\n"
-    "  -r N                repetitions; the best run is reported (default 1)\n"
-    "  --kv-type f32|f16   KV cache element type (default f16)\n"
-    "  --no-passes         run the graph as built (no fusions)\n"
-    "  --json              one JSON object instead of the table\n";
-
 struct opts {
-    const char *path, *backend;
+    const char *path, *backend, *streams_text;
     int64_t threads, n_prompt, n_gen, reps, depth;
-    int64_t streams[16];
-    int n_streams;
-    enum gs_type kv_type;
+    int kv_type; /* index into gs_tool_kv_types */
     bool passes, json;
+    int64_t streams[16]; /* --streams, parsed */
+    int n_streams;
+};
+
+#define O(f) offsetof(struct opts, f)
+/* clang-format off */
+static const struct gs_cfg_opt opt_rows[] = {
+    GS_TOOL_OPT_MODEL(struct opts, path),
+    GS_TOOL_OPT_BACKEND(struct opts, backend, "cpu"),
+    GS_TOOL_OPT_THREADS(struct opts, threads),
+    {"n-prompt", 'p', GS_CFG_INT, O(n_prompt), NULL, "512", 0, 1 << 16, NULL, 0, NULL,
+     "Prompt tokens processed in one step; 0 skips the prompt test."},
+    {"n-gen", 'n', GS_CFG_INT, O(n_gen), NULL, "128", 0, 1 << 16, NULL, 0, NULL,
+     "Tokens generated one per step; 0 skips the generation test."},
+    {"depth", 'd', GS_CFG_INT, O(depth), NULL, "0", 0, MAX_DEPTH, NULL, 0, NULL,
+     "Context depth: each sequence first holds this many tokens, prefilled untimed."},
+    {"streams", 0, GS_CFG_STR, O(streams_text), NULL, "1", 0, 0, NULL, 0, NULL,
+     "Concurrent sequences, comma-separated, each in 1..256 (e.g. 1,8,16,32)."},
+    {"reps", 'r', GS_CFG_INT, O(reps), NULL, "1", 1, 1000, NULL, 0, NULL,
+     "Repetitions; the best run is reported."},
+    GS_TOOL_OPT_KV_TYPE(struct opts, kv_type),
+    {"passes", 0, GS_CFG_BOOL, O(passes), NULL, "true", 0, 0, NULL, 0, NULL,
+     "Run the rewrite passes (fusions); --no-passes runs the graph as built."},
+    {"json", 0, GS_CFG_BOOL, O(json), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "One JSON object instead of the table."},
+};
+/* clang-format on */
+#undef O
+
+const struct gs_cli_spec gs_bench_spec = {
+    .cmd = CMD, .synopsis = "-m FILE [options]", .opts = opt_rows,
+    .n_opts = GS_ARRAY_LEN(opt_rows),
 };
 
 struct bench {
@@ -200,62 +215,27 @@ static bool parse_streams(struct opts *o, const char *s)
     char buf[256];
     snprintf(buf, sizeof(buf), "%s", s);
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (o->n_streams == (int)GS_ARRAY_LEN(o->streams) ||
-            !gs_cli_parse_i64("--streams", tok, 1, MAX_STREAMS, &o->streams[o->n_streams]))
+        if (o->n_streams == (int)GS_ARRAY_LEN(o->streams)) {
+            gs_cli_fail(CMD, "--streams: more than %zu values", GS_ARRAY_LEN(o->streams));
+            return false;
+        }
+        if (!gs_cli_parse_int(CMD, "--streams", tok, 1, MAX_STREAMS, &o->streams[o->n_streams]))
             return false;
         o->n_streams++;
     }
+    if (!o->n_streams)
+        gs_cli_fail(CMD, "--streams: expects at least one number");
     return o->n_streams > 0;
 }
 
 static int parse(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){.backend = "cpu", .n_prompt = 512, .n_gen = 128, .reps = 1,
-                       .streams = {1}, .n_streams = 1, .kv_type = GS_TYPE_F16, .passes = true};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool ok = true;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: graphserve %s %s", CMD, usage);
-            return 0;
-        } else if (!strcmp(a, "--no-passes")) {
-            o->passes = false;
-            continue;
-        } else if (!strcmp(a, "--json")) {
-            o->json = true;
-            continue;
-        }
-        if (!v)
-            return gs_cli_usage(CMD, usage);
-        if (!strcmp(a, "-m"))
-            o->path = v;
-        else if (!strcmp(a, "--backend"))
-            o->backend = v;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-            ok = gs_cli_parse_i64(a, v, 0, 1024, &o->threads);
-        else if (!strcmp(a, "-p"))
-            ok = gs_cli_parse_i64(a, v, 0, 1 << 16, &o->n_prompt);
-        else if (!strcmp(a, "-n"))
-            ok = gs_cli_parse_i64(a, v, 0, 1 << 16, &o->n_gen);
-        else if (!strcmp(a, "-d"))
-            ok = gs_cli_parse_i64(a, v, 0, MAX_DEPTH, &o->depth);
-        else if (!strcmp(a, "-r"))
-            ok = gs_cli_parse_i64(a, v, 1, 1000, &o->reps);
-        else if (!strcmp(a, "--streams"))
-            ok = parse_streams(o, v);
-        else if (!strcmp(a, "--kv-type")) {
-            ok = !strcmp(v, "f16") || !strcmp(v, "f32");
-            o->kv_type = !strcmp(v, "f32") ? GS_TYPE_F32 : GS_TYPE_F16;
-            if (!ok)
-                fprintf(stderr, "graphserve %s: --kv-type: '%s' is not f32 or f16\n", CMD, v);
-        } else
-            return gs_cli_usage(CMD, usage);
-        if (!ok)
-            return 2;
-        i++;
-    }
-    if (!o->path)
-        return gs_cli_usage(CMD, usage);
+    struct gs_cli_args args;
+    int rc = gs_cli_begin(&gs_bench_spec, o, argc, argv, &args);
+    if (rc >= 0)
+        return rc;
+    if (!parse_streams(o, o->streams_text))
+        return 2;
     return -1;
 }
 
@@ -278,7 +258,7 @@ static enum gs_status bench_open(struct bench *b, const struct opts *o, struct g
         GS_MAX((uint64_t)(o->depth + o->n_prompt + pt - 1) / pt + 1, per_seq * max_streams);
     struct gs_kv_pool_cfg pc = {
         .n_layer = gs_model_kv_layers(b->model), .kv_dim = gs_model_kv_dim(b->model),
-        .elem_bytes = o->kv_type == GS_TYPE_F16 ? 2 : 4, .page_tokens = pt,
+        .elem_bytes = gs_tool_kv_types[o->kv_type] == GS_TYPE_F16 ? 2 : 4, .page_tokens = pt,
         .n_pages = (uint32_t)pages,
     };
     if ((st = gs_kv_pool_new(&pc, &b->pool, err)))
@@ -317,7 +297,7 @@ static void bench_close(struct bench *b)
 
 int gs_cmd_bench(int argc, char **argv)
 {
-    struct opts o;
+    struct opts o = {0};
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
@@ -365,7 +345,8 @@ int gs_cmd_bench(int argc, char **argv)
         json_decref(j);
     } else {
         printf("model %s (%.1f MiB), backend %s, threads %s, kv %s %.1f MiB\n", o.path,
-               file_mib, o.backend, threads ? "set" : "default", gs_type_name(o.kv_type),
+               file_mib, o.backend, threads ? "set" : "default",
+               gs_type_name(gs_tool_kv_types[o.kv_type]),
                kv_mib);
         char at[32] = "";
         if (o.depth > 0)

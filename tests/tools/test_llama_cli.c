@@ -1,5 +1,5 @@
 /*
- * tests/engine/test_llama_cli.c - `graphserve run` and `graphserve graph` as
+ * tests/tools/test_llama_cli.c - `graphserve run` and `graphserve graph` as
  * child processes: greedy output and prompt tokens against the llama.cpp
  * goldens, printing formats, and refusal of bad model files.
  */

@@ -1,5 +1,5 @@
 /*
- * tests/config/test_cmd.c - `graphserve config check|print|reference`, run
+ * tests/tools/test_config_cmd.c - `graphserve config check|print|reference`, run
  * as a user runs them: the real binary in a child process.
  */
 #define _GNU_SOURCE

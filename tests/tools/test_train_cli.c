@@ -1,5 +1,5 @@
 /*
- * tests/engine/test_train_cli.c - `graphserve train` as a child process: the
+ * tests/tools/test_train_cli.c - `graphserve train` as a child process: the
  * bad inputs it must refuse by name, a short run whose model `graphserve run`
  * loads and whose bytes do not depend on the thread count, and a resumed run
  * equal bit for bit to an uninterrupted one.

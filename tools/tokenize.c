@@ -1,23 +1,42 @@
 /*
- * server/cmd/tokenize.c - `graphserve tokenize -m FILE [--no-bos]
- * [--parse-special] [--json] [--stdin | TEXT]`: the ids a model's tokenizer
+ * tools/tokenize.c - `graphserve tokenize -m FILE [--no-bos]
+ * [--parse-special] [--json] (--stdin | [--] TEXT)`: the ids a model's tokenizer
  * gives for a text, with their pieces, one `id -> 'piece'` per line as
  * llama-tokenize prints them, or one JSON object.
  */
 #include "engine/tok.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
-static const char usage[] =
-    "-m FILE [--no-bos] [--parse-special] [--json] (--stdin | TEXT)\n"
-    "  -m FILE          GGUF file whose tokenizer to use\n"
-    "  --no-bos         do not add BOS/EOS (add_special = false)\n"
-    "  --parse-special  match control-token texts such as <s> in TEXT\n"
-    "  --json           print {\"ids\": [...], \"pieces\": [...]}\n"
-    "  --stdin          read the text from standard input instead of TEXT\n";
+struct opts {
+    const char *model;
+    bool bos, parse_special, json, from_stdin;
+};
+
+#define O(f) offsetof(struct opts, f)
+/* clang-format off */
+static const struct gs_cfg_opt opt_rows[] = {
+    {"model", 'm', GS_CFG_STR, O(model), NULL, NULL, 0, 0, NULL,
+     GS_CFG_F_PATH | GS_CFG_F_REQUIRED, NULL, "GGUF file whose tokenizer to use."},
+    {"bos", 0, GS_CFG_BOOL, O(bos), NULL, "true", 0, 0, NULL, 0, NULL,
+     "Add BOS/EOS as the model asks; --no-bos: add_special = false."},
+    {"parse-special", 0, GS_CFG_BOOL, O(parse_special), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Match control-token texts such as <s> in TEXT."},
+    {"json", 0, GS_CFG_BOOL, O(json), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Print {\"ids\": [...], \"pieces\": [...]}."},
+    {"stdin", 0, GS_CFG_BOOL, O(from_stdin), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Read the text from standard input instead of TEXT."},
+};
+/* clang-format on */
+#undef O
+
+const struct gs_cli_spec gs_tokenize_spec = {
+    .cmd = "tokenize", .synopsis = "-m FILE [options] (--stdin | [--] TEXT)",
+    .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows), .max_args = 1,
+};
 
 static char *read_stdin(size_t *len)
 {
@@ -94,37 +113,17 @@ static int print_json(const struct gs_tok *tok, const int32_t *ids, size_t n)
 
 int gs_cmd_tokenize(int argc, char **argv)
 {
-    const char *model = NULL, *text = NULL;
-    bool json = false, from_stdin = false;
-    unsigned flags = GS_TOK_ADD_SPECIAL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (++i >= argc)
-                return gs_cli_usage("tokenize", usage);
-            model = argv[i];
-        } else if (!strcmp(a, "--no-bos")) {
-            flags &= ~(unsigned)GS_TOK_ADD_SPECIAL;
-        } else if (!strcmp(a, "--parse-special")) {
-            flags |= GS_TOK_PARSE_SPECIAL;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--stdin")) {
-            from_stdin = true;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: graphserve tokenize %s", usage);
-            return 0;
-        } else if (a[0] == '-' && a[1] != '\0' && !text) {
-            fprintf(stderr, "graphserve tokenize: unknown option '%s'\n", a);
-            return gs_cli_usage("tokenize", usage);
-        } else if (!text) {
-            text = a;
-        } else {
-            return gs_cli_usage("tokenize", usage);
-        }
-    }
-    if (!model || (!text && !from_stdin) || (text && from_stdin))
-        return gs_cli_usage("tokenize", usage);
+    struct opts o = {0};
+    struct gs_cli_args args;
+    int prc = gs_cli_begin(&gs_tokenize_spec, &o, argc, argv, &args);
+    if (prc >= 0)
+        return prc;
+    const char *model = o.model, *text = args.n_args ? args.args[0] : NULL;
+    bool json = o.json, from_stdin = o.from_stdin;
+    unsigned flags =
+        (o.bos ? GS_TOK_ADD_SPECIAL : 0u) | (o.parse_special ? GS_TOK_PARSE_SPECIAL : 0u);
+    if (!text == !from_stdin)
+        return gs_cli_fail(gs_tokenize_spec.cmd, "give the text as one argument or --stdin") + 1;
 
     struct gs_err err = {0};
     struct gs_tok *tok;

@@ -1,5 +1,5 @@
 /*
- * server/cmd/template.c - `graphserve template (-m FILE | --template-file
+ * tools/template.c - `graphserve template (-m FILE | --template-file
  * FILE) [--text] [--now UNIX_S]`: renders a Jinja chat template
  * (engine/jinja.h), a model's own (tokenizer.chat_template) or a file's, with
  * the JSON object read from standard input as its variables - messages, and
@@ -18,23 +18,42 @@
 #include "engine/gguf.h"
 #include "engine/jinja.h"
 #include "engine/tok.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-static const char usage[] =
-    "(-m FILE | --template-file FILE) [--text] [--now UNIX_S] < CONTEXT.json\n"
-    "  -m FILE               GGUF whose tokenizer.chat_template, BOS/EOS texts and\n"
-    "                        tokenizer to use (the tokens are printed too)\n"
-    "  --template-file FILE  Jinja chat template to render (with -m: instead of the\n"
-    "                        model's)\n"
-    "  --text                print exactly the rendered text, nothing else\n"
-    "  --now UNIX_S          the moment strftime_now formats (UTC; default: now)\n"
-    "  standard input        one JSON object: messages, and optionally tools,\n"
-    "                        add_generation_prompt, bos_token, eos_token and any\n"
-    "                        further template variables\n";
+struct opts {
+    const char *model, *path;
+    bool text_only;
+    int64_t now;
+};
+
+#define O(f) offsetof(struct opts, f)
+/* --now has no default text: the caller sets the current time first. */
+/* clang-format off */
+static const struct gs_cfg_opt opt_rows[] = {
+    {"model", 'm', GS_CFG_STR, O(model), NULL, NULL, 0, 0, NULL, GS_CFG_F_PATH, NULL,
+     "GGUF whose tokenizer.chat_template, BOS/EOS texts and tokenizer to use (the tokens are "
+     "printed too)."},
+    {"template-file", 0, GS_CFG_STR, O(path), NULL, NULL, 0, 0, NULL, GS_CFG_F_PATH, NULL,
+     "Jinja chat template to render (with -m: instead of the model's)."},
+    {"text", 0, GS_CFG_BOOL, O(text_only), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Print exactly the rendered text, nothing else."},
+    {"now", 0, GS_CFG_INT, O(now), NULL, NULL, 0, 253402300799.0, NULL, 0, "s",
+     "The moment strftime_now formats, in seconds since 1970 (UTC); the default is now."},
+};
+/* clang-format on */
+#undef O
+
+const struct gs_cli_spec gs_template_spec = {
+    .cmd = "template",
+    .synopsis = "(-m FILE | --template-file FILE) [--text] [--now UNIX_S] < CONTEXT.json",
+    .about = "Standard input holds one JSON object: messages, and optionally tools,\n"
+             "add_generation_prompt, bos_token, eos_token and any further template variables.\n",
+    .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows),
+};
 
 /* Reads a whole stream; NULL on error or out of memory. Caller frees with gs_free. */
 static char *read_all(FILE *f, size_t *len)
@@ -217,34 +236,16 @@ static int run_template(const char *path, const char *model, const json_t *ctx, 
 
 int gs_cmd_template(int argc, char **argv)
 {
-    const char *path = NULL, *model = NULL;
-    bool text_only = false;
-    int64_t now = (int64_t)time(NULL);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--template-file")) {
-            if (++i >= argc)
-                return gs_cli_usage("template", usage);
-            path = argv[i];
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (++i >= argc)
-                return gs_cli_usage("template", usage);
-            model = argv[i];
-        } else if (!strcmp(a, "--text")) {
-            text_only = true;
-        } else if (!strcmp(a, "--now")) {
-            if (++i >= argc || !gs_cli_parse_i64("--now", argv[i], 0, INT64_C(253402300799), &now))
-                return gs_cli_usage("template", usage);
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: graphserve template %s", usage);
-            return 0;
-        } else {
-            fprintf(stderr, "graphserve template: unknown argument '%s'\n", a);
-            return gs_cli_usage("template", usage);
-        }
-    }
+    struct opts o = {.now = (int64_t)time(NULL)};
+    struct gs_cli_args args;
+    int prc = gs_cli_begin(&gs_template_spec, &o, argc, argv, &args);
+    if (prc >= 0)
+        return prc;
+    const char *path = o.path, *model = o.model;
+    bool text_only = o.text_only;
+    int64_t now = o.now;
     if (!path && !model)
-        return gs_cli_usage("template", usage);
+        return gs_cli_fail(gs_template_spec.cmd, "needs -m FILE or --template-file FILE") + 1;
     size_t len;
     char *in = read_all(stdin, &len);
     if (!in)

@@ -1,5 +1,5 @@
 /*
- * server/cmd/graph.c - `graphserve graph -m FILE [--passes none|all|NAME,...]
+ * tools/graph.c - `graphserve graph -m FILE [--passes none|all|NAME,...]
  * [--format text|dot|json] [--before] [--tokens N]`: builds a model's
  * forward-pass graph, rewrites it with the chosen passes and prints it; a
  * summary (node counts, planned scratch bytes) goes to stderr.
@@ -8,38 +8,63 @@
 #include "engine/compile.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static const char usage[] =
-    "-m FILE [--passes none|all|NAME,...] [--format text|dot|json] [--before] [--tokens N]\n"
-    "  -m FILE      GGUF model file\n"
-    "  --passes     rewrite passes to run, in order (default all): dce, cse, rms_norm_mul,\n"
-    "               swiglu, residual, rms_norm_quant, swiglu_quant, matmul_swiglu\n"
-    "  --format     text (one node a line, default), dot (Graphviz) or json\n"
-    "  --before     print the graph before the passes too (first)\n"
-    "  --tokens N   shape bucket whose scratch plan to report (default 1 and 512)\n";
+struct opts {
+    const char *path, *passes;
+    int format; /* enum gs_graph_format: the choices are in its order */
+    bool before;
+    int64_t n_tokens;
+};
+
+static const char *const format_names[] = {"text", "dot", "json", NULL};
+
+#define O(f) offsetof(struct opts, f)
+/* clang-format off */
+static const struct gs_cfg_opt opt_rows[] = {
+    GS_TOOL_OPT_MODEL(struct opts, path),
+    {"passes", 0, GS_CFG_STR, O(passes), NULL, "all", 0, 0, NULL, 0, NULL,
+     "Rewrite passes to run, in order: none, all, or names separated by commas (an unknown "
+     "name is refused with the list of passes)."},
+    {"format", 0, GS_CFG_ENUM, O(format), NULL, "text", 0, 0, format_names, 0, NULL,
+     "text (one node a line), dot (Graphviz) or json."},
+    {"before", 0, GS_CFG_BOOL, O(before), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Print the graph before the passes too (first)."},
+    {"tokens", 0, GS_CFG_INT, O(n_tokens), NULL, "0", 0, 1 << 20, NULL, 0, NULL,
+     "Shape bucket whose scratch plan to report; 0: 1 and 512."},
+};
+/* clang-format on */
+#undef O
+
+const struct gs_cli_spec gs_graph_spec = {
+    .cmd = "graph", .synopsis = "-m FILE [--passes none|all|NAME,...] [--format text|dot|json]",
+    .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows),
+};
 
 /* Parses "none", "all" or a comma list into out; returns the count or -1. */
-static int parse_passes(const char *spec, const struct gs_pass **out, size_t cap)
+static int parse_passes(const char *names, const struct gs_pass **out, size_t cap)
 {
-    if (!strcmp(spec, "none"))
+    if (!strcmp(names, "none"))
         return 0;
-    if (!strcmp(spec, "all")) {
+    if (!strcmp(names, "all")) {
         for (size_t i = 0; i < gs_passes_all_len && i < cap; i++)
             out[i] = gs_passes_all[i];
         return (int)gs_passes_all_len;
     }
     char buf[256];
-    snprintf(buf, sizeof(buf), "%s", spec);
+    snprintf(buf, sizeof(buf), "%s", names);
     int n = 0;
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         const struct gs_pass *p = gs_pass_find(tok);
         if (!p) {
-            fprintf(stderr, "graphserve graph: unknown pass '%s'\n", tok);
+            fprintf(stderr, "graphserve graph: --passes: unknown pass '%s'; the passes are", tok);
+            for (size_t i = 0; i < gs_passes_all_len; i++)
+                fprintf(stderr, "%s %s", i ? "," : "", gs_passes_all[i]->name);
+            fputc('\n', stderr);
             return -1;
         }
         if ((size_t)n == cap)
@@ -67,42 +92,17 @@ static void report_plan(const struct gs_graph *g, uint32_t n_tokens)
 
 int gs_cmd_graph(int argc, char **argv)
 {
-    const char *path = NULL, *passes = "all", *format = "text";
-    bool before = false;
-    int64_t n_tokens = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: graphserve graph %s", usage);
-            return 0;
-        } else if (!strcmp(a, "-m") && i + 1 < argc) {
-            path = argv[++i];
-        } else if (!strcmp(a, "--passes") && i + 1 < argc) {
-            passes = argv[++i];
-        } else if (!strcmp(a, "--format") && i + 1 < argc) {
-            format = argv[++i];
-        } else if (!strcmp(a, "--before")) {
-            before = true;
-        } else if (!strcmp(a, "--tokens") && i + 1 < argc) {
-            if (!gs_cli_parse_i64("--tokens", argv[++i], 1, 1 << 20, &n_tokens))
-                return 2;
-        } else {
-            return gs_cli_usage("graph", usage);
-        }
-    }
-    if (!path)
-        return gs_cli_usage("graph", usage);
-    enum gs_graph_format fmt;
-    if (!strcmp(format, "text"))
-        fmt = GS_GRAPH_TEXT;
-    else if (!strcmp(format, "dot"))
-        fmt = GS_GRAPH_DOT;
-    else if (!strcmp(format, "json"))
-        fmt = GS_GRAPH_JSON;
-    else
-        return gs_cli_fail("graph", "--format: '%s' is not text, dot or json", format);
+    struct opts o = {0};
+    struct gs_cli_args args;
+    int prc = gs_cli_begin(&gs_graph_spec, &o, argc, argv, &args);
+    if (prc >= 0)
+        return prc;
+    const char *path = o.path;
+    enum gs_graph_format fmt = (enum gs_graph_format)o.format;
+    bool before = o.before;
+    int64_t n_tokens = o.n_tokens;
     const struct gs_pass *list[32];
-    int n_passes = parse_passes(passes, list, GS_ARRAY_LEN(list));
+    int n_passes = parse_passes(o.passes, list, GS_ARRAY_LEN(list));
     if (n_passes < 0)
         return 2;
 

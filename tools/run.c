@@ -1,5 +1,5 @@
 /*
- * server/cmd/run.c - `graphserve run`: generate from one or several prompts on
+ * tools/run.c - `graphserve run`: generate from one or several prompts on
  * the command line, through the same scheduler the daemon uses.
  *
  * One prompt: its text streams to stdout as it is produced. Several prompts
@@ -12,7 +12,7 @@
 #include "engine/sample.h"
 #include "engine/tok.h"
 #include "scheduler/scheduler.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -21,31 +21,60 @@
 
 #define MAX_PROMPTS 1024
 
-static const char usage[] =
-    "-m FILE (-p PROMPT ... | --prompts-file FILE | --tokens ID,ID,...) [options]\n"
-    "  -m FILE             GGUF model file\n"
-    "  -p PROMPT           text to continue (BOS added as the model asks); repeat for several\n"
-    "  --prompts-file F    one prompt per line (empty lines skipped)\n"
-    "  --tokens IDS        one prompt as comma-separated token ids instead of text\n"
-    "  -n N                tokens to generate per prompt (default 64)\n"
-    "  --temp T            temperature (default 0: greedy)\n"
-    "  --top-k K, --top-p P, --seed S   sampling (defaults off, off, 0)\n"
-    "  --backend NAME      backend: cpu (default) or ref, the scalar oracle\n"
-    "  --kv-type f32|f16   KV cache element type (default f16)\n"
-    "  --page-tokens N     tokens per KV page (default 16)\n"
-    "  --batch N           most tokens per engine step (default 512)\n"
-    "  --max-seqs N        sequences per step (default: all prompts, at most 64)\n"
-    "  --kv-cache-bytes N  KV pool size (default: room for every prompt at once)\n"
-    "  --json              print ids, text, finish reason and timings as JSON\n";
-
 struct opts {
     const char *path, *tokens, *backend, *prompts_file;
-    const char *prompts[MAX_PROMPTS];
+    struct gs_cli_list p;               /* -p values */
+    const char *prompts[MAX_PROMPTS]; /* -p values, or --prompts-file's lines (owned) */
     size_t n_prompts;
-    int64_t n_predict, top_k, seed, page_tokens, batch, max_seqs, kv_bytes;
+    int64_t n_predict, top_k, seed, page_tokens, batch, max_seqs, threads;
+    uint64_t kv_bytes;
     double temp, top_p;
-    enum gs_type kv_type;
+    int kv_type; /* index into gs_tool_kv_types */
     bool json;
+};
+
+#define O(f) offsetof(struct opts, f)
+/* clang-format off */
+static const struct gs_cfg_opt opt_rows[] = {
+    GS_TOOL_OPT_MODEL(struct opts, path),
+    {"prompt", 'p', GS_CFG_LIST, O(p), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Text to continue (BOS added as the model asks); repeat for several prompts, which share "
+     "every engine step."},
+    {"prompts-file", 0, GS_CFG_STR, O(prompts_file), NULL, NULL, 0, 0, NULL, GS_CFG_F_PATH, NULL,
+     "One prompt per line (empty lines skipped), instead of -p."},
+    {"tokens", 0, GS_CFG_STR, O(tokens), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "One prompt as comma-separated token ids, instead of -p."},
+    {"n-predict", 'n', GS_CFG_INT, O(n_predict), NULL, "64", 1, 1 << 20, NULL, 0, NULL,
+     "Tokens to generate per prompt."},
+    {"temp", 0, GS_CFG_FLOAT, O(temp), NULL, "0", 0, 100, NULL, 0, NULL,
+     "Sampling temperature; 0 is greedy."},
+    {"top-k", 0, GS_CFG_INT, O(top_k), NULL, "0", 0, INT32_MAX, NULL, 0, NULL,
+     "Sample among the K likeliest tokens; 0: off."},
+    {"top-p", 0, GS_CFG_FLOAT, O(top_p), NULL, "1", 0, 1, NULL, 0, NULL,
+     "Nucleus sampling: the likeliest tokens up to this mass (above 0); 1: off."},
+    {"seed", 0, GS_CFG_INT, O(seed), NULL, "0", 0, (double)INT64_MAX, NULL, 0, NULL,
+     "Seed of the sampler's random numbers."},
+    GS_TOOL_OPT_BACKEND(struct opts, backend, "cpu"),
+    GS_TOOL_OPT_THREADS(struct opts, threads),
+    GS_TOOL_OPT_KV_TYPE(struct opts, kv_type),
+    {"page-tokens", 0, GS_CFG_INT, O(page_tokens), NULL, "16", 1, 4096, NULL, 0, NULL,
+     "Tokens per KV page."},
+    {"batch", 0, GS_CFG_INT, O(batch), NULL, "512", 1, 1 << 16, NULL, 0, NULL,
+     "Most tokens per engine step."},
+    {"max-seqs", 0, GS_CFG_INT, O(max_seqs), NULL, "0", 0, 4096, NULL, 0, NULL,
+     "Sequences per engine step; 0: all prompts, at most 64."},
+    {"kv-cache-bytes", 0, GS_CFG_BYTES, O(kv_bytes), NULL, "0", 0, (double)(1ull << 40), NULL, 0,
+     "bytes", "KV pool size; 0: room for every prompt at once."},
+    {"json", 0, GS_CFG_BOOL, O(json), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Print ids, text, finish reason and timings as JSON."},
+};
+/* clang-format on */
+#undef O
+
+const struct gs_cli_spec gs_run_spec = {
+    .cmd = "run",
+    .synopsis = "-m FILE (-p PROMPT ... | --prompts-file FILE | --tokens ID,ID,...) [options]",
+    .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows),
 };
 
 /* One prompt's request and what came back. */
@@ -62,64 +91,25 @@ struct item {
     char err[GS_ERR_MSG_LEN];
 };
 
-static bool parse_args(int argc, char **argv, struct opts *o)
+/* -1 when the command should run, else its exit status. */
+static int parse_args(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){.backend = "cpu", .n_predict = 64, .page_tokens = 16, .batch = 512,
-                       .top_p = 1.0, .kv_type = GS_TYPE_F16};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool ok = true;
-        if (!strcmp(a, "--json")) {
-            o->json = true;
-            continue;
-        }
-        if (!v)
-            return false;
-        i++;
-        if (!strcmp(a, "-m"))
-            o->path = v;
-        else if (!strcmp(a, "-p")) {
-            if (o->n_prompts == MAX_PROMPTS)
-                return false;
-            o->prompts[o->n_prompts++] = v;
-        } else if (!strcmp(a, "--prompts-file"))
-            o->prompts_file = v;
-        else if (!strcmp(a, "--tokens"))
-            o->tokens = v;
-        else if (!strcmp(a, "--backend"))
-            o->backend = v;
-        else if (!strcmp(a, "-n"))
-            ok = gs_cli_parse_i64("-n", v, 1, 1 << 20, &o->n_predict);
-        else if (!strcmp(a, "--temp"))
-            ok = gs_cli_parse_f64("--temp", v, 0, 100, &o->temp);
-        else if (!strcmp(a, "--top-p"))
-            ok = gs_cli_parse_f64("--top-p", v, 0, 1, &o->top_p) && o->top_p > 0;
-        else if (!strcmp(a, "--top-k"))
-            ok = gs_cli_parse_i64("--top-k", v, 0, INT32_MAX, &o->top_k);
-        else if (!strcmp(a, "--seed"))
-            ok = gs_cli_parse_i64("--seed", v, 0, INT64_MAX, &o->seed);
-        else if (!strcmp(a, "--page-tokens"))
-            ok = gs_cli_parse_i64("--page-tokens", v, 1, 4096, &o->page_tokens);
-        else if (!strcmp(a, "--batch"))
-            ok = gs_cli_parse_i64("--batch", v, 1, 1 << 16, &o->batch);
-        else if (!strcmp(a, "--max-seqs"))
-            ok = gs_cli_parse_i64("--max-seqs", v, 1, 4096, &o->max_seqs);
-        else if (!strcmp(a, "--kv-cache-bytes"))
-            ok = gs_cli_parse_i64("--kv-cache-bytes", v, 1, INT64_MAX, &o->kv_bytes);
-        else if (!strcmp(a, "--kv-type")) {
-            if (!strcmp(v, "f32"))
-                o->kv_type = GS_TYPE_F32;
-            else if (!strcmp(v, "f16"))
-                o->kv_type = GS_TYPE_F16;
-            else
-                ok = false;
-        } else
-            ok = false;
-        if (!ok)
-            return false;
+    struct gs_cli_args args;
+    int rc = gs_cli_begin(&gs_run_spec, o, argc, argv, &args);
+    if (rc >= 0)
+        return rc;
+    if (!(o->top_p > 0)) {
+        gs_cli_fail(gs_run_spec.cmd, "--top-p: must be above 0 (1: off)");
+        return 2;
     }
-    int sources = (o->n_prompts > 0) + (o->prompts_file != NULL) + (o->tokens != NULL);
-    return o->path && sources == 1;
+    int sources = (o->p.n > 0) + (o->prompts_file != NULL) + (o->tokens != NULL);
+    if (sources != 1) {
+        gs_cli_fail(gs_run_spec.cmd, "give the prompts one way: -p, --prompts-file or --tokens");
+        return 2;
+    }
+    for (size_t i = 0; i < o->p.n; i++)
+        o->prompts[o->n_prompts++] = o->p.v[i];
+    return -1;
 }
 
 /* Parses "1,2,3" into a gs_malloc'ed array. */
@@ -335,7 +325,7 @@ static uint64_t kv_bytes_for(const struct gs_model *m, const struct opts *o, str
                              size_t n)
 {
     uint64_t per_token = (uint64_t)gs_model_kv_layers(m) * 2 * gs_model_kv_dim(m) *
-                         (o->kv_type == GS_TYPE_F32 ? 4 : 2);
+                         (gs_tool_kv_types[o->kv_type] == GS_TYPE_F32 ? 4 : 2);
     uint64_t pages = 0;
     for (size_t i = 0; i < n; i++)
         pages += (items[i].n_prompt + (uint64_t)o->n_predict) / (uint64_t)o->page_tokens + 2;
@@ -344,14 +334,10 @@ static uint64_t kv_bytes_for(const struct gs_model *m, const struct opts *o, str
 
 int gs_cmd_run(int argc, char **argv)
 {
-    struct opts o;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: graphserve run %s", usage);
-            return 0;
-        }
-    if (!parse_args(argc, argv, &o))
-        return gs_cli_usage("run", usage);
+    struct opts o = {0};
+    int prc = parse_args(argc, argv, &o);
+    if (prc >= 0)
+        return prc;
     if (o.prompts_file && (!read_prompts_file(&o) || o.n_prompts == 0)) {
         for (size_t i = 0; i < o.n_prompts; i++)
             gs_free((char *)o.prompts[i]);
@@ -384,11 +370,12 @@ int gs_cmd_run(int argc, char **argv)
     size_t n_eog = 0;
     const int32_t *eog = tok ? gs_tok_eog_ids(tok, &n_eog) : NULL;
     struct gs_sched_cfg cfg = {
-        .backend = o.backend, .kv_type = o.kv_type, .page_tokens = (uint32_t)o.page_tokens,
+        .backend = o.backend, .n_threads = (int)o.threads,
+        .kv_type = gs_tool_kv_types[o.kv_type], .page_tokens = (uint32_t)o.page_tokens,
         .max_batch_tokens = (uint32_t)GS_MAX(o.batch, (int64_t)GS_MIN(n, 64)),
         .max_seqs = o.max_seqs ? (uint32_t)o.max_seqs : (uint32_t)GS_MIN(n, 64),
         .max_queue = (uint32_t)n + 1, .prefix_cache = true,
-        .kv_cache_bytes = o.kv_bytes ? (uint64_t)o.kv_bytes : kv_bytes_for(model, &o, items, n),
+        .kv_cache_bytes = o.kv_bytes ? o.kv_bytes : kv_bytes_for(model, &o, items, n),
         .eog = eog, .n_eog = (uint32_t)n_eog};
     if (gs_sched_new(&cfg, model, &sched, &err)) {
         gs_cli_fail("run", "%s", err.msg);

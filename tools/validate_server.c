@@ -1,5 +1,5 @@
 /*
- * server/cmd/validate_server.c - see validate_server.h.
+ * tools/validate_server.c - see validate_server.h.
  *
  * The client is a small blocking HTTP/1.1 client over one TCP socket per
  * request (Connection: close, the answer read to EOF): plain http:// only,
@@ -8,10 +8,10 @@
  * curl against the API.
  */
 #define _GNU_SOURCE
-#include "server/cmd/validate_server.h"
+#include "tools/validate_server.h"
 
 #include "engine/base.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -23,31 +23,12 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-static const char usage[] =
-    "--server URL [--api-key K] [--prompts-file F | -p PROMPT ...] [options]\n"
-    "  --server URL         a running daemon, http://HOST:PORT\n"
-    "  --api-key K          Bearer key, when the daemon has keys\n"
-    "  -p, --prompt TEXT    a prompt (repeatable)\n"
-    "  --prompts-file F     one prompt per line (blank lines skipped)\n"
-    "  --max-tokens N       tokens per answer (default 32)\n"
-    "  --timeout-s S        per request (default 120)\n"
-    "  --json               one JSON object per prompt instead of text\n"
-    "Without prompts, four short built-in prompts run.";
-
 static const char *const builtin[] = {
     "Once upon a time",
     "The little dog",
     "One day, Lily went to the park and",
     "Tom and his mom",
 };
-
-bool gs_validate_server_wanted(int argc, char **argv)
-{
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--server"))
-            return true;
-    return false;
-}
 
 struct vs_opts {
     char host[256], port[16];
@@ -249,51 +230,24 @@ static bool run_one(const struct vs_opts *o, const char *prompt, const char **fi
     return passed;
 }
 
-int gs_validate_server(int argc, char **argv)
+int gs_validate_server(const struct gs_validate_server_opts *in)
 {
-    struct vs_opts o = {.max_tokens = 32, .timeout_s = 120};
-    const char **v = gs_alloc_array((size_t)argc + 1024, sizeof(*v));
+    struct vs_opts o = {.api_key = in->api_key, .max_tokens = in->max_tokens,
+                        .timeout_s = in->timeout_s, .json = in->json};
+    if (!parse_url(in->server, &o)) {
+        gs_cli_fail("validate", "--server: expected http://HOST[:PORT], got '%s'", in->server);
+        return 2;
+    }
+    size_t cap = in->prompts->n + 1024 + GS_ARRAY_LEN(builtin);
+    const char **v = gs_alloc_array(cap, sizeof(*v));
     if (!v)
         return gs_cli_fail("validate", "out of memory");
-    size_t cap = (size_t)argc + 1024;
     o.prompts = v;
     int rc = -1;
-    bool have_server = false;
-    for (int i = 1; i < argc && rc < 0; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = strcmp(a, "--json") != 0;
-        if (takes && !val) {
-            rc = gs_cli_fail("validate", "%s needs a value", a) + 1;
-            break;
-        }
-        if (!strcmp(a, "--server")) {
-            if (!parse_url(val, &o))
-                rc = gs_cli_fail("validate", "--server: expected http://HOST[:PORT], got '%s'",
-                                 val) +
-                     1;
-            have_server = true;
-        } else if (!strcmp(a, "--api-key"))
-            o.api_key = val;
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
-            v[o.n_prompts++] = val;
-        else if (!strcmp(a, "--prompts-file")) {
-            if (!add_prompts_file(&o, val, v, cap))
-                rc = gs_cli_fail("validate", "--prompts-file %s: %s", val, strerror(errno));
-        } else if (!strcmp(a, "--max-tokens")) {
-            if (!gs_cli_parse_i64(a, val, 1, 1 << 20, &o.max_tokens))
-                rc = 2;
-        } else if (!strcmp(a, "--timeout-s")) {
-            if (!gs_cli_parse_i64(a, val, 1, 86400, &o.timeout_s))
-                rc = 2;
-        } else if (!strcmp(a, "--json"))
-            o.json = true;
-        else
-            rc = gs_cli_usage("validate", usage);
-        if (takes)
-            i++;
-    }
-    if (rc < 0 && !have_server)
-        rc = gs_cli_usage("validate", usage);
+    for (size_t i = 0; i < in->prompts->n; i++)
+        v[o.n_prompts++] = in->prompts->v[i];
+    if (in->prompts_file && !add_prompts_file(&o, in->prompts_file, v, cap))
+        rc = gs_cli_fail("validate", "--prompts-file %s: %s", in->prompts_file, strerror(errno));
     if (rc < 0) {
         if (!o.n_prompts)
             for (size_t i = 0; i < GS_ARRAY_LEN(builtin); i++)

@@ -1,5 +1,5 @@
 /*
- * server/cmd/synth.c - `graphserve synth`: writes a GGUF of any supported
+ * tools/synth.c - `graphserve synth`: writes a GGUF of any supported
  * architecture (llama, qwen2, qwen3, phi3, gemma2, gemma3, gemma3n) with RANDOM weights
  * at any shape and in any weight type that has a quantizer, with a byte-level
  * vocabulary.
@@ -30,7 +30,7 @@
  */
 #include "engine/gguf.h"
 #include "engine/quant.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -39,38 +39,6 @@
 #include <string.h>
 
 #define N_BYTE_VOCAB 259 /* 3 specials + 256 byte tokens */
-
-static const char usage[] =
-    "-o FILE [options]\n"
-    "  -o, --output FILE     where to write the model\n"
-    "  --arch A              llama (default), qwen2, qwen3, phi3, gemma2, gemma3, gemma3n:\n"
-    "                        each family's tensors and keys (gemma2 is always --tied)\n"
-    "  --n-embd N            embedding width (default 64)\n"
-    "  --n-layer N           transformer blocks (default 2)\n"
-    "  --n-head N            attention heads (default 4)\n"
-    "  --n-head-kv N         key/value heads, divides n-head (default = n-head)\n"
-    "  --head-dim N          head size, written as attention.key_length/value_length\n"
-    "                        (default n-embd / n-head; llama, qwen3, gemma2, gemma3)\n"
-    "  --n-ff N              feed-forward width (default 4 * n-embd rounded to 32)\n"
-    "  --n-vocab N           vocabulary size, >= 259 (default 259)\n"
-    "  --vocab-from FILE     the tokenizer of another GGUF (every tokenizer.* key; a\n"
-    "                        vocabulary file from shared/models/vocab will do): the\n"
-    "                        vocabulary size is its token count\n"
-    "  --n-ctx N             context length recorded in the file (default 512)\n"
-    "  --type T              weight type: f32 f16 bf16 q8_0 q4_0 q4_K q6_K ... or the\n"
-    "                        recipe q4_K_M (q4_K, with q6_K for output and ffn_down)\n"
-    "  --output-type T       type of output.weight (default: from --type)\n"
-    "  --tied                no output.weight: the output reuses token_embd\n"
-    "  --rope-base F         RoPE frequency base (default 10000)\n"
-    "  --sliding-window N    gemma2/gemma3/gemma3n attention.sliding_window, 0 for none\n"
-    "                        (default 4096 for gemma2, 512 for gemma3 and gemma3n)\n"
-    "  --per-layer-input N   gemma3n embedding_length_per_layer_input (default 256)\n"
-    "  --laurel-rank N       gemma3n LAuReL rank (default 64)\n"
-    "  --shared-kv-layers N  gemma3n layers that read an earlier layer's cache (default:\n"
-    "                        about a third, leaving a multiple of 5 owners, as E2B has)\n"
-    "  --init-std F          standard deviation of matrix weights (default 0.02)\n"
-    "  --seed N              random seed (default 1)\n"
-    "Weights are random: the model produces noise. It is for tests and benchmarks.\n";
 
 /*
  * What a family's loader reads beyond Llama's block (engine/models/<arch>.c,
@@ -135,9 +103,66 @@ struct synth_cfg {
     enum gs_type embd_type; /* token_embd */
     bool tied;
     double rope_base, init_std;
-    uint64_t seed;
+    int64_t seed;
     int64_t per_layer, laurel_rank; /* gemma3n */
     int64_t shared_kv;              /* gemma3n; -1: chosen from n_layer */
+    /* the command line's names, resolved after parsing */
+    const char *arch_name, *type_name, *out_type_name, *vocab_path;
+};
+
+#define O(f) offsetof(struct synth_cfg, f)
+#define I(name, f, def, lo, hi, help)                                                           \
+    {name, 0, GS_CFG_INT, O(f), NULL, def, lo, hi, NULL, 0, NULL, help}
+/* clang-format off */
+static const struct gs_cfg_opt opt_rows[] = {
+    {"output", 'o', GS_CFG_STR, O(out), NULL, NULL, 0, 0, NULL,
+     GS_CFG_F_PATH | GS_CFG_F_REQUIRED, NULL, "Where to write the model."},
+    {"arch", 0, GS_CFG_STR, O(arch_name), NULL, "llama", 0, 0, NULL, 0, NULL,
+     "llama, qwen2, qwen3, phi3, gemma2, gemma3 or gemma3n: each family's tensors and keys "
+     "(gemma2 and gemma3n are always --tied)."},
+    I("n-embd", n_embd, "64", 2, 65536, "Embedding width."),
+    I("n-layer", n_layer, "2", 1, 1024, "Transformer blocks."),
+    I("n-head", n_head, "4", 1, 1024, "Attention heads."),
+    I("n-head-kv", n_head_kv, "0", 0, 1024, "Key/value heads, dividing n-head; 0: n-head."),
+    I("head-dim", head_dim, "0", 0, 4096,
+      "Head size, written as attention.key_length/value_length (llama, qwen3, gemma2, gemma3); "
+      "0: n-embd / n-head, and no such key."),
+    I("n-ff", n_ff, "0", 0, 1 << 20, "Feed-forward width; 0: 4 * n-embd rounded up to 32."),
+    I("n-vocab", n_vocab, "259", N_BYTE_VOCAB, 1 << 22, "Vocabulary size."),
+    {"vocab-from", 0, GS_CFG_STR, O(vocab_path), NULL, NULL, 0, 0, NULL, GS_CFG_F_PATH, NULL,
+     "The tokenizer of another GGUF (every tokenizer.* key; a vocabulary file from "
+     "shared/models/vocab will do): the vocabulary size is its token count."},
+    I("n-ctx", n_ctx, "512", 1, 1 << 24, "Context length recorded in the file."),
+    {"type", 0, GS_CFG_STR, O(type_name), NULL, "f32", 0, 0, NULL, 0, NULL,
+     "Weight type: f32 f16 bf16 q8_0 q4_0 q4_K q6_K ... or the recipe q4_K_M (q4_K, with q6_K "
+     "for output and ffn_down)."},
+    {"output-type", 0, GS_CFG_STR, O(out_type_name), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Type of output.weight; unset: from --type."},
+    {"tied", 0, GS_CFG_BOOL, O(tied), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "No output.weight: the output reuses token_embd."},
+    {"rope-base", 0, GS_CFG_FLOAT, O(rope_base), NULL, "10000", 1, 1e9, NULL, 0, NULL,
+     "RoPE frequency base."},
+    I("sliding-window", sliding_window, "-1", -1, 1 << 24,
+      "gemma2/gemma3/gemma3n attention.sliding_window; 0: none; -1: the family's (4096 for "
+      "gemma2, 512 for gemma3 and gemma3n)."),
+    I("per-layer-input", per_layer, "256", 1, 1 << 16,
+      "gemma3n embedding_length_per_layer_input."),
+    I("laurel-rank", laurel_rank, "64", 1, 1 << 16, "gemma3n LAuReL rank."),
+    I("shared-kv-layers", shared_kv, "-1", -1, 1023,
+      "gemma3n layers that read an earlier layer's cache; -1: about a third, leaving a "
+      "multiple of 5 owners, as E2B has."),
+    {"init-std", 0, GS_CFG_FLOAT, O(init_std), NULL, "0.02", 0, 10, NULL, 0, NULL,
+     "Standard deviation of matrix weights."},
+    I("seed", seed, "1", 0, 9e18, "Random seed."),
+};
+/* clang-format on */
+#undef O
+#undef I
+
+const struct gs_cli_spec gs_synth_spec = {
+    .cmd = "synth", .synopsis = "-o FILE [options]",
+    .about = "Weights are random: the model produces noise. It is for tests and benchmarks.\n",
+    .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows),
 };
 
 /* ---- random numbers: splitmix64 + Box-Muller, reproducible everywhere ------- */
@@ -455,7 +480,7 @@ static enum gs_status write_model(const struct synth_cfg *c, struct gs_err *err)
     enum gs_status rc = gs_gguf_writer_new(NULL, &w, err);
     if (rc)
         return rc;
-    struct rng r = {.s = c->seed};
+    struct rng r = {.s = (uint64_t)c->seed};
     const struct synth_arch *a = c->arch;
     int64_t e = c->n_embd, hd = head_dim(c), q = hd * c->n_head, kv = hd * c->n_head_kv;
     rc = add_metadata(w, c);
@@ -584,101 +609,36 @@ static int check_shape(const struct synth_cfg *c)
 
 int gs_cmd_synth(int argc, char **argv)
 {
-    struct synth_cfg c = {.arch = &archs[0],
-                          .n_embd = 64,
-                          .n_layer = 2,
-                          .n_head = 4,
-                          .n_head_kv = 0,
-                          .n_ff = 0,
-                          .sliding_window = -1,
-                          .n_vocab = N_BYTE_VOCAB,
-                          .n_ctx = 512,
-                          .type = GS_TYPE_F32,
-                          .out_type = GS_TYPE_F32,
-                          .down_type = GS_TYPE_F32,
-                          .embd_type = GS_TYPE_F32,
-                          .rope_base = 10000.0,
-                          .init_std = 0.02,
-                          .seed = 1,
-                          .shared_kv = -1};
-    const char *out_type = NULL, *vocab_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t n;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: graphserve synth %s", usage);
-            return 0;
-        } else if (!strcmp(a, "--tied")) {
-            c.tied = true;
-            continue;
-        } else if (!v) {
-            return gs_cli_usage("synth", usage);
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            c.out = v;
-        } else if (!strcmp(a, "--arch")) {
-            if (!(c.arch = find_arch(v)))
-                return gs_cli_fail("synth",
-                                   "--arch '%s': not one of llama qwen2 qwen3 phi3 "
-                                   "gemma2 gemma3 gemma3n",
-                                   v);
-        } else if (!strcmp(a, "--type")) {
-            if (!parse_type(v, &c))
-                return 2;
-        } else if (!strcmp(a, "--output-type")) {
-            out_type = v;
-        } else if (!strcmp(a, "--vocab-from")) {
-            vocab_path = v;
-        } else if (!strcmp(a, "--rope-base")) {
-            if (!gs_cli_parse_f64(a, v, 1.0, 1e9, &c.rope_base))
-                return 2;
-        } else if (!strcmp(a, "--init-std")) {
-            if (!gs_cli_parse_f64(a, v, 0.0, 10.0, &c.init_std))
-                return 2;
-        } else {
-            static const struct {
-                const char *opt;
-                size_t field;
-                int64_t min, max;
-            } ints[] = {
-                {"--n-embd", offsetof(struct synth_cfg, n_embd), 2, 65536},
-                {"--n-layer", offsetof(struct synth_cfg, n_layer), 1, 1024},
-                {"--n-head", offsetof(struct synth_cfg, n_head), 1, 1024},
-                {"--n-head-kv", offsetof(struct synth_cfg, n_head_kv), 1, 1024},
-                {"--head-dim", offsetof(struct synth_cfg, head_dim), 2, 4096},
-                {"--sliding-window", offsetof(struct synth_cfg, sliding_window), 0, 1 << 24},
-                {"--n-ff", offsetof(struct synth_cfg, n_ff), 1, 1 << 20},
-                {"--n-vocab", offsetof(struct synth_cfg, n_vocab), N_BYTE_VOCAB, 1 << 22},
-                {"--n-ctx", offsetof(struct synth_cfg, n_ctx), 1, 1 << 24},
-                {"--seed", offsetof(struct synth_cfg, seed), 0, INT64_MAX},
-                {"--per-layer-input", offsetof(struct synth_cfg, per_layer), 1, 1 << 16},
-                {"--laurel-rank", offsetof(struct synth_cfg, laurel_rank), 1, 1 << 16},
-                {"--shared-kv-layers", offsetof(struct synth_cfg, shared_kv), 0, 1023},
-            };
-            size_t k = 0;
-            while (k < GS_ARRAY_LEN(ints) && strcmp(a, ints[k].opt))
-                k++;
-            if (k == GS_ARRAY_LEN(ints))
-                return gs_cli_usage("synth", usage);
-            if (!gs_cli_parse_i64(a, v, ints[k].min, ints[k].max, &n))
-                return 2;
-            memcpy((char *)&c + ints[k].field, &n, sizeof(n));
-        }
-        i++;
+    struct synth_cfg c = {0};
+    struct gs_cli_args args;
+    int prc = gs_cli_begin(&gs_synth_spec, &c, argc, argv, &args);
+    if (prc >= 0)
+        return prc;
+    if (!(c.arch = find_arch(c.arch_name))) {
+        fprintf(stderr, "graphserve synth: --arch '%s': not one of", c.arch_name);
+        for (size_t i = 0; i < GS_ARRAY_LEN(archs); i++)
+            fprintf(stderr, " %s", archs[i].name);
+        fputc('\n', stderr);
+        return 1;
     }
-    if (!c.out)
-        return gs_cli_usage("synth", usage);
+    if (!parse_type(c.type_name, &c))
+        return 2;
+    if (c.head_dim == 1)
+        return gs_cli_fail("synth",
+                           "--head-dim: 1 is out of range [2, 4096] (0: n-embd / n-head)") +
+               1;
+    const char *out_type = c.out_type_name, *vocab_path = c.vocab_path;
     if (!c.n_head_kv)
         c.n_head_kv = c.n_head;
     if (c.sliding_window < 0)
         c.sliding_window = c.arch->window_default;
     if (c.arch->tied_only)
         c.tied = true;
-    if (!c.arch->gemma3n && (c.per_layer || c.laurel_rank || c.shared_kv >= 0))
+    if (!c.arch->gemma3n && (gs_cli_given(&gs_synth_spec, &args, "per-layer-input") ||
+                             gs_cli_given(&gs_synth_spec, &args, "laurel-rank") ||
+                             gs_cli_given(&gs_synth_spec, &args, "shared-kv-layers")))
         return gs_cli_fail("synth", "--per-layer-input, --laurel-rank and --shared-kv-layers "
                                     "are gemma3n's");
-    c.per_layer = c.per_layer ? c.per_layer : 256;
-    c.laurel_rank = c.laurel_rank ? c.laurel_rank : 64;
     /* E2B keeps 20 of its 30 layers' caches: about two thirds, a multiple of the swa period
      * so that the owners end with a global layer (which llama.cpp's reuse assumes). */
     if (c.shared_kv < 0) {

@@ -1,5 +1,5 @@
 /*
- * server/cmd/train.c - `graphserve train`: a text file in, a Llama-architecture
+ * tools/train.c - `graphserve train`: a text file in, a Llama-architecture
  * GGUF out, trained on the engine (engine/train.h).
  *
  * Tokenizer: byte level, written as a SentencePiece ("llama") vocabulary that
@@ -19,7 +19,7 @@
  */
 #include "engine/gguf.h"
 #include "engine/train.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -35,45 +35,69 @@
 #define N_VOCAB    (TOK_SPACE + 1)
 #define MAX_CORPUS ((int64_t)1 << 30)
 
-static const char usage[] =
-    "-i TEXT -o FILE [options]\n"
-    "  -i, --input FILE      the training text (UTF-8)\n"
-    "  -o, --output FILE     where to write the trained model (F32 GGUF)\n"
-    "  --n-embd N            width (default 64)\n"
-    "  --n-layer N           blocks (default 2)\n"
-    "  --n-head N            attention heads (default 4)\n"
-    "  --n-head-kv N         key/value heads, divides n-head (default = n-head)\n"
-    "  --n-ff N              feed-forward width (default 4 * n-embd rounded to 32)\n"
-    "  --block N             tokens per training sequence (default 32)\n"
-    "  --n-ctx N             context length written in the file, >= block (default block)\n"
-    "  --batch N             sequences per step (default 16)\n"
-    "  --accum N             steps whose gradients make one update (default 1)\n"
-    "  --steps N             optimiser steps (default 1500)\n"
-    "  --lr F                peak learning rate (default 3e-3)\n"
-    "  --min-lr F            the cosine decay's floor (default lr / 10)\n"
-    "  --warmup N            steps of linear warmup (default 0)\n"
-    "  --weight-decay F      AdamW's decoupled decay on matrices (default 0.1)\n"
-    "  --clip F              gradient-norm clip, 0 for none (default 1)\n"
-    "  --holdout F           fraction of the text held out (default 0.1)\n"
-    "  --eval-every N        held-out evaluation interval in steps (default 100)\n"
-    "  --eval-batches N      batches per held-out evaluation (default 8)\n"
-    "  --csv FILE            the loss curve as CSV (appended to on --resume)\n"
-    "  --svg FILE            a plot of the train and held-out loss\n"
-    "  --checkpoint FILE     save the training state every --checkpoint-every steps\n"
-    "  --checkpoint-every N  (default: --eval-every) and at the end\n"
-    "  --resume FILE         continue from a checkpoint of the same shape and options:\n"
-    "                        the result equals the uninterrupted run's bit for bit\n"
-    "  --stop-after N        end after step N (with a checkpoint), to resume later\n"
-    "  --print-graph FMT     print the training graph (forward, backward, outputs) as\n"
-    "                        text, dot or json and exit; -i and -o are not needed\n"
-    "  --threads N           cpu worker threads (default: the cpu backend's)\n"
-    "  --seed N              initialisation and batch order (default 1)\n";
-
 struct train_cfg {
     const char *in, *out, *csv, *svg, *checkpoint, *resume, *print_graph;
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, block, n_ctx, batch, steps, warmup;
     int64_t eval_every, eval_batches, threads, seed, checkpoint_every, stop_after, accum;
     double lr, min_lr, weight_decay, clip, holdout;
+};
+
+#define O(f) offsetof(struct train_cfg, f)
+#define I(name, f, def, lo, hi, help)                                                           \
+    {name, 0, GS_CFG_INT, O(f), NULL, def, lo, hi, NULL, 0, NULL, help}
+#define R(name, f, def, lo, hi, help)                                                           \
+    {name, 0, GS_CFG_FLOAT, O(f), NULL, def, lo, hi, NULL, 0, NULL, help}
+#define S(name, sh, f, flags, help)                                                             \
+    {name, sh, GS_CFG_STR, O(f), NULL, NULL, 0, 0, NULL, flags, NULL, help}
+/* clang-format off */
+static const struct gs_cfg_opt opt_rows[] = {
+    S("input", 'i', in, GS_CFG_F_PATH, "The training text (UTF-8); required unless --print-graph."),
+    S("output", 'o', out, GS_CFG_F_PATH,
+      "Where to write the trained model (F32 GGUF); required unless --print-graph."),
+    I("n-embd", n_embd, "64", 2, 65536, "Width."),
+    I("n-layer", n_layer, "2", 1, 256, "Blocks."),
+    I("n-head", n_head, "4", 1, 1024, "Attention heads."),
+    I("n-head-kv", n_head_kv, "0", 0, 1024, "Key/value heads, dividing n-head; 0: n-head."),
+    I("n-ff", n_ff, "0", 0, 1 << 20, "Feed-forward width; 0: 4 * n-embd rounded up to 32."),
+    I("block", block, "32", 1, 65536, "Tokens per training sequence."),
+    I("n-ctx", n_ctx, "0", 0, 1 << 20,
+      "Context length written in the file, at least block; 0: block."),
+    I("batch", batch, "16", 1, 65536, "Sequences per step."),
+    I("accum", accum, "1", 1, 65536, "Steps whose gradients make one update."),
+    I("steps", steps, "1500", 1, 1e6, "Optimiser steps."),
+    R("lr", lr, "3e-3", 0, 10, "Peak learning rate."),
+    R("min-lr", min_lr, "-1", -1, 10, "The cosine decay's floor; negative: lr / 10."),
+    I("warmup", warmup, "0", 0, 1e9, "Steps of linear warmup."),
+    R("weight-decay", weight_decay, "0.1", 0, 10, "AdamW's decoupled decay on matrices."),
+    R("clip", clip, "1", 0, 1e6, "Gradient-norm clip; 0: none."),
+    R("holdout", holdout, "0.1", 0.001, 0.5, "Fraction of the text held out."),
+    I("eval-every", eval_every, "100", 1, 1e9, "Held-out evaluation interval in steps."),
+    I("eval-batches", eval_batches, "8", 1, 1e6, "Batches per held-out evaluation."),
+    S("csv", 0, csv, GS_CFG_F_PATH, "The loss curve as CSV (appended to on --resume)."),
+    S("svg", 0, svg, GS_CFG_F_PATH, "A plot of the train and held-out loss."),
+    S("checkpoint", 0, checkpoint, GS_CFG_F_PATH,
+      "Save the training state every --checkpoint-every steps and at the end."),
+    I("checkpoint-every", checkpoint_every, "0", 0, 1e9, "Checkpoint interval; 0: --eval-every."),
+    S("resume", 0, resume, GS_CFG_F_PATH,
+      "Continue from a checkpoint of the same shape and options: the result equals the "
+      "uninterrupted run's bit for bit."),
+    I("stop-after", stop_after, "0", 0, 1e9,
+      "End after this step (with a checkpoint), to resume later; 0: run every step."),
+    S("print-graph", 0, print_graph, 0,
+      "Print the training graph (forward, backward, outputs) as text, dot or json and exit; "
+      "-i and -o are not needed."),
+    GS_TOOL_OPT_THREADS(struct train_cfg, threads),
+    I("seed", seed, "1", 0, 9e18, "Initialisation and batch order."),
+};
+/* clang-format on */
+#undef O
+#undef I
+#undef R
+#undef S
+
+const struct gs_cli_spec gs_train_spec = {
+    .cmd = "train", .synopsis = "-i TEXT -o FILE [options]", .opts = opt_rows,
+    .n_opts = GS_ARRAY_LEN(opt_rows),
 };
 
 /* Reads the corpus and tokenizes it; refuses what is not text. */
@@ -503,84 +527,13 @@ static int print_graph(const struct train_cfg *c)
 
 int gs_cmd_train(int argc, char **argv)
 {
-    struct train_cfg c = {.n_embd = 64, .n_layer = 2, .n_head = 4, .block = 32, .batch = 16,
-                          .steps = 1500, .accum = 1, .eval_every = 100, .eval_batches = 8, .seed = 1,
-                          .lr = 3e-3, .min_lr = -1, .weight_decay = 0.1, .clip = 1.0,
-                          .holdout = 0.1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: graphserve train %s", usage);
-            return 0;
-        } else if (!v) {
-            return gs_cli_usage("train", usage);
-        } else if (!strcmp(a, "-i") || !strcmp(a, "--input")) {
-            c.in = v;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            c.out = v;
-        } else if (!strcmp(a, "--csv")) {
-            c.csv = v;
-        } else if (!strcmp(a, "--svg")) {
-            c.svg = v;
-        } else if (!strcmp(a, "--checkpoint")) {
-            c.checkpoint = v;
-        } else if (!strcmp(a, "--resume")) {
-            c.resume = v;
-        } else if (!strcmp(a, "--print-graph")) {
-            c.print_graph = v;
-        } else {
-            static const struct {
-                const char *opt;
-                size_t field;
-                double min, max;
-                bool real;
-            } opts[] = {
-                {"--n-embd", offsetof(struct train_cfg, n_embd), 2, 65536, false},
-                {"--n-layer", offsetof(struct train_cfg, n_layer), 1, 256, false},
-                {"--n-head", offsetof(struct train_cfg, n_head), 1, 1024, false},
-                {"--n-head-kv", offsetof(struct train_cfg, n_head_kv), 1, 1024, false},
-                {"--n-ff", offsetof(struct train_cfg, n_ff), 1, 1 << 20, false},
-                {"--block", offsetof(struct train_cfg, block), 1, 65536, false},
-                {"--n-ctx", offsetof(struct train_cfg, n_ctx), 1, 1 << 20, false},
-                {"--batch", offsetof(struct train_cfg, batch), 1, 65536, false},
-                {"--accum", offsetof(struct train_cfg, accum), 1, 65536, false},
-                {"--steps", offsetof(struct train_cfg, steps), 1, 1e6, false},
-                {"--warmup", offsetof(struct train_cfg, warmup), 0, 1e9, false},
-                {"--eval-every", offsetof(struct train_cfg, eval_every), 1, 1e9, false},
-                {"--eval-batches", offsetof(struct train_cfg, eval_batches), 1, 1e6, false},
-                {"--threads", offsetof(struct train_cfg, threads), 1, 1024, false},
-                {"--checkpoint-every", offsetof(struct train_cfg, checkpoint_every), 1, 1e9,
-                 false},
-                {"--stop-after", offsetof(struct train_cfg, stop_after), 1, 1e9, false},
-                {"--seed", offsetof(struct train_cfg, seed), 0, 9e18, false},
-                {"--lr", offsetof(struct train_cfg, lr), 0, 10, true},
-                {"--min-lr", offsetof(struct train_cfg, min_lr), 0, 10, true},
-                {"--weight-decay", offsetof(struct train_cfg, weight_decay), 0, 10, true},
-                {"--clip", offsetof(struct train_cfg, clip), 0, 1e6, true},
-                {"--holdout", offsetof(struct train_cfg, holdout), 0.001, 0.5, true},
-            };
-            size_t k = 0;
-            while (k < GS_ARRAY_LEN(opts) && strcmp(a, opts[k].opt))
-                k++;
-            if (k == GS_ARRAY_LEN(opts))
-                return gs_cli_usage("train", usage);
-            if (opts[k].real) {
-                double x;
-                if (!gs_cli_parse_f64(a, v, opts[k].min, opts[k].max, &x))
-                    return 2;
-                memcpy((char *)&c + opts[k].field, &x, sizeof(x));
-            } else {
-                int64_t n;
-                if (!gs_cli_parse_i64(a, v, (int64_t)opts[k].min, (int64_t)opts[k].max, &n))
-                    return 2;
-                memcpy((char *)&c + opts[k].field, &n, sizeof(n));
-            }
-        }
-        i++;
-    }
+    struct train_cfg c = {0};
+    struct gs_cli_args args;
+    int prc = gs_cli_begin(&gs_train_spec, &c, argc, argv, &args);
+    if (prc >= 0)
+        return prc;
     if (!c.print_graph && (!c.in || !c.out))
-        return gs_cli_usage("train", usage);
+        return gs_cli_fail("train", "needs -i TEXT and -o FILE (or --print-graph FMT)") + 1;
     if (!c.n_head_kv)
         c.n_head_kv = c.n_head;
     if (!c.n_ff)

@@ -1,5 +1,5 @@
 /*
- * tests/server/test_quantize.c - `graphserve quantize`, run as a user runs it:
+ * tests/tools/test_quantize.c - `graphserve quantize`, run as a user runs it:
  * the shared F32 models quantized here hold, tensor for tensor, the types and
  * the bytes of the same models quantized by llama.cpp's llama-quantize
  * (../shared/models: stories260K in q4_0 .. q8_0, with its f16 fallback for

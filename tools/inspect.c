@@ -1,5 +1,5 @@
 /*
- * server/cmd/inspect.c - `graphserve inspect FILE [--json] [--sha256]`: a GGUF
+ * tools/inspect.c - `graphserve inspect FILE [--json] [--sha256]`: a GGUF
  * file's header, metadata (long arrays summarised) and tensor table.
  *
  * Strings from the file are untrusted: text output escapes control bytes and
@@ -8,7 +8,7 @@
 #include "engine/digest.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -17,9 +17,23 @@
 
 #define ARRAY_HEAD 8 /* array elements shown before "..." */
 
-static const char usage[] = "FILE [--json] [--sha256]\n"
-                            "  --json    print one JSON object instead of text\n"
-                            "  --sha256  also print the file's SHA-256\n";
+struct opts {
+    bool json, sha256;
+};
+
+/* clang-format off */
+static const struct gs_cfg_opt opt_rows[] = {
+    {"json", 0, GS_CFG_BOOL, offsetof(struct opts, json), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Print one JSON object instead of text."},
+    {"sha256", 0, GS_CFG_BOOL, offsetof(struct opts, sha256), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Also print the file's SHA-256."},
+};
+/* clang-format on */
+
+const struct gs_cli_spec gs_inspect_spec = {
+    .cmd = "inspect", .synopsis = "FILE [--json] [--sha256]", .opts = opt_rows,
+    .n_opts = GS_ARRAY_LEN(opt_rows), .min_args = 1, .max_args = 1,
+};
 
 /* Writes s to f with control bytes and quotes escaped, at most max bytes. */
 static void print_str(FILE *f, struct gs_gguf_str s, size_t max)
@@ -209,23 +223,13 @@ static json_t *json_report(const struct gs_gguf *g, const char *path, const char
 
 int gs_cmd_inspect(int argc, char **argv)
 {
-    const char *path = NULL;
-    bool as_json = false, want_sha = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json"))
-            as_json = true;
-        else if (!strcmp(argv[i], "--sha256"))
-            want_sha = true;
-        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: graphserve inspect %s", usage);
-            return 0;
-        } else if (argv[i][0] == '-' || path)
-            return gs_cli_usage("inspect", usage);
-        else
-            path = argv[i];
-    }
-    if (!path)
-        return gs_cli_usage("inspect", usage);
+    struct opts o = {0};
+    struct gs_cli_args args;
+    int prc = gs_cli_begin(&gs_inspect_spec, &o, argc, argv, &args);
+    if (prc >= 0)
+        return prc;
+    const char *path = args.args[0];
+    bool as_json = o.json, want_sha = o.sha256;
 
     struct gs_err err;
     struct gs_gguf *g;

@@ -1,8 +1,8 @@
 /*
- * server/cmd/quantize.c - `graphserve quantize IN OUT TYPE`: rewrites a GGUF
+ * tools/quantize.c - `graphserve quantize IN OUT TYPE`: rewrites a GGUF
  * file with its weight matrices in another type, as llama.cpp's llama-quantize
  * does for a plain type, so that a file quantized here and one quantized there
- * hold the same bytes (tests/server/test_quantize.c compares them).
+ * hold the same bytes (tests/tools/test_quantize.c compares them).
  *
  * Which tensors change, following llama.cpp's rules:
  *   - 2-D tensors whose name ends in ".weight" and is not a norm; AltUp,
@@ -24,7 +24,7 @@
  */
 #include "engine/gguf.h"
 #include "engine/quant.h"
-#include "server/cli.h"
+#include "tools/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +32,24 @@
 
 #define CMD "quantize"
 
-static const char usage[] =
-    "IN OUT TYPE [--pure]\n"
-    "  IN      a GGUF file with f32, f16 or bf16 weights\n"
-    "  OUT     where to write the quantized file\n"
-    "  TYPE    q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K f16 bf16 f32\n"
-    "  --pure  every matrix in TYPE: no q6_K output matrix, fallbacks only where needed\n";
+struct opts {
+    bool pure;
+};
+
+/* clang-format off */
+static const struct gs_cfg_opt opt_rows[] = {
+    {"pure", 0, GS_CFG_BOOL, offsetof(struct opts, pure), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Every matrix in TYPE: no q6_K output matrix, fallbacks only where needed."},
+};
+/* clang-format on */
+
+const struct gs_cli_spec gs_quantize_spec = {
+    .cmd = CMD, .synopsis = "IN OUT TYPE [--pure]",
+    .about = "  IN      a GGUF file with f32, f16 or bf16 weights\n"
+             "  OUT     where to write the quantized file\n"
+             "  TYPE    q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K f16 bf16 f32\n",
+    .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows), .min_args = 3, .max_args = 3,
+};
 
 /* TYPE's general.file_type as llama.cpp numbers them (its llama_ftype). */
 static const struct {
@@ -237,25 +249,13 @@ out:
 
 int gs_cmd_quantize(int argc, char **argv)
 {
-    const char *pos[3];
-    int n_pos = 0;
-    bool pure = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: graphserve %s %s", CMD, usage);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--pure"))
-            pure = true;
-        else if (argv[i][0] == '-' && argv[i][1])
-            return gs_cli_usage(CMD, usage);
-        else if (n_pos < 3)
-            pos[n_pos++] = argv[i];
-        else
-            return gs_cli_usage(CMD, usage);
-    }
-    if (n_pos != 3)
-        return gs_cli_usage(CMD, usage);
+    struct opts o = {0};
+    struct gs_cli_args args;
+    int prc = gs_cli_begin(&gs_quantize_spec, &o, argc, argv, &args);
+    if (prc >= 0)
+        return prc;
+    const char *const *pos = args.args;
+    bool pure = o.pure;
     enum gs_type type;
     uint32_t ftype;
     if (gs_type_from_name(pos[2], &type) || !ftype_of(type, &ftype) ||

@@ -1,5 +1,5 @@
 /*
- * server/cmd/validate.c - `graphserve validate`: how closely a backend's
+ * tools/validate.c - `graphserve validate`: how closely a backend's
  * logits agree with llama.cpp's goldens, or two logit dumps with each other.
  *
  *   graphserve validate -m MODEL --golden FILE [--golden FILE ...] [options]
@@ -22,8 +22,8 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "kvcache/kvcache.h"
-#include "server/cli.h"
-#include "server/cmd/validate_server.h"
+#include "tools/internal.h"
+#include "tools/validate_server.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -31,38 +31,85 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const char usage[] =
-    "-m MODEL --golden FILE [--golden FILE ...] [options]\n"
-    "       graphserve validate --a FILE --b FILE [options]\n"
-    "       graphserve validate --server URL [--api-key K] [--prompts-file F | -p P ...]\n"
-    "  -m, --model PATH     GGUF file, or a folder holding each golden's \"model\"\n"
-    "  --golden FILE        a golden completion (../shared/golden/completions/*.json)\n"
-    "  --backend NAME       backend to validate (default ref)\n"
-    "  --against NAME       compare with backend NAME on the golden's tokens instead\n"
-    "                       of with the golden's logits (e.g. --backend cpu --against ref)\n"
-    "  --kv f16|f32         KV cache type (default: the golden's settings, else f16)\n"
-    "  --no-passes          run the graph as built, without rewrite passes\n"
-    "  --a FILE, --b FILE   compare two logit matrices (goldens or {\"logits\": [...]})\n"
-    "  --min-pearson X      smallest Pearson of any full row (default 0.999)\n"
-    "  --min-top1 X         smallest top-1 agreement rate (default 0.95)\n"
-    "  --top1-margin X      rows with a reference margin >= X must agree (default 0.5)\n"
-    "  --max-kl X           largest mean KL, nats; negative: off (default 0.01)\n"
-    "  --max-abs-err X      largest abs error; negative: off (default off)\n"
-    "  --rows               print every position, not only the summary\n"
-    "  --json               print one JSON object instead of text\n";
-
 struct opts {
     const char *model;
     const char *backend;
     const char *against; /* reference backend, or NULL: the golden's logits */
     const char *kv;
-    const char **goldens;
-    int n_goldens;
+    struct gs_cli_list goldens;
     const char *a, *b;
     bool passes;
     bool json;
+    bool rows;
     unsigned print_flags;
     struct gs_val_thresholds thr;
+    struct gs_cli_list prompts; /* --server mode */
+    struct gs_validate_server_opts server;
+};
+
+#define O(f) offsetof(struct opts, f)
+#define THR(f) offsetof(struct opts, thr) + offsetof(struct gs_val_thresholds, f)
+#define SRV(f) offsetof(struct opts, server) + offsetof(struct gs_validate_server_opts, f)
+/* The thresholds have no default text: they keep engine/validate's defaults
+ * (gs_val_thresholds_init), which --help shows. */
+/* clang-format off */
+static const struct gs_cfg_opt opt_rows[] = {
+    {"model", 'm', GS_CFG_STR, O(model), NULL, NULL, 0, 0, NULL, GS_CFG_F_PATH, NULL,
+     "GGUF file, or a folder holding each golden's \"model\"."},
+    {"golden", 0, GS_CFG_LIST, O(goldens), NULL, NULL, 0, 0, NULL, GS_CFG_F_PATH, NULL,
+     "A golden completion (../shared/golden/completions/*.json)."},
+    GS_TOOL_OPT_BACKEND(struct opts, backend, "ref"),
+    {"against", 0, GS_CFG_STR, O(against), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Compare with this backend on the golden's tokens instead of with the golden's logits "
+     "(e.g. --backend cpu --against ref)."},
+    {"kv", 0, GS_CFG_STR, O(kv), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "KV cache type, f16 or f32; unset: the golden's settings, else f16."},
+    {"passes", 0, GS_CFG_BOOL, O(passes), NULL, "true", 0, 0, NULL, 0, NULL,
+     "Run the rewrite passes; --no-passes runs the graph as built."},
+    {"a", 0, GS_CFG_STR, O(a), NULL, NULL, 0, 0, NULL, GS_CFG_F_PATH, NULL,
+     "With --b: compare two logit matrices (goldens or {\"logits\": [...]})."},
+    {"b", 0, GS_CFG_STR, O(b), NULL, NULL, 0, 0, NULL, GS_CFG_F_PATH, NULL,
+     "The second matrix of --a."},
+    {"min-pearson", 0, GS_CFG_FLOAT, THR(min_pearson), NULL, NULL, -1, 1, NULL, 0, NULL,
+     "Smallest Pearson of any full row."},
+    {"min-top1", 0, GS_CFG_FLOAT, THR(min_top1_rate), NULL, NULL, 0, 1, NULL, 0, NULL,
+     "Smallest top-1 agreement rate."},
+    {"top1-margin", 0, GS_CFG_FLOAT, THR(top1_margin), NULL, NULL, -1e9, 1e9, NULL, 0, NULL,
+     "Rows whose reference margin is at least this must agree at top-1; negative: off."},
+    {"max-kl", 0, GS_CFG_FLOAT, THR(max_mean_kl), NULL, NULL, -1e9, 1e9, NULL, 0, "nats",
+     "Largest mean KL; negative: off."},
+    {"max-abs-err", 0, GS_CFG_FLOAT, THR(max_abs_err), NULL, NULL, -1e9, 1e9, NULL, 0, NULL,
+     "Largest abs error of a logit; negative: off."},
+    {"rows", 0, GS_CFG_BOOL, O(rows), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Print every position, not only the summary."},
+    {"json", 0, GS_CFG_BOOL, O(json), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Print one JSON object instead of text (--server: one per prompt)."},
+    {"server", 0, GS_CFG_STR, SRV(server), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Validate a running daemon, http://HOST[:PORT], instead: its answers to a prompt set, "
+     "each with validation on."},
+    {"api-key", 0, GS_CFG_STR, SRV(api_key), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "--server: Bearer key, when the daemon has keys."},
+    {"prompt", 'p', GS_CFG_LIST, O(prompts), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "--server: a prompt; without -p or --prompts-file four short built-in prompts run."},
+    {"prompts-file", 0, GS_CFG_STR, SRV(prompts_file), NULL, NULL, 0, 0, NULL, GS_CFG_F_PATH,
+     NULL, "--server: one prompt per line (blank lines skipped)."},
+    {"max-tokens", 0, GS_CFG_INT, SRV(max_tokens), NULL, "32", 1, 1 << 20, NULL, 0, NULL,
+     "--server: tokens per answer."},
+    {"timeout-s", 0, GS_CFG_INT, SRV(timeout_s), NULL, "120", 1, 86400, NULL, 0, "s",
+     "--server: time for each request."},
+};
+/* clang-format on */
+#undef O
+#undef THR
+#undef SRV
+
+const struct gs_cli_spec gs_validate_spec = {
+    .cmd = "validate",
+    .synopsis = "-m MODEL --golden FILE [--golden FILE ...] [options]\n"
+                "       graphserve validate --a FILE --b FILE [options]\n"
+                "       graphserve validate --server URL [--api-key K]"
+                " [--prompts-file F | -p P ...]",
+    .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows),
 };
 
 /* ---- evaluation ---------------------------------------------------------------- */
@@ -370,75 +417,50 @@ out:
 
 /* ---- command line ---------------------------------------------------------------- */
 
-static int parse_args(int argc, char **argv, struct opts *o)
+/* The modes' rules: which options go together. */
+static int check_modes(const struct opts *o, const struct gs_cli_args *args)
 {
     static const char cmd[] = "validate";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = true;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: graphserve validate %s", usage);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            o->json = true, takes = false;
-        } else if (!strcmp(a, "--rows")) {
-            o->print_flags |= GS_VAL_PRINT_ROWS, takes = false;
-        } else if (!strcmp(a, "--no-passes")) {
-            o->passes = false, takes = false;
-        } else if (!v) {
-            fprintf(stderr, "graphserve validate: %s needs a value\n", a);
-            return gs_cli_usage(cmd, usage);
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            o->model = v;
-        } else if (!strcmp(a, "--golden")) {
-            o->goldens[o->n_goldens++] = v;
-        } else if (!strcmp(a, "--backend")) {
-            o->backend = v;
-        } else if (!strcmp(a, "--against")) {
-            o->against = v;
-        } else if (!strcmp(a, "--kv")) {
-            o->kv = v;
-        } else if (!strcmp(a, "--a")) {
-            o->a = v;
-        } else if (!strcmp(a, "--b")) {
-            o->b = v;
-        } else if (!strcmp(a, "--min-pearson")) {
-            if (!gs_cli_parse_f64(a, v, -1, 1, &o->thr.min_pearson))
+    if (o->server.server) {
+        static const char *const local[] = {"model", "golden", "a", "b", "against", "kv",
+                                            "passes", "rows", "min-pearson", "min-top1",
+                                            "top1-margin", "max-kl", "max-abs-err", "backend"};
+        for (size_t i = 0; i < GS_ARRAY_LEN(local); i++)
+            if (gs_cli_given(&gs_validate_spec, args, local[i])) {
+                gs_cli_fail(cmd, "--%s: not with --server (the daemon's settings apply)",
+                            local[i]);
                 return 2;
-        } else if (!strcmp(a, "--min-top1")) {
-            if (!gs_cli_parse_f64(a, v, 0, 1, &o->thr.min_top1_rate))
-                return 2;
-        } else if (!strcmp(a, "--top1-margin")) {
-            if (!gs_cli_parse_f64(a, v, -INFINITY, INFINITY, &o->thr.top1_margin))
-                return 2;
-        } else if (!strcmp(a, "--max-kl")) {
-            if (!gs_cli_parse_f64(a, v, -INFINITY, INFINITY, &o->thr.max_mean_kl))
-                return 2;
-        } else if (!strcmp(a, "--max-abs-err")) {
-            if (!gs_cli_parse_f64(a, v, -INFINITY, INFINITY, &o->thr.max_abs_err))
-                return 2;
-        } else {
-            fprintf(stderr, "graphserve validate: unknown option '%s'\n", a);
-            return gs_cli_usage(cmd, usage);
-        }
-        if (takes)
-            i++;
+            }
+        return -1;
     }
+    static const char *const remote[] = {"api-key", "prompt", "prompts-file", "max-tokens",
+                                         "timeout-s"};
+    for (size_t i = 0; i < GS_ARRAY_LEN(remote); i++)
+        if (gs_cli_given(&gs_validate_spec, args, remote[i])) {
+            gs_cli_fail(cmd, "--%s: only with --server", remote[i]);
+            return 2;
+        }
     bool pair = o->a || o->b;
-    if (pair && (!o->a || !o->b || o->n_goldens))
-        return gs_cli_usage(cmd, usage);
-    if (!pair && (!o->model || o->n_goldens == 0))
-        return gs_cli_usage(cmd, usage);
-    if (o->kv && strcmp(o->kv, "f16") && strcmp(o->kv, "f32")) {
-        fprintf(stderr, "graphserve validate: --kv expects f16 or f32, got '%s'\n", o->kv);
+    if (pair && (!o->a || !o->b)) {
+        gs_cli_fail(cmd, "--a and --b come together");
         return 2;
     }
-    if (pair && o->against)
-        return gs_cli_usage(cmd, usage);
+    if (pair && (o->goldens.n || o->against)) {
+        gs_cli_fail(cmd, "--a/--b: not with --%s", o->goldens.n ? "golden" : "against");
+        return 2;
+    }
+    if (!pair && (!o->model || !o->goldens.n)) {
+        gs_cli_fail(cmd, "needs -m MODEL and --golden FILE, --a and --b, or --server URL");
+        return 2;
+    }
+    if (o->kv && strcmp(o->kv, "f16") && strcmp(o->kv, "f32")) {
+        gs_cli_fail(cmd, "--kv: '%s' is not one of f16, f32", o->kv);
+        return 2;
+    }
     if (!gs_be_find(o->backend) || (o->against && !gs_be_find(o->against))) {
-        fprintf(stderr, "graphserve validate: unknown backend '%s'\n",
-                gs_be_find(o->backend) ? o->against : o->backend);
+        bool bad_ref = gs_be_find(o->backend) != NULL;
+        gs_cli_fail(cmd, "--%s: unknown backend '%s'", bad_ref ? "against" : "backend",
+                    bad_ref ? o->against : o->backend);
         return 2;
     }
     return -1;
@@ -446,19 +468,22 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 int gs_cmd_validate(int argc, char **argv)
 {
-    if (gs_validate_server_wanted(argc, argv))
-        return gs_validate_server(argc, argv);
-    struct opts o = {.backend = "ref", .passes = true};
+    struct opts o = {0};
     gs_val_thresholds_init(&o.thr);
-    o.goldens = gs_alloc_array((size_t)argc, sizeof(*o.goldens));
-    if (!o.goldens)
-        return gs_cli_fail("validate", "out of memory");
-    int rc = parse_args(argc, argv, &o);
-    if (rc >= 0) {
-        gs_free(o.goldens);
+    struct gs_cli_args args;
+    int rc = gs_cli_begin(&gs_validate_spec, &o, argc, argv, &args);
+    if (rc < 0)
+        rc = check_modes(&o, &args);
+    if (rc >= 0)
         return rc;
+    if (o.server.server) {
+        o.server.prompts = &o.prompts;
+        o.server.json = o.json;
+        return gs_validate_server(&o.server);
     }
-    int n = o.a ? 1 : o.n_goldens, n_pass = 0;
+    if (o.rows)
+        o.print_flags |= GS_VAL_PRINT_ROWS;
+    int n = o.a ? 1 : (int)o.goldens.n, n_pass = 0;
     json_t *jall = o.json ? json_array() : NULL;
     for (int i = 0; i < n; i++) {
         struct result *r = gs_calloc(1, sizeof(*r));
@@ -469,7 +494,7 @@ int gs_cmd_validate(int argc, char **argv)
         if (o.a)
             run_pair(&o, r);
         else
-            run_golden(&o, o.goldens[i], r);
+            run_golden(&o, o.goldens.v[i], r);
         n_pass += r->report && r->report->pass;
         if (jall)
             json_array_append_new(jall, result_json(&o, r));
@@ -488,7 +513,6 @@ int gs_cmd_validate(int argc, char **argv)
     } else if (n > 1) {
         printf("validate: %d/%d pass\n", n_pass, n);
     }
-    gs_free(o.goldens);
     if (rc > 0)
         return rc;
     return n_pass == n ? 0 : 1;

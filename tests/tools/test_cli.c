@@ -1,6 +1,7 @@
 /*
- * tests/server/test_cli.c - the `synth` and `inspect` commands, run as a user
- * runs them: the real graphserve binary in a child process.
+ * tests/tools/test_cli.c - the engine tools synth, inspect, bench, run and
+ * template, and `config reference` against the README, run as a user runs them:
+ * the real graphserve binary in a child process.
  */
 #define _GNU_SOURCE
 #include "engine/gguf.h"
