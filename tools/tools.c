@@ -27,9 +27,6 @@ static const struct gs_tool tools[] = {
      "render a Jinja chat template with a JSON conversation"},
 };
 
-const char *const gs_tool_kv_type_names[] = {"f16", "f32", NULL};
-const enum gs_type gs_tool_kv_types[] = {GS_TYPE_F16, GS_TYPE_F32};
-
 const struct gs_tool *gs_tools(size_t *n)
 {
     *n = sizeof(tools) / sizeof(tools[0]);
