@@ -20,12 +20,9 @@ import sys
 
 TREES = ["engine", "kvcache", "scheduler", "config", "server"]
 RANK = {"base": 0, "engine": 1, "kvcache": 2, "scheduler": 3, "config": 3, "server": 4}
-# (includer, included): removed by issue 15's block-layout header and tools/ move.
-KNOWN = {
-    ("engine/cpu/kernels_scalar.c", "engine/quant/internal.h"),
-    ("engine/cpu/kernels_avx2.c", "engine/quant/internal.h"),
-    ("engine/cpu/kernels_neon.c", "engine/quant/internal.h"),
-}
+# (includer, included): edges that still break the rules while the code moves;
+# empty since the cpu kernels read the public engine/quant/blocks.h.
+KNOWN = set()
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 

@@ -16,9 +16,10 @@
  * intermediate. Only the kernel table comes from that build.
  */
 #include "engine/cpu/cpu.h"
-#include "engine/quant/internal.h"
+#include "engine/quant/blocks.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 #ifdef GS_CPU_VNNI
 /* The VNNI build exports only the rows VNNI changes; the rest stays unused. */
