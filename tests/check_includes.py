@@ -8,7 +8,8 @@ when
     scheduler < server, with config beside the scheduler (either may use the
     other's headers) and nothing below them including config/;
   - a file includes another module's private header (<dir>/internal.h belongs to
-    <dir>/; engine/cpu/cpu.h to engine/cpu/ and the cpu backend, engine/backend/cpu.c);
+    <dir>/; engine/cpu/cpu.h to engine/cpu/ and the cpu backend, engine/backend/cpu.c;
+    engine/cpu/avx2.h to engine/cpu/);
   - headers include each other in a cycle (within a module or across modules).
 KNOWN lists the edges that issue 15's other items remove; each is reported, and one
 that no longer exists fails the check so that the list shrinks with the code.
@@ -48,6 +49,8 @@ def private_users(path):
         return (os.path.dirname(path) + "/",)
     if path == "engine/cpu/cpu.h":  # the kernels' own header, and their one backend
         return ("engine/cpu/", "engine/backend/cpu.c")
+    if path == "engine/cpu/avx2.h":  # what the AVX2 kernel files share
+        return ("engine/cpu/",)
     return None
 
 
