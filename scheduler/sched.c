@@ -623,7 +623,7 @@ enum gs_status gs_sched_start(struct gs_sched *s, struct gs_err *err)
         return GS_OK;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    int e = pthread_attr_setstacksize(&attr, GS_BE_THREAD_STACK_BYTES);
+    int e = pthread_attr_setstacksize(&attr, GS_THREAD_STACK_BYTES);
     if (!e)
         e = pthread_create(&s->thread, &attr, engine_main, s);
     pthread_attr_destroy(&attr);
