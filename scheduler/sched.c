@@ -344,11 +344,7 @@ void gs_sched_free(struct gs_sched *s)
     gs_sched_stop(s, 0);
     gs_sched__abort_all(s, GS_FINISH_ABORT);
     gs_runner_free(s->run);
-    gs_runner_free(s->ref);
-    gs_free(s->ref_logits);
-    gs_free(s->ref_pos);
-    gs_free(s->ref_seq);
-    gs_free(s->ref_rows);
+    gs_sched__ref_free(s);
     gs_kv_pool_free(s->pool);
     gs_free(s->running);
     gs_free(s->step_tokens);
