@@ -163,13 +163,9 @@ static inline enum gs_status gs_be_compile(struct gs_be *be, const struct gs_gra
     return be->ops->compile(be, g, s, out, err);
 }
 
-/* Stack a thread that calls gs_be_run needs (and the cpu backend gives its
- * workers): kernels keep their tile scratch, up to ~1 MiB, on the stack. */
-#define GS_BE_THREAD_STACK_BYTES ((size_t)8 << 20)
-
 /* Evaluates one step. Logits of io->out_rows land in io->logits. A step
  * allocates nothing. Errors leave the KV cache rows of this step undefined.
- * The calling thread needs GS_BE_THREAD_STACK_BYTES of stack. */
+ * The calling thread needs GS_THREAD_STACK_BYTES (engine/base.h) of stack. */
 static inline enum gs_status gs_be_run(struct gs_be *be, struct gs_plan *p,
                                        const struct gs_step_io *io, struct gs_err *err)
 {

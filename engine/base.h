@@ -1,6 +1,7 @@
 /*
- * engine/base.h - status codes, error messages, allocation hooks and small
- * arithmetic helpers that every graphserve module uses.
+ * engine/base.h - status codes, error messages, allocation hooks, small
+ * arithmetic helpers and the thread stack size that every graphserve module
+ * uses.
  *
  * Ownership: nothing here owns memory beyond what the caller asks for.
  * Threads: everything is safe from any thread, except gs_alloc_fail_after(),
@@ -136,6 +137,14 @@ static inline bool gs_add_overflow(uint64_t a, uint64_t b, uint64_t *out)
 /* Monotonic clock in milliseconds / nanoseconds, for timings and benchmarks. */
 double gs_now_ms(void);
 uint64_t gs_now_ns(void);
+
+/* ---- threads --------------------------------------------------------------- */
+
+/* Stack of every thread that runs engine steps: the scheduler's engine thread
+ * and the cpu backend's workers are created with it, and a thread that calls
+ * gs_be_run needs it. Kernels keep their tile scratch, up to ~1 MiB, on the
+ * stack. */
+#define GS_THREAD_STACK_BYTES ((size_t)8 << 20)
 
 /* ---- fp16 / bf16 conversion ------------------------------------------------ */
 

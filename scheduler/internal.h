@@ -4,9 +4,11 @@
  * functions one file calls in another. Private to scheduler/.
  *
  *   sched.c   creation, the loop thread's side (submit, cancel, poll, stats),
- *             events, the engine thread
+ *             the event queue, the engine thread
  *   step.c    the engine's side: admission, preemption, batches, sampling
- *   vjobs.c   validation jobs on the reference runner
+ *   spec.c    speculative decoding: drafts, what a verification teaches
+ *   trace.c   the step trace
+ *   vjobs.c   validation jobs on the reference runner, which it owns
  */
 #ifndef GS_SCHEDULER_INTERNAL_H
 #define GS_SCHEDULER_INTERNAL_H
@@ -245,5 +247,7 @@ void gs_sched__trace_step(struct gs_sched *s, double t0_ms, uint32_t batch_token
 bool gs_sched__queue_vjob(struct gs_sched *s, struct seq *q);
 void gs_sched__validate_step(struct gs_sched *s);
 void gs_sched__vjob_done(struct gs_sched *s, struct gs_val_report *report, const char *why);
+/* Frees the reference runner and its step buffers (opened on the first job). */
+void gs_sched__ref_free(struct gs_sched *s);
 
 #endif /* GS_SCHEDULER_INTERNAL_H */

@@ -344,11 +344,7 @@ void gs_sched_free(struct gs_sched *s)
     gs_sched_stop(s, 0);
     gs_sched__abort_all(s, GS_FINISH_ABORT);
     gs_runner_free(s->run);
-    gs_runner_free(s->ref);
-    gs_free(s->ref_logits);
-    gs_free(s->ref_pos);
-    gs_free(s->ref_seq);
-    gs_free(s->ref_rows);
+    gs_sched__ref_free(s);
     gs_kv_pool_free(s->pool);
     gs_free(s->running);
     gs_free(s->step_tokens);
@@ -623,7 +619,7 @@ enum gs_status gs_sched_start(struct gs_sched *s, struct gs_err *err)
         return GS_OK;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    int e = pthread_attr_setstacksize(&attr, GS_BE_THREAD_STACK_BYTES);
+    int e = pthread_attr_setstacksize(&attr, GS_THREAD_STACK_BYTES);
     if (!e)
         e = pthread_create(&s->thread, &attr, engine_main, s);
     pthread_attr_destroy(&attr);

@@ -95,6 +95,15 @@ static enum gs_status open_ref(struct gs_sched *s, struct gs_err *err)
     return gs_runner_new(s->model->graph, &cfg, &s->ref, err);
 }
 
+void gs_sched__ref_free(struct gs_sched *s)
+{
+    gs_runner_free(s->ref);
+    gs_free(s->ref_logits);
+    gs_free(s->ref_pos);
+    gs_free(s->ref_seq);
+    gs_free(s->ref_rows);
+}
+
 /*
  * Evaluates the next chunk of the head validation job on ref and compares
  * every row whose logits were served. The job's tokens run teacher-forced:

@@ -1,6 +1,8 @@
 /*
- * engine/backend/internal.h - the training ops' kernels (train_ops.c), shared
- * by the ref and cpu backends. No other module includes this.
+ * engine/backend/internal.h - what files of engine/backend share: the training
+ * ops' kernels (train_ops.c), used by the ref and cpu backends, and the cpu
+ * backend's step state, shared by how it compiles and runs steps (cpu.c) and
+ * its op kernels (cpu_ops.c). No other module includes this.
  *
  * A training node's work is cut into independent units (rows, columns, or
  * sequence-and-head pairs, whichever lets each unit write output elements no
@@ -13,6 +15,7 @@
 #define GS_BACKEND_INTERNAL_H
 
 #include "engine/backend.h"
+#include "engine/compile.h"
 
 /* Scratch a thread needs for a step of n tokens: attention's score rows. */
 #define GS_TRAIN_WORK_FLOATS(n) (2 * (int64_t)(n))
@@ -34,5 +37,109 @@ struct gs_train_args {
 int64_t gs_train_units(const struct gs_train_args *a);
 /* Computes units [u0, u1) of a. */
 void gs_train_run(const struct gs_train_args *a, int64_t u0, int64_t u1);
+
+/* ---- the cpu backend: cpu.c and cpu_ops.c ------------------------------------------ */
+
+struct gs_cpu_pool; /* engine/cpu/cpu.h */
+
+/* Steps of at most this many tokens quantize a matmul's input inside the
+ * matmul task, each thread for itself: redoing a few rows costs far less than
+ * the barrier a separate quantize task needs. */
+#define LOCAL_QUANT_TOKENS 4
+
+/* What one thread's private quantized rows hold; one cache line each. */
+struct local_quant {
+    uint64_t step;
+    uint32_t node;
+    enum gs_type type;
+    char pad[48];
+};
+
+/*
+ * Work memory. A backend instance runs one step at a time (engine/backend.h),
+ * so all its plans share one set of buffers, each grown when a plan that
+ * needs more is compiled: the process holds the largest bucket's scratch,
+ * not the sum over every bucket it has seen.
+ */
+struct cpu_ctx {
+    struct gs_cpu_pool *pool;
+    int n_threads;
+    uint64_t n_steps;          /* steps run, to date per-thread quantized rows */
+    void *scratch;             /* activations: a plan's offsets index it */
+    size_t scratch_bytes;
+    uint8_t *xq;               /* [tokens][xq_stride] activations quantized for a matmul */
+    size_t xq_bytes;
+    uint8_t *xq_local;         /* [n_threads][LOCAL_QUANT_TOKENS][xq_stride] */
+    size_t xq_local_bytes;
+    struct local_quant *local; /* [n_threads] */
+    float *thread_buf;         /* [n_threads][thread_floats] per-thread temporaries */
+    size_t thread_buf_bytes;
+    float *scores;             /* [n_threads][4][scores_cap] attention scores, four queries */
+    size_t scores_bytes;
+    int64_t scores_cap;        /* positions per query row */
+    uint32_t *attn_blocks;     /* [tokens + 1] first token of each attention block */
+    size_t attn_blocks_bytes;
+    float *rope_cs;            /* [tokens][n_rot / 2][2] cos, sin of the step's rotations */
+    size_t rope_cs_bytes;
+    uint64_t rope_step;        /* rope_cs holds step rope_step's angles of rope_node's */
+    const struct gs_node *rope_node;
+};
+
+/* The sizes a plan's graph needs from the work memory. */
+struct cpu_plan {
+    uint64_t xq_stride;  /* bytes per token row in xq */
+    int64_t thread_floats;
+    /* The matmul whose only reader is the LOGITS node, or GS_NODE_NONE: it
+     * writes straight into the caller's logits (same [output][vocab]
+     * layout), so vocab x outputs floats of scratch are never touched. */
+    uint32_t logits_matmul;
+    bool paged_attn; /* the graph reads the KV cache (ATTN): score rows are needed */
+};
+
+/* One step in flight. The fields below io are per op. */
+struct cpu_run {
+    const struct gs_plan *plan;
+    const struct gs_graph *g;
+    const struct gs_step_io *io;
+    const struct cpu_plan *cp;
+    struct cpu_ctx *ctx;       /* the work memory */
+    uint32_t xq_node;          /* node whose rows are in xq, GS_NODE_NONE when none */
+    enum gs_type xq_type;
+    uint64_t step;             /* this step's number (cpu_ctx.n_steps) */
+    uint32_t n_attn_blocks;    /* blocks of the step's tokens for attention (attn_blocks) */
+    const struct gs_node *n;   /* the op being run */
+    float *out;
+};
+
+/* Queries per attention block: a block's K and V rows are read once for all
+ * of them (cpu_ops.c); score rows are sized for it (cpu.c). */
+#define ATTN_BLOCK 4
+/* Floats of one matmul_swiglu slice's gate (and of its up) products in a
+ * thread's buffer (cpu_ops.c, where the slices are explained). */
+#define FFN_SLICE_FLOATS 16384
+
+/* Node r->n at r->out, chunk c of nc, on thread ith (per-thread buffers). */
+typedef void (*cpu_kernel_fn)(struct cpu_run *r, int c, int nc, int ith);
+
+/* One row per op, NULL where the cpu backend has no kernel; WEIGHT has none
+ * and never appears in a plan's order. */
+extern const cpu_kernel_fn gs_be__cpu_kernels[GS_OP_COUNT];
+
+/* Node id's value in the work memory (its plan offset). */
+static inline float *cpu_value(const struct cpu_run *r, uint32_t id)
+{
+    return (float *)((char *)r->ctx->scratch + r->plan->offset[id]);
+}
+
+/* The kernels the run loop calls by name: a matmul as a member of a group of
+ * matmuls, and the quantize task that fills xq for the matmuls after it. */
+void gs_be__cpu_matmul(struct cpu_run *r, int c, int nc, int ith);
+void gs_be__cpu_quantize_input(struct cpu_run *r, int c, int nc, int ith);
+/* Cuts the step's tokens into attention blocks (ctx->attn_blocks), once a step. */
+void gs_be__cpu_attn_blocks(struct cpu_run *r);
+/* Whether ropes a and b of one graph turn by the same angles; fills the step's
+ * cos/sin table for rope n unless it already holds n's angles. */
+bool gs_be__cpu_same_rotation(const struct gs_node *a, const struct gs_node *b);
+void gs_be__cpu_rope_prepare(struct cpu_run *r, const struct gs_node *n);
 
 #endif

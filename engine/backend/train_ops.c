@@ -37,9 +37,52 @@ int64_t gs_train_units(const struct gs_train_args *a)
     case GS_OP_ATTN_CAUSAL_BACK_K:
     case GS_OP_ATTN_CAUSAL_BACK_V:
         return (int64_t)a->io->n_seqs * n->p.attn.n_head_kv;
-    default:
+    case GS_OP_ATTN_CAUSAL:
+    case GS_OP_ATTN_CAUSAL_BACK_Q:
+    case GS_OP_CROSS_ENTROPY_BACK:
+    case GS_OP_MATMUL_BACK_X:
+    case GS_OP_RMS_NORM_BACK:
+    case GS_OP_ROPE_BACK:
+    case GS_OP_SWIGLU_BACK_GATE:
         return a->io->n_tokens; /* row-local */
+    /* Every other op is named so that a new one fails -Wswitch here: none of
+     * these is a training op (gs_train_op), so no backend routes it here, and
+     * no work rather than some other op's is what a routing mistake must get. */
+    case GS_OP_WEIGHT:
+    case GS_OP_EMBED:
+    case GS_OP_RMS_NORM:
+    case GS_OP_MUL:
+    case GS_OP_ADD:
+    case GS_OP_MATMUL:
+    case GS_OP_ROPE:
+    case GS_OP_KV_STORE:
+    case GS_OP_ATTN:
+    case GS_OP_SOFTMAX:
+    case GS_OP_SILU:
+    case GS_OP_GELU:
+    case GS_OP_SCALE:
+    case GS_OP_SOFTCAP:
+    case GS_OP_SWIGLU:
+    case GS_OP_RMS_NORM_MUL:
+    case GS_OP_MATMUL_ADD:
+    case GS_OP_OUTPUTS:
+    case GS_OP_LOGITS:
+    case GS_OP_HIDDEN:
+    case GS_OP_RMS_NORM_QUANT:
+    case GS_OP_SWIGLU_QUANT:
+    case GS_OP_MATMUL_SWIGLU:
+    case GS_OP_RMS_NORM_HEADS:
+    case GS_OP_COLS:
+    case GS_OP_CONCAT:
+    case GS_OP_ALTUP_PREDICT:
+    case GS_OP_ALTUP_CORRECT:
+    case GS_OP_MAG_MATCH:
+    case GS_OP_GAUSS_TOPK:
+    case GS_OP_COUNT:
+        (void)GS_NEVER(true);
+        return 0;
     }
+    return 0;
 }
 
 /* x86-64 builds also get an AVX2 copy of the vector loops, picked at load time.
@@ -275,7 +318,50 @@ static void row_kernel(const struct gs_train_args *a, uint32_t t)
     case GS_OP_ROPE_BACK:
         rope_back_row(a, t);
         break;
-    default:
+    /* Every other op is named so that a new one fails -Wswitch here: the
+     * training ops below have kernels of their own in gs_train_run, the rest
+     * are not training ops; a routing mistake leaves the output unwritten. */
+    case GS_OP_ATTN_CAUSAL:
+    case GS_OP_CROSS_ENTROPY:
+    case GS_OP_EMBED_BACK:
+    case GS_OP_MATMUL_BACK_W:
+    case GS_OP_SUM_ROWS_MUL:
+    case GS_OP_ATTN_CAUSAL_BACK_Q:
+    case GS_OP_ATTN_CAUSAL_BACK_K:
+    case GS_OP_ATTN_CAUSAL_BACK_V:
+    case GS_OP_OUT:
+    case GS_OP_WEIGHT:
+    case GS_OP_EMBED:
+    case GS_OP_RMS_NORM:
+    case GS_OP_MUL:
+    case GS_OP_ADD:
+    case GS_OP_MATMUL:
+    case GS_OP_ROPE:
+    case GS_OP_KV_STORE:
+    case GS_OP_ATTN:
+    case GS_OP_SOFTMAX:
+    case GS_OP_SILU:
+    case GS_OP_GELU:
+    case GS_OP_SCALE:
+    case GS_OP_SOFTCAP:
+    case GS_OP_SWIGLU:
+    case GS_OP_RMS_NORM_MUL:
+    case GS_OP_MATMUL_ADD:
+    case GS_OP_OUTPUTS:
+    case GS_OP_LOGITS:
+    case GS_OP_HIDDEN:
+    case GS_OP_RMS_NORM_QUANT:
+    case GS_OP_SWIGLU_QUANT:
+    case GS_OP_MATMUL_SWIGLU:
+    case GS_OP_RMS_NORM_HEADS:
+    case GS_OP_COLS:
+    case GS_OP_CONCAT:
+    case GS_OP_ALTUP_PREDICT:
+    case GS_OP_ALTUP_CORRECT:
+    case GS_OP_MAG_MATCH:
+    case GS_OP_GAUSS_TOPK:
+    case GS_OP_COUNT:
+        (void)GS_NEVER(true);
         break;
     }
 }
@@ -347,8 +433,47 @@ void gs_train_run(const struct gs_train_args *a, int64_t u0, int64_t u1)
             attn_back_kv(&at, (uint32_t)(u / at.p->n_head_kv), (int)(u % at.p->n_head_kv),
                          n->op == GS_OP_ATTN_CAUSAL_BACK_K, a->out);
             break;
-        default:
+        case GS_OP_CROSS_ENTROPY_BACK:
+        case GS_OP_MATMUL_BACK_X:
+        case GS_OP_RMS_NORM_BACK:
+        case GS_OP_ROPE_BACK:
+        case GS_OP_SWIGLU_BACK_GATE:
             row_kernel(a, (uint32_t)u);
+            break;
+        /* Every other op is named so that a new one fails -Wswitch here: none
+         * of these is a training op, and gs_train_units gave them no units. */
+        case GS_OP_WEIGHT:
+        case GS_OP_EMBED:
+        case GS_OP_RMS_NORM:
+        case GS_OP_MUL:
+        case GS_OP_ADD:
+        case GS_OP_MATMUL:
+        case GS_OP_ROPE:
+        case GS_OP_KV_STORE:
+        case GS_OP_ATTN:
+        case GS_OP_SOFTMAX:
+        case GS_OP_SILU:
+        case GS_OP_GELU:
+        case GS_OP_SCALE:
+        case GS_OP_SOFTCAP:
+        case GS_OP_SWIGLU:
+        case GS_OP_RMS_NORM_MUL:
+        case GS_OP_MATMUL_ADD:
+        case GS_OP_OUTPUTS:
+        case GS_OP_LOGITS:
+        case GS_OP_HIDDEN:
+        case GS_OP_RMS_NORM_QUANT:
+        case GS_OP_SWIGLU_QUANT:
+        case GS_OP_MATMUL_SWIGLU:
+        case GS_OP_RMS_NORM_HEADS:
+        case GS_OP_COLS:
+        case GS_OP_CONCAT:
+        case GS_OP_ALTUP_PREDICT:
+        case GS_OP_ALTUP_CORRECT:
+        case GS_OP_MAG_MATCH:
+        case GS_OP_GAUSS_TOPK:
+        case GS_OP_COUNT:
+            (void)GS_NEVER(true);
             break;
         }
     }

@@ -87,7 +87,7 @@ const struct gs_cpu_kernels *gs_cpu_kernels_for(enum gs_cpu_isa isa, enum gs_typ
 gs_from_f32_fn gs_cpu_quantizer(enum gs_type t);
 gs_from_f32_fn gs_cpu_quantizer_for(enum gs_cpu_isa isa, enum gs_type t);
 
-/* Per-ISA tables, [GS_TYPE_COUNT] rows each (kernels_scalar.c, kernels_avx2.c,
+/* Per-ISA tables, [GS_TYPE_COUNT] rows each (kernels_scalar.c, kernels_avx2_*.c,
  * kernels_neon.c). */
 extern const struct gs_cpu_kernels gs_cpu__kernels_scalar[GS_TYPE_COUNT];
 /* Fill the rows an ISA file specialises (x86-64 builds only). */

@@ -15,10 +15,10 @@
  * Products of many tokens use the generic tiled loop (weight row reused from
  * L1 across a block of tokens).
  *
- * Block layouts come from engine/quant/internal.h.
+ * Block layouts come from engine/quant/blocks.h.
  */
 #include "engine/cpu/cpu.h"
-#include "engine/quant/internal.h"
+#include "engine/quant/blocks.h"
 
 #include <arm_neon.h>
 
@@ -118,7 +118,7 @@ static float dot_q4_1(int64_t n, const void *vw, const void *vx)
 /* q5_0/q5_1 quants of one block, before q5_0's offset of 16. */
 static inline void quants5(const uint8_t *qs, const uint8_t *qh, uint8x16_t *lo, uint8x16_t *hi)
 {
-    const uint32_t bits = gs_quant__ld32(qh);
+    const uint32_t bits = gs_quant_ld32(qh);
     nibbles(qs, lo, hi);
     *lo = vorrq_u8(*lo, fifth_bits16(bits));
     *hi = vorrq_u8(*hi, fifth_bits16(bits >> 16));
@@ -231,7 +231,7 @@ static float dot_q3_K(int64_t n, const void *vw, const void *vx)
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q3_K_BYTES, x += GS_Q8_K_BYTES) {
         int scale[16];
         for (int g = 0; g < 16; g++)
-            scale[g] = gs_quant__q3_K_scale(w + GS_Q3_K_SCALES, g);
+            scale[g] = gs_quant_q3_K_scale(w + GS_Q3_K_SCALES, g);
         const int8_t *y = (const int8_t *)(x + GS_Q8_K_QS);
         const uint8x16_t hm0 = vld1q_u8(w + GS_Q3_K_HMASK), hm1 = vld1q_u8(w + GS_Q3_K_HMASK + 16);
         const uint8x16_t three = vdupq_n_u8(3), four = vdupq_n_u8(4);
@@ -264,7 +264,7 @@ static inline void k4_scales(const uint8_t *sc, int scale[8], uint8_t mins16[16]
 {
     for (int g = 0; g < 8; g++) {
         uint8_t s, m;
-        gs_quant__k4_scale_min(sc, g, &s, &m);
+        gs_quant_k4_scale_min(sc, g, &s, &m);
         scale[g] = s;
         mins16[2 * g] = mins16[2 * g + 1] = m;
     }

@@ -5,11 +5,11 @@
  * product. These are the fallback on every CPU and the reference the SIMD
  * kernels are tested against.
  *
- * Block layouts come from engine/quant/internal.h: they are facts of the GGUF
+ * Block layouts come from engine/quant/blocks.h: they are facts of the GGUF
  * format, kept in one place.
  */
 #include "engine/cpu/cpu.h"
-#include "engine/quant/internal.h"
+#include "engine/quant/blocks.h"
 
 /* Tokens per block of the generic tiled product: a weight row is reused for
  * this many activation rows while it sits in L1. */
@@ -31,7 +31,7 @@ static float dot_q4_0(int64_t n, const void *vw, const void *vx)
         int isum = 0;
         for (int j = 0; j < GS_QK; j++)
             isum += (nib(w + GS_Q4_0_QS, j) - 8) * y[j];
-        sum += (float)isum * gs_quant__ldf16(w + GS_Q4_0_D) * gs_quant__ldf16(x + GS_Q8_0_D);
+        sum += (float)isum * gs_quant_ldf16(w + GS_Q4_0_D) * gs_quant_ldf16(x + GS_Q8_0_D);
     }
     return sum;
 }
@@ -45,8 +45,8 @@ static float dot_q4_1(int64_t n, const void *vw, const void *vx)
         int isum = 0;
         for (int j = 0; j < GS_QK; j++)
             isum += nib(w + GS_Q4_1_QS, j) * y[j];
-        sum += (float)isum * gs_quant__ldf16(w + GS_Q4_1_D) * gs_quant__ldf16(x + GS_Q8_1_D) +
-               gs_quant__ldf16(w + GS_Q4_1_M) * gs_quant__ldf16(x + GS_Q8_1_S);
+        sum += (float)isum * gs_quant_ldf16(w + GS_Q4_1_D) * gs_quant_ldf16(x + GS_Q8_1_D) +
+               gs_quant_ldf16(w + GS_Q4_1_M) * gs_quant_ldf16(x + GS_Q8_1_S);
     }
     return sum;
 }
@@ -57,11 +57,11 @@ static float dot_q5_0(int64_t n, const void *vw, const void *vx)
     float sum = 0;
     for (int64_t b = 0; b < n / GS_QK; b++, w += GS_Q5_0_BYTES, x += GS_Q8_0_BYTES) {
         const int8_t *y = (const int8_t *)(x + GS_Q8_0_QS);
-        const uint32_t qh = gs_quant__ld32(w + GS_Q5_0_QH);
+        const uint32_t qh = gs_quant_ld32(w + GS_Q5_0_QH);
         int isum = 0;
         for (int j = 0; j < GS_QK; j++)
             isum += ((nib(w + GS_Q5_0_QS, j) | (int)(((qh >> j) & 1) << 4)) - 16) * y[j];
-        sum += (float)isum * gs_quant__ldf16(w + GS_Q5_0_D) * gs_quant__ldf16(x + GS_Q8_0_D);
+        sum += (float)isum * gs_quant_ldf16(w + GS_Q5_0_D) * gs_quant_ldf16(x + GS_Q8_0_D);
     }
     return sum;
 }
@@ -72,12 +72,12 @@ static float dot_q5_1(int64_t n, const void *vw, const void *vx)
     float sum = 0;
     for (int64_t b = 0; b < n / GS_QK; b++, w += GS_Q5_1_BYTES, x += GS_Q8_1_BYTES) {
         const int8_t *y = (const int8_t *)(x + GS_Q8_1_QS);
-        const uint32_t qh = gs_quant__ld32(w + GS_Q5_1_QH);
+        const uint32_t qh = gs_quant_ld32(w + GS_Q5_1_QH);
         int isum = 0;
         for (int j = 0; j < GS_QK; j++)
             isum += (nib(w + GS_Q5_1_QS, j) | (int)(((qh >> j) & 1) << 4)) * y[j];
-        sum += (float)isum * gs_quant__ldf16(w + GS_Q5_1_D) * gs_quant__ldf16(x + GS_Q8_1_D) +
-               gs_quant__ldf16(w + GS_Q5_1_M) * gs_quant__ldf16(x + GS_Q8_1_S);
+        sum += (float)isum * gs_quant_ldf16(w + GS_Q5_1_D) * gs_quant_ldf16(x + GS_Q8_1_D) +
+               gs_quant_ldf16(w + GS_Q5_1_M) * gs_quant_ldf16(x + GS_Q8_1_S);
     }
     return sum;
 }
@@ -91,7 +91,7 @@ static float dot_q8_0(int64_t n, const void *vw, const void *vx)
         int isum = 0;
         for (int j = 0; j < GS_QK; j++)
             isum += q[j] * y[j];
-        sum += (float)isum * gs_quant__ldf16(w + GS_Q8_0_D) * gs_quant__ldf16(x + GS_Q8_0_D);
+        sum += (float)isum * gs_quant_ldf16(w + GS_Q8_0_D) * gs_quant_ldf16(x + GS_Q8_0_D);
     }
     return sum;
 }
@@ -105,7 +105,7 @@ static inline const int8_t *q8k_qs(const uint8_t *x)
 
 static inline int q8k_bsum(const uint8_t *x, int g)
 {
-    return (int16_t)gs_quant__ld16(x + GS_Q8_K_BSUMS + 2 * g);
+    return (int16_t)gs_quant_ld16(x + GS_Q8_K_BSUMS + 2 * g);
 }
 
 /* Sum of q[e] * y[e] over the 16 elements of group g. */
@@ -137,9 +137,9 @@ static float dot_q2_K(int64_t n, const void *vw, const void *vx)
             isum += (sc & 0xf) * group16(q, q8k_qs(x), g);
             msum += (sc >> 4) * q8k_bsum(x, g);
         }
-        const float dx = gs_quant__ldf32(x + GS_Q8_K_D);
-        sum += dx * gs_quant__ldf16(w + GS_Q2_K_D) * (float)isum -
-               dx * gs_quant__ldf16(w + GS_Q2_K_DMIN) * (float)msum;
+        const float dx = gs_quant_ldf32(x + GS_Q8_K_D);
+        sum += dx * gs_quant_ldf16(w + GS_Q2_K_D) * (float)isum -
+               dx * gs_quant_ldf16(w + GS_Q2_K_DMIN) * (float)msum;
     }
     return sum;
 }
@@ -155,8 +155,8 @@ static float dot_q3_K(int64_t n, const void *vw, const void *vx)
             q[e] = (int8_t)(two_bits(w + GS_Q3_K_QS, e) - (((hm[e % 32] >> (e / 32)) & 1) ? 0 : 4));
         int isum = 0;
         for (int g = 0; g < GS_QK_K / 16; g++)
-            isum += gs_quant__q3_K_scale(w + GS_Q3_K_SCALES, g) * group16(q, q8k_qs(x), g);
-        sum += gs_quant__ldf32(x + GS_Q8_K_D) * gs_quant__ldf16(w + GS_Q3_K_D) * (float)isum;
+            isum += gs_quant_q3_K_scale(w + GS_Q3_K_SCALES, g) * group16(q, q8k_qs(x), g);
+        sum += gs_quant_ldf32(x + GS_Q8_K_D) * gs_quant_ldf16(w + GS_Q3_K_D) * (float)isum;
     }
     return sum;
 }
@@ -180,13 +180,13 @@ static float dot_k45(int64_t n, const void *vw, const void *vx, int block_bytes,
         int isum = 0, msum = 0;
         for (int g = 0; g < GS_QK_K / 32; g++) {
             uint8_t s, m;
-            gs_quant__k4_scale_min(w + GS_Q4_K_SCALES, g, &s, &m);
+            gs_quant_k4_scale_min(w + GS_Q4_K_SCALES, g, &s, &m);
             isum += s * (group16(q, q8k_qs(x), 2 * g) + group16(q, q8k_qs(x), 2 * g + 1));
             msum += m * (q8k_bsum(x, 2 * g) + q8k_bsum(x, 2 * g + 1));
         }
-        const float dx = gs_quant__ldf32(x + GS_Q8_K_D);
-        sum += dx * gs_quant__ldf16(w + GS_Q4_K_D) * (float)isum -
-               dx * gs_quant__ldf16(w + GS_Q4_K_DMIN) * (float)msum;
+        const float dx = gs_quant_ldf32(x + GS_Q8_K_D);
+        sum += dx * gs_quant_ldf16(w + GS_Q4_K_D) * (float)isum -
+               dx * gs_quant_ldf16(w + GS_Q4_K_DMIN) * (float)msum;
     }
     return sum;
 }
@@ -216,7 +216,7 @@ static float dot_q6_K(int64_t n, const void *vw, const void *vx)
         int isum = 0;
         for (int g = 0; g < GS_QK_K / 16; g++)
             isum += (int8_t)w[GS_Q6_K_SCALES + g] * group16(q, q8k_qs(x), g);
-        sum += gs_quant__ldf32(x + GS_Q8_K_D) * gs_quant__ldf16(w + GS_Q6_K_D) * (float)isum;
+        sum += gs_quant_ldf32(x + GS_Q8_K_D) * gs_quant_ldf16(w + GS_Q6_K_D) * (float)isum;
     }
     return sum;
 }
@@ -237,7 +237,7 @@ static float dot_f16(int64_t n, const void *vw, const void *vx)
     const uint8_t *w = vw, *x = vx;
     float sum = 0;
     for (int64_t i = 0; i < n; i++)
-        sum += gs_quant__ldf16(w + 2 * i) * gs_quant__ldf16(x + 2 * i);
+        sum += gs_quant_ldf16(w + 2 * i) * gs_quant_ldf16(x + 2 * i);
     return sum;
 }
 
@@ -246,7 +246,7 @@ static float dot_bf16(int64_t n, const void *vw, const void *vx)
     const uint8_t *w = vw, *x = vx;
     float sum = 0;
     for (int64_t i = 0; i < n; i++)
-        sum += gs_bf16_to_f32(gs_quant__ld16(w + 2 * i)) * gs_bf16_to_f32(gs_quant__ld16(x + 2 * i));
+        sum += gs_bf16_to_f32(gs_quant_ld16(w + 2 * i)) * gs_bf16_to_f32(gs_quant_ld16(x + 2 * i));
     return sum;
 }
 

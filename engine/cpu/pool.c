@@ -20,7 +20,6 @@
  * the publisher stores the word before reading n_sleeping.
  */
 #include "engine/cpu/cpu.h"
-#include "engine/backend.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -165,7 +164,7 @@ enum gs_status gs_cpu_pool_new(int n_threads, struct gs_cpu_pool **out, struct g
     }
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, GS_BE_THREAD_STACK_BYTES);
+    pthread_attr_setstacksize(&attr, GS_THREAD_STACK_BYTES);
     for (int i = 0; i < n_threads - 1; i++) {
         struct worker *w = &pool->workers[i];
         w->pool = pool;

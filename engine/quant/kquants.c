@@ -242,8 +242,8 @@ void gs_quant__q2_K_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / GS_QK_K; i++, b += GS_Q2_K_BYTES, dst += GS_QK_K) {
-        const float d = gs_quant__ldf16(b + GS_Q2_K_D);
-        const float dmin = gs_quant__ldf16(b + GS_Q2_K_DMIN);
+        const float d = gs_quant_ldf16(b + GS_Q2_K_D);
+        const float dmin = gs_quant_ldf16(b + GS_Q2_K_DMIN);
         for (int g = 0; g < GS_QK_K / 16; g++) {
             const uint8_t sc = b[GS_Q2_K_SCALES + g];
             const float dl = d * (sc & 0xf);
@@ -295,8 +295,8 @@ void gs_quant__q2_K_from_f32(const float *src, void *dst, int64_t n)
         }
 
         /* Requantize against the scales as they will be decoded. */
-        const float d_all = gs_quant__ldf16(b + GS_Q2_K_D);
-        const float dmin_all = gs_quant__ldf16(b + GS_Q2_K_DMIN);
+        const float d_all = gs_quant_ldf16(b + GS_Q2_K_D);
+        const float dmin_all = gs_quant_ldf16(b + GS_Q2_K_DMIN);
         for (int j = 0; j < GS_QK_K / 16; ++j) {
             const float d = d_all * (sc[j] & 0xf);
             if (d == 0.0f)
@@ -319,10 +319,10 @@ void gs_quant__q3_K_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / GS_QK_K; i++, b += GS_Q3_K_BYTES, dst += GS_QK_K) {
-        const float d_all = gs_quant__ldf16(b + GS_Q3_K_D);
+        const float d_all = gs_quant_ldf16(b + GS_Q3_K_D);
         const uint8_t *hmask = b + GS_Q3_K_HMASK;
         for (int g = 0; g < GS_QK_K / 16; g++) {
-            const float dl = d_all * gs_quant__q3_K_scale(b + GS_Q3_K_SCALES, g);
+            const float dl = d_all * gs_quant_q3_K_scale(b + GS_Q3_K_SCALES, g);
             for (int e = 16 * g; e < 16 * g + 16; e++) {
                 const int high = (hmask[e % 32] >> (e / 32)) & 1;
                 dst[e] = dl * (unpack_2bit(b + GS_Q3_K_QS, e) - (high ? 0 : 4));
@@ -367,9 +367,9 @@ void gs_quant__q3_K_from_f32(const float *src, void *dst, int64_t n)
             gs_quant__st16(b + GS_Q3_K_D, gs_f32_to_fp16(0.f));
         }
 
-        const float d_all = gs_quant__ldf16(b + GS_Q3_K_D);
+        const float d_all = gs_quant_ldf16(b + GS_Q3_K_D);
         for (int j = 0; j < GS_QK_K / 16; ++j) {
-            const float d = d_all * gs_quant__q3_K_scale(sc, j);
+            const float d = d_all * gs_quant_q3_K_scale(sc, j);
             if (d == 0.0f)
                 continue;
             for (int ii = 0; ii < 16; ++ii)
@@ -422,11 +422,11 @@ static int k4_nibble(const uint8_t *qs, int e)
 static void k45_to_f32(const uint8_t *b, const uint8_t *scales, const uint8_t *qs,
                        const uint8_t *qh, float *dst)
 {
-    const float d = gs_quant__ldf16(b + GS_Q4_K_D);
-    const float dmin = gs_quant__ldf16(b + GS_Q4_K_DMIN);
+    const float d = gs_quant_ldf16(b + GS_Q4_K_D);
+    const float dmin = gs_quant_ldf16(b + GS_Q4_K_DMIN);
     for (int g = 0; g < GS_QK_K / 32; g++) {
         uint8_t s, m;
-        gs_quant__k4_scale_min(scales, g, &s, &m);
+        gs_quant_k4_scale_min(scales, g, &s, &m);
         const float dl = d * s;
         const float ml = dmin * m;
         for (int e = 32 * g; e < 32 * g + 32; e++) {
@@ -476,11 +476,11 @@ static void k45_from_f32(const float *x, uint8_t *b, uint8_t *L, int nmax, float
     gs_quant__st16(b + GS_Q4_K_D, gs_f32_to_fp16(max_scale / 63.f));
     gs_quant__st16(b + GS_Q4_K_DMIN, gs_f32_to_fp16(max_min / 63.f));
 
-    const float d_all = gs_quant__ldf16(b + GS_Q4_K_D);
-    const float dmin_all = gs_quant__ldf16(b + GS_Q4_K_DMIN);
+    const float d_all = gs_quant_ldf16(b + GS_Q4_K_D);
+    const float dmin_all = gs_quant_ldf16(b + GS_Q4_K_DMIN);
     for (int j = 0; j < GS_QK_K / 32; ++j) {
         uint8_t s, m;
-        gs_quant__k4_scale_min(sc, j, &s, &m);
+        gs_quant_k4_scale_min(sc, j, &s, &m);
         const float d = d_all * s;
         if (d == 0.0f)
             continue;
@@ -547,7 +547,7 @@ void gs_quant__q6_K_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / GS_QK_K; i++, b += GS_Q6_K_BYTES, dst += GS_QK_K) {
-        const float d = gs_quant__ldf16(b + GS_Q6_K_D);
+        const float d = gs_quant_ldf16(b + GS_Q6_K_D);
         for (int e = 0; e < GS_QK_K; e++) {
             const int h = e / 128, k = (e % 128) / 32, l = e % 32;
             const uint8_t lo = b[GS_Q6_K_QL + 64 * h + l + 32 * (k & 1)];
@@ -586,7 +586,7 @@ void gs_quant__q6_K_from_f32(const float *src, void *dst, int64_t n)
         for (int ib = 0; ib < GS_QK_K / 16; ++ib)
             sc[ib] = (int8_t)gs_quant__round_clamp(iscale * scales[ib], -128, 127);
 
-        const float d_all = gs_quant__ldf16(b + GS_Q6_K_D);
+        const float d_all = gs_quant_ldf16(b + GS_Q6_K_D);
         for (int j = 0; j < GS_QK_K / 16; ++j) {
             const float d = d_all * sc[j];
             if (d == 0.0f)
@@ -614,7 +614,7 @@ void gs_quant__q8_K_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / GS_QK_K; i++, b += GS_Q8_K_BYTES, dst += GS_QK_K) {
-        const float d = gs_quant__ldf32(b + GS_Q8_K_D);
+        const float d = gs_quant_ldf32(b + GS_Q8_K_D);
         for (int j = 0; j < GS_QK_K; j++)
             dst[j] = d * (int8_t)b[GS_Q8_K_QS + j];
     }

@@ -85,7 +85,7 @@ void gs_quant__q4_0_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / GS_QK; i++, b += GS_Q4_0_BYTES, dst += GS_QK) {
-        const float d = gs_quant__ldf16(b + GS_Q4_0_D);
+        const float d = gs_quant_ldf16(b + GS_Q4_0_D);
         for (int j = 0; j < GS_QK; j++)
             dst[j] = (float)(nibble(b + GS_Q4_0_QS, j) - 8) * d;
     }
@@ -111,8 +111,8 @@ void gs_quant__q4_1_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / GS_QK; i++, b += GS_Q4_1_BYTES, dst += GS_QK) {
-        const float d = gs_quant__ldf16(b + GS_Q4_1_D);
-        const float m = gs_quant__ldf16(b + GS_Q4_1_M);
+        const float d = gs_quant_ldf16(b + GS_Q4_1_D);
+        const float m = gs_quant_ldf16(b + GS_Q4_1_M);
         for (int j = 0; j < GS_QK; j++)
             dst[j] = (float)nibble(b + GS_Q4_1_QS, j) * d + m;
     }
@@ -141,8 +141,8 @@ void gs_quant__q5_0_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / GS_QK; i++, b += GS_Q5_0_BYTES, dst += GS_QK) {
-        const float d = gs_quant__ldf16(b + GS_Q5_0_D);
-        const uint32_t qh = gs_quant__ld32(b + GS_Q5_0_QH);
+        const float d = gs_quant_ldf16(b + GS_Q5_0_D);
+        const uint32_t qh = gs_quant_ld32(b + GS_Q5_0_QH);
         for (int j = 0; j < GS_QK; j++)
             dst[j] = (float)((nibble(b + GS_Q5_0_QS, j) | bit5(qh, j)) - 16) * d;
     }
@@ -168,9 +168,9 @@ void gs_quant__q5_1_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / GS_QK; i++, b += GS_Q5_1_BYTES, dst += GS_QK) {
-        const float d = gs_quant__ldf16(b + GS_Q5_1_D);
-        const float m = gs_quant__ldf16(b + GS_Q5_1_M);
-        const uint32_t qh = gs_quant__ld32(b + GS_Q5_1_QH);
+        const float d = gs_quant_ldf16(b + GS_Q5_1_D);
+        const float m = gs_quant_ldf16(b + GS_Q5_1_M);
+        const uint32_t qh = gs_quant_ld32(b + GS_Q5_1_QH);
         for (int j = 0; j < GS_QK; j++)
             dst[j] = (float)(nibble(b + GS_Q5_1_QS, j) | bit5(qh, j)) * d + m;
     }
@@ -218,7 +218,7 @@ void gs_quant__q8_0_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / GS_QK; i++, b += GS_Q8_0_BYTES, dst += GS_QK) {
-        const float d = gs_quant__ldf16(b + GS_Q8_0_D);
+        const float d = gs_quant_ldf16(b + GS_Q8_0_D);
         for (int j = 0; j < GS_QK; j++)
             dst[j] = (float)(int8_t)b[GS_Q8_0_QS + j] * d;
     }
@@ -240,7 +240,7 @@ void gs_quant__q8_1_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / GS_QK; i++, b += GS_Q8_1_BYTES, dst += GS_QK) {
-        const float d = gs_quant__ldf16(b + GS_Q8_1_D);
+        const float d = gs_quant_ldf16(b + GS_Q8_1_D);
         for (int j = 0; j < GS_QK; j++)
             dst[j] = (float)(int8_t)b[GS_Q8_1_QS + j] * d;
     }

@@ -8,7 +8,7 @@ void gs_quant__f32_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n; i++)
-        dst[i] = gs_quant__ldf32(p + 4 * i);
+        dst[i] = gs_quant_ldf32(p + 4 * i);
 }
 
 void gs_quant__f32_from_f32(const float *src, void *dst, int64_t n)
@@ -22,7 +22,7 @@ void gs_quant__f16_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n; i++)
-        dst[i] = gs_fp16_to_f32(gs_quant__ld16(p + 2 * i));
+        dst[i] = gs_fp16_to_f32(gs_quant_ld16(p + 2 * i));
 }
 
 void gs_quant__f16_from_f32(const float *src, void *dst, int64_t n)
@@ -36,7 +36,7 @@ void gs_quant__bf16_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n; i++)
-        dst[i] = gs_bf16_to_f32(gs_quant__ld16(p + 2 * i));
+        dst[i] = gs_bf16_to_f32(gs_quant_ld16(p + 2 * i));
 }
 
 void gs_quant__bf16_from_f32(const float *src, void *dst, int64_t n)
