@@ -43,7 +43,8 @@ KNOWN = {
     # Registries beside the helpers their rows call: the backend table in backend.c
     # (the backends call its graph and step checks), the builder table in model.c
     # (the builders call its weight lookups).
-    frozenset({"engine/backend/backend.c", "engine/backend/cpu.c", "engine/backend/ref.c"}),
+    frozenset({"engine/backend/backend.c", "engine/backend/cpu.c", "engine/backend/cpu_ops.c",
+               "engine/backend/ref.c"}),
     frozenset({"engine/models/decoder.c", "engine/models/gemma2.c", "engine/models/gemma3.c",
                "engine/models/gemma3n.c", "engine/models/llama.c", "engine/models/model.c",
                "engine/models/phi3.c", "engine/models/qwen2.c", "engine/models/qwen3.c"}),
