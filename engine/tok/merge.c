@@ -70,9 +70,8 @@ static bool heap_pop(struct gs_tok__heap *h, struct gs_tok__cand *out)
 
 /* Queues the pair (left, right) if it merges: smallest rank first, then
  * leftmost (the left symbol's index is the key's low half). */
-static enum gs_status try_pair(const struct gs_tok *t, struct gs_tok__scratch *s,
-                               const char *text, gs_tok__pair_rank rank_of, int32_t left,
-                               int32_t right)
+static enum gs_status try_pair(const struct gs_tok *t, struct gs_tok__scratch *s, const char *text,
+                               gs_tok__pair_rank rank_of, int32_t left, int32_t right)
 {
     if (left < 0 || right < 0)
         return GS_OK;
