@@ -44,6 +44,7 @@
 #define GS_CONFIG_H
 
 #include "config/log.h"
+#include "engine/backend.h"
 #include "engine/base.h"
 
 #include <stdbool.h>
@@ -61,9 +62,12 @@ struct gs_cfg_strlist {
 
 /* Enum options are stored as these C enums; the value is the index of the
  * name in the option's choice list. */
+/* engine/backend.h's GS_BE_LIST: "ref" (scalar reference backend, the oracle),
+ * "cpu" (SIMD + threads). */
 enum gs_cfg_backend {
-    GS_CFG_BACKEND_REF = 0, /* "ref": scalar reference backend, the oracle */
-    GS_CFG_BACKEND_CPU = 1, /* "cpu": SIMD + threads */
+#define GS_CFG_BACKEND_ENUM(id, ID) GS_CFG_BACKEND_##ID,
+    GS_BE_LIST(GS_CFG_BACKEND_ENUM)
+#undef GS_CFG_BACKEND_ENUM
 };
 
 enum gs_cfg_kv_type {
@@ -76,17 +80,26 @@ enum gs_cfg_spec {
     GS_CFG_SPEC_NGRAM = 1, /* "ngram": prompt-lookup drafts */
 };
 
+/* The built-in chat formats, X(name, ID) ("plain" is the documented fallback
+ * format). The one list: enum gs_cfg_chat_template, --chat-template's choices
+ * (table.c) and the families the server renders (server/internal.h's
+ * GS_SRV_TMPL_MAP) derive from it. */
+#define GS_CFG_TEMPLATE_FAMILIES(X)                                                                \
+    X("chatml", CHATML)                                                                            \
+    X("llama2", LLAMA2)                                                                            \
+    X("llama3", LLAMA3)                                                                            \
+    X("mistral", MISTRAL)                                                                          \
+    X("gemma", GEMMA)                                                                              \
+    X("phi3", PHI3)                                                                                \
+    X("zephyr", ZEPHYR)                                                                            \
+    X("plain", PLAIN)                                                                              \
+    X("gemma4", GEMMA4)
+
 enum gs_cfg_chat_template {
     GS_CFG_TEMPLATE_AUTO = 0, /* "auto": from the GGUF's tokenizer.chat_template */
-    GS_CFG_TEMPLATE_CHATML,   /* "chatml" */
-    GS_CFG_TEMPLATE_LLAMA2,   /* "llama2" */
-    GS_CFG_TEMPLATE_LLAMA3,   /* "llama3" */
-    GS_CFG_TEMPLATE_MISTRAL,  /* "mistral" */
-    GS_CFG_TEMPLATE_GEMMA,    /* "gemma" */
-    GS_CFG_TEMPLATE_PHI3,     /* "phi3" */
-    GS_CFG_TEMPLATE_ZEPHYR,   /* "zephyr" */
-    GS_CFG_TEMPLATE_PLAIN,    /* "plain": the documented fallback format */
-    GS_CFG_TEMPLATE_GEMMA4,   /* "gemma4" */
+#define GS_CFG_TEMPLATE_ENUM(name, ID) GS_CFG_TEMPLATE_##ID,
+    GS_CFG_TEMPLATE_FAMILIES(GS_CFG_TEMPLATE_ENUM)
+#undef GS_CFG_TEMPLATE_ENUM
 };
 
 enum gs_cfg_pooling {

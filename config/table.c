@@ -12,14 +12,22 @@
 #include <ctype.h>
 #include <string.h>
 
-static const char *const backend_choices[] = {"ref", "cpu", NULL};
+static const char *const backend_choices[] = {
+#define BACKEND_CHOICE(id, ID) #id,
+    GS_BE_LIST(BACKEND_CHOICE)
+#undef BACKEND_CHOICE
+    NULL,
+};
 static const char *const kv_type_choices[] = {"f16", "f32", NULL};
 static const char *const spec_choices[] = {"off", "ngram", NULL}; /* enum gs_cfg_spec */
-/* In the order of enum gs_cfg_chat_template; server/internal.h's GS_SRV_TMPL_MAP
- * names the same families and tests/server/test_srv_parts.c checks the two agree. */
-static const char *const template_choices[] = {"auto",  "chatml", "llama2", "llama3", "mistral",
-                                               "gemma", "phi3",   "zephyr", "plain",  "gemma4",
-                                               NULL};
+/* In the order of enum gs_cfg_chat_template: auto, then config.h's one list. */
+static const char *const template_choices[] = {
+    "auto",
+#define TEMPLATE_CHOICE(name, ID) name,
+    GS_CFG_TEMPLATE_FAMILIES(TEMPLATE_CHOICE)
+#undef TEMPLATE_CHOICE
+    NULL,
+};
 /* In the order of enum gs_cfg_pooling, whose values past auto are engine/model.h's. */
 static const char *const pooling_choices[] = {"auto", "mean", "cls", "last", NULL};
 static const char *const log_level_choices[] = {"debug", "info", "warn", "error", NULL};

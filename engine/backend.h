@@ -125,8 +125,17 @@ struct gs_be {
     void *ctx; /* backend-private */
 };
 
-extern const struct gs_be_ops gs_be_ref_ops;
-extern const struct gs_be_ops gs_be_cpu_ops; /* engine/backend/cpu.c */
+/* Every backend, X(id, ID), in the order of config's enum gs_cfg_backend: its
+ * ops are gs_be_<id>_ops and its name is "<id>". The one list: the registry
+ * gs_be_find searches (backend.c), --backend's choices and enum
+ * gs_cfg_backend (config/) derive from it. */
+#define GS_BE_LIST(X)                                                                              \
+    X(ref, REF) /* engine/backend/ref.c */                                                         \
+    X(cpu, CPU) /* engine/backend/cpu.c */
+
+#define GS_BE_OPS_DECL(id, ID) extern const struct gs_be_ops gs_be_##id##_ops;
+GS_BE_LIST(GS_BE_OPS_DECL)
+#undef GS_BE_OPS_DECL
 
 /* Finds a backend by name ("ref"); NULL when unknown. */
 const struct gs_be_ops *gs_be_find(const char *name);

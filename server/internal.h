@@ -10,6 +10,7 @@
 #ifndef GS_SERVER_INTERNAL_H
 #define GS_SERVER_INTERNAL_H
 
+#include "config/config.h"
 #include "server/server.h"
 
 #include <jansson.h>
@@ -529,17 +530,9 @@ enum gs_status gs_srv_detokenize_parse(const char *body, size_t len, uint32_t n_
 
 /* ---- chat templates --------------------------------------------------------------------- */
 
-/* X(name, enum suffix) in the order gs_srv_tmpl_detect tries them. */
-#define GS_SRV_TMPL_MAP(X)                                                                         \
-    X("chatml", CHATML)                                                                            \
-    X("llama3", LLAMA3)                                                                            \
-    X("gemma4", GEMMA4)                                                                            \
-    X("gemma", GEMMA)                                                                              \
-    X("phi3", PHI3)                                                                                \
-    X("zephyr", ZEPHYR)                                                                            \
-    X("llama2", LLAMA2)                                                                            \
-    X("mistral", MISTRAL)                                                                          \
-    X("plain", PLAIN)
+/* X(name, enum suffix): the families of config/config.h's one list, which
+ * --chat-template offers (gs_srv_tmpl_detect has its own order). */
+#define GS_SRV_TMPL_MAP(X) GS_CFG_TEMPLATE_FAMILIES(X)
 
 enum gs_srv_tmpl {
 #define GS_SRV_TMPL_ENUM(name, id) GS_SRV_TMPL_##id,

@@ -35,11 +35,6 @@ import check_includes  # noqa: E402  (the module order lives there, once)
 # Each entry is a cycle found on the day this list was last shrunk: a frozenset of the
 # files (or modules) in it.
 KNOWN = {
-    # The tokenizer's shared helpers live in vocab.c, which calls the encoders back
-    # (issue 15, item 3: the helpers in their own file, one merge loop).
-    frozenset({"engine/tok/bpe.c", "engine/tok/encode.c", "engine/tok/pretok.c",
-               "engine/tok/spm.c", "engine/tok/utf8.c", "engine/tok/vocab.c",
-               "engine/tok/wpm.c"}),
     # Registries beside the helpers their rows call: the backend table in backend.c
     # (the backends call its graph and step checks), the builder table in model.c
     # (the builders call its weight lookups).

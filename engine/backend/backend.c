@@ -4,8 +4,9 @@
 #include <string.h>
 
 static const struct gs_be_ops *const backends[] = {
-    &gs_be_ref_ops,
-    &gs_be_cpu_ops,
+#define BACKEND_OPS(id, ID) &gs_be_##id##_ops,
+    GS_BE_LIST(BACKEND_OPS)
+#undef BACKEND_OPS
 };
 
 const struct gs_be_ops *gs_be_find(const char *name)

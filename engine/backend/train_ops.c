@@ -87,8 +87,11 @@ int64_t gs_train_units(const struct gs_train_args *a)
 
 /* x86-64 builds also get an AVX2 copy of the vector loops, picked at load time.
  * Without FMA, and every element summed in the same order, both copies give
- * the same bits. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+ * the same bits. Not under ThreadSanitizer: GCC instruments the clones' ifunc
+ * resolver, which the dynamic loader runs before the TSan runtime is set up,
+ * so the program would crash before main. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__)
 #define VEC_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define VEC_CLONES

@@ -10,23 +10,18 @@
 
 #include <string.h>
 
-static enum gs_status try_pair(const struct gs_tok *t, struct gs_tok__scratch *s, int32_t left,
-                               int32_t right)
+/* A pair merges when the merge table has (left id, right id); the lower its
+ * rank, the sooner. */
+static bool pair_rank(const struct gs_tok *t, const char *text, const struct gs_tok__sym *l,
+                      const struct gs_tok__sym *r, uint32_t *rank, int32_t *result)
 {
-    if (left < 0 || right < 0)
-        return GS_OK;
-    const struct gs_tok__sym *l = &s->syms[left], *r = &s->syms[right];
+    (void)text; /* BPE symbols carry their ids */
     const struct gs_tok__merge *m = gs_tok__merge_find(t, l->id, r->id);
     if (!m)
-        return GS_OK;
-    struct gs_tok__cand c = {
-        .key = ((uint64_t)(uint32_t)m->rank << 32) | (uint32_t)left,
-        .left = left,
-        .right = right,
-        .size = l->len + r->len,
-        .result = m->result,
-    };
-    return gs_tok__heap_push(&s->heap, &c);
+        return false;
+    *rank = (uint32_t)m->rank;
+    *result = m->result;
+    return true;
 }
 
 /* The word in vocabulary form: GPT-2 byte-level mapped, or as is. */
@@ -93,24 +88,8 @@ static enum gs_status encode_word(const struct gs_tok *t, struct gs_tok__scratch
         off += cl;
         s->syms[ns].next = off == n ? -1 : ns + 1;
     }
-    s->heap.n = 0;
-    for (int32_t i = 1; i < ns; i++)
-        if (try_pair(t, s, i - 1, i) != GS_OK)
-            return GS_NOMEM;
-    struct gs_tok__cand c;
-    while (gs_tok__heap_pop(&s->heap, &c)) {
-        struct gs_tok__sym *l = &s->syms[c.left], *r = &s->syms[c.right];
-        if (l->len == 0 || r->len == 0 || l->len + r->len != c.size)
-            continue; /* stale: one side has merged since */
-        l->len += r->len;
-        l->id = c.result;
-        r->len = 0;
-        l->next = r->next;
-        if (r->next >= 0)
-            s->syms[r->next].prev = c.left;
-        if (try_pair(t, s, l->prev, c.left) != GS_OK || try_pair(t, s, c.left, l->next) != GS_OK)
-            return GS_NOMEM;
-    }
+    if (gs_tok__merge_syms(t, s, p, ns, pair_rank) != GS_OK)
+        return GS_NOMEM;
     for (int32_t i = 0; i != -1; i = s->syms[i].next) {
         const struct gs_tok__sym *y = &s->syms[i];
         enum gs_status st =

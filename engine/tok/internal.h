@@ -1,8 +1,14 @@
 /*
  * engine/tok/internal.h - what the files of engine/tok share: the tokenizer
  * struct, the text->id hash, the merge table, the pre-tokenizer table, the
- * growable id array and the merge priority queue. No other module includes
- * this header.
+ * growable arrays and the merge loop. No other module includes this header.
+ *
+ * The files call each other as a tree, from the loader down (the call_graph
+ * test, tests/check_calls.py, fails on a cycle):
+ *   vocab.c (gs_tok_new) -> encode.c -> spm.c, bpe.c, wpm.c
+ *   spm.c, bpe.c -> merge.c (the one merge loop); bpe.c -> pretok.c
+ *   everything -> lookup.c, utf8.c, arrays.c (leaves; utf8.c -> arrays.c)
+ *   decode.c -> arrays.c
  *
  * Invariants once gs_tok_new() returns: every token has a non-empty, unique
  * text in pool; hash maps each text to its id; every merge's left, right and
@@ -102,9 +108,13 @@ struct gs_tok {
     size_t n_eog;
 };
 
-/* ---- vocabulary helpers (vocab.c) ------------------------------------------ */
+/* ---- lookups (lookup.c) ----------------------------------------------------- */
 
+/* The slot hashes of the text table and the merge table; vocab.c inserts with
+ * them, the lookups below probe with them. */
 uint64_t gs_tok__hash_bytes(const char *s, size_t len);
+uint64_t gs_tok__merge_hash(int32_t left, int32_t right);
+/* The id of the token whose text is s[0..len), or GS_TOK_NULL. */
 int32_t gs_tok__lookup(const struct gs_tok *t, const char *s, size_t len);
 /* The merge of (left, right), or NULL. */
 const struct gs_tok__merge *gs_tok__merge_find(const struct gs_tok *t, int32_t left, int32_t right);
@@ -113,7 +123,7 @@ static inline const char *gs_tok__text(const struct gs_tok *t, int32_t id)
     return t->pool + t->vocab[id].off;
 }
 
-/* ---- growable arrays -------------------------------------------------------- */
+/* ---- growable arrays (arrays.c) --------------------------------------------- */
 
 struct gs_tok__ids {
     int32_t *v;
@@ -127,7 +137,7 @@ struct gs_tok__buf {
 };
 enum gs_status gs_tok__buf_put(struct gs_tok__buf *b, const void *p, size_t n);
 
-/* ---- merge queue (heap.c) ------------------------------------------------------ */
+/* ---- the merge loop (merge.c) ------------------------------------------------ */
 
 /* A candidate merge of symbol left with its right neighbour. key orders the
  * queue (smallest first); size is left.len + right.len when queued, which
@@ -136,17 +146,16 @@ struct gs_tok__cand {
     uint64_t key;
     int32_t left, right;
     uint32_t size;
-    int32_t result; /* BPE: the merged token */
+    int32_t result; /* the merged symbol's token */
 };
 
+/* The merge loop's queue, a min-heap on key (merge.c). */
 struct gs_tok__heap {
     struct gs_tok__cand *v;
     size_t n, cap;
 };
-enum gs_status gs_tok__heap_push(struct gs_tok__heap *h, const struct gs_tok__cand *c);
-bool gs_tok__heap_pop(struct gs_tok__heap *h, struct gs_tok__cand *out);
 
-/* A symbol in the merge loops: a span of the text, doubly linked. */
+/* A symbol in the merge loop: a span of the text, doubly linked. */
 struct gs_tok__sym {
     uint32_t off, len;
     int32_t prev, next;
@@ -163,6 +172,19 @@ struct gs_tok__scratch {
     pcre2_match_data *md;
 };
 enum gs_status gs_tok__syms_reserve(struct gs_tok__scratch *s, size_t n);
+
+/* How an encoder ranks the adjacent symbols l and r (spans of text): false
+ * when they do not merge, else *rank (smaller merges sooner) and the merged
+ * symbol's token in *result. */
+typedef bool (*gs_tok__pair_rank)(const struct gs_tok *t, const char *text,
+                                  const struct gs_tok__sym *l, const struct gs_tok__sym *r,
+                                  uint32_t *rank, int32_t *result);
+/* Merges s->syms[0..n), linked in order from symbol 0, until no adjacent pair
+ * merges: always the pair of smallest rank next, the leftmost among equals.
+ * A merge grows the left symbol (its id becomes the result) and unlinks the
+ * right one, leaving it len 0; the list from symbol 0 is the outcome. */
+enum gs_status gs_tok__merge_syms(const struct gs_tok *t, struct gs_tok__scratch *s,
+                                  const char *text, int32_t n, gs_tok__pair_rank rank_of);
 
 /* ---- encoders of one text fragment (no special tokens inside) -------------- */
 

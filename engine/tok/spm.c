@@ -9,18 +9,6 @@
 
 #include <string.h>
 
-enum gs_status gs_tok__syms_reserve(struct gs_tok__scratch *s, size_t n)
-{
-    if (n <= s->syms_cap)
-        return GS_OK;
-    struct gs_tok__sym *v = gs_realloc(s->syms, n * sizeof(*v));
-    if (!v && n)
-        return GS_NOMEM;
-    s->syms = v;
-    s->syms_cap = n;
-    return GS_OK;
-}
-
 /* Maps a float to an unsigned key with the same order. */
 static uint32_t float_order(float f)
 {
@@ -29,24 +17,17 @@ static uint32_t float_order(float f)
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-static enum gs_status try_pair(const struct gs_tok *t, struct gs_tok__scratch *s, const char *text,
-                               int32_t left, int32_t right)
+/* A pair merges when its text is a token; the higher that token's score, the
+ * sooner (the loop merges the smallest rank first). */
+static bool pair_rank(const struct gs_tok *t, const char *text, const struct gs_tok__sym *l,
+                      const struct gs_tok__sym *r, uint32_t *rank, int32_t *result)
 {
-    if (left < 0 || right < 0)
-        return GS_OK;
-    const struct gs_tok__sym *l = &s->syms[left], *r = &s->syms[right];
     int32_t id = gs_tok__lookup(t, text + l->off, l->len + r->len);
     if (id < 0)
-        return GS_OK;
-    /* Highest score first, then leftmost: the heap pops the smallest key. */
-    struct gs_tok__cand c = {
-        .key = ((uint64_t)~float_order(t->vocab[id].score) << 32) | (uint32_t)left,
-        .left = left,
-        .right = right,
-        .size = l->len + r->len,
-        .result = id,
-    };
-    return gs_tok__heap_push(&s->heap, &c);
+        return false;
+    *rank = ~float_order(t->vocab[id].score);
+    *result = id;
+    return true;
 }
 
 enum gs_status gs_tok__spm_encode(const struct gs_tok *t, struct gs_tok__scratch *s,
@@ -66,25 +47,8 @@ enum gs_status gs_tok__spm_encode(const struct gs_tok *t, struct gs_tok__scratch
         s->syms[n].next = off == len ? -1 : n + 1;
         n++;
     }
-    s->heap.n = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (try_pair(t, s, text, i - 1, i) != GS_OK)
-            return GS_NOMEM;
-
-    struct gs_tok__cand c;
-    while (gs_tok__heap_pop(&s->heap, &c)) {
-        struct gs_tok__sym *l = &s->syms[c.left], *r = &s->syms[c.right];
-        if (l->len == 0 || r->len == 0 || l->len + r->len != c.size)
-            continue; /* stale: one side has merged since */
-        l->len += r->len;
-        r->len = 0;
-        l->next = r->next;
-        if (r->next >= 0)
-            s->syms[r->next].prev = c.left;
-        if (try_pair(t, s, text, l->prev, c.left) != GS_OK ||
-            try_pair(t, s, text, c.left, l->next) != GS_OK)
-            return GS_NOMEM;
-    }
+    if (gs_tok__merge_syms(t, s, text, n, pair_rank) != GS_OK)
+        return GS_NOMEM;
 
     for (int32_t i = 0; i != -1; i = s->syms[i].next) {
         const struct gs_tok__sym *y = &s->syms[i];

@@ -13,97 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- small helpers shared by the module ------------------------------------ */
-
-uint64_t gs_tok__hash_bytes(const char *s, size_t len)
-{
-    /* FNV-1a, then a final mix so that the low bits (the slot) depend on
-     * every byte. */
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
-    }
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    return h;
-}
-
-int32_t gs_tok__lookup(const struct gs_tok *t, const char *s, size_t len)
-{
-    uint64_t i = gs_tok__hash_bytes(s, len) & t->hash_mask;
-    for (;;) {
-        uint32_t slot = t->hash[i];
-        if (slot == 0)
-            return GS_TOK_NULL;
-        const struct gs_tok__entry *e = &t->vocab[slot - 1];
-        if (e->len == len && memcmp(t->pool + e->off, s, len) == 0)
-            return (int32_t)(slot - 1);
-        i = (i + 1) & t->hash_mask;
-    }
-}
-
-static uint64_t merge_hash(int32_t left, int32_t right)
-{
-    uint64_t h = ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    return h;
-}
-
-const struct gs_tok__merge *gs_tok__merge_find(const struct gs_tok *t, int32_t left, int32_t right)
-{
-    if (!t->merges || left < 0 || right < 0)
-        return NULL;
-    uint64_t i = merge_hash(left, right) & t->merge_mask;
-    for (;;) {
-        const struct gs_tok__merge *m = &t->merges[i];
-        if (m->left == GS_TOK_NULL)
-            return NULL;
-        if (m->left == left && m->right == right)
-            return m;
-        i = (i + 1) & t->merge_mask;
-    }
-}
-
-enum gs_status gs_tok__ids_push(struct gs_tok__ids *a, int32_t id)
-{
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 64;
-        int32_t *v = gs_realloc(a->v, cap * sizeof(*v));
-        if (!v)
-            return GS_NOMEM;
-        a->v = v;
-        a->cap = cap;
-    }
-    a->v[a->n++] = id;
-    return GS_OK;
-}
-
-enum gs_status gs_tok__buf_put(struct gs_tok__buf *b, const void *p, size_t n)
-{
-    if (b->cap - b->n < n + 1) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap - b->n < n + 1) {
-            if (cap > SIZE_MAX / 2)
-                return GS_NOMEM;
-            cap *= 2;
-        }
-        char *v = gs_realloc(b->v, cap);
-        if (!v)
-            return GS_NOMEM;
-        b->v = v;
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->v + b->n, p, n);
-    b->n += n;
-    b->v[b->n] = '\0';
-    return GS_OK;
-}
-
 /* ---- metadata access ------------------------------------------------------- */
 
 static bool is_int_type(enum gs_gguf_vtype t)
@@ -375,7 +284,7 @@ static enum gs_status load_merges(struct gs_tok *t, const struct gs_gguf *g, str
                               left < 0 ? (int)GS_MIN(nl, 64) : (int)GS_MIN(joined.n, 64),
                               left < 0 ? s->data : (right < 0 ? sp + 1 : joined.v));
         }
-        uint64_t h = merge_hash(left, right) & t->merge_mask;
+        uint64_t h = gs_tok__merge_hash(left, right) & t->merge_mask;
         while (t->merges[h].left != GS_TOK_NULL &&
                !(t->merges[h].left == left && t->merges[h].right == right))
             h = (h + 1) & t->merge_mask;

@@ -365,7 +365,6 @@ static void reload(void *ctx, struct gs_srv *srv)
     unsigned long long usec = (unsigned long long)ts.tv_sec * 1000000ull + ts.tv_nsec / 1000;
     gs_sd_notifyf(NULL, &err, "RELOADING=1\nMONOTONIC_USEC=%llu", usec);
     struct gs_cfg_reload_report rep;
-    int64_t max_conns = sv->cfg.max_conns, max_conns_per_ip = sv->cfg.max_conns_per_ip;
     if (gs_cfg_reload(&sv->cfg, NULL, &rep, &err) != GS_OK) {
         gs_log(GS_LOG_ERROR, "config_reload", "refused=\"%s\"", err.msg);
     } else {
@@ -377,10 +376,6 @@ static void reload(void *ctx, struct gs_srv *srv)
             gs_log(GS_LOG_ERROR, "config_reload", "not_applied=\"%s\"", err.msg);
         else
             gs_cfg_log_reload(&rep);
-        /* libmicrohttpd fixes its connection limits at start. */
-        if (sv->cfg.max_conns != max_conns || sv->cfg.max_conns_per_ip != max_conns_per_ip)
-            gs_log(GS_LOG_WARN, "config_reload",
-                   "not_applied=max-conns,max-conns-per-ip reason=\"needs a restart\"");
     }
     /* A daemon whose known-answer check failed never said READY=1; a reload
      * must not say it either. */

@@ -103,6 +103,25 @@ Test(config_table, spellings_are_unique)
         }
 }
 
+/* --backend's choices come from engine/backend.h's GS_BE_LIST: each is a
+ * backend the engine opens by that name, in enum gs_cfg_backend's order, and
+ * gs_cfg_backend_name gives it back. */
+Test(config_table, backend_choices_are_the_engine_backends)
+{
+    const struct gs_cfg_opt *opt = gs_cfg_opt_find("backend");
+    cr_assert(opt && opt->choices);
+    int n = 0;
+    for (const char *const *c = opt->choices; *c; c++, n++) {
+        const struct gs_be_ops *ops = gs_be_find(*c);
+        cr_assert(ops, "--backend %s is not a backend of the engine", *c);
+        cr_expect_str_eq(ops->name, *c);
+        cr_expect_str_eq(gs_cfg_backend_name((enum gs_cfg_backend)n), *c);
+    }
+    cr_expect_eq(n, 2);
+    cr_expect_str_eq(gs_cfg_backend_name(GS_CFG_BACKEND_REF), "ref");
+    cr_expect_str_eq(gs_cfg_backend_name(GS_CFG_BACKEND_CPU), "cpu");
+}
+
 /* ---- precedence ---------------------------------------------------------------------- */
 
 /* For one option of each type: the file's value, overridden by the variable,

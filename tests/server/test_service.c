@@ -9,8 +9,10 @@
 #include "tests/common/testutil.h"
 #include "tests/server/e2e.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -216,6 +218,66 @@ Test(service, sighup_without_systemd_keeps_serving, .timeout = 60)
     char *log = gs_test_read_file(d.log_path, NULL);
     cr_expect(strstr(log, "event=config_reload"), "no reload line:\n%s", log);
     free(log);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "%s: %s", path, strerror(errno));
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* What a reload changes is what config/table.c marks reloadable, and what it
+ * does not change it names: a SIGHUP after the config file lowered max_tokens
+ * and the connection limits applies the first (a request over the new cap is
+ * a 400) and reports the other two as ignored; libmicrohttpd took them at the
+ * start, so the old limit still holds (connections past the new one are
+ * served). */
+Test(service, sighup_applies_reloadable_options_and_names_the_rest, .timeout = 120)
+{
+    char cfg[600], extra[700];
+    snprintf(cfg, sizeof(cfg), "%s/reload-%d.json", gs_test_tmpdir(), getpid());
+    write_text(cfg, "{\"max_tokens\": 16, \"max_conns\": 8, \"max_conns_per_ip\": 8}\n");
+    snprintf(extra, sizeof(extra), "--config '%s'", cfg);
+    struct e2e_daemon d;
+    e2e_start(&d, extra);
+    const char *body8 = "{\"prompt\":\"Once\",\"max_tokens\":8,\"temperature\":0}";
+    struct e2e_resp r;
+    e2e_http(&d, "POST", "/v1/completions", body8, NULL, &r);
+    cr_expect_eq(r.status, 200, "before the reload: %s", r.body);
+    e2e_resp_free(&r);
+
+    write_text(cfg, "{\"max_tokens\": 4, \"max_conns\": 2, \"max_conns_per_ip\": 1}\n");
+    kill(d.pid, SIGHUP);
+    e2e_await_log(&d, "event=config_reload", 1);
+    char *log = gs_test_read_file(d.log_path, NULL);
+    cr_expect(strstr(log, "level=warn event=config_reload applied=max-tokens "
+                          "ignored=max-conns,max-conns-per-ip\n"),
+              "reload line:\n%s", log);
+    free(log);
+
+    e2e_http(&d, "POST", "/v1/completions", body8, NULL, &r);
+    cr_expect_eq(r.status, 400, "max_tokens 8 over the reloaded cap of 4: %s", r.body);
+    e2e_resp_free(&r);
+    /* Two idle connections held open: with the reloaded per-address limit of
+     * one, the request below could not connect. */
+    int held[2];
+    for (int i = 0; i < 2; i++) {
+        held[i] = socket(AF_INET, SOCK_STREAM, 0);
+        cr_assert_geq(held[i], 0);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)d.port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        cr_assert_eq(connect(held[i], (struct sockaddr *)&a, sizeof(a)), 0, "%s", strerror(errno));
+    }
+    e2e_http(&d, "GET", "/health", NULL, NULL, &r);
+    cr_expect_eq(r.status, 200, "a third connection from this address after the reload");
+    e2e_resp_free(&r);
+    for (int i = 0; i < 2; i++)
+        close(held[i]);
+    cr_expect_eq(e2e_stop(&d), 0);
+    unlink(cfg);
 }
 
 /* A daemon whose known-answer check failed never tells systemd READY=1, not
