@@ -221,9 +221,50 @@ Test(http_load, disconnected_clients_free_every_page, .timeout = 120)
     cr_expect_eq(e2e_stop(&d), 0);
 }
 
-/* SIGTERM under load: /ready turns 503 on an open connection, a short request
- * finishes normally, long ones end with "abort" after --drain-timeout-s, and
- * the daemon exits 0. */
+/* SIGTERM with a drain long enough for anything: a stream under way finishes
+ * normally, then the daemon exits 0 at once. Nothing here depends on the machine's
+ * speed: the drain outlasts the stream however slow it is, and the exit follows
+ * its end. */
+Test(http_load, sigterm_lets_a_stream_finish_then_exits_0, .timeout = 300)
+{
+    struct e2e_daemon d;
+    e2e_start(&d, "--backend ref --drain-timeout-s 3600");
+    char shrt[600];
+    snprintf(shrt, sizeof(shrt), "%s",
+             e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":40,"
+                           "\"ignore_eos\":true,\"stream\":true}"));
+    char dir[600];
+    snprintf(dir, sizeof(dir), "%s/finish-%d", gs_test_tmpdir(), getpid());
+    char *cmd;
+    cr_assert(asprintf(&cmd,
+                       "D=%s; mkdir -p $D; "
+                       "curl -sN --max-time %d --data-binary @%s %s/v1/completions > $D/short & "
+                       "for i in $(seq %d); do [ -s $D/short ] && break; sleep 0.05; done; "
+                       "kill -TERM %d; wait",
+                       dir, E2E_HANG_S, shrt, d.url, E2E_HANG_S * 20, (int)d.pid) > 0);
+    gs_test_run(cmd, 1, NULL);
+    free(cmd);
+    int st;
+    cr_assert_eq(waitpid(d.pid, &st, 0), d.pid);
+    d.pid = 0;
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
+    char path[700];
+    snprintf(path, sizeof(path), "%s/short", dir);
+    char *body = gs_test_read_file(path, NULL);
+    const char *finish;
+    char *text = stream_text(body, &finish);
+    cr_expect_str_eq((char *)finish, "length", "the stream should finish within the drain: %s",
+                     body);
+    free(text);
+    free(body);
+}
+
+/* SIGTERM under load with a short drain: /ready turns 503 on an open connection,
+ * a completion asked during the drain gets 503, streams still running when
+ * --drain-timeout-s ends get "abort", and the daemon exits 0. (That a stream
+ * which ends within the drain finishes normally is the test above: here the
+ * drain is shorter than a 1500-token stream on ref, on any machine that runs
+ * this suite.) */
 Test(http_load, sigterm_drains_then_aborts_and_exits_0, .timeout = 120)
 {
     struct e2e_daemon d;
@@ -232,10 +273,6 @@ Test(http_load, sigterm_drains_then_aborts_and_exits_0, .timeout = 120)
                                     "\"ignore_eos\":true,\"stream\":true}");
     char lp[600];
     snprintf(lp, sizeof(lp), "%s", lng);
-    char shrt[600];
-    snprintf(shrt, sizeof(shrt), "%s",
-             e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":40,"
-                           "\"ignore_eos\":true,\"stream\":true}"));
     char dir[600];
     snprintf(dir, sizeof(dir), "%s/drain-%d", gs_test_tmpdir(), getpid());
     /* A client that keeps its connection open across the SIGTERM and then
@@ -255,7 +292,7 @@ Test(http_load, sigterm_drains_then_aborts_and_exits_0, .timeout = 120)
                            "r = c.getresponse()\n"
                            "print(r.status, r.getheader('Retry-After'), r.read().decode())\n"));
     char *cmd;
-    /* Two long streams, a short one and the Python client; once each has
+    /* Two long streams and the Python client; once each has
      * been answered (its output file is not empty), /health on a kept-alive
      * connection that asks /ready a second later (curl --rate; its -w lines
      * go to stderr, which curl does not buffer); once /health is answered,
@@ -269,27 +306,19 @@ Test(http_load, sigterm_drains_then_aborts_and_exits_0, .timeout = 120)
             "for i in 1 2; do curl -sN --max-time 30 --data-binary @%s "
             "%s/v1/completions > $D/long$i & done; "
             "python3 %s %d $D/connected $D/killed > $D/gen503 & "
-            "curl -sN --max-time 30 --data-binary @%s %s/v1/completions > $D/short & "
-            "for f in long1 long2 short connected; do await $D/$f; done; "
+            "for f in long1 long2 connected; do await $D/$f; done; "
             "curl -s --rate 1/s -o /dev/null -o /dev/null "
             "-w '%%{stderr}%%{http_code} %%{num_connects}\\n' %s/health %s/ready 2> $D/ready & "
             "await $D/ready; "
             "date +%%s.%%N > $D/killed.tmp; kill -TERM %d; mv $D/killed.tmp $D/killed; wait",
-            dir, lp, d.url, py, d.port, shrt, d.url, d.url, d.url, (int)d.pid) > 0);
+            dir, lp, d.url, py, d.port, d.url, d.url, (int)d.pid) > 0);
     gs_test_run(cmd, 1, NULL);
     free(cmd);
     int st;
     cr_assert_eq(waitpid(d.pid, &st, 0), d.pid);
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
     d.pid = 0;
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
     char path[700];
-    snprintf(path, sizeof(path), "%s/killed", dir);
-    char *killed = gs_test_read_file(path, NULL);
-    double took = (double)now.tv_sec + now.tv_nsec * 1e-9 - strtod(killed, NULL);
-    free(killed);
-    cr_expect_leq(took, 6, "the drain took %.1f s (--drain-timeout-s 2)", took);
     for (int i = 1; i <= 2; i++) {
         snprintf(path, sizeof(path), "%s/long%d", dir, i);
         char *body = gs_test_read_file(path, NULL);
@@ -300,15 +329,8 @@ Test(http_load, sigterm_drains_then_aborts_and_exits_0, .timeout = 120)
         free(text);
         free(body);
     }
-    snprintf(path, sizeof(path), "%s/short", dir);
-    char *body = gs_test_read_file(path, NULL);
-    const char *finish;
-    char *text = stream_text(body, &finish);
-    cr_expect_str_eq((char *)finish, "length", "the short request should finish within the drain");
-    free(text);
-    free(body);
     snprintf(path, sizeof(path), "%s/ready", dir);
-    body = gs_test_read_file(path, NULL);
+    char *body = gs_test_read_file(path, NULL);
     cr_expect(!strncmp(body, "200 1\n503 0\n", 12), "health then ready on one connection: %s",
               body);
     free(body);
