@@ -76,6 +76,9 @@ struct gs_type_traits {
     gs_to_f32_fn to_f32;     /* NULL when !supported */
     gs_from_f32_fn from_f32; /* NULL where no reference quantizer exists yet */
     enum gs_type vec_dot_type; /* type activations are quantized to for dot products */
+    /* How a dot product's activations are rounded into this type when that is not
+     * from_f32 (q8_0, q8_1); NULL: from_f32. Read it through gs_activation_quantizer. */
+    gs_from_f32_fn act_from_f32;
 };
 
 /* Returns the traits of type t, or NULL when t is not a type id at all. */
@@ -110,5 +113,12 @@ enum gs_status gs_dequantize(enum gs_type t, const void *src, float *dst, int64_
  * the bytes equal llama.cpp's reference quantization (no importance matrix).
  * Allocates nothing. */
 enum gs_status gs_quantize(enum gs_type t, const float *src, void *dst, int64_t n);
+
+/* The quantizer a dot product's activations go through into type t (a vec_dot_type),
+ * for every backend: llama.cpp's CPU form. For q8_0 and q8_1 that differs from the
+ * reference quantizer above, which is how llama.cpp quantizes weights into files:
+ * the scale's inverse is 127 / amax rather than 1 / (amax / 127), and quants round
+ * half to even rather than away from zero. NULL where t has no quantizer. */
+gs_from_f32_fn gs_activation_quantizer(enum gs_type t);
 
 #endif /* GS_QUANT_H */

@@ -56,7 +56,7 @@ static bool ref_supports(const struct gs_be *be, const struct gs_node *n)
     if (n->op == GS_OP_RMS_NORM_QUANT || n->op == GS_OP_SWIGLU_QUANT ||
         (n->op == GS_OP_MATMUL_SWIGLU && n->type != GS_TYPE_F32)) { /* quantized rows */
         const struct gs_type_traits *tt = gs_type_traits(n->type);
-        return tt && tt->from_f32 && tt->to_f32;
+        return tt && gs_activation_quantizer(n->type) && tt->to_f32;
     }
     if (n->op != GS_OP_WEIGHT)
         return n->type == GS_TYPE_F32;
@@ -165,8 +165,8 @@ static void k_embed(const struct run *r, const struct gs_node *n, float *out)
 }
 
 /* RMS_NORM, RMS_NORM_MUL when the node has a weight source, and
- * RMS_NORM_QUANT, whose row goes through row_b into its block type with the
- * reference quantizer. */
+ * RMS_NORM_QUANT, whose row goes through row_b into its block type as a dot
+ * product's activations are rounded (gs_activation_quantizer). */
 static void k_rms_norm(const struct run *r, const struct gs_node *n, float *out)
 {
     const float *x = value(r, n->src[0]);
@@ -188,7 +188,7 @@ static void k_rms_norm(const struct run *r, const struct gs_node *n, float *out)
         for (int64_t j = 0; j < ne0; j++)
             o[j] = x[i * ne0 + j] * scale * (w ? w[j] : 1.0f);
         if (quant)
-            gs_type_traits(n->type)->from_f32(o, (char *)out + i * row_bytes, ne0);
+            gs_activation_quantizer(n->type)(o, (char *)out + i * row_bytes, ne0);
     }
 }
 
@@ -319,7 +319,7 @@ static float gelu(float x)
 }
 
 /* MUL, ADD, SWIGLU, SILU, GELU, SCALE, SOFTCAP: row-local elementwise ops; SWIGLU_QUANT's
- * row goes through row_b into its block type with the reference quantizer. */
+ * row goes through row_b into its block type as activations are (gs_activation_quantizer). */
 static void k_elementwise(const struct run *r, const struct gs_node *n, float *out)
 {
     int64_t ne0 = n->ne[0], rows = gs_step_rows(n, r->io);
@@ -408,14 +408,15 @@ static void k_elementwise(const struct run *r, const struct gs_node *n, float *o
                 out[i * ne0 + j] = y;
         }
         if (quant)
-            gs_type_traits(n->type)->from_f32(r->rp->row_b, (char *)out + i * row_bytes, ne0);
+            gs_activation_quantizer(n->type)(r->rp->row_b, (char *)out + i * row_bytes, ne0);
     }
 }
 
 /*
  * The activations a matmul against w sees: x itself for F32 weights, else x
  * rounded through the weight's vec_dot_type (F16, Q8_0, Q8_1, Q8_K), the
- * format llama.cpp quantizes activations to before a quantized dot product.
+ * format llama.cpp quantizes activations to before a quantized dot product, as
+ * llama.cpp's CPU backend rounds them (gs_activation_quantizer).
  * Quantizing then dequantizing makes the F32 product of dequantized values
  * equal that integer dot product up to float rounding.
  */
@@ -432,7 +433,7 @@ static const float *round_activations(const struct run *r, const struct gs_node 
     gs_type_row_bytes(wt->vec_dot_type, K, &row_bytes);
     /* The quantized row fits in the row_a buffer: row_bytes <= K * 4. */
     for (int64_t t = 0; t < rows; t++) {
-        vt->from_f32(x + t * K, r->rp->row_a, K);
+        gs_activation_quantizer(wt->vec_dot_type)(x + t * K, r->rp->row_a, K);
         vt->to_f32(r->rp->row_a, r->rp->xq + t * K, K);
     }
     return r->rp->xq;
@@ -501,7 +502,7 @@ static void k_matmul_swiglu(const struct run *r, const struct gs_node *n, float 
             y[o] = (gelu_gate ? gelu(a) : silu(a)) * up[t * N + o];
         }
         if (quant)
-            gs_type_traits(n->type)->from_f32(y, (char *)out + t * row_bytes, N);
+            gs_activation_quantizer(n->type)(y, (char *)out + t * row_bytes, N);
     }
 }
 

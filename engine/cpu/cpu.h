@@ -81,8 +81,8 @@ const struct gs_cpu_kernels *gs_cpu_kernels_for(enum gs_cpu_isa isa, enum gs_typ
 
 /*
  * The activation quantizer for format t (q8_0, q8_1, q8_K, f16, ...): the
- * fastest this CPU has, byte-identical to the reference from_f32 of
- * engine/quant.h. NULL when t has no quantizer.
+ * fastest this CPU has, byte-identical to gs_activation_quantizer(t) of
+ * engine/quant.h (llama.cpp's CPU rounding). NULL when t has no quantizer.
  */
 gs_from_f32_fn gs_cpu_quantizer(enum gs_type t);
 gs_from_f32_fn gs_cpu_quantizer_for(enum gs_cpu_isa isa, enum gs_type t);

@@ -105,7 +105,7 @@ static void detect(void)
         memcpy(tables[i], gs_cpu__kernels_scalar, sizeof(tables[i]));
         for (int t = 0; t < GS_TYPE_COUNT; t++) {
             const struct gs_type_traits *tt = gs_type_traits(t);
-            quantizers[i][t] = tt && tt->supported ? tt->from_f32 : NULL;
+            quantizers[i][t] = tt && tt->supported ? gs_activation_quantizer(t) : NULL;
         }
     }
     isa_ok[GS_CPU_ISA_SCALAR] = true;

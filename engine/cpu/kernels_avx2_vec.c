@@ -372,15 +372,6 @@ static float vh_exp_sum(float *x, float m, int64_t n)
     return sum;
 }
 
-/* roundf(): to nearest, halves away from zero. */
-static inline __m256 round_away_ps(__m256 v)
-{
-    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m256 half = _mm256_cmp_ps(abs_ps(_mm256_sub_ps(v, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-    const __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, _mm256_set1_ps(-0.0f)));
-    return _mm256_add_ps(t, _mm256_and_ps(half, one));
-}
-
 /* 32 int32 lanes in four vectors -> 32 int8 in order, saturating. */
 static inline __m256i pack_i32x32(__m256i a, __m256i b, __m256i c, __m256i d)
 {
@@ -389,7 +380,9 @@ static inline __m256i pack_i32x32(__m256i a, __m256i b, __m256i c, __m256i d)
                                        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* One 32-element q8 block: quants at qs, returns d; *sum gets the quant sum. */
+/* One 32-element q8 block as a dot product's activations (gs_activation_quantizer):
+ * multiplier 127 / amax, halves to even. Quants at qs, returns d; *sum gets the
+ * quant sum. */
 static inline float q8_block32(const float *x, int8_t *qs, int *sum)
 {
     __m256 v[4], amax = _mm256_setzero_ps();
@@ -397,11 +390,12 @@ static inline float q8_block32(const float *x, int8_t *qs, int *sum)
         v[k] = _mm256_loadu_ps(x + 8 * k);
         amax = _mm256_max_ps(amax, abs_ps(v[k]));
     }
-    const float d = hmax_ps(amax) / 127;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float m = hmax_ps(amax), d = m / 127;
+    const float id = m != 0.0f ? 127 / m : 0.0f;
     __m256i q[4];
     for (int k = 0; k < 4; k++)
-        q[k] = _mm256_cvttps_epi32(round_away_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
+        q[k] = _mm256_cvttps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id)),
+                                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     const __m256i all = pack_i32x32(q[0], q[1], q[2], q[3]);
     _mm256_storeu_si256((__m256i *)qs, all);
     if (sum) {

@@ -78,6 +78,9 @@ GS_QUANT_KERNEL_PAIR(q5_0)
 GS_QUANT_KERNEL_PAIR(q5_1)
 GS_QUANT_KERNEL_PAIR(q8_0)
 GS_QUANT_KERNEL_PAIR(q8_1)
+/* legacy.c: q8_0 and q8_1 as llama.cpp's CPU backend rounds activations (quant.h) */
+void gs_quant__q8_0_act_from_f32(const float *src, void *dst, int64_t n);
+void gs_quant__q8_1_act_from_f32(const float *src, void *dst, int64_t n);
 /* kquants.c: the 256-element super-block formats */
 GS_QUANT_KERNEL_PAIR(q2_K)
 GS_QUANT_KERNEL_PAIR(q3_K)

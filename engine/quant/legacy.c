@@ -246,6 +246,53 @@ void gs_quant__q8_1_to_f32(const void *src, float *dst, int64_t n)
     }
 }
 
+/* One block as llama.cpp's x86 CPU backend quantizes a dot product's activations
+ * (ggml-cpu's quantize_row_q8_0/q8_1): the multiplier is 127 / amax, not 1 / d,
+ * and quants round half to even (the SIMD round instruction), not away from zero.
+ * Either can move a quant by one against q8_block; on a deep model one such step
+ * is enough to move the logits visibly, so graphserve rounds as the engine whose
+ * outputs users compare with. rintf rounds half to even in the default mode. */
+static float q8_block_act(const float *x, int8_t *qs, int *sum)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < GS_QK; j++)
+        amax = GS_MAX(amax, fabsf(x[j]));
+    const float d = amax / 127;
+    const float id = amax != 0.0f ? 127 / amax : 0.0f;
+    *sum = 0;
+    for (int j = 0; j < GS_QK; j++) {
+        const float v = rintf(x[j] * id);
+        qs[j] = (int8_t)(v >= -128.0f && v <= 127.0f ? (int)v : 0);
+        *sum += qs[j];
+    }
+    return d;
+}
+
+void gs_quant__q8_0_act_from_f32(const float *src, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    int8_t qs[GS_QK];
+    int sum;
+    for (int64_t i = 0; i < n / GS_QK; i++, b += GS_Q8_0_BYTES, src += GS_QK) {
+        const float d = q8_block_act(src, qs, &sum);
+        gs_quant__st16(b + GS_Q8_0_D, gs_f32_to_fp16(d));
+        memcpy(b + GS_Q8_0_QS, qs, GS_QK);
+    }
+}
+
+void gs_quant__q8_1_act_from_f32(const float *src, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    int8_t qs[GS_QK];
+    int sum;
+    for (int64_t i = 0; i < n / GS_QK; i++, b += GS_Q8_1_BYTES, src += GS_QK) {
+        const float d = q8_block_act(src, qs, &sum);
+        gs_quant__st16(b + GS_Q8_1_D, gs_f32_to_fp16(d));
+        gs_quant__st16(b + GS_Q8_1_S, gs_f32_to_fp16((float)sum * d));
+        memcpy(b + GS_Q8_1_QS, qs, GS_QK);
+    }
+}
+
 void gs_quant__q8_1_from_f32(const float *src, void *dst, int64_t n)
 {
     uint8_t *b = dst;

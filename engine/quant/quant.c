@@ -37,9 +37,11 @@ static const struct gs_type_traits type_traits[GS_TYPE_COUNT] = {
     [GS_TYPE_Q5_1] = {.name = "q5_1", .supported = true, .quantized = true, .block_size = 32,
                       .block_bytes = GS_Q5_1_BYTES, KERNELS(q5_1), .vec_dot_type = GS_TYPE_Q8_1},
     [GS_TYPE_Q8_0] = {.name = "q8_0", .supported = true, .quantized = true, .block_size = 32,
-                      .block_bytes = GS_Q8_0_BYTES, KERNELS(q8_0), .vec_dot_type = GS_TYPE_Q8_0},
+                      .block_bytes = GS_Q8_0_BYTES, KERNELS(q8_0), .vec_dot_type = GS_TYPE_Q8_0,
+                      .act_from_f32 = gs_quant__q8_0_act_from_f32},
     [GS_TYPE_Q8_1] = {.name = "q8_1", .supported = true, .quantized = true, .block_size = 32,
-                      .block_bytes = GS_Q8_1_BYTES, KERNELS(q8_1), .vec_dot_type = GS_TYPE_Q8_1},
+                      .block_bytes = GS_Q8_1_BYTES, KERNELS(q8_1), .vec_dot_type = GS_TYPE_Q8_1,
+                      .act_from_f32 = gs_quant__q8_1_act_from_f32},
 
     [GS_TYPE_Q2_K] = {.name = "q2_K", .supported = true, .quantized = true,
                       .block_size = GS_QK_K, .block_bytes = GS_Q2_K_BYTES, KERNELS(q2_K),
@@ -103,6 +105,14 @@ const struct gs_type_traits *gs_type_traits(int32_t t)
     if (t < 0 || t >= GS_TYPE_COUNT || !type_traits[t].name)
         return NULL;
     return &type_traits[t];
+}
+
+gs_from_f32_fn gs_activation_quantizer(enum gs_type t)
+{
+    const struct gs_type_traits *tt = gs_type_traits(t);
+    if (!tt || !tt->supported)
+        return NULL;
+    return tt->act_from_f32 ? tt->act_from_f32 : tt->from_f32;
 }
 
 const char *gs_type_name(int32_t t)

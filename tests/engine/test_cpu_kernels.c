@@ -351,7 +351,7 @@ Test(cpu_pool, split_covers_range_in_aligned_pieces)
     }
 }
 
-Test(cpu_kernels, activation_quantizers_are_byte_identical_to_reference)
+Test(cpu_kernels, activation_quantizers_are_byte_identical_to_the_definition)
 {
     static const enum gs_type acts[] = {GS_TYPE_Q8_0, GS_TYPE_Q8_1, GS_TYPE_Q8_K, GS_TYPE_F16,
                                         GS_TYPE_BF16};
@@ -377,7 +377,7 @@ Test(cpu_kernels, activation_quantizers_are_byte_identical_to_reference)
                 cr_assert_eq(gs_type_row_bytes(acts[k], N, &bytes), GS_OK);
                 memset(want, 0xaa, bytes);
                 memset(got, 0x55, bytes);
-                cr_assert_eq(gs_quantize(acts[k], x, want, N), GS_OK);
+                gs_activation_quantizer(acts[k])(x, want, N);
                 q(x, got, N);
                 for (uint64_t b = 0; b < bytes; b++)
                     cr_assert_eq(got[b], want[b], "%s/%s rep %d: byte %llu differs",

@@ -27,7 +27,7 @@ struct llama_rig {
     uint32_t max_tokens;
 };
 
-/* path is relative to the shared folder (models/x.gguf). */
+/* path is relative to the shared folder (models/x.gguf), or absolute. */
 void llama_rig_open(struct llama_rig *r, const char *rel_path, enum gs_type kv_type, bool passes,
                     uint32_t max_tokens);
 void llama_rig_close(struct llama_rig *r);
@@ -44,7 +44,8 @@ const float *llama_rig_step(struct llama_rig *r, const int32_t *tokens, uint32_t
 int32_t llama_argmax(const float *x, uint32_t n);
 double llama_pearson(const float *a, const double *b, uint32_t n);
 
-/* Loads a golden JSON file under the shared folder; pieces may hold NUL bytes. */
+/* Loads a golden JSON file under the shared folder (or at an absolute path); pieces may
+ * hold NUL bytes. */
 json_t *llama_load_golden(const char *rel);
 
 /* Reads a JSON array of ints into a malloc'ed int32 array; returns its length. */

@@ -878,3 +878,36 @@ Test(quant_models, llama_cpp_models_dequantize_close_to_their_f32_originals, .ti
                      (unsigned long long)st.blocks_total[t]);
     }
 }
+
+/* A dot product's activations round as llama.cpp's x86 CPU backend rounds them (halves to
+ * even), weights as its reference quantizer does (halves away from zero): a block whose
+ * largest magnitude is 127 has the multiplier 1, so its halves show the two rules. */
+Test(quant_activations, q8_rounds_halves_to_even_where_weights_round_away)
+{
+    static const enum gs_type types[] = {GS_TYPE_Q8_0, GS_TYPE_Q8_1};
+    float x[32] = {0};
+    x[0] = 127.0f;
+    x[1] = 2.5f;
+    x[2] = 3.5f;
+    x[3] = -2.5f;
+    x[4] = 0.5f;
+    x[5] = -126.5f;
+    static const int8_t even[] = {127, 2, 4, -2, 0, -126}, away[] = {127, 3, 4, -3, 1, -127};
+    for (size_t t = 0; t < GS_ARRAY_LEN(types); t++) {
+        const size_t qs = types[t] == GS_TYPE_Q8_0 ? 2 : 4; /* after d (and s) */
+        uint8_t act[40], wt[40];
+        gs_from_f32_fn q = gs_activation_quantizer(types[t]);
+        cr_assert(q);
+        q(x, act, 32);
+        cr_assert_eq(gs_quantize(types[t], x, wt, 32), GS_OK);
+        for (size_t i = 0; i < GS_ARRAY_LEN(even); i++) {
+            cr_expect_eq((int8_t)act[qs + i], even[i], "%s activation %zu: %d",
+                         gs_type_name(types[t]), i, (int8_t)act[qs + i]);
+            cr_expect_eq((int8_t)wt[qs + i], away[i], "%s weight %zu: %d", gs_type_name(types[t]),
+                         i, (int8_t)wt[qs + i]);
+        }
+    }
+    /* Types whose activations round as their weights do share the quantizer. */
+    cr_expect_eq(gs_activation_quantizer(GS_TYPE_Q8_K), gs_type_traits(GS_TYPE_Q8_K)->from_f32);
+    cr_expect_null(gs_activation_quantizer(GS_TYPE_COUNT));
+}
