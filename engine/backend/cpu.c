@@ -65,6 +65,8 @@ struct cpu_ctx {
     int64_t scores_cap;        /* positions per query row */
     uint32_t *attn_blocks;     /* [tokens + 1] first token of each attention block */
     size_t attn_blocks_bytes;
+    uint32_t *seq_first;       /* [tokens] first row of each row's sequence (training attention) */
+    size_t seq_first_bytes;
     float *rope_cs;            /* [tokens][n_rot / 2][2] cos, sin of the step's rotations */
     size_t rope_cs_bytes;
     uint64_t rope_step;        /* rope_cs holds step rope_step's angles of rope_node's */
@@ -80,6 +82,10 @@ struct cpu_plan {
      * layout), so vocab x outputs floats of scratch are never touched. */
     uint32_t logits_matmul;
     bool paged_attn; /* the graph reads the KV cache (ATTN): score rows are needed */
+    bool causal_attn; /* the graph has ATTN_CAUSAL ops: seq_first is needed */
+    /* A training plan (it has training ops): F32 matmuls run as the backward
+     * ones do (k_matmul_train), through TRAIN_PANEL x K floats per thread. */
+    bool train;
 };
 
 /* One step in flight. The fields below io are per op. */
@@ -496,6 +502,34 @@ static const void *matmul_input(const struct run *r, const struct gs_node *n,
     return buf;
 }
 
+/* Output rows per panel of a training plan's F32 matmul. */
+#define TRAIN_PANEL 16
+
+/*
+ * A training plan's F32 matmul, output rows [r0, r1): TRAIN_PANEL rows of W at
+ * a time transposed into the thread's buffer, then gs_cpu_gemm_f32 over every
+ * token, as the backward matmuls run. With a row of 64 (the seed model's
+ * width) dot_f32's horizontal sum per output costs more than half its
+ * multiply-adds; the broadcast form has none, and the transposition is K x N
+ * copies against 2 T K N operations. Serving plans keep the dot form, whose
+ * bits do not depend on how many tokens a step holds.
+ */
+static void k_matmul_train(struct run *r, const struct gs_node *w, int64_t r0, int64_t r1,
+                           int thread)
+{
+    const struct gs_node *n = r->n;
+    const int64_t K = w->ne[0], N = w->ne[1], T = gs_step_rows(n, r->io);
+    const float *x = value(r, n->src[0]), *wd = w->data;
+    float *wt = thread_buf(r, thread);
+    for (int64_t p0 = r0; p0 < r1; p0 += TRAIN_PANEL) {
+        const int64_t np = GS_MIN(TRAIN_PANEL, r1 - p0);
+        for (int64_t j = 0; j < np; j++)
+            for (int64_t k = 0; k < K; k++)
+                wt[k * np + j] = wd[(p0 + j) * K + k];
+        gs_cpu_gemm_f32(r->out + p0, (size_t)N, x, (size_t)K, 1, wt, (size_t)np, T, np, K);
+    }
+}
+
 /* x [K x T] @ W [K x N] -> out [N x T] (+ residual): each thread takes a
  * range of output rows for all tokens. */
 static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
@@ -509,10 +543,14 @@ static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
     gs_cpu_split(N, 16, chunk, n_chunks, &r0, &r1); /* whole panels of the widest kernels */
     if (r0 >= r1)
         return;
-    size_t x_stride;
-    const void *x = matmul_input(r, n, w, thread, &x_stride);
-    kr->gemm(K, (const char *)w->data + r0 * w_stride, w_stride, (int)(r1 - r0), x, x_stride,
-             (int)T, r->out + r0, (size_t)N);
+    if (r->cp->train && w->type == GS_TYPE_F32 && r->g->nodes[n->src[0]].type == GS_TYPE_F32) {
+        k_matmul_train(r, w, r0, r1, thread);
+    } else {
+        size_t x_stride;
+        const void *x = matmul_input(r, n, w, thread, &x_stride);
+        kr->gemm(K, (const char *)w->data + r0 * w_stride, w_stride, (int)(r1 - r0), x, x_stride,
+                 (int)T, r->out + r0, (size_t)N);
+    }
     if (n->op == GS_OP_MATMUL_ADD) {
         const float *res = value(r, n->src[2]);
         for (int64_t t = 0; t < T; t++)
@@ -935,7 +973,10 @@ static void k_train(struct run *r, int chunk, int n_chunks, int thread)
     }
     int64_t u0, u1;
     gs_cpu_split(gs_train_units(&a), 1, chunk, n_chunks, &u0, &u1);
-    gs_train_run(&a, u0, u1);
+    if (gs_cpu_train_own(n->op))
+        gs_cpu_train_run(&a, r->ctx->seq_first, u0, u1);
+    else
+        gs_train_run(&a, u0, u1);
 }
 
 /* One row per op; WEIGHT has no kernel and never appears in a plan's order. */
@@ -1022,6 +1063,7 @@ static void cpu_close(struct gs_be *be)
     gs_free(c->scores);
     gs_free(c->rope_cs);
     gs_free(c->attn_blocks);
+    gs_free(c->seq_first);
     gs_free(c);
     be->ctx = NULL;
 }
@@ -1162,9 +1204,19 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
         goto out_nomem;
     const uint64_t nt = (uint64_t)c->n_threads, row = xq_stride ? xq_stride : 1;
     cp->xq_stride = xq_stride;
-    for (uint32_t i = 0; i < g->n_nodes; i++)
-        if (gs_train_op(g->nodes[i].op))
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const struct gs_node *n = &g->nodes[i];
+        if (gs_train_op(n->op))
             thread_floats = GS_MAX(thread_floats, GS_TRAIN_WORK_FLOATS(s->n_tokens));
+        if (gs_cpu_train_own(n->op))
+            thread_floats = GS_MAX(thread_floats, GS_CPU_TRAIN_WORK_FLOATS(
+                                                      s->n_tokens, g->nodes[n->src[0]].ne[0]));
+        cp->causal_attn |= n->op == GS_OP_ATTN_CAUSAL;
+        cp->train |= gs_train_op(n->op);
+    }
+    for (uint32_t i = 0; cp->train && i < g->n_nodes; i++)
+        if (is_matmul(&g->nodes[i]))
+            thread_floats = GS_MAX(thread_floats, TRAIN_PANEL * g->nodes[g->nodes[i].src[1]].ne[0]);
     cp->thread_floats = (thread_floats + 15) / 16 * 16;
     cp->logits_matmul = logits_matmul(g);
     for (uint32_t i = 0; i < g->n_nodes; i++)
@@ -1177,7 +1229,8 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
         !grow((void **)&c->rope_cs, &c->rope_cs_bytes, (uint64_t)s->n_tokens * rope_floats,
               sizeof(float)) ||
         !grow((void **)&c->attn_blocks, &c->attn_blocks_bytes, (uint64_t)s->n_tokens + 1,
-              sizeof(uint32_t)))
+              sizeof(uint32_t)) ||
+        !grow((void **)&c->seq_first, &c->seq_first_bytes, s->n_tokens, sizeof(uint32_t)))
         goto out_nomem;
     *out = p;
     return GS_OK;
@@ -1412,6 +1465,8 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
     if (st)
         return st;
     attn_blocks(&r);
+    if (r.cp->causal_attn)
+        gs_cpu_train_seq_first(io, c->seq_first);
     for (uint32_t k = 0; k < p->n_order;) {
         const uint32_t id = p->order[k];
         const struct gs_node *n = &g->nodes[id];

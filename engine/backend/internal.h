@@ -35,4 +35,23 @@ int64_t gs_train_units(const struct gs_train_args *a);
 /* Computes units [u0, u1) of a. */
 void gs_train_run(const struct gs_train_args *a, int64_t u0, int64_t u1);
 
+/*
+ * The cpu backend's own forms of the hot training ops (cpu_train.c): the
+ * backward matmuls, causal attention and its backward, cross-entropy and its
+ * backward, on engine/cpu's SIMD helpers. The same units as gs_train_units and
+ * a fixed order per output element, so thread-count independent as above;
+ * their bits differ from train_ops.c's.
+ */
+/* Whether cpu_train.c has op. */
+bool gs_cpu_train_own(enum gs_op op);
+/* Scratch a thread needs: attention's two score rows, a cross-entropy row of
+ * `widest` logits. */
+#define GS_CPU_TRAIN_WORK_FLOATS(n, widest) GS_MAX(2 * (int64_t)(n), (int64_t)(widest))
+/* first[t] = the first row of row t's sequence in the step (once a step, for
+ * attention: a query's keys are rows first[t] .. t). */
+void gs_cpu_train_seq_first(const struct gs_step_io *io, uint32_t *first);
+/* Units [u0, u1) of a (gs_train_units) for an op gs_cpu_train_own has. */
+void gs_cpu_train_run(const struct gs_train_args *a, const uint32_t *seq_first, int64_t u0,
+                      int64_t u1);
+
 #endif

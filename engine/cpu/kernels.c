@@ -310,10 +310,22 @@ static float exp_sum(float *x, float m, int64_t n)
     return sum;
 }
 
+static void gemm_f32(float *c, size_t ldc, const float *a, size_t a_i, size_t a_p,
+                     const float *b, size_t ldb, int64_t m, int64_t n, int64_t k)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = 0;
+            for (int64_t p = 0; p < k; p++)
+                s += a[(size_t)i * a_i + (size_t)p * a_p] * b[(size_t)p * ldb + j];
+            c[(size_t)i * ldc + j] = s;
+        }
+}
+
 static const struct gs_cpu_helpers helpers_scalar = {
     f32_to_f16, f16_to_f32, dot_f32, dot_f32_f16, dots_f16,  dots_f32, axpys_f16,
     axpys_f32,  dots4,      axpys4,  round_f16,   swiglu,    scale_max, exp_sum,
-    geglu,
+    geglu,      gemm_f32,
 };
 
 static inline const struct gs_cpu_helpers *best(void)
@@ -401,4 +413,10 @@ void gs_cpu_axpys4(float *const acc[4], const float *const w[4], const void *v, 
 float gs_cpu_exp_sum(float *x, float m, int64_t n)
 {
     return best()->exp_sum(x, m, n);
+}
+
+void gs_cpu_gemm_f32(float *c, size_t ldc, const float *a, size_t a_i, size_t a_p, const float *b,
+                     size_t ldb, int64_t m, int64_t n, int64_t k)
+{
+    best()->gemm_f32(c, ldc, a, a_i, a_p, b, ldb, m, n, k);
 }

@@ -1,0 +1,240 @@
+/*
+ * engine/backend/cpu_train.c - the cpu backend's own kernels for the training
+ * ops that dominate a step: the backward matmuls, causal attention and its
+ * backward, and the cross-entropy pair. They compute what train_ops.c defines
+ * (its header comment has the formulas) on the SIMD helpers of engine/cpu
+ * (gs_cpu_gemm_f32, dots, axpys, the vector exponential), so their results
+ * differ from ref's in the last bits; the other training ops run train_ops.c
+ * as ref does.
+ *
+ * Units are train_ops.c's (gs_train_units: rows, rows of dW, a sequence and
+ * kv head for dk and dv), and every output element is summed in one fixed
+ * order inside its unit, so the bits do not depend on the thread count.
+ */
+#include "engine/backend/internal.h"
+#include "engine/cpu/cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+void gs_cpu_train_seq_first(const struct gs_step_io *io, uint32_t *first)
+{
+    /* At the start of each run of rows of one sequence, the earliest earlier
+     * row of that sequence: runs are few (one per sequence in training). */
+    uint32_t run = 0;
+    for (uint32_t t = 0; t < io->n_tokens; t++) {
+        if (t == 0 || io->seq[t] != io->seq[t - 1]) {
+            run = t;
+            for (uint32_t j = 0; j < t; j++)
+                if (io->seq[j] == io->seq[t]) {
+                    run = j;
+                    break;
+                }
+        }
+        first[t] = run;
+    }
+}
+
+/* ---- attention ---------------------------------------------------------------------- */
+
+struct attn {
+    const struct gs_attn_params *p;
+    const struct gs_step_io *io;
+    const uint32_t *first;
+    const float *q, *k, *v, *dy;
+    int64_t q_dim, kv_dim;
+    float *pr, *dp; /* [n_tokens] each, indexed by key row */
+};
+
+/* Query i, head h: pr[j] = p_ij for j in [first_i, i] (0 where i does not see
+ * j); returns first_i. */
+static uint32_t softmax_row(const struct attn *at, uint32_t i, int h)
+{
+    const int hd = at->p->head_dim, g = h / (at->p->n_head / at->p->n_head_kv);
+    const uint32_t lo = at->first[i], n = i - lo + 1;
+    const struct gs_step_io *io = at->io;
+    float *s = at->pr + lo;
+    gs_cpu_dots_f32(at->q + i * at->q_dim + (int64_t)h * hd, at->k + lo * at->kv_dim + g * hd,
+                    (size_t)at->kv_dim, (int)n, hd, s);
+    for (uint32_t j = lo; j <= i; j++)
+        if (io->seq[j] != io->seq[i] || io->pos[j] > io->pos[i])
+            at->pr[j] = -INFINITY;
+    const float mx = gs_cpu_scale_max(s, at->p->scale, n);
+    const float sum = gs_cpu_exp_sum(s, mx, n);
+    gs_cpu_scale_max(s, 1.0f / sum, n);
+    return lo;
+}
+
+/* dp[j] = dy_i . v_j over [lo, i]; then dp[j] = dS_ij = p_ij (dp_ij - D_i). */
+static void ds_row(const struct attn *at, uint32_t i, int h, uint32_t lo)
+{
+    const int hd = at->p->head_dim, g = h / (at->p->n_head / at->p->n_head_kv);
+    const uint32_t n = i - lo + 1;
+    float *dp = at->dp + lo;
+    const float *pr = at->pr + lo;
+    gs_cpu_dots_f32(at->dy + i * at->q_dim + (int64_t)h * hd, at->v + lo * at->kv_dim + g * hd,
+                    (size_t)at->kv_dim, (int)n, hd, dp);
+    float d = 0;
+    for (uint32_t j = 0; j < n; j++)
+        d += pr[j] * dp[j];
+    for (uint32_t j = 0; j < n; j++)
+        dp[j] = pr[j] * (dp[j] - d);
+}
+
+static void attn_fwd(const struct attn *at, uint32_t i, float *out)
+{
+    const int hd = at->p->head_dim, group = at->p->n_head / at->p->n_head_kv;
+    for (int h = 0; h < at->p->n_head; h++) {
+        float *o = out + i * at->q_dim + (int64_t)h * hd;
+        const uint32_t lo = softmax_row(at, i, h);
+        memset(o, 0, (size_t)hd * sizeof(float));
+        gs_cpu_axpys_f32(o, at->pr + lo, at->v + lo * at->kv_dim + (h / group) * hd,
+                         (size_t)at->kv_dim, (int)(i - lo + 1), hd);
+    }
+}
+
+static void attn_back_q(const struct attn *at, uint32_t i, float *out)
+{
+    const int hd = at->p->head_dim, group = at->p->n_head / at->p->n_head_kv;
+    for (int h = 0; h < at->p->n_head; h++) {
+        float *o = out + i * at->q_dim + (int64_t)h * hd;
+        const uint32_t lo = softmax_row(at, i, h), n = i - lo + 1;
+        ds_row(at, i, h, lo);
+        for (uint32_t j = lo; j <= i; j++)
+            at->dp[j] *= at->p->scale;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        gs_cpu_axpys_f32(o, at->dp + lo, at->k + lo * at->kv_dim + (h / group) * hd,
+                         (size_t)at->kv_dim, (int)n, hd);
+    }
+}
+
+/* dk (want_k) or dv of sequence s's rows, kv head g: every query of the
+ * sequence in row order, every query head of the group in order. */
+static void attn_back_kv(const struct attn *at, uint32_t s, int g, bool want_k, float *out)
+{
+    const int hd = at->p->head_dim, group = at->p->n_head / at->p->n_head_kv;
+    const struct gs_step_io *io = at->io;
+    for (uint32_t j = 0; j < io->n_tokens; j++)
+        if (io->seq[j] == s)
+            memset(out + j * at->kv_dim + g * hd, 0, (size_t)hd * sizeof(float));
+    for (uint32_t i = 0; i < io->n_tokens; i++) {
+        if (io->seq[i] != s)
+            continue;
+        for (int h = g * group; h < (g + 1) * group; h++) {
+            const uint32_t lo = softmax_row(at, i, h);
+            const float *w = at->pr, *x = at->dy + i * at->q_dim + (int64_t)h * hd;
+            if (want_k) {
+                ds_row(at, i, h, lo);
+                for (uint32_t j = lo; j <= i; j++)
+                    at->dp[j] *= at->p->scale;
+                w = at->dp;
+                x = at->q + i * at->q_dim + (int64_t)h * hd;
+            }
+            for (uint32_t j = lo; j <= i; j++)
+                if (w[j] != 0)
+                    gs_cpu_axpys_f32(out + j * at->kv_dim + g * hd, w + j, x, 0, 1, hd);
+        }
+    }
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------- */
+
+/* Row x's logsumexp, through work [n]. */
+static float logsumexp(const float *x, int64_t n, float *work)
+{
+    memcpy(work, x, (size_t)n * sizeof(float));
+    const float mx = gs_cpu_scale_max(work, 1.0f, n);
+    return logf(gs_cpu_exp_sum(work, mx, n)) + mx;
+}
+
+/* ---- dispatch ---------------------------------------------------------------------- */
+
+bool gs_cpu_train_own(enum gs_op op)
+{
+    switch (op) {
+    case GS_OP_MATMUL_BACK_X:
+    case GS_OP_MATMUL_BACK_W:
+    case GS_OP_ATTN_CAUSAL:
+    case GS_OP_ATTN_CAUSAL_BACK_Q:
+    case GS_OP_ATTN_CAUSAL_BACK_K:
+    case GS_OP_ATTN_CAUSAL_BACK_V:
+    case GS_OP_CROSS_ENTROPY:
+    case GS_OP_CROSS_ENTROPY_BACK:
+        return true;
+    default:
+        return false;
+    }
+}
+
+void gs_cpu_train_run(const struct gs_train_args *a, const uint32_t *seq_first, int64_t u0,
+                      int64_t u1)
+{
+    const struct gs_node *n = a->n;
+    const struct gs_step_io *io = a->io;
+    const int64_t ne0 = n->ne[0];
+    if (u0 >= u1)
+        return;
+    switch (n->op) {
+    case GS_OP_MATMUL_BACK_X: { /* dx [T x K] = dy [T x N] W [N rows of K] */
+        const int64_t nn = a->src_rows[1];
+        gs_cpu_gemm_f32(a->out + u0 * ne0, (size_t)ne0, a->src[0] + u0 * nn, (size_t)nn, 1,
+                        a->src[1], (size_t)ne0, u1 - u0, ne0, nn);
+        return;
+    }
+    case GS_OP_MATMUL_BACK_W: { /* rows u of dW: sum_t dy[t][u] x[t] */
+        const int64_t nn = n->ne[1];
+        gs_cpu_gemm_f32(a->out + u0 * ne0, (size_t)ne0, a->src[0] + u0, 1, (size_t)nn, a->src[1],
+                        (size_t)ne0, u1 - u0, ne0, a->src_rows[0]);
+        return;
+    }
+    case GS_OP_CROSS_ENTROPY: {
+        const int64_t vocab = a->src_ne0[0];
+        double sum = 0;
+        for (uint32_t t = 0; t < io->n_tokens; t++) {
+            const float *x = a->src[0] + t * vocab;
+            sum += (double)logsumexp(x, vocab, a->work) - x[io->targets[t]];
+        }
+        a->out[0] = (float)(sum / io->n_tokens);
+        return;
+    }
+    case GS_OP_CROSS_ENTROPY_BACK:
+        for (int64_t t = u0; t < u1; t++) {
+            float *o = a->out + t * ne0;
+            memcpy(o, a->src[0] + t * ne0, (size_t)ne0 * sizeof(float));
+            const float mx = gs_cpu_scale_max(o, 1.0f, ne0);
+            const float sum = gs_cpu_exp_sum(o, mx, ne0), per = 1.0f / (float)io->n_tokens;
+            gs_cpu_scale_max(o, per / sum, ne0);
+            o[io->targets[t]] -= per;
+        }
+        return;
+    default:
+        break;
+    }
+    struct attn at = {.p = &n->p.attn, .io = io, .first = seq_first, .pr = a->work,
+                      .dp = a->work + io->n_tokens};
+    if (n->op == GS_OP_ATTN_CAUSAL) {
+        at.q = a->src[0], at.k = a->src[1], at.v = a->src[2];
+    } else {
+        at.dy = a->src[0], at.q = a->src[1], at.k = a->src[2], at.v = a->src[3];
+    }
+    at.q_dim = (int64_t)at.p->n_head * at.p->head_dim;
+    at.kv_dim = (int64_t)at.p->n_head_kv * at.p->head_dim;
+    for (int64_t u = u0; u < u1; u++) {
+        switch (n->op) {
+        case GS_OP_ATTN_CAUSAL:
+            attn_fwd(&at, (uint32_t)u, a->out);
+            break;
+        case GS_OP_ATTN_CAUSAL_BACK_Q:
+            attn_back_q(&at, (uint32_t)u, a->out);
+            break;
+        case GS_OP_ATTN_CAUSAL_BACK_K:
+        case GS_OP_ATTN_CAUSAL_BACK_V:
+            attn_back_kv(&at, (uint32_t)(u / at.p->n_head_kv), (int)(u % at.p->n_head_kv),
+                         n->op == GS_OP_ATTN_CAUSAL_BACK_K, a->out);
+            break;
+        default:
+            (void)GS_NEVER(true);
+            break;
+        }
+    }
+}
