@@ -108,12 +108,66 @@ static void attn_back_q(const struct attn *at, uint32_t i, float *out)
     }
 }
 
+/*
+ * dk or dv of a sequence whose rows are the one run [lo, lo + L), as products:
+ * per query head h of the group, the L x L matrix of its softmax rows P (or
+ * of dS, times the scale) in the work buffer, then dv = P^T dy_h (dk = dS^T
+ * q_h) in one gs_cpu_gemm_f32, each element summed over the queries in row
+ * order; the group's heads are added in order. Each row of P is softmax_row's,
+ * so this sums the same terms as the row form below in another order.
+ */
+static void attn_back_kv_matrix(const struct attn *at, uint32_t lo, uint32_t L, int g,
+                                bool want_k, float *out, float *mat)
+{
+    const int hd = at->p->head_dim, group = at->p->n_head / at->p->n_head_kv;
+    float *tmp = mat + (size_t)L * L; /* [L][hd]: a head's part when the group has more */
+    float *dst = out + lo * at->kv_dim + g * hd;
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        for (uint32_t i = lo; i < lo + L; i++) {
+            float *row = mat + (size_t)(i - lo) * L;
+            softmax_row(at, i, h);
+            const float *src = at->pr + lo;
+            if (want_k) {
+                ds_row(at, i, h, lo);
+                src = at->dp + lo;
+            }
+            const uint32_t n = i - lo + 1;
+            for (uint32_t j = 0; j < n; j++)
+                row[j] = want_k ? src[j] * at->p->scale : src[j];
+            memset(row + n, 0, (size_t)(L - n) * sizeof(float));
+        }
+        const float *b = (want_k ? at->q : at->dy) + lo * at->q_dim + (int64_t)h * hd;
+        const bool first = h == g * group;
+        float *c = first ? dst : tmp;
+        const size_t ldc = first ? (size_t)at->kv_dim : (size_t)hd;
+        gs_cpu_gemm_f32(c, ldc, mat, 1, L, b, (size_t)at->q_dim, L, hd, L);
+        if (!first)
+            for (uint32_t j = 0; j < L; j++)
+                for (int d = 0; d < hd; d++)
+                    dst[j * at->kv_dim + d] += tmp[(size_t)j * hd + d];
+    }
+}
+
 /* dk (want_k) or dv of sequence s's rows, kv head g: every query of the
- * sequence in row order, every query head of the group in order. */
-static void attn_back_kv(const struct attn *at, uint32_t s, int g, bool want_k, float *out)
+ * sequence in row order, every query head of the group in order. A sequence
+ * that is one run of rows and fits the work buffer goes as products above. */
+static void attn_back_kv(const struct attn *at, uint32_t s, int g, bool want_k, float *out,
+                         float *mat)
 {
     const int hd = at->p->head_dim, group = at->p->n_head / at->p->n_head_kv;
     const struct gs_step_io *io = at->io;
+    uint32_t s_lo = io->n_tokens, s_hi = 0, rows = 0;
+    for (uint32_t j = 0; j < io->n_tokens; j++)
+        if (io->seq[j] == s) {
+            s_lo = GS_MIN(s_lo, j);
+            s_hi = j + 1;
+            rows++;
+        }
+    if (rows && s_hi - s_lo == rows &&
+        (int64_t)rows * (rows + hd) <= GS_CPU_TRAIN_MATRIX_FLOATS) {
+        attn_back_kv_matrix(at, s_lo, rows, g, want_k, out, mat);
+        return;
+    }
     for (uint32_t j = 0; j < io->n_tokens; j++)
         if (io->seq[j] == s)
             memset(out + j * at->kv_dim + g * hd, 0, (size_t)hd * sizeof(float));
@@ -230,7 +284,8 @@ void gs_cpu_train_run(const struct gs_train_args *a, const uint32_t *seq_first, 
         case GS_OP_ATTN_CAUSAL_BACK_K:
         case GS_OP_ATTN_CAUSAL_BACK_V:
             attn_back_kv(&at, (uint32_t)(u / at.p->n_head_kv), (int)(u % at.p->n_head_kv),
-                         n->op == GS_OP_ATTN_CAUSAL_BACK_K, a->out);
+                         n->op == GS_OP_ATTN_CAUSAL_BACK_K, a->out,
+                         a->work + 2 * (int64_t)io->n_tokens);
             break;
         default:
             (void)GS_NEVER(true);

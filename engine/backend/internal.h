@@ -44,9 +44,13 @@ void gs_train_run(const struct gs_train_args *a, int64_t u0, int64_t u1);
  */
 /* Whether cpu_train.c has op. */
 bool gs_cpu_train_own(enum gs_op op);
-/* Scratch a thread needs: attention's two score rows, a cross-entropy row of
- * `widest` logits. */
-#define GS_CPU_TRAIN_WORK_FLOATS(n, widest) GS_MAX(2 * (int64_t)(n), (int64_t)(widest))
+/* Attention's dk and dv go as matrix products for a sequence of L rows when
+ * L (L + head_dim) floats fit this (256 KiB per thread): up to 224 rows at head_dim 64. */
+#define GS_CPU_TRAIN_MATRIX_FLOATS 65536
+/* Scratch a thread needs: attention's two score rows and its matrices, or a
+ * cross-entropy row of `widest` logits. */
+#define GS_CPU_TRAIN_WORK_FLOATS(n, widest)                                                        \
+    GS_MAX(2 * (int64_t)(n) + GS_CPU_TRAIN_MATRIX_FLOATS, (int64_t)(widest))
 /* first[t] = the first row of row t's sequence in the step (once a step, for
  * attention: a query's keys are rows first[t] .. t). */
 void gs_cpu_train_seq_first(const struct gs_step_io *io, uint32_t *first);
