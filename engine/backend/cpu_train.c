@@ -1,9 +1,10 @@
 /*
  * engine/backend/cpu_train.c - the cpu backend's own kernels for the training
  * ops that dominate a step: the backward matmuls, causal attention and its
- * backward, and the cross-entropy pair. They compute what train_ops.c defines
- * (its header comment has the formulas) on the SIMD helpers of engine/cpu
- * (gs_cpu_gemm_f32, dots, axpys, the vector exponential), so their results
+ * backward, the cross-entropy pair and swiglu's gate gradient. They compute
+ * what train_ops.c defines (its header comment has the formulas) on the SIMD
+ * helpers of engine/cpu (gs_cpu_gemm_f32, dots, axpys, the vector
+ * exponential), so their results
  * differ from ref's in the last bits; the other training ops run train_ops.c
  * as ref does.
  *
@@ -214,6 +215,7 @@ bool gs_cpu_train_own(enum gs_op op)
     case GS_OP_ATTN_CAUSAL_BACK_V:
     case GS_OP_CROSS_ENTROPY:
     case GS_OP_CROSS_ENTROPY_BACK:
+    case GS_OP_SWIGLU_BACK_GATE:
         return true;
     default:
         return false;
@@ -251,6 +253,10 @@ void gs_cpu_train_run(const struct gs_train_args *a, const uint32_t *seq_first, 
         a->out[0] = (float)(sum / io->n_tokens);
         return;
     }
+    case GS_OP_SWIGLU_BACK_GATE: /* rows u0 .. u1 - 1 are one run of floats */
+        gs_cpu_swiglu_back_gate(a->out + u0 * ne0, a->src[0] + u0 * ne0, a->src[1] + u0 * ne0,
+                                a->src[2] + u0 * ne0, (u1 - u0) * ne0);
+        return;
     case GS_OP_CROSS_ENTROPY_BACK:
         for (int64_t t = u0; t < u1; t++) {
             float *o = a->out + t * ne0;

@@ -38,9 +38,9 @@ void gs_train_run(const struct gs_train_args *a, int64_t u0, int64_t u1);
 /*
  * The cpu backend's own forms of the hot training ops (cpu_train.c): the
  * backward matmuls, causal attention and its backward, cross-entropy and its
- * backward, on engine/cpu's SIMD helpers. The same units as gs_train_units and
- * a fixed order per output element, so thread-count independent as above;
- * their bits differ from train_ops.c's.
+ * backward, swiglu's gate gradient, on engine/cpu's SIMD helpers. The same
+ * units as gs_train_units and a fixed order per output element, so
+ * thread-count independent as above; their bits differ from train_ops.c's.
  */
 /* Whether cpu_train.c has op. */
 bool gs_cpu_train_own(enum gs_op op);

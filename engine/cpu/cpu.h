@@ -124,6 +124,8 @@ struct gs_cpu_helpers {
     void (*geglu)(float *o, const float *g, const float *u, int64_t n);
     void (*gemm_f32)(float *c, size_t ldc, const float *a, size_t a_i, size_t a_p,
                      const float *b, size_t ldb, int64_t m, int64_t n, int64_t k);
+    void (*swiglu_back_gate)(float *o, const float *dy, const float *g, const float *u,
+                             int64_t n);
 };
 void gs_cpu__helpers_avx2_fill(struct gs_cpu_helpers *h); /* x86-64 builds */
 void gs_cpu__helpers_neon_fill(struct gs_cpu_helpers *h); /* aarch64 builds */
@@ -208,6 +210,10 @@ static inline void gs_cpu_glu(int act_gelu, float *o, const float *g, const floa
  */
 void gs_cpu_gemm_f32(float *c, size_t ldc, const float *a, size_t a_i, size_t a_p, const float *b,
                      size_t ldb, int64_t m, int64_t n, int64_t k);
+/* o[i] = dy[i] u[i] silu'(g[i]) = dy[i] u[i] s (1 + g[i] (1 - s)), s = 1 / (1 + e^-g[i]):
+ * the gate's gradient through swiglu (training). */
+void gs_cpu_swiglu_back_gate(float *o, const float *dy, const float *g, const float *u,
+                             int64_t n);
 /* x[i] *= scale; returns max x[i] (-inf for n 0). */
 float gs_cpu_scale_max(float *x, float scale, int64_t n);
 /* x[i] = e^(x[i] - m); returns the sum of the new x[i]. */

@@ -342,6 +342,18 @@ Test(cpu_kernels, vector_helpers_match_scalar)
     }
     cr_assert(fabs(gs_cpu_dot_f32(a, b, N) - d32) < 1e-4);
     cr_assert(fabs(gs_cpu_dot_f32_f16(a, h, N) - d16) < 1e-4);
+    /* swiglu's gate gradient, gates over [-12, 12]: the vector exp is within
+     * 2 ulp of expf. */
+    float g[N], o[N];
+    for (int i = 0; i < N; i++)
+        g[i] = 12 * a[i];
+    gs_cpu_swiglu_back_gate(o, a, g, b, N);
+    for (int i = 0; i < N; i++) {
+        const double s = 1 / (1 + exp(-(double)g[i]));
+        const double want = (double)a[i] * b[i] * s * (1 + g[i] * (1 - s));
+        cr_assert(fabs(o[i] - want) <= 1e-6 + 1e-5 * fabs(want), "[%d] g %g: %g, want %g", i,
+                  (double)g[i], (double)o[i], want);
+    }
 }
 
 Test(cpu_kernels, unknown_type_has_no_row_and_unsupported_isa_is_null)
