@@ -1,7 +1,7 @@
 /*
  * engine/cpu/cpu.h - the kernels and the worker pool behind the `cpu` backend
- * (engine/backend/cpu.c). Nothing outside that backend and its tests includes
- * this header.
+ * (engine/backend/cpu.c, and cpu_train.c for its training ops). Nothing outside
+ * that backend and its tests includes this header.
  *
  * Kernels. Weights are multiplied in their file format. Activations are first
  * quantized to the weight type's dot partner (the vec_dot_type of
