@@ -84,7 +84,8 @@ struct cpu_plan {
     bool paged_attn; /* the graph reads the KV cache (ATTN): score rows are needed */
     bool causal_attn; /* the graph has ATTN_CAUSAL ops: seq_first is needed */
     /* A training plan (it has training ops): F32 matmuls run as the backward
-     * ones do (k_matmul_train), through TRAIN_PANEL x K floats per thread. */
+     * ones do (gs_cpu_train_matmul), through GS_CPU_TRAIN_PANEL x K floats per
+     * thread. */
     bool train;
 };
 
@@ -502,34 +503,6 @@ static const void *matmul_input(const struct run *r, const struct gs_node *n,
     return buf;
 }
 
-/* Output rows per panel of a training plan's F32 matmul. */
-#define TRAIN_PANEL 16
-
-/*
- * A training plan's F32 matmul, output rows [r0, r1): TRAIN_PANEL rows of W at
- * a time transposed into the thread's buffer, then gs_cpu_gemm_f32 over every
- * token, as the backward matmuls run. With a row of 64 (the seed model's
- * width) dot_f32's horizontal sum per output costs more than half its
- * multiply-adds; the broadcast form has none, and the transposition is K x N
- * copies against 2 T K N operations. Serving plans keep the dot form, whose
- * bits do not depend on how many tokens a step holds.
- */
-static void k_matmul_train(struct run *r, const struct gs_node *w, int64_t r0, int64_t r1,
-                           int thread)
-{
-    const struct gs_node *n = r->n;
-    const int64_t K = w->ne[0], N = w->ne[1], T = gs_step_rows(n, r->io);
-    const float *x = value(r, n->src[0]), *wd = w->data;
-    float *wt = thread_buf(r, thread);
-    for (int64_t p0 = r0; p0 < r1; p0 += TRAIN_PANEL) {
-        const int64_t np = GS_MIN(TRAIN_PANEL, r1 - p0);
-        for (int64_t j = 0; j < np; j++)
-            for (int64_t k = 0; k < K; k++)
-                wt[k * np + j] = wd[(p0 + j) * K + k];
-        gs_cpu_gemm_f32(r->out + p0, (size_t)N, x, (size_t)K, 1, wt, (size_t)np, T, np, K);
-    }
-}
-
 /* x [K x T] @ W [K x N] -> out [N x T] (+ residual): each thread takes a
  * range of output rows for all tokens. */
 static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
@@ -544,7 +517,8 @@ static void k_matmul(struct run *r, int chunk, int n_chunks, int thread)
     if (r0 >= r1)
         return;
     if (r->cp->train && w->type == GS_TYPE_F32 && r->g->nodes[n->src[0]].type == GS_TYPE_F32) {
-        k_matmul_train(r, w, r0, r1, thread);
+        gs_cpu_train_matmul(value(r, n->src[0]), w->data, K, N, T, r0, r1, r->out,
+                            thread_buf(r, thread));
     } else {
         size_t x_stride;
         const void *x = matmul_input(r, n, w, thread, &x_stride);
@@ -1216,7 +1190,8 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
     }
     for (uint32_t i = 0; cp->train && i < g->n_nodes; i++)
         if (is_matmul(&g->nodes[i]))
-            thread_floats = GS_MAX(thread_floats, TRAIN_PANEL * g->nodes[g->nodes[i].src[1]].ne[0]);
+            thread_floats =
+                GS_MAX(thread_floats, GS_CPU_TRAIN_PANEL * g->nodes[g->nodes[i].src[1]].ne[0]);
     cp->thread_floats = (thread_floats + 15) / 16 * 16;
     cp->logits_matmul = logits_matmul(g);
     for (uint32_t i = 0; i < g->n_nodes; i++)

@@ -202,6 +202,28 @@ static float logsumexp(const float *x, int64_t n, float *work)
     return logf(gs_cpu_exp_sum(work, mx, n)) + mx;
 }
 
+/* ---- a training plan's forward matmul -------------------------------------------- */
+
+/*
+ * GS_CPU_TRAIN_PANEL rows of W at a time transposed into wt, then
+ * gs_cpu_gemm_f32 over every token, as the backward matmuls run. With a row of
+ * 64 (the seed model's width) dot_f32's horizontal sum per output costs more
+ * than half its multiply-adds; the broadcast form has none, and the
+ * transposition is K x N copies against 2 T K N operations. Serving plans keep
+ * the dot form, whose bits do not depend on how many tokens a step holds.
+ */
+void gs_cpu_train_matmul(const float *x, const float *w, int64_t K, int64_t N, int64_t T,
+                         int64_t r0, int64_t r1, float *out, float *wt)
+{
+    for (int64_t p0 = r0; p0 < r1; p0 += GS_CPU_TRAIN_PANEL) {
+        const int64_t np = GS_MIN(GS_CPU_TRAIN_PANEL, r1 - p0);
+        for (int64_t j = 0; j < np; j++)
+            for (int64_t k = 0; k < K; k++)
+                wt[k * np + j] = w[(p0 + j) * K + k];
+        gs_cpu_gemm_f32(out + p0, (size_t)N, x, (size_t)K, 1, wt, (size_t)np, T, np, K);
+    }
+}
+
 /* ---- dispatch ---------------------------------------------------------------------- */
 
 bool gs_cpu_train_own(enum gs_op op)

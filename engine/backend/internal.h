@@ -54,6 +54,12 @@ bool gs_cpu_train_own(enum gs_op op);
 /* first[t] = the first row of row t's sequence in the step (once a step, for
  * attention: a query's keys are rows first[t] .. t). */
 void gs_cpu_train_seq_first(const struct gs_step_io *io, uint32_t *first);
+/* Output rows per panel of gs_cpu_train_matmul. */
+#define GS_CPU_TRAIN_PANEL 16
+/* A training plan's F32 matmul, output rows [r0, r1) of out [T][N] =
+ * x [T][K] . W^T (W: N rows of K), through wt [GS_CPU_TRAIN_PANEL * K]. */
+void gs_cpu_train_matmul(const float *x, const float *w, int64_t K, int64_t N, int64_t T,
+                         int64_t r0, int64_t r1, float *out, float *wt);
 /* Units [u0, u1) of a (gs_train_units) for an op gs_cpu_train_own has. */
 void gs_cpu_train_run(const struct gs_train_args *a, const uint32_t *seq_first, int64_t u0,
                       int64_t u1);
