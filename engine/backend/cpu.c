@@ -70,6 +70,7 @@ static void cpu_close(struct gs_be *be)
     gs_free(c->scores);
     gs_free(c->rope_cs);
     gs_free(c->attn_blocks);
+    gs_free(c->seq_first);
     gs_free(c);
     be->ctx = NULL;
 }
@@ -210,9 +211,20 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
         goto out_nomem;
     const uint64_t nt = (uint64_t)c->n_threads, row = xq_stride ? xq_stride : 1;
     cp->xq_stride = xq_stride;
-    for (uint32_t i = 0; i < g->n_nodes; i++)
-        if (gs_train_op(g->nodes[i].op))
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const struct gs_node *n = &g->nodes[i];
+        if (gs_train_op(n->op))
             thread_floats = GS_MAX(thread_floats, GS_TRAIN_WORK_FLOATS(s->n_tokens));
+        if (gs_cpu_train_own(n->op))
+            thread_floats = GS_MAX(thread_floats, GS_CPU_TRAIN_WORK_FLOATS(
+                                                      s->n_tokens, g->nodes[n->src[0]].ne[0]));
+        cp->causal_attn |= n->op == GS_OP_ATTN_CAUSAL;
+        cp->train |= gs_train_op(n->op);
+    }
+    for (uint32_t i = 0; cp->train && i < g->n_nodes; i++)
+        if (gs_op_is_matmul(g->nodes[i].op))
+            thread_floats =
+                GS_MAX(thread_floats, GS_CPU_TRAIN_PANEL * g->nodes[g->nodes[i].src[1]].ne[0]);
     cp->thread_floats = (thread_floats + 15) / 16 * 16;
     cp->logits_matmul = logits_matmul(g);
     for (uint32_t i = 0; i < g->n_nodes; i++)
@@ -225,7 +237,8 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
         !grow((void **)&c->rope_cs, &c->rope_cs_bytes, (uint64_t)s->n_tokens * rope_floats,
               sizeof(float)) ||
         !grow((void **)&c->attn_blocks, &c->attn_blocks_bytes, (uint64_t)s->n_tokens + 1,
-              sizeof(uint32_t)))
+              sizeof(uint32_t)) ||
+        !grow((void **)&c->seq_first, &c->seq_first_bytes, s->n_tokens, sizeof(uint32_t)))
         goto out_nomem;
     *out = p;
     return GS_OK;
@@ -461,6 +474,8 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
     if (st)
         return st;
     gs_be__cpu_attn_blocks(&r);
+    if (r.cp->causal_attn)
+        gs_cpu_train_seq_first(io, c->seq_first);
     for (uint32_t k = 0; k < p->n_order;) {
         const uint32_t id = p->order[k];
         const struct gs_node *n = &g->nodes[id];

@@ -412,10 +412,15 @@ void gs_be__cpu_matmul(struct cpu_run *r, int chunk, int n_chunks, int thread)
     gs_cpu_split(N, 16, chunk, n_chunks, &r0, &r1); /* whole panels of the widest kernels */
     if (r0 >= r1)
         return;
-    size_t x_stride;
-    const void *x = matmul_input(r, n, w, thread, &x_stride);
-    kr->gemm(K, (const char *)w->data + r0 * w_stride, w_stride, (int)(r1 - r0), x, x_stride,
-             (int)T, r->out + r0, (size_t)N);
+    if (r->cp->train && w->type == GS_TYPE_F32 && r->g->nodes[n->src[0]].type == GS_TYPE_F32) {
+        gs_cpu_train_matmul(cpu_value(r, n->src[0]), w->data, K, N, T, r0, r1, r->out,
+                            thread_buf(r, thread));
+    } else {
+        size_t x_stride;
+        const void *x = matmul_input(r, n, w, thread, &x_stride);
+        kr->gemm(K, (const char *)w->data + r0 * w_stride, w_stride, (int)(r1 - r0), x, x_stride,
+                 (int)T, r->out + r0, (size_t)N);
+    }
     if (n->op == GS_OP_MATMUL_ADD) {
         const float *res = cpu_value(r, n->src[2]);
         for (int64_t t = 0; t < T; t++)
@@ -836,7 +841,10 @@ static void k_train(struct cpu_run *r, int chunk, int n_chunks, int thread)
     }
     int64_t u0, u1;
     gs_cpu_split(gs_train_units(&a), 1, chunk, n_chunks, &u0, &u1);
-    gs_train_run(&a, u0, u1);
+    if (gs_cpu_train_own(n->op))
+        gs_cpu_train_run(&a, r->ctx->seq_first, u0, u1);
+    else
+        gs_train_run(&a, u0, u1);
 }
 
 /* One row per op; WEIGHT has no kernel and never appears in a plan's order. */

@@ -79,6 +79,8 @@ struct cpu_ctx {
     int64_t scores_cap;        /* positions per query row */
     uint32_t *attn_blocks;     /* [tokens + 1] first token of each attention block */
     size_t attn_blocks_bytes;
+    uint32_t *seq_first;       /* [tokens] first row of each row's sequence (training attention) */
+    size_t seq_first_bytes;
     float *rope_cs;            /* [tokens][n_rot / 2][2] cos, sin of the step's rotations */
     size_t rope_cs_bytes;
     uint64_t rope_step;        /* rope_cs holds step rope_step's angles of rope_node's */
@@ -94,6 +96,11 @@ struct cpu_plan {
      * layout), so vocab x outputs floats of scratch are never touched. */
     uint32_t logits_matmul;
     bool paged_attn; /* the graph reads the KV cache (ATTN): score rows are needed */
+    bool causal_attn; /* the graph has ATTN_CAUSAL ops: seq_first is needed */
+    /* A training plan (it has training ops): F32 matmuls run as the backward
+     * ones do (gs_cpu_train_matmul), through GS_CPU_TRAIN_PANEL x K floats per
+     * thread. */
+    bool train;
 };
 
 /* One step in flight. The fields below io are per op. */
@@ -141,5 +148,34 @@ void gs_be__cpu_attn_blocks(struct cpu_run *r);
  * cos/sin table for rope n unless it already holds n's angles. */
 bool gs_be__cpu_same_rotation(const struct gs_node *a, const struct gs_node *b);
 void gs_be__cpu_rope_prepare(struct cpu_run *r, const struct gs_node *n);
+
+/*
+ * The cpu backend's own forms of the hot training ops (cpu_train.c): the
+ * backward matmuls, causal attention and its backward, cross-entropy and its
+ * backward, swiglu's gate gradient, on engine/cpu's SIMD helpers. The same
+ * units as gs_train_units and a fixed order per output element, so
+ * thread-count independent as above; their bits differ from train_ops.c's.
+ */
+/* Whether cpu_train.c has op. */
+bool gs_cpu_train_own(enum gs_op op);
+/* Attention's dk and dv go as matrix products for a sequence of L rows when
+ * L (L + head_dim) floats fit this (256 KiB per thread): up to 224 rows at head_dim 64. */
+#define GS_CPU_TRAIN_MATRIX_FLOATS 65536
+/* Scratch a thread needs: attention's two score rows and its matrices, or a
+ * cross-entropy row of `widest` logits. */
+#define GS_CPU_TRAIN_WORK_FLOATS(n, widest)                                                        \
+    GS_MAX(2 * (int64_t)(n) + GS_CPU_TRAIN_MATRIX_FLOATS, (int64_t)(widest))
+/* first[t] = the first row of row t's sequence in the step (once a step, for
+ * attention: a query's keys are rows first[t] .. t). */
+void gs_cpu_train_seq_first(const struct gs_step_io *io, uint32_t *first);
+/* Output rows per panel of gs_cpu_train_matmul. */
+#define GS_CPU_TRAIN_PANEL 16
+/* A training plan's F32 matmul, output rows [r0, r1) of out [T][N] =
+ * x [T][K] . W^T (W: N rows of K), through wt [GS_CPU_TRAIN_PANEL * K]. */
+void gs_cpu_train_matmul(const float *x, const float *w, int64_t K, int64_t N, int64_t T,
+                         int64_t r0, int64_t r1, float *out, float *wt);
+/* Units [u0, u1) of a (gs_train_units) for an op gs_cpu_train_own has. */
+void gs_cpu_train_run(const struct gs_train_args *a, const uint32_t *seq_first, int64_t u0,
+                      int64_t u1);
 
 #endif

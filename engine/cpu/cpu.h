@@ -1,7 +1,7 @@
 /*
  * engine/cpu/cpu.h - the kernels and the worker pool behind the `cpu` backend
- * (engine/backend/cpu.c). Nothing outside that backend and its tests includes
- * this header.
+ * (engine/backend/cpu.c, and cpu_train.c for its training ops). Nothing outside
+ * that backend and its tests includes this header.
  *
  * Kernels. Weights are multiplied in their file format. Activations are first
  * quantized to the weight type's dot partner (the vec_dot_type of
@@ -122,9 +122,16 @@ struct gs_cpu_helpers {
     float (*scale_max)(float *x, float scale, int64_t n);
     float (*exp_sum)(float *x, float m, int64_t n);
     void (*geglu)(float *o, const float *g, const float *u, int64_t n);
+    void (*gemm_f32)(float *c, size_t ldc, const float *a, size_t a_i, size_t a_p,
+                     const float *b, size_t ldb, int64_t m, int64_t n, int64_t k);
+    void (*swiglu_back_gate)(float *o, const float *dy, const float *g, const float *u,
+                             int64_t n);
 };
 void gs_cpu__helpers_avx2_fill(struct gs_cpu_helpers *h); /* x86-64 builds */
 void gs_cpu__helpers_neon_fill(struct gs_cpu_helpers *h); /* aarch64 builds */
+/* gemm_f32's AVX2 + FMA form (gemm_f32_avx2.c). */
+void gs_cpu__gemm_f32_avx2(float *c, size_t ldc, const float *a, size_t a_i, size_t a_p,
+                           const float *b, size_t ldb, int64_t m, int64_t n, int64_t k);
 
 /* The generic tiled product: dot over tokens in blocks, weight row by row. */
 void gs_cpu__gemm_generic(gs_cpu_dot_fn dot, int64_t n, const void *w, size_t w_stride,
@@ -193,6 +200,20 @@ static inline void gs_cpu_glu(int act_gelu, float *o, const float *g, const floa
     else
         gs_cpu_swiglu(o, g, u, n);
 }
+/*
+ * F32 product with a strided left operand (training's backward matmuls):
+ * c[i * ldc + j] = sum_{p < k} a[i * a_i + p * a_p] * b[p * ldb + j] for i < m,
+ * j < n; a_i = 1 reads a transposed. Each element is one chain of
+ * multiply-adds over p = 0, 1, ... from zero (fused on the FMA ISAs), however
+ * the rows and columns are tiled: a caller that shares rows or columns out
+ * among threads gets the same bits on any thread count.
+ */
+void gs_cpu_gemm_f32(float *c, size_t ldc, const float *a, size_t a_i, size_t a_p, const float *b,
+                     size_t ldb, int64_t m, int64_t n, int64_t k);
+/* o[i] = dy[i] u[i] silu'(g[i]) = dy[i] u[i] s (1 + g[i] (1 - s)), s = 1 / (1 + e^-g[i]):
+ * the gate's gradient through swiglu (training). */
+void gs_cpu_swiglu_back_gate(float *o, const float *dy, const float *g, const float *u,
+                             int64_t n);
 /* x[i] *= scale; returns max x[i] (-inf for n 0). */
 float gs_cpu_scale_max(float *x, float scale, int64_t n);
 /* x[i] = e^(x[i] - m); returns the sum of the new x[i]. */

@@ -310,10 +310,31 @@ static float exp_sum(float *x, float m, int64_t n)
     return sum;
 }
 
+static void gemm_f32(float *c, size_t ldc, const float *a, size_t a_i, size_t a_p,
+                     const float *b, size_t ldb, int64_t m, int64_t n, int64_t k)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = 0;
+            for (int64_t p = 0; p < k; p++)
+                s += a[(size_t)i * a_i + (size_t)p * a_p] * b[(size_t)p * ldb + j];
+            c[(size_t)i * ldc + j] = s;
+        }
+}
+
+static void swiglu_back_gate(float *o, const float *dy, const float *g, const float *u,
+                             int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float s = 1.0f / (1.0f + expf(-g[i]));
+        o[i] = dy[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+    }
+}
+
 static const struct gs_cpu_helpers helpers_scalar = {
     f32_to_f16, f16_to_f32, dot_f32, dot_f32_f16, dots_f16,  dots_f32, axpys_f16,
     axpys_f32,  dots4,      axpys4,  round_f16,   swiglu,    scale_max, exp_sum,
-    geglu,
+    geglu,      gemm_f32,   swiglu_back_gate,
 };
 
 static inline const struct gs_cpu_helpers *best(void)
@@ -401,4 +422,16 @@ void gs_cpu_axpys4(float *const acc[4], const float *const w[4], const void *v, 
 float gs_cpu_exp_sum(float *x, float m, int64_t n)
 {
     return best()->exp_sum(x, m, n);
+}
+
+void gs_cpu_swiglu_back_gate(float *o, const float *dy, const float *g, const float *u,
+                             int64_t n)
+{
+    best()->swiglu_back_gate(o, dy, g, u, n);
+}
+
+void gs_cpu_gemm_f32(float *c, size_t ldc, const float *a, size_t a_i, size_t a_p, const float *b,
+                     size_t ldb, int64_t m, int64_t n, int64_t k)
+{
+    best()->gemm_f32(c, ldc, a, a_i, a_p, b, ldb, m, n, k);
 }

@@ -429,8 +429,71 @@ GEMM_OF(q2_K)
 GEMM_OF(q3_K)
 GEMM_OF(q5_K)
 #ifndef GS_CPU_VNNI
-GEMM_OF(f32)
 GEMM_OF(f16)
 GEMM_OF(bf16)
 #endif
 #undef GEMM_OF
+
+#ifndef GS_CPU_VNNI /* the float rows do not use VNNI: plain build only */
+/* Rows r0, r0 + 1 of w by tokens t0 .. t0 + 2 of x: six dot_f32 at once, each
+ * summed exactly as dot_f32 sums it (so a tiled product has the same bits as
+ * the row-by-row one), every w and x vector loaded once for the six. */
+static void dot_f32_2x3(int64_t n, const float *w0, const float *w1, const float *x0,
+                        size_t xs, float *o, size_t os)
+{
+    const float *x1 = x0 + xs, *x2 = x1 + xs;
+    __m256 a[6][2];
+    for (int e = 0; e < 6; e++)
+        a[e][0] = a[e][1] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256 v0 = _mm256_loadu_ps(w0 + i + 8 * h), v1 = _mm256_loadu_ps(w1 + i + 8 * h);
+            const __m256 y0 = _mm256_loadu_ps(x0 + i + 8 * h), y1 = _mm256_loadu_ps(x1 + i + 8 * h);
+            const __m256 y2 = _mm256_loadu_ps(x2 + i + 8 * h);
+            a[0][h] = _mm256_fmadd_ps(v0, y0, a[0][h]);
+            a[1][h] = _mm256_fmadd_ps(v1, y0, a[1][h]);
+            a[2][h] = _mm256_fmadd_ps(v0, y1, a[2][h]);
+            a[3][h] = _mm256_fmadd_ps(v1, y1, a[3][h]);
+            a[4][h] = _mm256_fmadd_ps(v0, y2, a[4][h]);
+            a[5][h] = _mm256_fmadd_ps(v1, y2, a[5][h]);
+        }
+    }
+    const float *xt[3] = {x0, x1, x2}, *wr[2] = {w0, w1};
+    for (int e = 0; e < 6; e++) {
+        const float *w = wr[e & 1], *x = xt[e >> 1];
+        float sum = hsum_ps(_mm256_add_ps(a[e][0], a[e][1]));
+        for (int64_t j = i; j < n; j++)
+            sum += w[j] * x[j];
+        o[(size_t)(e >> 1) * os + (e & 1)] = sum;
+    }
+}
+
+/* F32 weights: blocks of TOK_BLOCK tokens, pairs of rows by triples of tokens,
+ * the edges row by row; the same bits as gs_cpu__gemm_generic over dot_f32. */
+void AVX2_FN(gemm_f32)(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs,
+                     int nt, float *out, size_t os)
+{
+    const size_t wf = ws / sizeof(float), xf = xs / sizeof(float);
+    for (int t0 = 0; t0 < nt; t0 += TOK_BLOCK) {
+        const int t1 = GS_MIN(nt, t0 + TOK_BLOCK);
+        int r = 0;
+        for (; r + 2 <= nr; r += 2) {
+            const float *w0 = (const float *)vw + (size_t)r * wf;
+            int t = t0;
+            for (; t + 3 <= t1; t += 3)
+                dot_f32_2x3(n, w0, w0 + wf, (const float *)vx + (size_t)t * xf, xf,
+                            out + (size_t)t * os + r, os);
+            for (; t < t1; t++)
+                for (int e = 0; e < 2; e++)
+                    out[(size_t)t * os + r + e] =
+                        AVX2_FN(dot_f32)(n, w0 + (size_t)e * wf, (const float *)vx + (size_t)t * xf);
+        }
+        for (; r < nr; r++)
+            for (int t = t0; t < t1; t++)
+                out[(size_t)t * os + r] = AVX2_FN(dot_f32)(n, (const float *)vw + (size_t)r * wf,
+                                                  (const float *)vx + (size_t)t * xf);
+    }
+}
+#endif

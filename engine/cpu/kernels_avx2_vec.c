@@ -336,6 +336,24 @@ static void vh_geglu(float *o, const float *g, const float *u, int64_t n)
     }
 }
 
+static void vh_swiglu_back_gate(float *o, const float *dy, const float *g, const float *u,
+                                int64_t n)
+{
+    const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, exp_ps(_mm256_xor_ps(x, neg))));
+        const __m256 d = _mm256_add_ps(one, _mm256_mul_ps(x, _mm256_sub_ps(one, s)));
+        const __m256 du = _mm256_mul_ps(_mm256_loadu_ps(dy + i), _mm256_loadu_ps(u + i));
+        _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_mul_ps(du, s), d));
+    }
+    for (; i < n; i++) {
+        const float s = 1.0f / (1.0f + expf(-g[i]));
+        o[i] = dy[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+    }
+}
+
 static float vh_scale_max(float *x, float scale, int64_t n)
 {
     const __m256 vs = _mm256_set1_ps(scale);
@@ -509,4 +527,6 @@ void gs_cpu__helpers_avx2_fill(struct gs_cpu_helpers *h)
     h->geglu = vh_geglu;
     h->scale_max = vh_scale_max;
     h->exp_sum = vh_exp_sum;
+    h->gemm_f32 = gs_cpu__gemm_f32_avx2;
+    h->swiglu_back_gate = vh_swiglu_back_gate;
 }

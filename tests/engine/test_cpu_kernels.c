@@ -232,6 +232,96 @@ Test(cpu_kernels, gemm_of_decode_steps_matches_reference_on_long_rows)
     }
 }
 
+/* The tiled F32 product is dot_f32 element by element, bit for bit: an F32
+ * model's logits do not depend on how many tokens a step batches. */
+Test(cpu_kernels, f32_gemm_equals_dot_bit_for_bit)
+{
+    static const int64_t sizes[] = {1, 16, 37, 64, 1001};
+    for (int isa = 0; isa < GS_CPU_ISA_COUNT; isa++) {
+        const struct gs_cpu_kernels *kr = gs_cpu_kernels_for((enum gs_cpu_isa)isa, GS_TYPE_F32);
+        if (!kr)
+            continue;
+        for (size_t s = 0; s < GS_ARRAY_LEN(sizes); s++) {
+            struct operands o;
+            operands_make(&o, GS_TYPE_F32, sizes[s], GEMM_ROWS, GEMM_TOKS);
+            float *out = malloc(sizeof(float) * GEMM_TOKS * GEMM_STRIDE);
+            for (int nt = 1; nt <= GEMM_TOKS; nt += nt < 8 ? 1 : 31) {
+                kr->gemm(o.n, o.w, o.w_stride, o.rows, o.x, o.x_stride, nt, out, GEMM_STRIDE);
+                for (int tk = 0; tk < nt; tk++)
+                    for (int r = 0; r < o.rows; r++) {
+                        const float want =
+                            kr->dot(o.n, o.w + r * o.w_stride, o.x + tk * o.x_stride);
+                        cr_assert(out[tk * GEMM_STRIDE + r] == want,
+                                  "%s n=%lld batch %d: out[%d][%d] = %a, dot %a",
+                                  gs_cpu_isa_name((enum gs_cpu_isa)isa), (long long)o.n, nt, tk,
+                                  r, out[tk * GEMM_STRIDE + r], want);
+                    }
+            }
+            free(out);
+            operands_free(&o);
+        }
+    }
+}
+
+/* gs_cpu_gemm_f32 (training's backward matmuls) against float64 on shapes
+ * that leave every tail of the tiles, with a read straight and transposed;
+ * and any cut of c into row and column pieces (as threads share it out)
+ * gives the same bits as the whole. */
+Test(cpu_kernels, gemm_f32_matches_float64_and_any_tiling_gives_the_same_bits)
+{
+    static const int64_t ms[] = {1, 5, 6, 13}, ns[] = {1, 7, 8, 17, 40, 64}, ks[] = {1, 3, 100};
+    enum { MAX = 100, LDC = 70 };
+    float *a = malloc(sizeof(float) * MAX * MAX), *b = malloc(sizeof(float) * MAX * MAX);
+    float *c = malloc(sizeof(float) * MAX * LDC), *cut = malloc(sizeof(float) * MAX * LDC);
+    for (int i = 0; i < MAX * MAX; i++) {
+        a[i] = frand();
+        b[i] = frand();
+    }
+    for (int tr = 0; tr < 2; tr++)
+        for (size_t mi = 0; mi < GS_ARRAY_LEN(ms); mi++)
+            for (size_t ni = 0; ni < GS_ARRAY_LEN(ns); ni++)
+                for (size_t ki = 0; ki < GS_ARRAY_LEN(ks); ki++) {
+                    const int64_t m = ms[mi], n = ns[ni], k = ks[ki];
+                    /* a is m x k row-major (a_i = k), or k x m read transposed. */
+                    const size_t a_i = tr ? 1 : (size_t)k, a_p = tr ? (size_t)m : 1;
+                    for (int i = 0; i < MAX * LDC; i++)
+                        c[i] = cut[i] = NAN;
+                    gs_cpu_gemm_f32(c, LDC, a, a_i, a_p, b, (size_t)n, m, n, k);
+                    double num = 0, den = 0;
+                    for (int64_t i = 0; i < m; i++) {
+                        for (int64_t j = 0; j < n; j++) {
+                            double want = 0;
+                            for (int64_t p = 0; p < k; p++)
+                                want += (double)a[i * a_i + p * a_p] * b[p * n + j];
+                            num += (c[i * LDC + j] - want) * (c[i * LDC + j] - want);
+                            den += want * want;
+                        }
+                        for (int64_t j = n; j < LDC; j++)
+                            cr_assert(isnan(c[i * LDC + j]), "the gap after column %lld",
+                                      (long long)n);
+                    }
+                    cr_assert(num <= 1e-12 * den, "m %lld n %lld k %lld%s: nmse %.3g",
+                              (long long)m, (long long)n, (long long)k, tr ? " transposed" : "",
+                              num / den);
+                    /* Rows [0, m1) and [m1, m), and the first rows' columns in two pieces. */
+                    const int64_t m1 = m / 2 + 1 < m ? m / 2 + 1 : m, n1 = n / 3;
+                    gs_cpu_gemm_f32(cut, LDC, a, a_i, a_p, b, (size_t)n, m1, n1, k);
+                    gs_cpu_gemm_f32(cut + n1, LDC, a, a_i, a_p, b + n1, (size_t)n, m1, n - n1, k);
+                    gs_cpu_gemm_f32(cut + m1 * LDC, LDC, a + m1 * a_i, a_i, a_p, b, (size_t)n,
+                                    m - m1, n, k);
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < n; j++)
+                            cr_assert(memcmp(&cut[i * LDC + j], &c[i * LDC + j], 4) == 0,
+                                      "m %lld n %lld k %lld: [%lld][%lld] %a cut, %a whole",
+                                      (long long)m, (long long)n, (long long)k, (long long)i,
+                                      (long long)j, cut[i * LDC + j], c[i * LDC + j]);
+                }
+    free(a);
+    free(b);
+    free(c);
+    free(cut);
+}
+
 Test(cpu_kernels, vector_helpers_match_scalar)
 {
     enum { N = 203 };
@@ -252,6 +342,18 @@ Test(cpu_kernels, vector_helpers_match_scalar)
     }
     cr_assert(fabs(gs_cpu_dot_f32(a, b, N) - d32) < 1e-4);
     cr_assert(fabs(gs_cpu_dot_f32_f16(a, h, N) - d16) < 1e-4);
+    /* swiglu's gate gradient, gates over [-12, 12]: the vector exp is within
+     * 2 ulp of expf. */
+    float g[N], o[N];
+    for (int i = 0; i < N; i++)
+        g[i] = 12 * a[i];
+    gs_cpu_swiglu_back_gate(o, a, g, b, N);
+    for (int i = 0; i < N; i++) {
+        const double s = 1 / (1 + exp(-(double)g[i]));
+        const double want = (double)a[i] * b[i] * s * (1 + g[i] * (1 - s));
+        cr_assert(fabs(o[i] - want) <= 1e-6 + 1e-5 * fabs(want), "[%d] g %g: %g, want %g", i,
+                  (double)g[i], (double)o[i], want);
+    }
 }
 
 Test(cpu_kernels, unknown_type_has_no_row_and_unsupported_isa_is_null)

@@ -1,0 +1,96 @@
+/*
+ * engine/cpu/gemm_f32_avx2.c - F32 matrix products on AVX2 + FMA: the strided
+ * product of training's backward matmuls (gs_cpu_gemm_f32, cpu.h). Built with
+ * the flags of kernels_avx2.c (engine/cpu/meson.build) and only called after
+ * the runtime check has seen AVX2 and FMA.
+ *
+ * A tile is up to GEMM_MR rows of c by 16 columns (two vectors), twelve
+ * accumulators: each step of the reduction broadcasts one a per row and loads
+ * two vectors of b's row, so an element of b is loaded once per tile and an a
+ * once per 16 columns. Every element is its own chain of fused multiply-adds
+ * over p in order from zero, in the tile body, the narrower column tails and
+ * the scalar tail alike (fmaf is one vfmadd here), so how c is cut into tiles
+ * (and among threads) never changes a bit.
+ */
+#include "engine/cpu/cpu.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+#define GEMM_MR 6
+
+/* mr rows by nv vectors of 8 columns; mr and nv are constants where inlined. */
+static inline __attribute__((always_inline)) void tile(int mr, int nv, float *c, size_t ldc,
+                                                       const float *a, size_t a_i, size_t a_p,
+                                                       const float *b, size_t ldb, int64_t k)
+{
+    /* Unrolled so that the accumulators live in registers. */
+    __m256 acc[GEMM_MR][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++)
+            acc[i][v] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < k; p++) {
+        const float *bp = b + (size_t)p * ldb, *ap = a + (size_t)p * a_p;
+        const __m256 b0 = _mm256_loadu_ps(bp);
+        const __m256 b1 = nv > 1 ? _mm256_loadu_ps(bp + 8) : b0;
+#pragma GCC unroll 6
+        for (int i = 0; i < mr; i++) {
+            const __m256 av = _mm256_broadcast_ss(ap + (size_t)i * a_i);
+            acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
+            if (nv > 1)
+                acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++)
+            _mm256_storeu_ps(c + (size_t)i * ldc + 8 * v, acc[i][v]);
+}
+
+#define TILE_ROWS(nv)                                                                              \
+    switch (mr) {                                                                                  \
+    case 6: tile(6, nv, c, ldc, a, a_i, a_p, b, ldb, k); break;                                    \
+    case 5: tile(5, nv, c, ldc, a, a_i, a_p, b, ldb, k); break;                                    \
+    case 4: tile(4, nv, c, ldc, a, a_i, a_p, b, ldb, k); break;                                    \
+    case 3: tile(3, nv, c, ldc, a, a_i, a_p, b, ldb, k); break;                                    \
+    case 2: tile(2, nv, c, ldc, a, a_i, a_p, b, ldb, k); break;                                    \
+    default: tile(1, nv, c, ldc, a, a_i, a_p, b, ldb, k); break;                                   \
+    }
+
+static void tile_16(int mr, float *c, size_t ldc, const float *a, size_t a_i, size_t a_p,
+                    const float *b, size_t ldb, int64_t k)
+{
+    TILE_ROWS(2)
+}
+
+static void tile_8(int mr, float *c, size_t ldc, const float *a, size_t a_i, size_t a_p,
+                   const float *b, size_t ldb, int64_t k)
+{
+    TILE_ROWS(1)
+}
+#undef TILE_ROWS
+
+void gs_cpu__gemm_f32_avx2(float *c, size_t ldc, const float *a, size_t a_i, size_t a_p,
+                           const float *b, size_t ldb, int64_t m, int64_t n, int64_t k)
+{
+    for (int64_t i0 = 0; i0 < m; i0 += GEMM_MR) {
+        const int mr = (int)GS_MIN(GEMM_MR, m - i0);
+        const float *ai = a + (size_t)i0 * a_i;
+        float *ci = c + (size_t)i0 * ldc;
+        int64_t j = 0;
+        for (; j + 16 <= n; j += 16)
+            tile_16(mr, ci + j, ldc, ai, a_i, a_p, b + j, ldb, k);
+        for (; j + 8 <= n; j += 8)
+            tile_8(mr, ci + j, ldc, ai, a_i, a_p, b + j, ldb, k);
+        for (; j < n; j++)
+            for (int i = 0; i < mr; i++) {
+                float s = 0;
+                for (int64_t p = 0; p < k; p++)
+                    s = fmaf(ai[(size_t)i * a_i + (size_t)p * a_p], b[(size_t)p * ldb + j], s);
+                ci[(size_t)i * ldc + j] = s;
+            }
+    }
+}
