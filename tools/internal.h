@@ -10,6 +10,7 @@
 #include "engine/quant.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 int gs_cmd_inspect(int argc, char **argv);
 int gs_cmd_synth(int argc, char **argv);
@@ -67,5 +68,8 @@ extern const struct gs_cli_spec gs_template_spec;
 /* The KV element types a tool offers, names and engine types in one order. */
 extern const char *const gs_tool_kv_type_names[]; /* "f16", "f32", NULL */
 extern const enum gs_type gs_tool_kv_types[];     /* GS_TYPE_F16, GS_TYPE_F32 */
+/* The whole of stream f (a file, stdin), *len its bytes; NULL on a read error or out of
+ * memory. The caller frees it with gs_free. */
+char *gs_tool_read_all(FILE *f, size_t *len);
 
 #endif /* GS_TOOLS_INTERNAL_H */

@@ -1,9 +1,36 @@
 /*
- * tools/options.c - option values several tools share (tools/internal.h).
+ * tools/options.c - option values and helpers several tools share (tools/internal.h).
  * Apart from tools.c, whose table names every tool: a tool reading these
  * would otherwise call back into the file that calls it.
  */
 #include "tools/internal.h"
 
+#include <stdint.h>
+#include <stdio.h>
+
 const char *const gs_tool_kv_type_names[] = {"f16", "f32", NULL};
 const enum gs_type gs_tool_kv_types[] = {GS_TYPE_F16, GS_TYPE_F32};
+
+char *gs_tool_read_all(FILE *f, size_t *len)
+{
+    size_t cap = 4096, n = 0;
+    char *buf = gs_malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap)
+            break;
+        char *grown = cap <= SIZE_MAX / 2 ? gs_realloc(buf, cap * 2) : NULL;
+        if (!grown) {
+            gs_free(buf);
+            return NULL;
+        }
+        buf = grown;
+        cap *= 2;
+    }
+    if (buf && ferror(f)) {
+        gs_free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}

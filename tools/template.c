@@ -55,37 +55,12 @@ const struct gs_cli_spec gs_template_spec = {
     .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows),
 };
 
-/* Reads a whole stream; NULL on error or out of memory. Caller frees with gs_free. */
-static char *read_all(FILE *f, size_t *len)
-{
-    size_t cap = 4096, n = 0;
-    char *buf = gs_malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap)
-            break;
-        char *grown = cap <= SIZE_MAX / 2 ? gs_realloc(buf, cap * 2) : NULL;
-        if (!grown) {
-            gs_free(buf);
-            return NULL;
-        }
-        buf = grown;
-        cap *= 2;
-    }
-    if (buf && ferror(f)) {
-        gs_free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 static int read_template_file(const char *path, char **src, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
         return gs_cli_fail("template", "%s: cannot open", path);
-    *src = read_all(f, len);
+    *src = gs_tool_read_all(f, len);
     fclose(f);
     if (!*src)
         return gs_cli_fail("template", "%s: cannot read", path);
@@ -247,7 +222,7 @@ int gs_cmd_template(int argc, char **argv)
     if (!path && !model)
         return gs_cli_fail(gs_template_spec.cmd, "needs -m FILE or --template-file FILE") + 1;
     size_t len;
-    char *in = read_all(stdin, &len);
+    char *in = gs_tool_read_all(stdin, &len);
     if (!in)
         return gs_cli_fail("template", "reading standard input failed");
     json_error_t jerr;

@@ -38,26 +38,6 @@ const struct gs_cli_spec gs_tokenize_spec = {
     .opts = opt_rows, .n_opts = GS_ARRAY_LEN(opt_rows), .max_args = 1,
 };
 
-static char *read_stdin(size_t *len)
-{
-    size_t cap = 4096, n = 0;
-    char *buf = gs_malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, stdin);
-        if (n < cap)
-            break;
-        char *grown = cap <= SIZE_MAX / 2 ? gs_realloc(buf, cap * 2) : NULL;
-        if (!grown) {
-            gs_free(buf);
-            return NULL;
-        }
-        buf = grown;
-        cap *= 2;
-    }
-    *len = n;
-    return buf;
-}
-
 /* A piece as a JSON string: bytes that are not UTF-8 (half a character)
  * become U+FFFD, as JSON text must be valid UTF-8. */
 static json_t *piece_json(const char *p, size_t n)
@@ -132,7 +112,7 @@ int gs_cmd_tokenize(int argc, char **argv)
     char *owned = NULL;
     size_t len = text ? strlen(text) : 0;
     if (from_stdin) {
-        owned = read_stdin(&len);
+        owned = gs_tool_read_all(stdin, &len);
         if (!owned) {
             gs_tok_free(tok);
             return gs_cli_fail("tokenize", "reading standard input: out of memory");
