@@ -4,7 +4,7 @@
  * needs (KV cache geometry, vocabulary size, special tokens).
  *
  * One builder per architecture family lives in engine/models/<family>.c and
- * has a row in the table of engine/models/model.c. A family's file is short:
+ * has a row in the table of engine/models/registry.c. A family's file is short:
  * it fills a struct gs_block_desc (below) saying where its decoder block
  * differs from Llama's, and engine/models/decoder.c builds the graph from it.
  * Supported: `llama` (Llama 2/3, TinyLlama, SmolLM/SmolLM2, Mistral without
