@@ -127,7 +127,7 @@ struct gs_be {
 
 /* Every backend, X(id, ID), in the order of config's enum gs_cfg_backend: its
  * ops are gs_be_<id>_ops and its name is "<id>". The one list: the registry
- * gs_be_find searches (backend.c), --backend's choices and enum
+ * gs_be_find searches (registry.c), --backend's choices and enum
  * gs_cfg_backend (config/) derive from it. */
 #define GS_BE_LIST(X)                                                                              \
     X(ref, REF) /* engine/backend/ref.c */                                                         \
