@@ -4,11 +4,15 @@
  * functions one file calls in another. Private to scheduler/.
  *
  *   sched.c   creation, the loop thread's side (submit, cancel, poll, stats),
- *             the event queue, the engine thread
+ *             the engine thread
  *   step.c    the engine's side: admission, preemption, batches, sampling
  *   spec.c    speculative decoding: drafts, what a verification teaches
  *   trace.c   the step trace
  *   vjobs.c   validation jobs on the reference runner, which it owns
+ *   seq.c     the leaf they all call: pages for a token count, end-of-generation
+ *             tokens, the event queue, a sequence's release
+ *
+ * Calls go down that list and never back up (tests/check_calls.py checks it).
  */
 #ifndef GS_SCHEDULER_INTERNAL_H
 #define GS_SCHEDULER_INTERNAL_H
@@ -207,7 +211,7 @@ struct gs_sched {
 
 /* ---- shared between the files ----------------------------------------------------- */
 
-/* sched.c */
+/* seq.c */
 void gs_sched__emit_finish(struct gs_sched *s, struct seq *q, bool validation_pending);
 uint32_t gs_sched__page_tokens(const struct gs_sched *s);
 uint32_t gs_sched__pages_for(const struct gs_sched *s, uint64_t n_tokens);
@@ -220,8 +224,9 @@ void gs_sched__seq_free(struct gs_sched *s, struct seq *q);
 /* Frees what an event item owns (its report, its embedding). */
 void gs_sched__item_free(struct ev_item *it);
 
-/* step.c */
 bool gs_sched__is_eog(const struct gs_sched *s, int32_t tok);
+
+/* step.c */
 void gs_sched__abort_all(struct gs_sched *s, enum gs_finish why);
 void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t prompt_tokens,
                             uint64_t gen_tokens);

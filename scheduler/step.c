@@ -12,6 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The batch-size histogram's bucket bounds, counted in gs_sched__update_stats. */
+const uint32_t gs_sched_batch_bounds[GS_SCHED_BATCH_BUCKETS - 1] = {
+    1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024,
+};
+
 /* ---- the engine's side ------------------------------------------------------------------ */
 
 static void wait_push_back(struct gs_sched *s, struct seq *q)
@@ -297,14 +302,6 @@ static void lay_out(struct gs_sched *s, uint32_t n_seqs, uint32_t *n_tokens, uin
     }
     *n_tokens = t;
     *n_out = o;
-}
-
-bool gs_sched__is_eog(const struct gs_sched *s, int32_t tok)
-{
-    for (uint32_t i = 0; i < s->n_eog; i++)
-        if (s->eog[i] == tok)
-            return true;
-    return false;
 }
 
 /* Registers q's newly filled pages in the prefix cache. */

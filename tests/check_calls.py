@@ -41,10 +41,6 @@ KNOWN = {
     frozenset({"engine/jinja/eval.c", "engine/jinja/filters.c", "engine/jinja/parse.c"}),
     frozenset({"engine/jinja/format.c", "engine/jinja/methods.c", "engine/jinja/ops.c",
                "engine/jinja/value.c"}),
-    # The scheduler's files share sched.c's page and event helpers, which call step.c
-    # (issue 15, item 4 splits sched.c along these seams).
-    frozenset({"scheduler/sched.c", "scheduler/spec.c", "scheduler/step.c",
-               "scheduler/trace.c", "scheduler/vjobs.c"}),
 }
 ARCHIVE_DIR = re.compile(r"(^|/)(lib[^/]+\.a)\.p/")
 # nm -P types of a global definition ('i': an ifunc, as target_clones makes).
