@@ -432,7 +432,17 @@ int gs_jinja__getitem(struct jctx *cx, struct jv obj, struct jv key, struct jv *
 /* eval.c, for builtins that call back (map, macros) */
 int gs_jinja__call_value(struct jctx *cx, struct jv callee, const struct jargs *args,
                          struct jv *out);
+
+/* frame.c: scopes */
+/* An empty frame inside parent (NULL: the outermost), in the render's arena;
+ * NULL, with the error set, when out of memory. */
+struct jframe *gs_jinja__frame_new(struct jctx *cx, struct jframe *parent);
+/* Binds name to v in f itself (not its parents), replacing an earlier
+ * binding there. name is borrowed and must outlive the render. */
 int gs_jinja__frame_set(struct jctx *cx, struct jframe *f, const char *name, struct jv v);
+/* name's value, looked up from f outwards; hash is gs_jinja__name_hash(name).
+ * false when no frame binds it. */
+bool gs_jinja__frame_get(const struct jframe *f, const char *name, uint32_t hash, struct jv *out);
 uint32_t gs_jinja__name_hash(const char *name);
 
 #endif /* GS_JINJA_INTERNAL_H */
