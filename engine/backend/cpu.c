@@ -518,6 +518,28 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
     return GS_OK;
 }
 
+/* gs_be_parallel's task, through the pool's task signature. */
+struct parallel_task {
+    void (*fn)(void *arg, int chunk);
+    void *arg;
+};
+
+static void task_parallel(void *arg, int chunk, int n_chunks, int ith)
+{
+    (void)n_chunks;
+    (void)ith;
+    const struct parallel_task *pt = arg;
+    pt->fn(pt->arg, chunk);
+}
+
+static void cpu_parallel(struct gs_be *be, void (*fn)(void *arg, int chunk), void *arg,
+                         int n_chunks)
+{
+    struct cpu_ctx *c = be->ctx;
+    struct parallel_task pt = {fn, arg};
+    gs_cpu_pool_run(c->pool, task_parallel, &pt, n_chunks);
+}
+
 const struct gs_be_ops gs_be_cpu_ops = {
     .api_version = GS_BE_API_VERSION,
     .name = "cpu",
@@ -528,6 +550,7 @@ const struct gs_be_ops gs_be_cpu_ops = {
     .run = cpu_run,
     .plan_free = cpu_plan_free,
     .sync = NULL,
+    .parallel = cpu_parallel,
 };
 
 const char *gs_be_kernel_variant(const char *name)
