@@ -460,6 +460,28 @@ static int token_chain(const struct cpu_run *r, const struct gs_plan *p, uint32_
     return tc->n;
 }
 
+/* A run of consecutive `out` nodes (a training step's gradients, copied to the
+ * caller's buffers at the end of the step): each is one unit of work, so the run
+ * is one pool task of one chunk per node rather than one task, and one barrier,
+ * per node. */
+#define OUT_GROUP_MAX 64
+struct out_group {
+    const struct cpu_run *r;
+    int n;
+    const struct gs_node *nodes[OUT_GROUP_MAX];
+    float *outs[OUT_GROUP_MAX];
+};
+
+static void task_out_group(void *arg, int c, int nc, int ith)
+{
+    (void)nc;
+    const struct out_group *og = arg;
+    struct cpu_run r = *og->r;
+    r.n = og->nodes[c];
+    r.out = og->outs[c];
+    gs_be__cpu_kernels[r.n->op](&r, 0, 1, ith);
+}
+
 static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,
                               struct gs_err *err)
 {
@@ -501,6 +523,17 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
                 k += (uint32_t)n_members;
                 continue;
             }
+        }
+        if (n->op == GS_OP_OUT) {
+            struct out_group og = {.r = &r};
+            while (k < p->n_order && og.n < OUT_GROUP_MAX &&
+                   g->nodes[p->order[k]].op == GS_OP_OUT) {
+                og.nodes[og.n] = &g->nodes[p->order[k]];
+                og.outs[og.n++] = node_out(&r, p->order[k]);
+                k++;
+            }
+            gs_cpu_pool_run(c->pool, task_out_group, &og, og.n);
+            continue;
         }
         struct op_group tc;
         const int n_chained = by_token(n) ? token_chain(&r, p, k, &tc) : 0;
