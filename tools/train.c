@@ -118,7 +118,6 @@ const struct gs_cli_spec gs_train_spec = {
 /* The tokenizer the corpus is encoded with and the output carries: the
  * byte-level one (file NULL) or --vocab's. */
 struct vocab {
-    const char *path;
     struct gs_gguf *file;
     struct gs_tok *tok;
     int64_t n; /* tokens: the model's vocabulary */
@@ -126,7 +125,7 @@ struct vocab {
 
 static int open_vocab(const char *path, struct vocab *v)
 {
-    *v = (struct vocab){.path = path, .n = N_VOCAB};
+    *v = (struct vocab){.n = N_VOCAB};
     if (!path)
         return 0;
     struct gs_err err = {0};
