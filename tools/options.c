@@ -11,6 +11,13 @@
 const char *const gs_tool_kv_type_names[] = {"f16", "f32", NULL};
 const enum gs_type gs_tool_kv_types[] = {GS_TYPE_F16, GS_TYPE_F32};
 
+#define GS_TOOL_FILE_TYPE_NAME(name, type, ftype) name,
+const char *const gs_tool_file_type_names[] = {GS_TOOL_FILE_TYPES(GS_TOOL_FILE_TYPE_NAME) NULL};
+#undef GS_TOOL_FILE_TYPE_NAME
+#define GS_TOOL_FILE_TYPE_ROW(name, type, ftype) {type, ftype},
+const struct gs_tool_file_type gs_tool_file_types[] = {GS_TOOL_FILE_TYPES(GS_TOOL_FILE_TYPE_ROW)};
+#undef GS_TOOL_FILE_TYPE_ROW
+
 char *gs_tool_read_all(FILE *f, size_t *len)
 {
     size_t cap = 4096, n = 0;
