@@ -258,7 +258,7 @@ struct gs_sched_stats {
     uint32_t page_tokens; /* token slots per KV page */
     uint64_t n_evictions;
     uint64_t kv_bytes;
-    uint64_t scratch_bytes;       /* activation scratch of all compiled plans */
+    uint64_t scratch_bytes;       /* activation scratch of all compiled plans (the draft's too) */
     uint64_t n_validated;         /* validation reports emitted */
     uint64_t n_validation_failed; /* ... whose verdict was a failure */
     uint32_t n_validating;        /* validation jobs waiting or running */

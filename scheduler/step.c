@@ -526,7 +526,8 @@ void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t 
     s->stats.n_evictions = ks.n_evictions;
     s->stats.n_prefix_hit_tokens = ks.n_hits * gs_sched__page_tokens(s);
     s->stats.kv_bytes = (uint64_t)ks.pages_total * ks.page_bytes;
-    s->stats.scratch_bytes = gs_plan_cache_scratch_bytes(&s->run->plans);
+    s->stats.scratch_bytes = gs_plan_cache_scratch_bytes(&s->run->plans) +
+                             (s->draft_run ? gs_plan_cache_scratch_bytes(&s->draft_run->plans) : 0);
     s->stats.n_validating = s->n_vjobs;
     s->stats.n_drafted += s->spec_drafted;
     s->stats.n_draft_accepted += s->spec_accepted;

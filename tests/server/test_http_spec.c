@@ -129,6 +129,12 @@ static void sixteen_streams(const char *spec_flags)
     cr_expect_gt(v, 0);
     cr_expect_eq(e2e_metric(m.body, "graphserve_spec_tokens_per_verify_step"), (a + v) / v);
     cr_expect_eq(e2e_metric(m.body, "graphserve_kv_pages{state=\"used\"}"), 0);
+    /* the draft model's own pool is in the memory ledger */
+    double draft_kv = e2e_metric(m.body, "graphserve_memory_bytes{kind=\"draft_kv_pool\"}");
+    if (strstr(spec_flags, "--draft-model"))
+        cr_expect_gt(draft_kv, 0);
+    else
+        cr_expect_eq(draft_kv, 0);
     e2e_resp_free(&m);
     e2e_http(&plain, "GET", "/metrics", NULL, NULL, &m);
     cr_expect_eq(e2e_metric(m.body, "graphserve_spec_draft_tokens_total"), 0);
