@@ -227,6 +227,7 @@ int main(int argc, char **argv)
     size_t idx;
     json_t *p;
     int rc = 0;
+    bool differed = false;
     json_array_foreach(set, idx, p)
     {
         const char *name = json_string_value(json_object_get(p, "name"));
@@ -269,7 +270,10 @@ int main(int argc, char **argv)
                        ? (double)(st->n_draft_accepted + st->n_verify_steps) / st->n_verify_steps
                        : 0.0,
                    st->draft_ms, same ? "yes" : "NO");
-            rc = same ? 0 : 1;
+            /* A difference is reported, and the exit status says so after every
+             * prompt: on cpu a verification step's rows may round otherwise
+             * than one-row steps (bench/RESULTS.md). */
+            differed |= !same;
         }
         for (int s = 0; s < 2; s++) {
             free(cur[s].out);
@@ -278,6 +282,8 @@ int main(int argc, char **argv)
         gs_free(ids);
     }
     json_decref(set);
+    if (!rc && differed)
+        rc = 1;
     gs_tok_free(tok);
     gs_model_free(m);
     gs_gguf_close(f);

@@ -190,16 +190,22 @@ Test(spec_ngram, proposes_the_continuation_of_the_latest_longest_match)
 
 /* ---- greedy: the same tokens --------------------------------------------------------- */
 
-/* Every golden prompt, greedy to the golden's length, with and without
- * speculation on the cpu backend. */
-Test(spec_greedy, equals_plain_decoding_on_every_golden_prompt, .timeout = 600)
+/* Figures over the golden prompts: tokens drafted and kept, by drafter. */
+struct golden_tally {
+    uint64_t drafted[2], kept[2];
+};
+
+typedef void golden_fn(const char *name, const char *rel, const struct gs_val_golden *g,
+                       struct rig *r, struct golden_tally *t);
+
+/* Calls fn on every golden completion with its model open; returns how many. */
+static uint32_t each_golden(golden_fn *fn, struct golden_tally *t)
 {
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s", gs_test_shared_path("golden/completions"));
     DIR *d = opendir(dir);
     cr_assert(d, "%s is missing", dir);
     uint32_t n_files = 0;
-    uint64_t drafted = 0, kept = 0, self_drafted[2] = {0}, self_kept[2] = {0};
     struct dirent *e;
     while ((e = readdir(d))) {
         size_t len = strlen(e->d_name);
@@ -214,63 +220,99 @@ Test(spec_greedy, equals_plain_decoding_on_every_golden_prompt, .timeout = 600)
         snprintf(rel, sizeof(rel), "models/%s", g->model);
         struct rig r;
         rig_open(&r, rel);
-        struct job plain = {.prompt = g->prompt_tokens,
-                            .n_prompt = (uint32_t)g->n_prompt,
-                            .max_tokens = (uint32_t)GS_MIN(g->n_predict, MAX_OUT),
-                            .ignore_eos = true};
-        struct job spec = plain;
-        struct run_cfg c = {.backend = "cpu", .max_seqs = 1, .max_batch = 256,
-                            .kv_type = !strcmp(g->kv_cache_type, "f32") ? GS_TYPE_F32
-                                                                          : GS_TYPE_F16};
-        run_jobs(&r, &c, &plain, 1);
-        c.spec = GS_SPEC_NGRAM;
-        struct gs_sched_stats st = run_jobs(&r, &c, &spec, 1);
-        assert_same_outputs(&plain, &spec, 1, e->d_name);
-        cr_assert_eq(spec.stats.n_drafted, st.n_drafted);
-        drafted += st.n_drafted;
-        kept += st.n_draft_accepted;
-        /* The target drafting for itself (its file opened again), and for the
-         * stories260K family its Q4_0 quantization: a draft that is often right.
-         * On ref, whose rows never depend on the step's other rows: the cpu
-         * backend's quantized products of several rows may round otherwise
-         * than its one-row products (K-quants, Q5_0, Q5_1), and a verification
-         * step is several rows of one sequence, so a near tie may go another
-         * way there whichever drafter proposed the rows. */
-        c.backend = "ref";
-        c.spec = GS_SPEC_OFF;
-        run_jobs(&r, &c, &plain, 1);
-        c.spec = GS_SPEC_DRAFT;
-        const char *drafts[] = {rel, "models/stories260K-Q4_0.gguf"};
-        for (int k = 0; k < (strncmp(g->model, "stories260K", 11) ? 1 : 2); k++) {
-            struct job dm = plain;
-            c.draft = drafts[k];
-            st = run_jobs(&r, &c, &dm, 1);
-            char what[600];
-            snprintf(what, sizeof(what), "%s drafted by %s", e->d_name, drafts[k]);
-            assert_same_outputs(&plain, &dm, 1, what);
-            cr_assert_eq(dm.stats.n_drafted, st.n_drafted);
-            cr_assert_gt(st.n_drafted, 0, "%s: nothing drafted", what);
-            self_drafted[k] += st.n_drafted;
-            self_kept[k] += st.n_draft_accepted;
-        }
+        fn(e->d_name, rel, g, &r, t);
         rig_close(&r);
         gs_val_golden_free(g);
         n_files++;
     }
     closedir(d);
     cr_assert_geq(n_files, 77, "only %u golden completions under %s", n_files, dir);
-    cr_assert_gt(kept, 0, "no draft was ever kept (%llu drafted)", (unsigned long long)drafted);
-    cr_assert_lt(kept, drafted, "every draft was kept: rejection was never exercised");
+    return n_files;
+}
+
+static struct job golden_job(const struct gs_val_golden *g, uint32_t max_out)
+{
+    return (struct job){.prompt = g->prompt_tokens,
+                        .n_prompt = (uint32_t)g->n_prompt,
+                        .max_tokens = GS_MIN((uint32_t)g->n_predict, max_out),
+                        .ignore_eos = true};
+}
+
+static enum gs_type golden_kv_type(const struct gs_val_golden *g)
+{
+    return !strcmp(g->kv_cache_type, "f32") ? GS_TYPE_F32 : GS_TYPE_F16;
+}
+
+static void golden_ngram(const char *name, const char *rel, const struct gs_val_golden *g,
+                         struct rig *r, struct golden_tally *t)
+{
+    struct job plain = golden_job(g, MAX_OUT), spec = plain;
+    struct run_cfg c = {
+        .backend = "cpu", .max_seqs = 1, .max_batch = 256, .kv_type = golden_kv_type(g)};
+    run_jobs(r, &c, &plain, 1);
+    c.spec = GS_SPEC_NGRAM;
+    struct gs_sched_stats st = run_jobs(r, &c, &spec, 1);
+    assert_same_outputs(&plain, &spec, 1, name);
+    cr_assert_eq(spec.stats.n_drafted, st.n_drafted);
+    t->drafted[0] += st.n_drafted;
+    t->kept[0] += st.n_draft_accepted;
+}
+
+/* Every golden prompt, greedy to the golden's length, with and without
+ * speculation on the cpu backend. */
+Test(spec_greedy, equals_plain_decoding_on_every_golden_prompt, .timeout = 600)
+{
+    struct golden_tally t = {0};
+    each_golden(golden_ngram, &t);
+    cr_assert_gt(t.kept[0], 0, "no draft was ever kept (%llu drafted)",
+                 (unsigned long long)t.drafted[0]);
+    cr_assert_lt(t.kept[0], t.drafted[0], "every draft was kept: rejection was never exercised");
+}
+
+/* The target drafting for itself (its file opened again), and for the
+ * stories260K family its Q4_0 quantization: a draft that is often right. On
+ * ref, whose rows never depend on the step's other rows: the cpu backend's
+ * products of several rows may round otherwise than its one-row products, and
+ * a verification step is several rows of one sequence, so a near tie may go
+ * another way there whichever drafter proposed the rows. 32 tokens each: the
+ * scalar backend under a sanitizer is slow. */
+static void golden_draft(const char *name, const char *rel, const struct gs_val_golden *g,
+                         struct rig *r, struct golden_tally *t)
+{
+    struct job plain = golden_job(g, 32);
+    struct run_cfg c = {
+        .backend = "ref", .max_seqs = 1, .max_batch = 256, .kv_type = golden_kv_type(g)};
+    run_jobs(r, &c, &plain, 1);
+    c.spec = GS_SPEC_DRAFT;
+    const char *drafts[] = {rel, "models/stories260K-Q4_0.gguf"};
+    for (int k = 0; k < (strncmp(g->model, "stories260K", 11) ? 1 : 2); k++) {
+        struct job dm = plain;
+        c.draft = drafts[k];
+        struct gs_sched_stats st = run_jobs(r, &c, &dm, 1);
+        char what[600];
+        snprintf(what, sizeof(what), "%s drafted by %s", name, drafts[k]);
+        assert_same_outputs(&plain, &dm, 1, what);
+        cr_assert_eq(dm.stats.n_drafted, st.n_drafted);
+        cr_assert_gt(st.n_drafted, 0, "%s: nothing drafted", what);
+        t->drafted[k] += st.n_drafted;
+        t->kept[k] += st.n_draft_accepted;
+    }
+}
+
+Test(spec_draft, equals_plain_decoding_on_every_golden_prompt, .timeout = 600)
+{
+    struct golden_tally t = {0};
+    each_golden(golden_draft, &t);
     cr_log_info("self-drafts %llu of %llu kept, Q4_0 drafts %llu of %llu",
-                (unsigned long long)self_kept[0], (unsigned long long)self_drafted[0],
-                (unsigned long long)self_kept[1], (unsigned long long)self_drafted[1]);
+                (unsigned long long)t.kept[0], (unsigned long long)t.drafted[0],
+                (unsigned long long)t.kept[1], (unsigned long long)t.drafted[1]);
     /* A model drafting for itself is right nearly always; its quantization
      * often, but not always. */
-    cr_assert_gt(self_kept[0], self_drafted[0] * 9 / 10, "self-drafts: %llu of %llu kept",
-                 (unsigned long long)self_kept[0], (unsigned long long)self_drafted[0]);
-    cr_assert_gt(self_kept[1], 0);
-    cr_assert_lt(self_kept[1], self_drafted[1], "every Q4_0 draft was kept (%llu)",
-                 (unsigned long long)self_drafted[1]);
+    cr_assert_gt(t.kept[0], t.drafted[0] * 9 / 10, "self-drafts: %llu of %llu kept",
+                 (unsigned long long)t.kept[0], (unsigned long long)t.drafted[0]);
+    cr_assert_gt(t.kept[1], 0);
+    cr_assert_lt(t.kept[1], t.drafted[1], "every Q4_0 draft was kept (%llu)",
+                 (unsigned long long)t.drafted[1]);
 }
 
 /* A prompt that repeats itself, so that the drafter has matches to offer. */
