@@ -258,6 +258,8 @@ void gs_sched__draft_model(struct gs_sched *s, uint32_t n_seqs, uint32_t *budget
             continue;
         if ((q->d_want = draft_want(s, q, left)) == 0)
             continue;
+        if (s->cfg.draft_recompute)
+            gs_sched__draft_release(s, q);
         left -= q->d_want;
         s->draft_seqs[n++] = q;
     }

@@ -107,6 +107,10 @@ struct gs_sched_cfg {
      * token and logit is the target's.
      */
     struct gs_model *draft_model;
+    /* Test knob (false in production): the draft model recomputes each drafting
+     * sequence from position 0 every step, keeping nothing, so its drafts are
+     * what rolled-back K/V must reproduce (tests compare the two on ref). */
+    bool draft_recompute;
     /* Per-request validation (requests with .validate): the reference run goes
      * in chunks of at most this many tokens, one chunk between serving steps,
      * so it delays other requests by one bounded slice at a time; 0: 32. */

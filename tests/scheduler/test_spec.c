@@ -67,6 +67,7 @@ struct run_cfg {
     bool prefix;
     enum gs_type kv_type;
     const char *draft; /* GS_SPEC_DRAFT: the draft model's file under the shared folder */
+    bool recompute;    /* GS_SPEC_DRAFT: cfg.draft_recompute */
 };
 
 /* A scheduler on r's model; with c->draft, the draft model opened into *d
@@ -87,6 +88,7 @@ static struct gs_sched *open_sched(struct rig *r, const struct run_cfg *c, struc
     if (c->spec == GS_SPEC_DRAFT) {
         rig_open(d, c->draft);
         cfg.draft_model = d->model;
+        cfg.draft_recompute = c->recompute;
     }
     struct gs_sched *s;
     struct gs_err err;
@@ -406,6 +408,49 @@ Test(spec_greedy, sixteen_streams_cpu_with_prefix_cache)
 Test(spec_draft, sixteen_streams_drafted_by_the_target_itself_ref)
 {
     concurrent("ref", false, 7, GS_SPEC_DRAFT, "models/stories260K.gguf");
+}
+
+/* The draft's K/V after rollback is what computing the kept tokens afresh
+ * gives: on ref (rows computed alone), 16 streams, greedy and sampled, draft
+ * exactly the same tokens whether the draft model keeps its K/V across steps
+ * or recomputes every sequence from position 0 each step. */
+Test(spec_draft, rolled_back_draft_kv_drafts_what_recomputing_drafts, .timeout = 300)
+{
+    struct rig r;
+    rig_open(&r, "models/stories260K.gguf");
+    enum { N = 16 };
+    static int32_t prompts[N][48];
+    struct job kept[N], fresh[N];
+    unsigned seed = 11;
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t n = 8 + (uint32_t)rand_r(&seed) % 40;
+        repetitive_prompt(prompts[i], &seed, n);
+        kept[i] = (struct job){.prompt = prompts[i],
+                               .n_prompt = n,
+                               .max_tokens = 24,
+                               .temperature = i % 2 ? 0.8f : 0.0f,
+                               .seed = 100 + i,
+                               .ignore_eos = true};
+        fresh[i] = kept[i];
+    }
+    /* a step's tokens hold every sequence's whole recomputation */
+    struct run_cfg c = {.backend = "ref",
+                        .spec = GS_SPEC_DRAFT,
+                        .max_seqs = N,
+                        .max_batch = 2048,
+                        .draft = "models/stories260K-Q4_0.gguf"};
+    struct gs_sched_stats a = run_jobs(&r, &c, kept, N);
+    c.recompute = true;
+    struct gs_sched_stats b = run_jobs(&r, &c, fresh, N);
+    assert_same_outputs(fresh, kept, N, "rolled back vs recomputed");
+    for (uint32_t i = 0; i < N; i++) {
+        cr_assert_eq(kept[i].stats.n_drafted, fresh[i].stats.n_drafted, "job %u", i);
+        cr_assert_eq(kept[i].stats.n_draft_accepted, fresh[i].stats.n_draft_accepted, "job %u", i);
+    }
+    cr_assert_gt(a.n_draft_accepted, 0);
+    cr_assert_lt(a.n_draft_accepted, a.n_drafted, "rejection was never exercised");
+    cr_assert_eq(a.n_verify_steps, b.n_verify_steps);
+    rig_close(&r);
 }
 
 Test(spec_draft, sixteen_streams_drafted_by_q4_0_cpu_with_prefix_cache)
