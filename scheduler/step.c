@@ -90,7 +90,7 @@ static void remove_running(struct gs_sched *s, uint32_t i)
     s->n_running--;
 }
 
-/* The positions [a, a + n) of q's page index i as a partial key: the hash of
+/* The first n positions of q's page index i as a partial key: the hash of
  * those tokens chained from the page before (recomputed, so that it does not
  * depend on which pages q registered). */
 static uint64_t partial_key(const struct gs_sched *s, const struct seq *q, uint32_t i, uint32_t n)
@@ -191,10 +191,9 @@ static void drop_pages(struct gs_sched *s, struct seq *q)
         memset(q->embd, 0, s->n_embd * sizeof(*q->embd));
 }
 
-/* Attaches cached pages for the leading full pages of q's tokens, then a copy
- * of the longest cached partial page that continues them (register_tails
- * says which exist), leaving at least one token to compute (its logits are
- * needed). Returns the positions attached. */
+/* Attaches cached pages for the leading full pages of q's tokens, leaving at
+ * least one token to compute (its logits are needed). Returns the positions
+ * attached. */
 static uint32_t attach_prefix(struct gs_sched *s, struct seq *q)
 {
     uint32_t pt = gs_sched__page_tokens(s), before = q->n_computed;
@@ -210,7 +209,17 @@ static uint32_t attach_prefix(struct gs_sched *s, struct seq *q)
         if (at < q->n_prompt && !q->t_sched_ms)
             q->st.n_prompt_cached += GS_MIN(pt, q->n_prompt - at);
     }
-    uint32_t at = q->kv.n_pages * pt;
+    return q->n_computed - before;
+}
+
+/* After attach_prefix, once q is sure to be admitted: a copy of the longest
+ * cached partial page that continues q's full pages (register_tails says
+ * which exist), again leaving one token to compute. The copy may evict a
+ * cached page, so a request still waiting for room never takes one. Returns
+ * the positions attached. */
+static uint32_t attach_partial(struct gs_sched *s, struct seq *q)
+{
+    uint32_t pt = gs_sched__page_tokens(s), at = q->kv.n_pages * pt;
     for (uint32_t k = GS_MIN(pt - 1, q->n_tokens - 1 - at); k > 0; k--) {
         uint64_t h = gs_kv_hash_tokens(q->chain_hash, q->tokens + at, k);
         if (!gs_kv_seq_append_copy(s->pool, &q->kv, h, k))
@@ -219,9 +228,9 @@ static uint32_t attach_prefix(struct gs_sched *s, struct seq *q)
         q->n_computed = q->kv.n_tokens;
         if (at < q->n_prompt && !q->t_sched_ms)
             q->st.n_prompt_cached += GS_MIN(k, q->n_prompt - at);
-        break;
+        return k;
     }
-    return q->n_computed - before;
+    return 0;
 }
 
 /* First-come-first-served admission while the pool can hold the newcomer's
@@ -233,7 +242,8 @@ static void admit(struct gs_sched *s)
         struct seq *q = s->wait_head;
         /* An embedding pools every row: cached pages would skip them. */
         uint32_t hit = 0;
-        if (s->cfg.prefix_cache && q->n_computed == 0 && !q->pooling)
+        const bool cacheable = s->cfg.prefix_cache && q->n_computed == 0 && !q->pooling;
+        if (cacheable)
             hit = attach_prefix(s, q);
         uint32_t need = gs_sched__pages_for(s, (uint64_t)q->n_tokens + 1) - q->kv.n_pages;
         if (need > gs_kv_pool_n_free(s->pool) && s->n_running > 0) {
@@ -243,6 +253,8 @@ static void admit(struct gs_sched *s)
                 drop_pages(s, q);
             break;
         }
+        if (cacheable)
+            hit += attach_partial(s, q);
         wait_pop(s);
         if (hit && gs_sched__tracing(s))
             gs_sched__trace_hit(s, q->id, q->kv.n_pages, hit);
