@@ -7,6 +7,11 @@ round so that a busy machine slows each alike: --clients clients at once, each
 sending --requests requests one after another, every request its own prompt
 (so no two share a prefix beyond the first words), greedy, --max-tokens tokens
 with the end-of-text token ignored so every server generates the same count.
+Every round sends the same prompts, so a server that keeps a finished
+request's whole prompt (llama-server's slots, graphserve's prefix cache) can
+serve a later round from it; --fresh-prompts puts the round and a number drawn
+at start into each prompt's last words, so that no prompt is ever sent twice
+and each round's prompts cost a server what new ones do.
 Time to first token is the first chunk with text, so the model's tokens must
 decode to text: a `graphserve synth` file needs --vocab-from (its default
 vocabulary streams nothing).
@@ -22,11 +27,12 @@ asserts a timing.
 
 usage: bench/load.py --server graphserve=http://127.0.0.1:8080 \\
            [--server llama=http://127.0.0.1:8081] [--clients 16] [--requests 4] \\
-           [--max-tokens 64] [--rounds 2] [--model NAME] [--api-key KEY]
+           [--max-tokens 64] [--rounds 2] [--model NAME] [--api-key KEY] [--fresh-prompts]
 """
 import argparse
 import http.client
 import json
+import random
 import sys
 import threading
 import time
@@ -46,11 +52,13 @@ NAMES = ["Anna", "Ben", "Sara", "Max", "Mia", "Leo", "Zoe", "Sam", "Ivy", "Tim",
          "Ruby", "Noah", "Ella", "Finn", "Lucy", "Owen", "Rosa", "Hugo"]
 
 
-def prompt(client, request):
-    """A distinct prompt per (client, request): no two requests share a prefix past a few words."""
+def prompt(client, request, salt=0):
+    """A distinct prompt per (client, request): no two requests share a prefix past a few words.
+    A nonzero salt changes only the house number, the prompt's last words."""
     a = OPENINGS[(client + request) % len(OPENINGS)]
     return "%s %s, who was %d years old and lived in house number %d." % (
-        a, NAMES[client % len(NAMES)], 3 + (client * 7 + request) % 60, 100 + client * 13 + request)
+        a, NAMES[client % len(NAMES)], 3 + (client * 7 + request) % 60,
+        100 + client * 13 + request + salt)
 
 
 def percentile(xs, q):
@@ -116,14 +124,14 @@ def one_request(url, a, text, out):
     out.append((first - t0, gaps, usage_tokens if usage_tokens is not None else chunks, None))
 
 
-def run_load(url, a):
+def run_load(url, a, salt):
     results = []
     lock = threading.Lock()
 
     def client(i):
         mine = []
         for j in range(a.requests):
-            one_request(url, a, prompt(i, j), mine)
+            one_request(url, a, prompt(i, j, salt), mine)
         with lock:
             results.extend(mine)
 
@@ -156,6 +164,9 @@ def main():
     ap.add_argument("--api-key", default="")
     ap.add_argument("--timeout", type=float, default=600, help="per request, seconds (a hang bound)")
     ap.add_argument("--json", action="store_true", help="also print every round as JSON")
+    ap.add_argument("--fresh-prompts", action="store_true",
+                    help="no prompt sent twice: each round's differ from every other round's "
+                         "and run's (the round and a random number in the last words)")
     a = ap.parse_args()
     servers = []
     for s in a.server:
@@ -163,14 +174,16 @@ def main():
         if not sep or not url.startswith(("http://", "https://")):
             ap.error("--server wants NAME=http://HOST:PORT, got %r" % s)
         servers.append((name, url))
-    print("%d clients x %d requests, %d tokens each, greedy, ignore_eos" %
-          (a.clients, a.requests, a.max_tokens))
+    print("%d clients x %d requests, %d tokens each, greedy, ignore_eos, %s prompts" %
+          (a.clients, a.requests, a.max_tokens, "fresh" if a.fresh_prompts else "repeated"))
+    salt_base = random.randrange(1, 10 ** 4) * 100 if a.fresh_prompts else 0
     print("| server | round | tokens/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | failed |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     best = {}
     for rnd in range(1, a.rounds + 1):
         for name, url in servers:
-            r = run_load(url, a)
+            # Both servers get the same prompts in a round; a fresh round's are new to both.
+            r = run_load(url, a, 1000 * (salt_base + rnd) if a.fresh_prompts else 0)
             print("| %s | %d | %.1f | %.0f | %.0f | %.1f | %.1f | %d |" %
                   (name, rnd, r["tokens_per_s"], 1e3 * r["ttft_p50"], 1e3 * r["ttft_p99"],
                    1e3 * r["itl_p50"], 1e3 * r["itl_p99"], r["failed"]), flush=True)

@@ -83,10 +83,12 @@ uint32_t gs_kv_page_refcount(const struct gs_kv_pool *pool, uint32_t page);
 enum gs_kv_page_state { GS_KV_PAGE_FREE, GS_KV_PAGE_USED, GS_KV_PAGE_CACHED };
 enum gs_kv_page_state gs_kv_page_state(const struct gs_kv_pool *pool, uint32_t page);
 
-/* Content hash of a full page: tokens[0..n) chained from the parent page's hash. */
+/* Content hash of a page's tokens[0..n) chained from the parent page's hash:
+ * the key of a full page (n = page_tokens) or of a page's first n tokens alone
+ * (a partial key, n < page_tokens; see gs_kv_seq_append_copy). */
 uint64_t gs_kv_hash_tokens(uint64_t parent, const int32_t *tokens, uint32_t n);
 void gs_kv_page_set_hash(struct gs_kv_pool *pool, uint32_t page, uint64_t hash);
-/* false when the page has no hash (not full, or written since). */
+/* false when the page has no hash (never keyed, or written since). */
 bool gs_kv_page_hash(const struct gs_kv_pool *pool, uint32_t page, uint64_t *hash);
 
 /*
@@ -122,6 +124,18 @@ enum gs_status gs_kv_seq_reserve(struct gs_kv_pool *pool, struct gs_kv_seq *seq,
 bool gs_kv_seq_append_cached(struct gs_kv_pool *pool, struct gs_kv_seq *seq, uint64_t hash);
 
 /*
+ * The prefix-cache hit of a partial page: appends to seq (whose pages are all
+ * full) a private copy of the page registered under hash, a partial key whose
+ * first n_tokens (1..page_tokens-1) positions are seq's next ones, and covers
+ * them (seq->n_tokens grows by n_tokens). The copy is seq's to write; the
+ * registered page stays for other hits. False on a miss, when no page can be
+ * taken (a cached page other than the source may be evicted for the copy) or
+ * when the page table cannot grow; nothing is taken then.
+ */
+bool gs_kv_seq_append_copy(struct gs_kv_pool *pool, struct gs_kv_seq *seq, uint64_t hash,
+                           uint32_t n_tokens);
+
+/*
  * Shrinks seq to positions 0..n_tokens-1 (n_tokens <= seq->n_tokens): the
  * pages past the last one those positions need are unreferenced and leave the
  * table, which is then what gs_kv_seq_reserve(n_tokens) alone would have
@@ -142,12 +156,24 @@ void gs_kv_seq_release(struct gs_kv_pool *pool, struct gs_kv_seq *seq);
  * "cached": it keeps its contents, and gs_kv_prefix_lookup can hand it to a new
  * sequence whose prompt hashes the same. Cached pages are evicted least
  * recently used, and only when an allocation finds no free page. Writing to a
- * page (gs_kv_page_cow on an unshared page) unregisters it.
+ * page (gs_kv_page_cow on an unshared page) unregisters it. A page may also be
+ * registered under a partial key, the hash of its first n < page_tokens
+ * tokens: a hit on one is always taken as a copy (gs_kv_seq_append_copy),
+ * because the sequence writes the rest of that page.
  */
 
 /* On a hit takes a reference to the page registered under hash (reviving it
  * if cached) and returns true. */
 bool gs_kv_prefix_lookup(struct gs_kv_pool *pool, uint64_t hash, uint32_t *page);
+
+/*
+ * Registers a copy of page under hash and leaves the copy cached (refcount 0,
+ * on the LRU list): how a page already keyed one way is offered under another
+ * key too, e.g. a full page's first tokens under a partial key. It takes only
+ * a page from the free list, so no cached prefix is evicted for it. False
+ * (nothing taken) when no page is unused or hash is already registered.
+ */
+bool gs_kv_page_cache_copy(struct gs_kv_pool *pool, uint32_t page, uint64_t hash);
 
 struct gs_kv_stats {
     uint32_t pages_total;
@@ -155,7 +181,8 @@ struct gs_kv_stats {
     uint32_t pages_cached; /* unreferenced, kept for prefix hits */
     uint32_t pages_free;
     uint64_t n_evictions;  /* cached pages reclaimed for new allocations */
-    uint64_t n_hits;       /* pages served by gs_kv_prefix_lookup */
+    uint64_t n_hits;       /* pages served by gs_kv_prefix_lookup and gs_kv_seq_append_copy */
+    uint64_t n_hit_tokens; /* positions those pages covered (a page, or a partial key's) */
     uint64_t page_bytes;
 };
 

@@ -36,7 +36,8 @@ struct gs_kv_pool {
     uint32_t *buckets;        /* [n_buckets] prefix map heads */
     uint32_t n_buckets;       /* a power of two */
     uint64_t n_evictions;
-    uint64_t n_hits;          /* pages found by gs_kv_prefix_lookup */
+    uint64_t n_hits;       /* pages found by gs_kv_prefix_lookup and append_copy */
+    uint64_t n_hit_tokens; /* positions they covered */
 };
 
 enum gs_status gs_kv_pool_new(const struct gs_kv_pool_cfg *cfg, struct gs_kv_pool **out,
@@ -141,6 +142,7 @@ void gs_kv_pool_stats(const struct gs_kv_pool *pool, struct gs_kv_stats *out)
     out->pages_used = pool->cfg.n_pages - pool->n_free - pool->n_cached;
     out->n_evictions = pool->n_evictions;
     out->n_hits = pool->n_hits;
+    out->n_hit_tokens = pool->n_hit_tokens;
     out->page_bytes = pool->page_bytes;
 }
 
@@ -222,7 +224,24 @@ bool gs_kv_prefix_lookup(struct gs_kv_pool *pool, uint64_t hash, uint32_t *page)
         lru_remove(pool, p); /* revive a cached page */
     pool->meta[p].refcount++;
     pool->n_hits++;
+    pool->n_hit_tokens += pool->cfg.page_tokens;
     *page = p;
+    return true;
+}
+
+bool gs_kv_page_cache_copy(struct gs_kv_pool *pool, uint32_t page, uint64_t hash)
+{
+    if (GS_NEVER(page >= pool->cfg.n_pages || pool->meta[page].refcount == 0))
+        return false;
+    if (pool->n_free == 0 || map_find(pool, hash) != GS_KV_PAGE_NONE)
+        return false;
+    uint32_t copy;
+    if (gs_kv_page_alloc(pool, &copy, NULL) != GS_OK) /* cannot fail: a page is free */
+        return false;
+    memcpy(pool->data + copy * pool->page_bytes, pool->data + page * pool->page_bytes,
+           pool->page_bytes);
+    gs_kv_page_set_hash(pool, copy, hash);
+    gs_kv_page_unref(pool, copy);
     return true;
 }
 
@@ -385,6 +404,33 @@ bool gs_kv_seq_append_cached(struct gs_kv_pool *pool, struct gs_kv_seq *seq, uin
         return false;
     seq->pages[seq->n_pages++] = page;
     seq->n_tokens = seq->n_pages * pool->cfg.page_tokens;
+    return true;
+}
+
+bool gs_kv_seq_append_copy(struct gs_kv_pool *pool, struct gs_kv_seq *seq, uint64_t hash,
+                           uint32_t n_tokens)
+{
+    const uint32_t pt = pool->cfg.page_tokens;
+    if (GS_NEVER(n_tokens == 0 || n_tokens >= pt || seq->n_tokens != seq->n_pages * pt))
+        return false;
+    uint32_t src = map_find(pool, hash), copy;
+    if (src == GS_KV_PAGE_NONE || !seq_grow(seq, seq->n_pages + 1))
+        return false;
+    /* Held while the copy is taken, so that the allocation cannot evict it. */
+    if (pool->meta[src].refcount == 0)
+        lru_remove(pool, src);
+    pool->meta[src].refcount++;
+    bool ok = gs_kv_page_alloc(pool, &copy, NULL) == GS_OK;
+    if (ok)
+        memcpy(pool->data + copy * pool->page_bytes, pool->data + src * pool->page_bytes,
+               pool->page_bytes);
+    gs_kv_page_unref(pool, src);
+    if (!ok)
+        return false;
+    pool->n_hits++;
+    pool->n_hit_tokens += n_tokens;
+    seq->pages[seq->n_pages++] = copy;
+    seq->n_tokens += n_tokens;
     return true;
 }
 

@@ -135,6 +135,7 @@ struct vjob {
 struct gs_sched_trace_hit {
     uint64_t id;
     uint32_t pages;
+    uint32_t tokens; /* the pages' positions: fewer than pages * page_tokens with a partial one */
 };
 struct gs_sched_trace_member {
     uint64_t id;
@@ -286,7 +287,7 @@ void gs_sched__spec_verified(struct gs_sched *s, struct seq *q, uint32_t n_accep
 bool gs_sched__tracing(const struct gs_sched *s);
 enum gs_status gs_sched__trace_init(struct gs_sched *s);
 void gs_sched__trace_free(struct gs_sched *s);
-void gs_sched__trace_hit(struct gs_sched *s, uint64_t id, uint32_t pages);
+void gs_sched__trace_hit(struct gs_sched *s, uint64_t id, uint32_t pages, uint32_t tokens);
 void gs_sched__trace_preempt(struct gs_sched *s, uint64_t id);
 void gs_sched__trace_batch(struct gs_sched *s, uint64_t id, uint32_t prompt, uint32_t decode);
 /* Writes the step's record; t0_ms: when the step began. */

@@ -90,11 +90,46 @@ static void remove_running(struct gs_sched *s, uint32_t i)
     s->n_running--;
 }
 
+/* The first n positions of q's page index i as a partial key: the hash of
+ * those tokens chained from the page before (recomputed, so that it does not
+ * depend on which pages q registered). */
+static uint64_t partial_key(const struct gs_sched *s, const struct seq *q, uint32_t i, uint32_t n)
+{
+    uint32_t pt = gs_sched__page_tokens(s);
+    uint64_t chain = GS_KV_HASH_SEED;
+    for (uint32_t p = 0; p < i; p++)
+        chain = gs_kv_hash_tokens(chain, q->tokens + (size_t)p * pt, pt);
+    return gs_kv_hash_tokens(chain, q->tokens + (size_t)i * pt, n);
+}
+
+/*
+ * Offers the partial pages of a sequence that ends to the prefix cache, so a
+ * request that repeats it reuses every computed position, not only its full
+ * pages: the page holding the last prompt token under the key of the prompt's
+ * positions before it (a copy, since that page may be full and keyed already:
+ * the same prompt again leaves exactly its last token to compute), and the
+ * last page under the key of every position computed (a conversation's next
+ * turn starts with this one's text). q's pages must still be held.
+ */
+static void register_tails(struct gs_sched *s, struct seq *q)
+{
+    uint32_t pt = gs_sched__page_tokens(s);
+    uint32_t last = q->n_prompt - 1, i = last / pt;
+    if (last % pt && last < q->n_computed && i < q->kv.n_pages)
+        gs_kv_page_cache_copy(s->pool, q->kv.pages[i], partial_key(s, q, i, last % pt));
+    uint32_t tail = q->n_computed % pt, j = q->n_computed / pt;
+    if (tail && j < q->kv.n_pages && gs_kv_page_refcount(s->pool, q->kv.pages[j]) == 1)
+        gs_kv_page_set_hash(s->pool, q->kv.pages[j], partial_key(s, q, j, tail));
+}
+
 /* Ends a sequence: releases its pages (registered ones stay cached), emits its
  * FINISH event and frees it. It must be out of every queue. */
 static void finish_seq(struct gs_sched *s, struct seq *q, enum gs_finish why)
 {
     q->finish = why;
+    /* A sequence whose numerics failed never shares its pages. */
+    if (s->cfg.prefix_cache && why != GS_FINISH_ERROR)
+        register_tails(s, q);
     gs_kv_seq_release(s->pool, &q->kv);
     /* A request that ran to an end gets its reference evaluation; one that was
      * cancelled or aborted has no client left to read it. queue_vjob takes the
@@ -158,10 +193,11 @@ static void drop_pages(struct gs_sched *s, struct seq *q)
 }
 
 /* Attaches cached pages for the leading full pages of q's tokens, leaving at
- * least one token to compute (its logits are needed). */
+ * least one token to compute (its logits are needed). Returns the positions
+ * attached. */
 static uint32_t attach_prefix(struct gs_sched *s, struct seq *q)
 {
-    uint32_t pt = gs_sched__page_tokens(s), before = q->kv.n_pages;
+    uint32_t pt = gs_sched__page_tokens(s), before = q->n_computed;
     uint32_t usable = (q->n_tokens - 1) / pt;
     while (q->kv.n_pages < usable) {
         uint32_t at = q->kv.n_pages * pt;
@@ -174,7 +210,28 @@ static uint32_t attach_prefix(struct gs_sched *s, struct seq *q)
         if (at < q->n_prompt && !q->t_sched_ms)
             q->st.n_prompt_cached += GS_MIN(pt, q->n_prompt - at);
     }
-    return q->kv.n_pages - before;
+    return q->n_computed - before;
+}
+
+/* After attach_prefix, once q is sure to be admitted: a copy of the longest
+ * cached partial page that continues q's full pages (register_tails says
+ * which exist), again leaving one token to compute. The copy may evict a
+ * cached page, so a request still waiting for room never takes one. Returns
+ * the positions attached. */
+static uint32_t attach_partial(struct gs_sched *s, struct seq *q)
+{
+    uint32_t pt = gs_sched__page_tokens(s), at = q->kv.n_pages * pt;
+    for (uint32_t k = GS_MIN(pt - 1, q->n_tokens - 1 - at); k > 0; k--) {
+        uint64_t h = gs_kv_hash_tokens(q->chain_hash, q->tokens + at, k);
+        if (!gs_kv_seq_append_copy(s->pool, &q->kv, h, k))
+            continue;
+        /* The copy is not registered: register_pages keys it once full. */
+        q->n_computed = q->kv.n_tokens;
+        if (at < q->n_prompt && !q->t_sched_ms)
+            q->st.n_prompt_cached += GS_MIN(k, q->n_prompt - at);
+        return k;
+    }
+    return 0;
 }
 
 /* First-come-first-served admission while the pool can hold the newcomer's
@@ -186,7 +243,8 @@ static void admit(struct gs_sched *s)
         struct seq *q = s->wait_head;
         /* An embedding pools every row: cached pages would skip them. */
         uint32_t hit = 0;
-        if (s->cfg.prefix_cache && q->n_computed == 0 && !q->pooling)
+        const bool cacheable = s->cfg.prefix_cache && q->n_computed == 0 && !q->pooling;
+        if (cacheable)
             hit = attach_prefix(s, q);
         uint32_t need = gs_sched__pages_for(s, (uint64_t)q->n_tokens + 1) - q->kv.n_pages;
         if (need > gs_kv_pool_n_free(s->pool) && s->n_running > 0) {
@@ -196,9 +254,11 @@ static void admit(struct gs_sched *s)
                 drop_pages(s, q);
             break;
         }
+        if (cacheable)
+            hit += attach_partial(s, q);
         wait_pop(s);
         if (hit && gs_sched__tracing(s))
-            gs_sched__trace_hit(s, q->id, hit);
+            gs_sched__trace_hit(s, q->id, q->kv.n_pages, hit);
         q->admit_order = ++s->admit_counter;
         if (!q->t_sched_ms)
             q->t_sched_ms = gs_now_ms();
@@ -524,7 +584,7 @@ void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t 
     s->stats.pages_free = ks.pages_free;
     s->stats.page_tokens = gs_sched__page_tokens(s);
     s->stats.n_evictions = ks.n_evictions;
-    s->stats.n_prefix_hit_tokens = ks.n_hits * gs_sched__page_tokens(s);
+    s->stats.n_prefix_hit_tokens = ks.n_hit_tokens;
     s->stats.kv_bytes = (uint64_t)ks.pages_total * ks.page_bytes;
     s->stats.scratch_bytes = gs_plan_cache_scratch_bytes(&s->run->plans) +
                              (s->draft_run ? gs_plan_cache_scratch_bytes(&s->draft_run->plans) : 0);

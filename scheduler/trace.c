@@ -58,11 +58,11 @@ void gs_sched__trace_free(struct gs_sched *s)
     gs_free(t->out);
 }
 
-void gs_sched__trace_hit(struct gs_sched *s, uint64_t id, uint32_t pages)
+void gs_sched__trace_hit(struct gs_sched *s, uint64_t id, uint32_t pages, uint32_t tokens)
 {
     struct gs_sched_trace_state *t = &s->trace;
     if (pages && t->n_hits < s->cfg.max_seqs)
-        t->hits[t->n_hits++] = (struct gs_sched_trace_hit){id, pages};
+        t->hits[t->n_hits++] = (struct gs_sched_trace_hit){id, pages, tokens};
 }
 
 void gs_sched__trace_preempt(struct gs_sched *s, uint64_t id)
@@ -182,8 +182,7 @@ void gs_sched__trace_step(struct gs_sched *s, double t0_ms, uint32_t batch_token
     add(t, "],\"running\":%u,\"waiting\":%u,\"prefix_hits\":[", s->n_running, s->n_waiting_engine);
     for (uint32_t i = 0; i < t->n_hits; i++)
         add(t, "%s{\"seq\":%llu,\"pages\":%u,\"tokens\":%u}", i ? "," : "",
-            (unsigned long long)t->hits[i].id, t->hits[i].pages,
-            t->hits[i].pages * gs_sched__page_tokens(s));
+            (unsigned long long)t->hits[i].id, t->hits[i].pages, t->hits[i].tokens);
     add(t, "],\"preempted\":[");
     for (uint32_t i = 0; i < GS_MIN(t->n_preempted, (uint32_t)GS_ARRAY_LEN(t->preempted)); i++)
         add(t, "%s%llu", i ? "," : "", (unsigned long long)t->preempted[i]);

@@ -1,7 +1,8 @@
 /*
  * tests/kvcache/test_prefix.c - the pool's prefix cache: registered full pages
  * survive their last reference as cached pages, are found by hash, revived,
- * and evicted least recently used only when nothing is free.
+ * and evicted least recently used only when nothing is free; partial keys
+ * (a page's first tokens) are hit as copies.
  */
 #include "kvcache/kvcache.h"
 
@@ -178,5 +179,81 @@ Test(kv_prefix, seq_appends_cached_pages_by_hash)
     check_stats(p, 1, 0, 3);
     gs_kv_seq_release(p, &s);
     check_stats(p, 0, 1, 3);
+    gs_kv_pool_free(p);
+}
+
+/* A partial key's hit is a private copy: the sequence covers only the key's
+ * positions, may write the copy, and the cached page stays for the next hit.
+ * When the only page an allocation could take is the source itself, the hit
+ * misses rather than evict it. */
+Test(kv_prefix, partial_hit_takes_a_copy_and_leaves_the_source_cached)
+{
+    struct gs_kv_pool *p = new_pool(3);
+    struct gs_err err;
+    uint32_t src;
+    cr_assert_eq(gs_kv_page_alloc(p, &src, &err), GS_OK);
+    page_data(p, src)[0] = 7.0f;
+    int32_t toks[3] = {9, 8, 7};
+    uint64_t h = gs_kv_hash_tokens(GS_KV_HASH_SEED, toks, 3);
+    gs_kv_page_set_hash(p, src, h);
+    gs_kv_page_unref(p, src);
+    check_stats(p, 0, 1, 2);
+
+    struct gs_kv_seq a, b, c;
+    gs_kv_seq_init(&a);
+    gs_kv_seq_init(&b);
+    gs_kv_seq_init(&c);
+    cr_assert_not(gs_kv_seq_append_copy(p, &a, gs_kv_hash_tokens(GS_KV_HASH_SEED, toks, 2), 2));
+    cr_assert(gs_kv_seq_append_copy(p, &a, h, 3));
+    cr_assert_eq(a.n_pages, 1);
+    cr_assert_eq(a.n_tokens, 3);
+    cr_assert_neq(a.pages[0], src, "the hit is a copy");
+    cr_assert_eq(page_data(p, a.pages[0])[0], 7.0f, "with the source's contents");
+    uint64_t got;
+    cr_assert_not(gs_kv_page_hash(p, a.pages[0], &got), "the copy is not keyed");
+    check_stats(p, 1, 1, 1);
+    cr_assert(gs_kv_seq_append_copy(p, &b, h, 3), "the source is still cached");
+    check_stats(p, 2, 1, 0);
+    /* The only page an allocation could take now is the source: no copy. */
+    cr_assert_not(gs_kv_seq_append_copy(p, &c, h, 3));
+    cr_assert_eq(c.n_pages, 0);
+    check_stats(p, 2, 1, 0);
+    struct gs_kv_stats st;
+    gs_kv_pool_stats(p, &st);
+    cr_assert_eq(st.n_hits, 2);
+    cr_assert_eq(st.n_hit_tokens, 6, "a partial hit counts its positions, not a page's");
+    cr_assert_eq(gs_kv_pool_check(p, &err), GS_OK, "%s", err.msg);
+    gs_kv_seq_release(p, &a);
+    gs_kv_seq_release(p, &b);
+    gs_kv_seq_release(p, &c);
+    gs_kv_pool_free(p);
+}
+
+/* A page offered under a second key is copied into a free page, never into
+ * an evicted one, and a key registered already is not offered twice. */
+Test(kv_prefix, cache_copy_takes_only_a_free_page)
+{
+    struct gs_kv_pool *p = new_pool(2);
+    struct gs_err err;
+    uint32_t a;
+    cr_assert_eq(gs_kv_page_alloc(p, &a, &err), GS_OK);
+    page_data(p, a)[1] = 3.0f;
+    int32_t toks[4] = {1, 2, 3, 4};
+    uint64_t full = gs_kv_hash_tokens(GS_KV_HASH_SEED, toks, 4);
+    uint64_t head = gs_kv_hash_tokens(GS_KV_HASH_SEED, toks, 2);
+    gs_kv_page_set_hash(p, a, full);
+    cr_assert(gs_kv_page_cache_copy(p, a, head));
+    check_stats(p, 1, 1, 0);
+    cr_assert_not(gs_kv_page_cache_copy(p, a, head), "registered already");
+    cr_assert_not(gs_kv_page_cache_copy(p, a, gs_kv_hash_tokens(GS_KV_HASH_SEED, toks, 1)),
+                  "no free page: the cached copy is not evicted for another");
+    check_stats(p, 1, 1, 0);
+    struct gs_kv_seq s;
+    gs_kv_seq_init(&s);
+    gs_kv_page_unref(p, a); /* now both are cached; a copy may evict the other one */
+    cr_assert(gs_kv_seq_append_copy(p, &s, head, 2));
+    cr_assert_eq(page_data(p, s.pages[0])[1], 3.0f);
+    cr_assert_eq(gs_kv_pool_check(p, &err), GS_OK, "%s", err.msg);
+    gs_kv_seq_release(p, &s);
     gs_kv_pool_free(p);
 }

@@ -294,7 +294,7 @@ Test(sched_cpu, preemption_with_prefix_cache_and_random_cancellations)
 
 /* A second request that shares a prefix prefills only the new tokens, and
  * produces what it produces without the cache. */
-Test(sched, prefix_cache_reuses_full_pages)
+Test(sched, prefix_cache_reuses_full_and_partial_pages)
 {
     struct rig r;
     rig_open(&r);
@@ -315,23 +315,84 @@ Test(sched, prefix_cache_reuses_full_pages)
     struct job jobs[2] = {a, b};
     submit(s, &jobs[1], 1);
     run_to_idle(s, jobs, 2);
-    /* 70 shared tokens = 4 full pages of 16 */
-    cr_assert_eq(jobs[1].stats.n_prompt_cached, 64, "cached %u", jobs[1].stats.n_prompt_cached);
+    /* 70 shared tokens: 4 full pages of 16, then the copy of a's fifth page
+     * that holds a's prompt up to its last token (64..68) */
+    cr_assert_eq(jobs[1].stats.n_prompt_cached, 69, "cached %u", jobs[1].stats.n_prompt_cached);
     cr_assert_arr_eq(jobs[1].out, b_alone.out, b_alone.n_out * sizeof(int32_t));
     struct gs_sched_stats st;
     gs_sched_stats(s, &st);
-    cr_assert_eq(st.n_prefix_hit_tokens, 64);
+    cr_assert_eq(st.n_prefix_hit_tokens, 69);
     cr_assert_gt(st.pages_cached, 0, "released full pages stay cached");
     assert_all_pages_free(s);
 
-    /* Same prompt again: all full pages but the one holding the last token hit. */
+    /* Same prompt again: every position but the last prompt token's hits (5
+     * full pages and 9 positions of the sixth, b's prompt tail). */
     struct job again[1] = {b};
     submit(s, &again[0], 0);
     run_to_idle(s, again, 1);
-    cr_assert_eq(again[0].stats.n_prompt_cached, 80);
+    cr_assert_eq(again[0].stats.n_prompt_cached, 89);
     cr_assert_arr_eq(again[0].out, b_alone.out, b_alone.n_out * sizeof(int32_t));
     gs_sched_free(s);
     rig_close(&r);
+}
+
+/* A conversation's next turn (its prompt is the last request's prompt and
+ * answer, then new text) reuses every position the last request computed,
+ * through the partial last page it left cached; the same prompt sent twice at
+ * once reuses all but its last token for both, because a partial hit takes a
+ * copy and leaves the cached page for the next. Outputs are those without the
+ * cache. */
+static void conversation_turns(void)
+{
+    struct rig r;
+    rig_open(&r);
+    struct job a = {.n_prompt = 37, .max_tokens = 10};
+    for (uint32_t i = 0; i < a.n_prompt; i++)
+        a.prompt[i] = 3 + (int32_t)(i * 29 % 400);
+    struct gs_sched *s = new_sched(&r, 4, 32, 512, true);
+    submit(s, &a, 0);
+    run_to_idle(s, &a, 1);
+    cr_assert_eq(a.n_out, 10);
+
+    struct job turn = a, turn_alone;
+    memcpy(turn.prompt + a.n_prompt, a.out, a.n_out * sizeof(int32_t));
+    turn.n_prompt = a.n_prompt + a.n_out + 5;
+    for (uint32_t i = a.n_prompt + a.n_out; i < turn.n_prompt; i++)
+        turn.prompt[i] = 7 + (int32_t)i;
+    turn.max_tokens = 4;
+    run_alone(&r, &turn, &turn_alone, 1);
+    submit(s, &turn, 0);
+    run_to_idle(s, &turn, 1);
+    /* a computed its 37 + 10 tokens but the last: 2 full pages and 14 positions */
+    cr_assert_eq(turn.stats.n_prompt_cached, 46, "cached %u", turn.stats.n_prompt_cached);
+    cr_assert_arr_eq(turn.out, turn_alone.out, turn_alone.n_out * sizeof(int32_t));
+
+    struct job twice[2] = {a, a};
+    twice[0].n_out = twice[1].n_out = 0;
+    submit(s, &twice[0], 0);
+    submit(s, &twice[1], 1);
+    run_to_idle(s, twice, 2);
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(twice[k].stats.n_prompt_cached, 36, "request %d cached %u", k,
+                     twice[k].stats.n_prompt_cached);
+        cr_assert_arr_eq(twice[k].out, a.out, a.n_out * sizeof(int32_t));
+    }
+    struct gs_err err;
+    cr_assert_eq(gs_sched_check(s, &err), GS_OK, "%s", err.msg);
+    assert_all_pages_free(s);
+    gs_sched_free(s);
+    rig_close(&r);
+}
+
+Test(sched, conversation_turns_reuse_partial_pages)
+{
+    conversation_turns();
+}
+
+Test(sched_cpu, conversation_turns_reuse_partial_pages)
+{
+    backend = "cpu";
+    conversation_turns();
 }
 
 Test(sched, refuses_what_can_never_run)

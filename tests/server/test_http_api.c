@@ -653,8 +653,11 @@ Test(http_api, n_choices_share_prompt_pages)
     e2e_http(&d, "GET", "/metrics", NULL, NULL, &r);
     double hits = e2e_metric(r.body, "graphserve_prefix_cache_hit_tokens_total");
     double computed = e2e_metric(r.body, "graphserve_prompt_tokens_computed_total");
-    /* Three choices reuse every full page (16 tokens each) of the prompt. */
-    cr_expect_eq(hits, 3 * (double)(n_prompt / 16 * 16), "%s", r.body);
+    /* Three choices reuse every full page (16 tokens each) of the prompt, and
+     * a choice admitted after choice 0 ended also the rest of the prompt but
+     * its last token (choice 0 left its partial page cached). */
+    cr_expect_geq(hits, 3 * (double)(n_prompt / 16 * 16), "%s", r.body);
+    cr_expect_leq(hits, 3 * (double)(n_prompt - 1), "%s", r.body);
     cr_expect_lt(computed, 2 * (double)n_prompt);
     e2e_resp_free(&r);
 }
