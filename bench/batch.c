@@ -2,7 +2,7 @@
  * bench/batch.c - gs-bench-batch: what continuous batching buys.
  *
  *   gs-bench-batch -m MODEL [--backend ref] [--seqs 1,4,16,64] [--prompt N]
- *                  [--gen N] [--kv-type f16|f32] [--max-batch-tokens N] [--json]
+ *                  [--gen N] [--kv-type f16|f32|q8_0] [--max-batch-tokens N] [--json]
  *
  * For each concurrency C it submits C requests at once (random prompts of
  * --prompt tokens, --gen tokens each, greedy, ignore_eos) to a scheduler in
@@ -15,6 +15,7 @@
  * ratios within one run, not absolute numbers across runs.
  */
 #define _GNU_SOURCE
+#include "engine/backend.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "scheduler/scheduler.h"
@@ -34,8 +35,9 @@ struct opts {
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: gs-bench-batch -m MODEL [--backend ref] [--seqs 1,4,16,64] "
-                    "[--prompt N] [--gen N] [--kv-type f16|f32] [--max-batch-tokens N] [--json]\n");
+    fprintf(stderr,
+            "usage: gs-bench-batch -m MODEL [--backend ref] [--seqs 1,4,16,64] "
+            "[--prompt N] [--gen N] [--kv-type f16|f32|q8_0] [--max-batch-tokens N] [--json]\n");
     return 2;
 }
 
@@ -63,7 +65,9 @@ static bool parse(int argc, char **argv, struct opts *o)
         else if (!strcmp(a, "--max-batch-tokens"))
             o->max_batch = (uint32_t)atoi(v);
         else if (!strcmp(a, "--kv-type"))
-            o->kv_type = !strcmp(v, "f32") ? GS_TYPE_F32 : GS_TYPE_F16;
+            o->kv_type = !strcmp(v, "f32")    ? GS_TYPE_F32
+                         : !strcmp(v, "q8_0") ? GS_TYPE_Q8_0
+                                              : GS_TYPE_F16;
         else if (!strcmp(a, "--seqs")) {
             o->n_seqs = 0;
             for (char *s = (char *)v; *s && o->n_seqs < 16;) {
@@ -89,8 +93,8 @@ static int run_one(const struct opts *o, struct gs_model *m, uint32_t c, struct 
 {
     struct gs_err err;
     uint32_t n_ctx = m->hp.n_ctx_train ? m->hp.n_ctx_train : 2048;
-    uint32_t elem = o->kv_type == GS_TYPE_F32 ? 4 : 2;
-    uint64_t per_token = (uint64_t)gs_model_kv_layers(m) * 2 * gs_model_kv_dim(m) * elem;
+    uint64_t per_token =
+        (uint64_t)gs_model_kv_layers(m) * 2 * gs_kv_row_bytes(o->kv_type, gs_model_kv_dim(m));
     /* A pool with room for every sequence's prompt and output, rounded up to pages. */
     uint64_t pages = (uint64_t)c * ((o->n_prompt + o->n_gen + 15) / 16 + 1);
     struct gs_sched_cfg cfg = {.backend = o->backend, .kv_type = o->kv_type, .max_seqs = c,

@@ -156,7 +156,7 @@ static enum gs_status eval_open(struct eval *e, const struct opts *o, const char
     struct gs_kv_pool_cfg pc = {
         .n_layer = gs_model_kv_layers(e->model),
         .kv_dim = gs_model_kv_dim(e->model),
-        .elem_bytes = kv_type == GS_TYPE_F16 ? 2 : 4,
+        .type = kv_type,
         .page_tokens = GS_KV_DEFAULT_PAGE_TOKENS,
         .n_pages = n_tokens / GS_KV_DEFAULT_PAGE_TOKENS + 1,
     };

@@ -810,7 +810,7 @@ static void embed_direct(struct rig *r, const struct job *j, float *out)
     cr_assert_eq(gs_runner_new(r->model->graph, &rc, &run, &err), GS_OK, "%s", err.msg);
     struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(r->model),
                                 .kv_dim = gs_model_kv_dim(r->model),
-                                .elem_bytes = 2,
+                                .type = GS_TYPE_F16,
                                 .page_tokens = 16,
                                 .n_pages = 16};
     struct gs_kv_pool *pool;

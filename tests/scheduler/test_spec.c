@@ -7,6 +7,7 @@
  * if never written), and sampled outputs that keep the target's
  * distribution (a two-sample test over many seeds).
  */
+#include "engine/backend.h"
 #include "engine/gguf.h"
 #include "engine/grammar.h"
 #include "engine/model.h"
@@ -70,11 +71,12 @@ struct run_cfg {
 
 static struct gs_sched *open_sched(struct rig *r, const struct run_cfg *c)
 {
+    const enum gs_type kv_type = c->kv_type ? c->kv_type : GS_TYPE_F16;
     uint64_t page_bytes = (uint64_t)gs_model_kv_layers(r->model) * 2 * 16 *
-                          gs_model_kv_dim(r->model) * (c->kv_type == GS_TYPE_F32 ? 4 : 2);
+                          gs_kv_row_bytes(kv_type, gs_model_kv_dim(r->model));
     struct gs_sched_cfg cfg = {.backend = c->backend,
                                .kv_cache_bytes = (c->n_pages ? c->n_pages : 256) * page_bytes,
-                               .kv_type = c->kv_type ? c->kv_type : GS_TYPE_F16,
+                               .kv_type = kv_type,
                                .max_seqs = c->max_seqs,
                                .max_batch_tokens = c->max_batch,
                                .max_queue = 4096,
