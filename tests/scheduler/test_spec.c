@@ -243,8 +243,8 @@ static uint32_t repetitive_prompt(int32_t *p, unsigned *seed, uint32_t n)
 
 /* 16 streams on a pool too small for all, some repetitive (they speculate)
  * and some not (they mostly do not), greedy and seeded: each equals its run
- * alone without speculation. */
-static void concurrent(const char *backend, bool prefix, unsigned seed0)
+ * alone without speculation, over a cache of kv_type (0: f16). */
+static void concurrent(const char *backend, bool prefix, unsigned seed0, enum gs_type kv_type)
 {
     struct rig r;
     rig_open(&r, "models/stories260K.gguf");
@@ -271,14 +271,20 @@ static void concurrent(const char *backend, bool prefix, unsigned seed0)
                                .seed = (uint64_t)rand_r(&seed),
                                .ignore_eos = true};
     }
-    struct run_cfg c = {.backend = backend, .max_seqs = 1, .max_batch = 256, .prefix = false};
+    struct run_cfg c = {
+        .backend = backend, .max_seqs = 1, .max_batch = 256, .prefix = false, .kv_type = kv_type};
     for (uint32_t i = 0; i < N; i++) {
         alone[i] = jobs[i];
         run_jobs(&r, &c, &alone[i], 1);
     }
     /* 28 pages of 16 tokens: the largest job needs 15 */
-    c = (struct run_cfg){.backend = backend, .spec = GS_SPEC_NGRAM, .max_seqs = N,
-                         .n_pages = 28, .max_batch = 96, .prefix = prefix};
+    c = (struct run_cfg){.backend = backend,
+                         .spec = GS_SPEC_NGRAM,
+                         .max_seqs = N,
+                         .n_pages = 28,
+                         .max_batch = 96,
+                         .prefix = prefix,
+                         .kv_type = kv_type};
     struct gs_sched_stats st = run_jobs(&r, &c, jobs, N);
     assert_same_outputs(alone, jobs, N, backend);
     cr_assert_gt(st.n_preemptions, 0, "the pool was meant to be too small");
@@ -297,12 +303,19 @@ static void concurrent(const char *backend, bool prefix, unsigned seed0)
 
 Test(spec_greedy, sixteen_streams_ref)
 {
-    concurrent("ref", false, 3);
+    concurrent("ref", false, 3, 0);
 }
 
 Test(spec_greedy, sixteen_streams_cpu_with_prefix_cache)
 {
-    concurrent("cpu", true, 5);
+    concurrent("cpu", true, 5, 0);
+}
+
+/* q8_0 pages: rollback, preemption and prefix hits keep the outputs of each
+ * stream alone, and the page invariants hold after every step. */
+Test(spec_greedy, sixteen_streams_cpu_q8_0_cache_with_prefix_cache)
+{
+    concurrent("cpu", true, 5, GS_TYPE_Q8_0);
 }
 
 /* Structured output on prompts that repeat themselves: drafts are made
