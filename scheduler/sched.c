@@ -59,8 +59,16 @@ static enum gs_status make_pool(struct gs_sched *s, struct gs_err *err)
 {
     const struct gs_model *m = s->model;
     uint32_t pt = s->cfg.page_tokens;
-    uint64_t page_bytes = (uint64_t)gs_model_kv_layers(m) * 2 * pt *
-                          gs_kv_row_bytes(s->cfg.kv_type, gs_model_kv_dim(m));
+    const uint64_t row = gs_kv_row_bytes(s->cfg.kv_type, gs_model_kv_dim(m));
+    /* A q8_0 row is whole blocks of 32: rows of fewer than 32 values pad to more
+     * bytes than f16 takes, the opposite of what the type is asked for. */
+    if (s->cfg.kv_type == GS_TYPE_Q8_0 && row >= gs_kv_row_bytes(GS_TYPE_F16, gs_model_kv_dim(m)))
+        return gs_err_set(err, GS_INVAL,
+                          "kv_type q8_0: this model's K and V rows of %u values take %llu bytes "
+                          "in q8_0 blocks of 32, no fewer than f16's %llu: use f16",
+                          gs_model_kv_dim(m), (unsigned long long)row,
+                          (unsigned long long)gs_kv_row_bytes(GS_TYPE_F16, gs_model_kv_dim(m)));
+    uint64_t page_bytes = (uint64_t)gs_model_kv_layers(m) * 2 * pt * row;
     s->kv.page_tokens = pt; /* gs_sched__pages_for() needs it before the pool exists */
     /* A file's context_length is whatever its writer put there (2^32-1 has
      * been seen). One sequence of it must fit in the memory there is: a
