@@ -564,9 +564,9 @@ static char *kv_page_rows(const struct gs_kv_view *kv, uint64_t row, uint32_t pa
 }
 
 /* One token's K or V row into the cache. A q8_0 row takes the q8_0 activation
- * quantizer (what the matmuls round their inputs with, and what llama.cpp's
- * CPU backend writes into a q8_0 cache); a last partial block is quantized
- * from a zero-padded copy. */
+ * quantizer (what the matmuls round their inputs with, byte-identical to ref's,
+ * and the x86 form llama.cpp's CPU backend quantizes q8_0 rows with); a last
+ * partial block is quantized from a zero-padded copy. */
 static void kv_put(const struct gs_kv_view *kv, void *dst, const float *src)
 {
     const int64_t n = kv->kv_dim;
