@@ -12,8 +12,8 @@
  * q8_0 cache costs.
  *
  * Not every golden holds them: KNOWN lists those that did not, with what was
- * measured (AVX2, 2026-12). They are logged as such and held only to a floor
- * (Pearson >= 0.97, two thirds of the steps' top-1) that a broken cache (a
+ * measured (AVX2, 2026-12; the same list holds with GS_CPU_ISA_MAX=scalar). They are logged as such
+ * and held only to a floor (Pearson >= 0.97, two thirds of the steps' top-1) that a broken cache (a
  * wrong block, a wrong scale) falls far below; a golden
  * that starts to hold the thresholds is logged so that it leaves the list.
  */
