@@ -617,7 +617,8 @@ static void k_kv_store(struct cpu_run *r, int chunk, int n_chunks, int thread)
  * Prompt attention was bound by reading every K and V row once per query;
  * four queries per read cut that traffic by four. A q8_0 cache is read by its
  * own kernels, F32 queries and weights against the rows' int8 quants and
- * scales (no F16 rounding: nothing is F16), one query at a time.
+ * scales (no F16 rounding: nothing is F16), the four-query ones converting a
+ * row's quants once for the block.
  */
 /* Where one (sequence, layer, kv head)'s K and V rows are. */
 struct attn_ctx {
@@ -726,9 +727,13 @@ static void attn_block(const struct cpu_run *r, int64_t t0, int nt, int h, float
     for (int32_t j0 = first_lo; j0 <= hi;) {
         const int32_t n_slots = GS_MIN(pt - j0 % pt, hi - j0 + 1);
         const char *kr = kv_rows_at(&a, 0, j0);
-        if (a.q8) {
-            for (int j = 0; j < nt; j++)
-                gs_cpu_dots_q8_0(qs[j], kr, a.row, n_slots, (int64_t)a.kvh * hd, hd, scs[j] + j0);
+        if (a.q8 && nt == 1) {
+            gs_cpu_dots_q8_0(qs[0], kr, a.row, n_slots, (int64_t)a.kvh * hd, hd, scs[0] + j0);
+        } else if (a.q8) {
+            float *outs[ATTN_BLOCK];
+            for (int j = 0; j < ATTN_BLOCK; j++)
+                outs[j] = scs[j] + j0;
+            gs_cpu_dots4_q8_0(qs, kr, a.row, n_slots, (int64_t)a.kvh * hd, hd, outs);
         } else if (nt == 1) {
             if (a.f16)
                 gs_cpu_dots_f16(qs[0], (const uint16_t *)kr, a.kv->kv_dim, n_slots, hd, scs[0] + j0);
@@ -757,9 +762,8 @@ static void attn_block(const struct cpu_run *r, int64_t t0, int nt, int h, float
             for (int j = 0; j < ATTN_BLOCK; j++)
                 ws[j] = scs[j] + j0;
             if (a.q8)
-                for (int j = 0; j < nt; j++)
-                    gs_cpu_axpys_q8_0(accs[j], ws[j], kv_rows_at(&a, 1, j0), a.row, n_slots,
-                                      (int64_t)a.kvh * hd, hd);
+                gs_cpu_axpys4_q8_0(accs, ws, kv_rows_at(&a, 1, j0), a.row, n_slots,
+                                   (int64_t)a.kvh * hd, hd);
             else
                 gs_cpu_axpys4(accs, ws, kv_rows_at(&a, 1, j0), a.kv->kv_dim, n_slots, hd, a.f16);
             j0 += n_slots;

@@ -122,6 +122,10 @@ struct gs_cpu_helpers {
                       int64_t n, float *out);
     void (*axpys_q8_0)(float *acc, const float *w, const void *v, size_t stride, int n_rows,
                        int64_t off, int64_t n);
+    void (*dots4_q8_0)(const float *const q[4], const void *k, size_t stride, int n_rows,
+                       int64_t off, int64_t n, float *const out[4]);
+    void (*axpys4_q8_0)(float *const acc[4], const float *const w[4], const void *v, size_t stride,
+                        int n_rows, int64_t off, int64_t n);
     void (*swiglu)(float *o, const float *g, const float *u, int64_t n);
     float (*scale_max)(float *x, float scale, int64_t n);
     float (*exp_sum)(float *x, float m, int64_t n);
@@ -198,6 +202,13 @@ void gs_cpu_dots_q8_0(const float *q, const void *k, size_t stride, int n_rows, 
                       int64_t n, float *out);
 void gs_cpu_axpys_q8_0(float *acc, const float *w, const void *v, size_t stride, int n_rows,
                        int64_t off, int64_t n);
+/* Four queries at once over the same rows (a block of a prompt's tokens), each
+ * row's quants converted once for the four; scores and value sums are
+ * bit-identical to four calls of the two above. */
+void gs_cpu_dots4_q8_0(const float *const q[4], const void *k, size_t stride, int n_rows,
+                       int64_t off, int64_t n, float *const out[4]);
+void gs_cpu_axpys4_q8_0(float *const acc[4], const float *const w[4], const void *v, size_t stride,
+                        int n_rows, int64_t off, int64_t n);
 
 /*
  * Exponentials. The SIMD versions compute e^x with a degree-7 polynomial

@@ -308,6 +308,21 @@ static void axpys_q8_0(float *acc, const float *w, const void *v, size_t stride,
     }
 }
 
+/* The four-query forms as four single-query calls of the best helpers. */
+static void dots4_q8_0(const float *const q[4], const void *k, size_t stride, int n_rows,
+                       int64_t off, int64_t n, float *const out[4])
+{
+    for (int j = 0; j < 4; j++)
+        helpers.dots_q8_0(q[j], k, stride, n_rows, off, n, out[j]);
+}
+
+static void axpys4_q8_0(float *const acc[4], const float *const w[4], const void *v, size_t stride,
+                        int n_rows, int64_t off, int64_t n)
+{
+    for (int j = 0; j < 4; j++)
+        helpers.axpys_q8_0(acc[j], w[j], v, stride, n_rows, off, n);
+}
+
 static void swiglu(float *o, const float *g, const float *u, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -374,9 +389,27 @@ static void swiglu_back_gate(float *o, const float *dy, const float *g, const fl
 }
 
 static const struct gs_cpu_helpers helpers_scalar = {
-    f32_to_f16, f16_to_f32, dot_f32, dot_f32_f16, dots_f16,         dots_f32,   axpys_f16,
-    axpys_f32,  dots4,      axpys4,  round_f16,   dots_q8_0,        axpys_q8_0, swiglu,
-    scale_max,  exp_sum,    geglu,   gemm_f32,    swiglu_back_gate,
+    .f32_to_f16 = f32_to_f16,
+    .f16_to_f32 = f16_to_f32,
+    .dot_f32 = dot_f32,
+    .dot_f32_f16 = dot_f32_f16,
+    .dots_f16 = dots_f16,
+    .dots_f32 = dots_f32,
+    .axpys_f16 = axpys_f16,
+    .axpys_f32 = axpys_f32,
+    .dots4 = dots4,
+    .axpys4 = axpys4,
+    .round_f16 = round_f16,
+    .dots_q8_0 = dots_q8_0,
+    .axpys_q8_0 = axpys_q8_0,
+    .dots4_q8_0 = dots4_q8_0,
+    .axpys4_q8_0 = axpys4_q8_0,
+    .swiglu = swiglu,
+    .scale_max = scale_max,
+    .exp_sum = exp_sum,
+    .geglu = geglu,
+    .gemm_f32 = gemm_f32,
+    .swiglu_back_gate = swiglu_back_gate,
 };
 
 static inline const struct gs_cpu_helpers *best(void)
@@ -444,6 +477,18 @@ void gs_cpu_axpys_q8_0(float *acc, const float *w, const void *v, size_t stride,
                        int64_t off, int64_t n)
 {
     best()->axpys_q8_0(acc, w, v, stride, n_rows, off, n);
+}
+
+void gs_cpu_dots4_q8_0(const float *const q[4], const void *k, size_t stride, int n_rows,
+                       int64_t off, int64_t n, float *const out[4])
+{
+    best()->dots4_q8_0(q, k, stride, n_rows, off, n, out);
+}
+
+void gs_cpu_axpys4_q8_0(float *const acc[4], const float *const w[4], const void *v, size_t stride,
+                        int n_rows, int64_t off, int64_t n)
+{
+    best()->axpys4_q8_0(acc, w, v, stride, n_rows, off, n);
 }
 
 void gs_cpu_swiglu(float *o, const float *g, const float *u, int64_t n)

@@ -624,7 +624,8 @@ Test(cpu_kernels, attention_value_sums_match_double)
 /* Attention over a q8_0 cache: one head's slice of rows of q8_0 blocks, whole
  * blocks (the fast path), slices that begin or end inside a block (head sizes
  * 8 and 48, as stories260K's and gemma2-tiny's are) and ones of odd length,
- * against double sums over engine/quant's dequantized rows. Run with
+ * against double sums over engine/quant's dequantized rows, and the four-query
+ * forms bit for bit against the single-query ones. Run with
  * GS_CPU_ISA_MAX=scalar for the scalar forms (the NEON build's too). */
 Test(cpu_kernels, attention_over_q8_0_rows_matches_double)
 {
@@ -669,6 +670,36 @@ Test(cpu_kernels, attention_over_q8_0_rows_matches_double)
             cr_assert(fabs(acc[i] - want) <= 1e-6 * (1 + mag),
                       "off %lld n %lld column %lld: %g, want %g", (long long)off, (long long)n,
                       (long long)i, acc[i], want);
+        }
+        /* Four queries at once: the very bits of four single-query calls, for the
+         * row counts a page's pieces have (whole groups of eight and the rest). */
+        static const int counts[] = {ROWS, 8, 3};
+        for (size_t r = 0; r < GS_ARRAY_LEN(counts); r++) {
+            const int nr = counts[r];
+            float qv[4][DIM], wv[4][ROWS], o4[4][ROWS], o1[4][ROWS], a4[4][DIM], a1[4][DIM];
+            const float *qp[4], *wp[4];
+            float *op[4], *ap[4];
+            for (int j = 0; j < 4; j++) {
+                for (int i = 0; i < DIM; i++) {
+                    qv[j][i] = frand();
+                    a4[j][i] = a1[j][i] = frand();
+                }
+                for (int t = 0; t < ROWS; t++)
+                    wv[j][t] = frand();
+                qp[j] = qv[j], wp[j] = wv[j], op[j] = o4[j], ap[j] = a4[j];
+            }
+            gs_cpu_dots4_q8_0(qp, k, STRIDE, nr, off, n, op);
+            gs_cpu_axpys4_q8_0(ap, wp, k, STRIDE, nr, off, n);
+            for (int j = 0; j < 4; j++) {
+                gs_cpu_dots_q8_0(qv[j], k, STRIDE, nr, off, n, o1[j]);
+                gs_cpu_axpys_q8_0(a1[j], wv[j], k, STRIDE, nr, off, n);
+                cr_assert(!memcmp(o4[j], o1[j], sizeof(float) * (size_t)nr),
+                          "off %lld n %lld rows %d query %d: four-query scores differ",
+                          (long long)off, (long long)n, nr, j);
+                cr_assert(!memcmp(a4[j], a1[j], sizeof(float) * (size_t)n),
+                          "off %lld n %lld rows %d query %d: four-query sums differ",
+                          (long long)off, (long long)n, nr, j);
+            }
         }
     }
     free(k);
