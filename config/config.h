@@ -100,6 +100,7 @@ static inline enum gs_type gs_cfg_kv_engine_type(enum gs_cfg_kv_type t)
 enum gs_cfg_spec {
     GS_CFG_SPEC_OFF = 0,   /* "off": one token per sequence per step */
     GS_CFG_SPEC_NGRAM = 1, /* "ngram": prompt-lookup drafts */
+    GS_CFG_SPEC_DRAFT = 2, /* "draft": --draft-model's greedy drafts */
 };
 
 /* The built-in chat formats, X(name, ID) ("plain" is the documented fallback
@@ -165,6 +166,7 @@ struct gs_cfg {
     enum gs_cfg_spec spec;    /* speculative decoding's drafter */
     int64_t spec_max_draft;   /* drafted tokens per sequence per step, at most */
     int64_t spec_ngram;       /* ngram drafter: longest n-gram looked up */
+    char *draft_model;        /* spec draft: the drafting GGUF's path; NULL otherwise */
     enum gs_cfg_chat_template chat_template;
     char *chat_template_file; /* a Jinja template instead of the GGUF's; NULL: the GGUF's */
     struct gs_cfg_strlist served_model_name; /* names requests may use; the first is the id */

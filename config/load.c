@@ -429,6 +429,11 @@ static enum gs_status check_cross(struct loader *ld, struct gs_err *err)
                           c->tls_cert ? "tls-key" : "tls-cert");
     if (c->tls_client_ca && !c->tls_cert)
         return gs_err_set(err, GS_INVAL, "tls-client-ca needs tls-cert and tls-key");
+    if ((c->spec == GS_CFG_SPEC_DRAFT) != (c->draft_model != NULL))
+        return gs_err_set(err, GS_INVAL,
+                          c->draft_model ? "draft-model is for --spec draft (spec is %s)"
+                                         : "spec draft needs --draft-model%s",
+                          c->draft_model ? gs_cfg_spec_name(c->spec) : "");
     if (c->max_batch_tokens < c->max_seqs)
         return gs_err_set(err, GS_INVAL,
                           "max-batch-tokens (%lld) must be at least max-seqs (%lld): every running "

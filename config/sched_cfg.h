@@ -6,7 +6,8 @@
  * Every value was range-checked by gs_cfg_load(), so the narrowing casts
  * below cannot truncate. Strings are borrowed from cfg: keep cfg alive (and
  * do not reload its non-reloadable fields, which gs_cfg_reload never does)
- * while the scheduler runs. notify and notify_ctx are left for the caller.
+ * while the scheduler runs. notify and notify_ctx are left for the caller,
+ * and draft_model too: with --spec draft the caller loads cfg->draft_model.
  */
 #ifndef GS_CONFIG_SCHED_CFG_H
 #define GS_CONFIG_SCHED_CFG_H
@@ -28,7 +29,9 @@ static inline void gs_cfg_to_sched_cfg(const struct gs_cfg *cfg, struct gs_sched
         .max_queue = (uint32_t)cfg->max_queue,
         .n_ctx = (uint32_t)cfg->n_ctx,
         .prefix_cache = cfg->prefix_cache,
-        .spec = cfg->spec == GS_CFG_SPEC_NGRAM ? GS_SPEC_NGRAM : GS_SPEC_OFF,
+        .spec = cfg->spec == GS_CFG_SPEC_NGRAM   ? GS_SPEC_NGRAM
+                : cfg->spec == GS_CFG_SPEC_DRAFT ? GS_SPEC_DRAFT
+                                                 : GS_SPEC_OFF,
         .spec_max_draft = (uint32_t)cfg->spec_max_draft,
         .spec_ngram = (uint32_t)cfg->spec_ngram,
     };

@@ -24,7 +24,7 @@ static const char *const kv_type_choices[] = {
 #undef KV_TYPE_CHOICE
         NULL,
 };
-static const char *const spec_choices[] = {"off", "ngram", NULL}; /* enum gs_cfg_spec */
+static const char *const spec_choices[] = {"off", "ngram", "draft", NULL}; /* enum gs_cfg_spec */
 /* In the order of enum gs_cfg_chat_template: auto, then config.h's one list. */
 static const char *const template_choices[] = {
     "auto",
@@ -87,15 +87,21 @@ static const struct gs_cfg_opt opts[] = {
      "Reuse the KV pages of identical prompt prefixes across requests."},
     {"spec", 0, GS_CFG_ENUM, F(spec), g_model, "off", 0, 0, spec_choices, 0, NULL,
      "Speculative decoding: ngram drafts each decoding sequence's next tokens from the "
-     "latest earlier match of its last tokens in its own prompt and output, and the model "
-     "checks them in the same step; outputs are unchanged (greedy: token for token). Helps "
-     "when outputs repeat their input (editing, summarising, code) and few streams share "
-     "a step."},
+     "latest earlier match of its last tokens in its own prompt and output, draft has the "
+     "--draft-model propose them greedily, and the model checks them in the same step; "
+     "outputs are unchanged (greedy: token for token). Helps when few streams share a step "
+     "and the drafts are often right: ngram when outputs repeat their input (editing, "
+     "summarising, code), draft when a much smaller model of the same vocabulary agrees "
+     "with this one."},
     {"spec-max-draft", 0, GS_CFG_INT, F(spec_max_draft), g_model, "8", 1, 64, NULL, 0, "tokens",
      "Most drafted tokens per sequence per step; each sequence adapts its own draft length "
      "to how many it recently kept, down to none."},
     {"spec-ngram", 0, GS_CFG_INT, F(spec_ngram), g_model, "4", 2, 64, NULL, 0, "tokens",
      "Longest n-gram the ngram drafter looks up (it tries shorter ones down to 2)."},
+    {"draft-model", 0, GS_CFG_STR, F(draft_model), g_model, NULL, 0, 0, NULL, PATH, NULL,
+     "GGUF model that drafts for --spec draft (required by it, refused without it): the "
+     "model's vocabulary (same tokens, ids and special tokens), run on the same backend "
+     "with a KV pool of its own, as many pages as the model's, on top of kv-cache-bytes."},
     {"chat-template", 0, GS_CFG_ENUM, F(chat_template), g_model, "auto", 0, 0, template_choices,
      0, NULL, "Chat template; auto picks it from the model's tokenizer.chat_template."},
     {"chat-template-file", 0, GS_CFG_STR, F(chat_template_file), g_model, NULL, 0, 0, NULL, PATH,

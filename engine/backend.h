@@ -127,6 +127,11 @@ struct gs_be_ops {
                           struct gs_err *err);
     void (*plan_free)(struct gs_be *be, struct gs_plan *p);
     void (*sync)(struct gs_be *be); /* optional: NULL if synchronous */
+    /* Optional (NULL: the caller runs the chunks in order): runs fn(arg, c) for every
+     * chunk c in 0..n_chunks-1 on the backend's threads and returns when all have
+     * returned. For work beside a plan that the backend's threads should share
+     * (training's optimiser); chunks may run in any order and on any thread. */
+    void (*parallel)(struct gs_be *be, void (*fn)(void *arg, int chunk), void *arg, int n_chunks);
 };
 
 struct gs_be {
@@ -194,6 +199,20 @@ static inline void gs_be_plan_free(struct gs_be *be, struct gs_plan *p)
 {
     if (p)
         be->ops->plan_free(be, p);
+}
+
+/* fn(arg, c) for every chunk c in 0..n_chunks-1 (1 <= n_chunks <= 65535), on the
+ * backend's threads where it has them, else in order on the caller; returns when all
+ * have returned. A chunk's result must not depend on which thread runs it. */
+static inline void gs_be_parallel(struct gs_be *be, void (*fn)(void *arg, int chunk), void *arg,
+                                  int n_chunks)
+{
+    if (be->ops->parallel) {
+        be->ops->parallel(be, fn, arg, n_chunks);
+        return;
+    }
+    for (int c = 0; c < n_chunks; c++)
+        fn(arg, c);
 }
 
 static inline void gs_be_sync(struct gs_be *be)

@@ -2,7 +2,7 @@
  * engine/runner.h - one engine ready to run steps: a backend, the rewrite
  * passes it supports run over a model's graph, the graph checked against the
  * backend, and the plan cache. The serving scheduler, its validation
- * reference, `graphserve bench`, `graphserve validate` and the test rigs all
+ * reference and its draft model, `graphserve bench`, `graphserve validate` and the test rigs all
  * open their engine through it; nothing else opens a backend by hand.
  *
  * The KV cache is not the runner's: a step's gs_step_io carries the pages it

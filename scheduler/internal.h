@@ -6,6 +6,8 @@
  *   sched.c   creation, the loop thread's side (submit, cancel, poll, stats),
  *             the engine thread
  *   step.c    the engine's side: admission, preemption, batches, sampling
+ *   draft.c   the draft-model drafter: its runner and KV pool, the batched
+ *             draft steps, the rollback of its K/V after verification
  *   spec.c    speculative decoding: drafts, what a verification teaches
  *   trace.c   the step trace
  *   vjobs.c   validation jobs on the reference runner, which it owns
@@ -89,6 +91,13 @@ struct seq {
     uint32_t spec_k;
     float spec_rate;
     uint32_t spec_probe_at, spec_backoff;
+    /* GS_SPEC_DRAFT: the draft model's K/V of tokens[0..d_computed) (then,
+     * within a step, of the drafted tokens fed after them) in its own pool;
+     * in the step being built, d_want is the draft length asked of it and
+     * d_from (0: none) the position of the first drafted token it was fed. */
+    struct gs_kv_seq dkv;
+    uint32_t d_computed;
+    uint32_t d_want, d_from;
     enum gs_pooling pooling; /* an embedding request unless GS_POOLING_NONE */
     float *embd;             /* [n_embd] pooled rows so far, with pooling; owned */
     enum gs_finish finish;
@@ -186,6 +195,19 @@ struct gs_sched {
     struct gs_val_thresholds thresholds;
     uint32_t max_out_rows; /* logits rows per step: max_seqs plus the drafted ones */
     uint32_t max_draft_rows;
+    /* GS_SPEC_DRAFT (draft.c): the draft model's runner, its KV pool (as many
+     * pages as pool) and its step buffers, sized once for max(max_batch_tokens,
+     * max_seqs) tokens and max_seqs logits rows */
+    const struct gs_model *draft_model;
+    struct gs_runner *draft_run;
+    struct gs_kv_pool *draft_pool;
+    struct gs_kv_view draft_kv;
+    uint32_t draft_max_tokens;
+    int32_t *draft_tokens, *draft_pos;
+    uint32_t *draft_seq, *draft_rows;
+    struct gs_seq_pages *draft_pages;
+    struct seq **draft_seqs;
+    float *draft_logits; /* [max_seqs][n_vocab] */
     /* this step's speculation, folded into stats by gs_sched__update_stats */
     uint64_t spec_drafted, spec_accepted, spec_verifies, spec_draft_ns;
 
@@ -221,6 +243,9 @@ bool gs_sched__push_event_report(struct gs_sched *s, const struct gs_sched_event
                                  const struct gs_sample_logprob *top, uint32_t n_top,
                                  struct gs_val_report *report);
 void gs_sched__seq_free(struct gs_sched *s, struct seq *q);
+/* Gives q's draft-model K/V back (preemption, the end of the sequence): the
+ * draft then catches up from position 0 when q next drafts. */
+void gs_sched__draft_release(struct gs_sched *s, struct seq *q);
 /* Frees what an event item owns (its report, its embedding). */
 void gs_sched__item_free(struct ev_item *it);
 
@@ -231,9 +256,29 @@ void gs_sched__abort_all(struct gs_sched *s, enum gs_finish why);
 void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t prompt_tokens,
                             uint64_t gen_tokens);
 
+/* draft.c */
+/* Opens the draft model's runner, pool and buffers once the target's pool
+ * exists; GS_INVAL when its vocabulary is not the target's. */
+enum gs_status gs_sched__draft_open(struct gs_sched *s, struct gs_err *err);
+void gs_sched__draft_free(struct gs_sched *s);
+/* Drafts for the step's decoding sequences on the draft model, all of them in
+ * each draft step, within *budget tokens and *rows logits rows of the target
+ * step (both lowered by what was drafted). */
+void gs_sched__draft_model(struct gs_sched *s, uint32_t n_seqs, uint32_t *budget, uint32_t *rows);
+/* After q's verification: the draft's K/V is cut to the longest prefix whose
+ * tokens are q's own. */
+void gs_sched__draft_rollback(struct gs_sched *s, struct seq *q);
+
 /* spec.c */
-/* Drafts up to limit tokens after q's next one into q->draft (n_draft),
- * taking only free pages for them; returns n_draft. */
+/* The draft length q may try this step, at most limit: its adapted length,
+ * what max_tokens and the context leave, and the free pages of the target's
+ * pool; 0 when q does not draft. */
+uint32_t gs_sched__draft_room(struct gs_sched *s, struct seq *q, uint32_t limit);
+/* Cuts q->draft[0..n) where its grammar refuses a token, takes the target's
+ * pages for what is left and sets q->n_draft to it; returns n_draft. */
+uint32_t gs_sched__draft_commit(struct gs_sched *s, struct seq *q, uint32_t n);
+/* The prompt-lookup drafter: drafts up to limit tokens after q's next one
+ * into q->draft (n_draft), taking only free pages for them; returns n_draft. */
 uint32_t gs_sched__draft(struct gs_sched *s, struct seq *q, uint32_t limit);
 /* After the step: n_accepted of q's n_draft tokens were kept. */
 void gs_sched__spec_verified(struct gs_sched *s, struct seq *q, uint32_t n_accepted);

@@ -136,8 +136,12 @@ static enum gs_status check_cfg(struct gs_sched_cfg *c, struct gs_err *err)
         c->spec_max_draft = DEFAULT_SPEC_MAX_DRAFT;
     if (!c->spec_ngram)
         c->spec_ngram = DEFAULT_SPEC_NGRAM;
-    if (c->spec != GS_SPEC_OFF && c->spec != GS_SPEC_NGRAM)
+    if (c->spec != GS_SPEC_OFF && c->spec != GS_SPEC_NGRAM && c->spec != GS_SPEC_DRAFT)
         return gs_err_set(err, GS_INVAL, "spec: unknown drafter %d", (int)c->spec);
+    if ((c->spec == GS_SPEC_DRAFT) != (c->draft_model != NULL))
+        return gs_err_set(err, GS_INVAL,
+                          c->draft_model ? "draft_model: given, but spec is not draft"
+                                         : "spec: the draft drafter needs a draft model");
     if (c->spec_max_draft > MAX_SPEC_DRAFT)
         return gs_err_set(err, GS_INVAL, "spec_max_draft: %u is over %d", c->spec_max_draft,
                           MAX_SPEC_DRAFT);
@@ -211,6 +215,8 @@ enum gs_status gs_sched_new(const struct gs_sched_cfg *cfg, struct gs_model *mod
         goto fail;
     if ((rc = make_pool(s, err)))
         goto fail;
+    if (s->cfg.spec == GS_SPEC_DRAFT && (rc = gs_sched__draft_open(s, err)))
+        goto fail;
     if ((rc = alloc_step_buffers(s)) || (rc = gs_sched__trace_init(s))) {
         gs_err_set(err, rc, "no memory for step buffers of %u tokens", s->cfg.max_batch_tokens);
         goto fail;
@@ -229,6 +235,7 @@ void gs_sched_free(struct gs_sched *s)
         return;
     gs_sched_stop(s, 0);
     gs_sched__abort_all(s, GS_FINISH_ABORT);
+    gs_sched__draft_free(s);
     gs_runner_free(s->run);
     gs_sched__ref_free(s);
     gs_kv_pool_free(s->pool);
@@ -378,6 +385,7 @@ enum gs_status gs_sched_submit(struct gs_sched *s, const struct gs_sched_request
         }
     }
     gs_kv_seq_init(&q->kv);
+    gs_kv_seq_init(&q->dkv);
 
     pthread_mutex_lock(&s->mu);
     if (s->draining || s->stopping)

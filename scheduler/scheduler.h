@@ -49,6 +49,7 @@ enum gs_spec {
     GS_SPEC_OFF = 0, /* one token per sequence per step */
     GS_SPEC_NGRAM,   /* prompt lookup: the continuation of the latest earlier match of the
                         last tokens in the sequence's own prompt and output */
+    GS_SPEC_DRAFT,   /* a draft model (cfg.draft_model) proposes its greedy continuation */
 };
 
 struct gs_sched_cfg {
@@ -82,6 +83,34 @@ struct gs_sched_cfg {
     enum gs_spec spec;
     uint32_t spec_max_draft; /* most drafted tokens per sequence per step; 0: 8 */
     uint32_t spec_ngram;     /* GS_SPEC_NGRAM: longest n-gram looked up (>= 2); 0: 4 */
+    /*
+     * GS_SPEC_DRAFT: a small model with the target's vocabulary (the same
+     * token count, token texts and types, and special ids; gs_sched_new
+     * refuses another with GS_INVAL naming the first difference). Borrowed:
+     * it and its file must outlive the scheduler, and it must be a model of
+     * its own, not the target (load the file twice to draft with the target
+     * itself): the scheduler opens a second runner on its graph, on the same
+     * backend, which rewrites that graph with the backend's passes.
+     *
+     * Its K/V live in a pool of their own with as many pages of page_tokens
+     * as the target's pool (so whatever the target admits the draft holds),
+     * each page sized for the draft model; kv_cache_bytes budgets the
+     * target's pool alone and the draft's adds draft_kv_bytes (stats). Each
+     * step, the sequences that draft run on the draft model together: the
+     * first draft step feeds each one the tokens its draft K/V lacks (the
+     * prompt at its first decoding step, then the tokens kept last step, in
+     * chunks of max_batch_tokens across sequences) and takes the argmax of
+     * the last one's logits; each further step feeds every sequence its
+     * latest drafted token, up to its draft length. After verification the
+     * draft's K/V past the tokens actually kept is rolled back
+     * (gs_kv_seq_truncate). The draft never decides a token: every served
+     * token and logit is the target's.
+     */
+    struct gs_model *draft_model;
+    /* Test knob (false in production): the draft model recomputes each drafting
+     * sequence from position 0 every step, keeping nothing, so its drafts are
+     * what rolled-back K/V must reproduce (tests compare the two on ref). */
+    bool draft_recompute;
     /* Per-request validation (requests with .validate): the reference run goes
      * in chunks of at most this many tokens, one chunk between serving steps,
      * so it delays other requests by one bounded slice at a time; 0: 32. */
@@ -233,7 +262,7 @@ struct gs_sched_stats {
     uint32_t page_tokens; /* token slots per KV page */
     uint64_t n_evictions;
     uint64_t kv_bytes;
-    uint64_t scratch_bytes;       /* activation scratch of all compiled plans */
+    uint64_t scratch_bytes;       /* activation scratch of all compiled plans (the draft's too) */
     uint64_t n_validated;         /* validation reports emitted */
     uint64_t n_validation_failed; /* ... whose verdict was a failure */
     uint32_t n_validating;        /* validation jobs waiting or running */
@@ -242,6 +271,7 @@ struct gs_sched_stats {
     uint64_t n_draft_accepted;
     uint64_t n_verify_steps;
     double draft_seconds;
+    uint64_t draft_kv_bytes; /* GS_SPEC_DRAFT: the draft model's KV pool; 0 otherwise */
     /* Bytes held for the sequences the engine knows (running and waiting): token
      * arrays, page tables, grammar masks, pooled rows and validation logits. */
     uint64_t seq_bytes;
@@ -311,8 +341,10 @@ uint32_t gs_sched_n_ctx(const struct gs_sched *s);
  * (gs_kv_pool_check); every sequence's page table covers exactly the
  * positions it has computed; each page's refcount is the number of page
  * tables holding it; a sequence's registered pages carry the chained hash
- * of its own tokens and its other pages carry none. GS_INVAL with the first
- * broken rule.
+ * of its own tokens and its other pages carry none. With a draft model, the
+ * same of its pool (lists, refcounts, tables covering exactly the positions
+ * the draft has computed, no page hashed) and no sequence's draft K/V ahead
+ * of its own tokens. GS_INVAL with the first broken rule.
  */
 enum gs_status gs_sched_check(struct gs_sched *s, struct gs_err *err);
 

@@ -16,6 +16,7 @@ void gs_sched__seq_free(struct gs_sched *s, struct seq *q)
         return;
     if (s->pool)
         gs_kv_seq_release(s->pool, &q->kv);
+    gs_sched__draft_release(s, q);
     gs_sample_state_free(q->sampler);
     gs_grammar_matcher_free(q->matcher);
     gs_free(q->allow);
@@ -26,6 +27,14 @@ void gs_sched__seq_free(struct gs_sched *s, struct seq *q)
     gs_free(q->embd);
     gs_free(q->draft);
     gs_free(q);
+}
+
+void gs_sched__draft_release(struct gs_sched *s, struct seq *q)
+{
+    if (s->draft_pool)
+        gs_kv_seq_release(s->draft_pool, &q->dkv);
+    q->d_computed = 0;
+    q->d_from = 0;
 }
 
 uint32_t gs_sched__page_tokens(const struct gs_sched *s)

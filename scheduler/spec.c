@@ -72,7 +72,7 @@ static uint32_t draft_length(const struct seq *q)
     return q->n_generated >= q->spec_probe_at ? 1 : 0;
 }
 
-uint32_t gs_sched__draft(struct gs_sched *s, struct seq *q, uint32_t limit)
+uint32_t gs_sched__draft_room(struct gs_sched *s, struct seq *q, uint32_t limit)
 {
     q->n_draft = 0;
     if (!q->draft || q->pooling)
@@ -84,23 +84,36 @@ uint32_t gs_sched__draft(struct gs_sched *s, struct seq *q, uint32_t limit)
     if (q->n_tokens + 1 >= s->n_ctx)
         return 0;
     k = GS_MIN(k, s->n_ctx - q->n_tokens - 1);
-    if (k == 0)
-        return 0;
-    uint64_t t0 = gs_now_ns();
-    uint32_t n = gs_spec_ngram_draft(q->tokens, q->n_tokens, s->cfg.spec_ngram, q->draft, k);
-    n = grammar_cut(s, q, n);
     /* Only free pages: a draft never evicts a cached prefix or preempts. */
     const uint32_t pt = gs_sched__page_tokens(s);
     const uint32_t base = q->n_computed + 1; /* positions placed already */
     uint32_t room = q->kv.n_pages * pt - GS_MIN(q->kv.n_pages * pt, base) +
                     gs_kv_pool_n_unused(s->pool) * pt;
-    n = GS_MIN(n, room);
+    return GS_MIN(k, room);
+}
+
+uint32_t gs_sched__draft_commit(struct gs_sched *s, struct seq *q, uint32_t n)
+{
+    n = grammar_cut(s, q, n);
+    /* Another sequence's draft may have taken the free pages counted by
+     * gs_sched__draft_room since. */
     if (n > 0) {
         struct gs_err err;
-        if (gs_kv_seq_reserve(s->pool, &q->kv, base + n, &err) != GS_OK)
+        if (gs_kv_seq_reserve(s->pool, &q->kv, q->n_computed + 1 + n, &err) != GS_OK)
             n = 0;
     }
     q->n_draft = n;
+    return n;
+}
+
+uint32_t gs_sched__draft(struct gs_sched *s, struct seq *q, uint32_t limit)
+{
+    uint32_t k = gs_sched__draft_room(s, q, limit);
+    if (k == 0)
+        return 0;
+    uint64_t t0 = gs_now_ns();
+    uint32_t n = gs_spec_ngram_draft(q->tokens, q->n_tokens, s->cfg.spec_ngram, q->draft, k);
+    n = gs_sched__draft_commit(s, q, n);
     s->spec_draft_ns += gs_now_ns() - t0;
     q->st.draft_ms += (double)(gs_now_ns() - t0) / 1e6;
     return n;
@@ -169,6 +182,53 @@ static enum gs_status check_seq(struct gs_sched *s, const struct seq *q, uint32_
     return GS_OK;
 }
 
+/* q's draft page table covers exactly what the draft computed, never past q's
+ * own tokens (drafted positions were rolled back), with no page hashed (the
+ * draft pool has no prefix cache); refs counts the tables holding each page. */
+static enum gs_status check_draft_seq(struct gs_sched *s, const struct seq *q, uint32_t *refs,
+                                      uint32_t n_pages, struct gs_err *err)
+{
+    if (q->dkv.n_tokens != q->d_computed || q->d_computed > q->n_tokens ||
+        q->dkv.n_pages != gs_sched__pages_for(s, q->d_computed))
+        return gs_err_set(err, GS_INVAL,
+                          "seq %llu: its draft page table covers %u tokens in %u pages, the "
+                          "draft has computed %u of its %u tokens",
+                          (unsigned long long)q->id, q->dkv.n_tokens, q->dkv.n_pages, q->d_computed,
+                          q->n_tokens);
+    for (uint32_t i = 0; i < q->dkv.n_pages; i++) {
+        uint32_t page = q->dkv.pages[i];
+        uint64_t h;
+        if (page >= n_pages || gs_kv_page_hash(s->draft_pool, page, &h))
+            return gs_err_set(err, GS_INVAL, "seq %llu: draft page %u is out of the pool or hashed",
+                              (unsigned long long)q->id, page);
+        refs[page]++;
+    }
+    return GS_OK;
+}
+
+/* The draft model's pool: its own lists, every sequence's draft table, and
+ * refcounts equal to the tables holding each page. */
+static enum gs_status check_draft(struct gs_sched *s, struct gs_err *err)
+{
+    enum gs_status rc = gs_kv_pool_check(s->draft_pool, err);
+    if (rc)
+        return rc;
+    const uint32_t n_pages = s->draft_kv.n_pages;
+    uint32_t *refs = gs_calloc(n_pages, sizeof(*refs));
+    if (!refs)
+        return gs_err_set(err, GS_NOMEM, "no memory to check %u pages", n_pages);
+    for (uint32_t i = 0; i < s->n_running && !rc; i++)
+        rc = check_draft_seq(s, s->running[i], refs, n_pages, err);
+    for (const struct seq *q = s->wait_head; q && !rc; q = q->next)
+        rc = check_draft_seq(s, q, refs, n_pages, err);
+    for (uint32_t p = 0; p < n_pages && !rc; p++)
+        if (gs_kv_page_refcount(s->draft_pool, p) != refs[p])
+            rc = gs_err_set(err, GS_INVAL, "draft page %u: refcount %u, held by %u page tables", p,
+                            gs_kv_page_refcount(s->draft_pool, p), refs[p]);
+    gs_free(refs);
+    return rc;
+}
+
 enum gs_status gs_sched_check(struct gs_sched *s, struct gs_err *err)
 {
     enum gs_status rc = gs_kv_pool_check(s->pool, err);
@@ -187,5 +247,7 @@ enum gs_status gs_sched_check(struct gs_sched *s, struct gs_err *err)
             rc = gs_err_set(err, GS_INVAL, "page %u: refcount %u, held by %u page tables", p,
                             gs_kv_page_refcount(s->pool, p), refs[p]);
     gs_free(refs);
+    if (!rc && s->draft_pool)
+        rc = check_draft(s, err);
     return rc;
 }

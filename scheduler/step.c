@@ -148,6 +148,7 @@ static void drop_cancelled(struct gs_sched *s)
 static void drop_pages(struct gs_sched *s, struct seq *q)
 {
     gs_kv_seq_release(s->pool, &q->kv);
+    gs_sched__draft_release(s, q);
     q->n_computed = 0;
     q->n_registered = 0;
     q->chain_hash = GS_KV_HASH_SEED;
@@ -477,7 +478,7 @@ static enum gs_finish pool_rows(struct gs_sched *s, struct seq *q, uint32_t a, u
 static uint64_t seq_bytes(const struct gs_sched *s, const struct seq *q)
 {
     uint64_t b = sizeof(*q) + (uint64_t)q->cap * sizeof(*q->tokens) +
-                 (uint64_t)q->kv.cap_pages * sizeof(*q->kv.pages);
+                 (uint64_t)(q->kv.cap_pages + q->dkv.cap_pages) * sizeof(*q->kv.pages);
     if (q->allow)
         b += (s->n_vocab + 63) / 64 * sizeof(uint64_t);
     if (q->embd)
@@ -492,6 +493,12 @@ void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t 
 {
     struct gs_kv_stats ks;
     gs_kv_pool_stats(s->pool, &ks);
+    uint64_t draft_kv_bytes = 0;
+    if (s->draft_pool) {
+        struct gs_kv_stats ds;
+        gs_kv_pool_stats(s->draft_pool, &ds);
+        draft_kv_bytes = (uint64_t)ds.pages_total * ds.page_bytes;
+    }
     uint64_t held = 0;
     for (uint32_t i = 0; i < s->n_running; i++)
         held += seq_bytes(s, s->running[i]);
@@ -519,7 +526,8 @@ void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t 
     s->stats.n_evictions = ks.n_evictions;
     s->stats.n_prefix_hit_tokens = ks.n_hits * gs_sched__page_tokens(s);
     s->stats.kv_bytes = (uint64_t)ks.pages_total * ks.page_bytes;
-    s->stats.scratch_bytes = gs_plan_cache_scratch_bytes(&s->run->plans);
+    s->stats.scratch_bytes = gs_plan_cache_scratch_bytes(&s->run->plans) +
+                             (s->draft_run ? gs_plan_cache_scratch_bytes(&s->draft_run->plans) : 0);
     s->stats.n_validating = s->n_vjobs;
     s->stats.n_drafted += s->spec_drafted;
     s->stats.n_draft_accepted += s->spec_accepted;
@@ -527,6 +535,7 @@ void gs_sched__update_stats(struct gs_sched *s, uint32_t batch_tokens, uint64_t 
     s->stats.draft_seconds += (double)s->spec_draft_ns / 1e9;
     s->spec_drafted = s->spec_accepted = s->spec_verifies = s->spec_draft_ns = 0;
     s->stats.seq_bytes = held;
+    s->stats.draft_kv_bytes = draft_kv_bytes;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -570,7 +579,10 @@ enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err)
      * that speculation never takes a place, a page or a cached prefix from
      * a sequence's own tokens. */
     uint32_t draft_rows = s->max_draft_rows;
-    for (uint32_t i = 0; s->cfg.spec && i < n_seqs && budget > 0 && draft_rows > 0; i++) {
+    if (s->cfg.spec == GS_SPEC_DRAFT && budget > 0 && draft_rows > 0)
+        gs_sched__draft_model(s, n_seqs, &budget, &draft_rows);
+    for (uint32_t i = 0; s->cfg.spec == GS_SPEC_NGRAM && i < n_seqs && budget > 0 && draft_rows > 0;
+         i++) {
         struct seq *q = s->step_seqs[i];
         if (q->n_tokens - q->n_computed == 1) {
             uint32_t n = gs_sched__draft(s, q, GS_MIN(budget, draft_rows));
@@ -642,6 +654,7 @@ enum gs_status gs_sched_step(struct gs_sched *s, struct gs_err *err)
                     gs_kv_seq_truncate(s->pool, &q->kv, q->n_computed);
                     gs_sched__spec_verified(s, q, kept);
                 }
+                gs_sched__draft_rollback(s, q);
             }
             b = q->n_computed;
             if (a < q->high_water)

@@ -497,6 +497,7 @@ extern const struct gs_srv_route_hooks gs_srv__debug_events_hooks;
     X(KV_POOL, "kv_pool", "the KV page pool, every page")                                          \
     X(KV_USED, "kv_used", "KV pages referenced by sequences")                                      \
     X(PREFIX_CACHE, "prefix_cache", "KV pages kept only for prefix-cache hits")                    \
+    X(DRAFT_KV_POOL, "draft_kv_pool", "the draft model's KV page pool (--spec draft), every page") \
     X(SCRATCH, "scratch", "activation scratch of the compiled plans")                              \
     X(SEQUENCES, "sequence_buffers",                                                               \
       "the engine's per-sequence buffers: tokens, page tables, masks, validation logits")          \

@@ -83,6 +83,7 @@ void gs_srv__ledger(const struct gs_srv *s, const struct gs_sched_stats *st, uin
     bytes[GS_SRV_LEDGER_KV_POOL] = st->kv_bytes;
     bytes[GS_SRV_LEDGER_KV_USED] = page_bytes * st->pages_used;
     bytes[GS_SRV_LEDGER_PREFIX_CACHE] = page_bytes * st->pages_cached;
+    bytes[GS_SRV_LEDGER_DRAFT_KV_POOL] = st->draft_kv_bytes;
     bytes[GS_SRV_LEDGER_SCRATCH] = st->scratch_bytes;
     bytes[GS_SRV_LEDGER_SEQUENCES] = st->seq_bytes;
 }

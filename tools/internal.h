@@ -9,7 +9,9 @@
 #include "config/cli.h"
 #include "engine/quant.h"
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 int gs_cmd_inspect(int argc, char **argv);
@@ -71,5 +73,42 @@ extern const enum gs_type gs_tool_kv_types[];     /* the same order: GS_TYPE_F16
 /* The whole of stream f (a file, stdin), *len its bytes; NULL on a read error or out of
  * memory. The caller frees it with gs_free. */
 char *gs_tool_read_all(FILE *f, size_t *len);
+
+/* The types `quantize` and `train --type` write a model's matrices in: name, engine
+ * type and llama.cpp's general.file_type (its llama_ftype) for a file of that type. */
+#define GS_TOOL_FILE_TYPES(X)                                                                      \
+    X("q4_0", GS_TYPE_Q4_0, 2)                                                                     \
+    X("q4_1", GS_TYPE_Q4_1, 3)                                                                     \
+    X("q5_0", GS_TYPE_Q5_0, 8)                                                                     \
+    X("q5_1", GS_TYPE_Q5_1, 9)                                                                     \
+    X("q8_0", GS_TYPE_Q8_0, 7)                                                                     \
+    X("q2_K", GS_TYPE_Q2_K, 10)                                                                    \
+    X("q3_K", GS_TYPE_Q3_K, 11)                                                                    \
+    X("q4_K", GS_TYPE_Q4_K, 14)                                                                    \
+    X("q5_K", GS_TYPE_Q5_K, 16)                                                                    \
+    X("q6_K", GS_TYPE_Q6_K, 18)                                                                    \
+    X("f16", GS_TYPE_F16, 1)                                                                       \
+    X("bf16", GS_TYPE_BF16, 32)                                                                    \
+    X("f32", GS_TYPE_F32, 0)
+/* GS_TOOL_FILE_TYPES's names, NULL-terminated (an enum option's choices), and its
+ * rows in the same order. */
+extern const char *const gs_tool_file_type_names[];
+struct gs_tool_file_type {
+    enum gs_type type;
+    uint32_t ftype;
+};
+extern const struct gs_tool_file_type gs_tool_file_types[];
+
+/*
+ * Writes `in` to out_path with its weight matrices in `type` (a GS_TOOL_FILE_TYPES
+ * type), by llama.cpp's llama-quantize rules (tools/quantize.c says which tensors
+ * change and their fallbacks; pure: none for the output matrix). Metadata is copied
+ * key by key but general.file_type and general.quantization_version, which are set.
+ * *n_changed (may be NULL) gets how many tensors changed type. Sources must be
+ * f32, f16 or bf16 tensors; err names the tensor that is not.
+ */
+struct gs_gguf;
+enum gs_status gs_tool_quantize(const struct gs_gguf *in, const char *out_path, enum gs_type type,
+                                bool pure, uint64_t *n_changed, struct gs_err *err);
 
 #endif /* GS_TOOLS_INTERNAL_H */

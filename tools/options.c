@@ -20,6 +20,13 @@ const enum gs_type gs_tool_kv_types[] = {
 #undef KV_TYPE_OF
 };
 
+#define GS_TOOL_FILE_TYPE_NAME(name, type, ftype) name,
+const char *const gs_tool_file_type_names[] = {GS_TOOL_FILE_TYPES(GS_TOOL_FILE_TYPE_NAME) NULL};
+#undef GS_TOOL_FILE_TYPE_NAME
+#define GS_TOOL_FILE_TYPE_ROW(name, type, ftype) {type, ftype},
+const struct gs_tool_file_type gs_tool_file_types[] = {GS_TOOL_FILE_TYPES(GS_TOOL_FILE_TYPE_ROW)};
+#undef GS_TOOL_FILE_TYPE_ROW
+
 char *gs_tool_read_all(FILE *f, size_t *len)
 {
     size_t cap = 4096, n = 0;

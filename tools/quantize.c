@@ -52,21 +52,11 @@ const struct gs_cli_spec gs_quantize_spec = {
 };
 
 /* TYPE's general.file_type as llama.cpp numbers them (its llama_ftype). */
-static const struct {
-    enum gs_type type;
-    uint32_t ftype;
-} ftypes[] = {
-    {GS_TYPE_F32, 0},   {GS_TYPE_F16, 1},   {GS_TYPE_Q4_0, 2},  {GS_TYPE_Q4_1, 3},
-    {GS_TYPE_Q8_0, 7},  {GS_TYPE_Q5_0, 8},  {GS_TYPE_Q5_1, 9},  {GS_TYPE_Q2_K, 10},
-    {GS_TYPE_Q3_K, 11}, {GS_TYPE_Q4_K, 14}, {GS_TYPE_Q5_K, 16}, {GS_TYPE_Q6_K, 18},
-    {GS_TYPE_BF16, 32},
-};
-
 static bool ftype_of(enum gs_type t, uint32_t *out)
 {
-    for (size_t i = 0; i < GS_ARRAY_LEN(ftypes); i++)
-        if (ftypes[i].type == t) {
-            *out = ftypes[i].ftype;
+    for (size_t i = 0; gs_tool_file_type_names[i]; i++)
+        if (gs_tool_file_types[i].type == t) {
+            *out = gs_tool_file_types[i].ftype;
             return true;
         }
     return false;
@@ -170,16 +160,13 @@ static enum gs_status convert(const struct gs_gguf_tensor *t, enum gs_type to, v
     return GS_OK;
 }
 
-static enum gs_status quantize_file(const char *in_path, const char *out_path, enum gs_type type,
-                                    bool pure, struct gs_err *err)
+enum gs_status gs_tool_quantize(const struct gs_gguf *in, const char *out_path, enum gs_type type,
+                                bool pure, uint64_t *n_changed_out, struct gs_err *err)
 {
-    struct gs_gguf *in = NULL;
     struct gs_gguf_writer *w = NULL;
-    enum gs_status st = gs_gguf_open(in_path, &in, err);
+    enum gs_status st = gs_gguf_writer_new(NULL, &w, err);
     if (st)
         return st;
-    if ((st = gs_gguf_writer_new(NULL, &w, err)))
-        goto out;
     uint32_t ftype = 0;
     ftype_of(type, &ftype);
     for (uint64_t i = 0; i < gs_gguf_n_kv(in) && !st; i++) {
@@ -237,13 +224,9 @@ static enum gs_status quantize_file(const char *in_path, const char *out_path, e
     gs_free(row);
     if (!st)
         st = gs_gguf_writer_to_file(w, out_path, err);
-    if (!st)
-        printf("%s: %llu tensors, %llu written as %s or its fallbacks\n", out_path,
-               (unsigned long long)gs_gguf_n_tensors(in), (unsigned long long)n_changed,
-               gs_type_name(type));
-out:
+    if (n_changed_out)
+        *n_changed_out = n_changed;
     gs_gguf_writer_free(w);
-    gs_gguf_close(in);
     return st;
 }
 
@@ -266,7 +249,16 @@ int gs_cmd_quantize(int argc, char **argv)
     if (!strcmp(pos[0], pos[1]))
         return gs_cli_fail(CMD, "IN and OUT are the same file");
     struct gs_err err = {0};
-    if (quantize_file(pos[0], pos[1], type, pure, &err))
+    struct gs_gguf *in = NULL;
+    uint64_t n_changed = 0;
+    if (gs_gguf_open(pos[0], &in, &err) ||
+        gs_tool_quantize(in, pos[1], type, pure, &n_changed, &err)) {
+        gs_gguf_close(in);
         return gs_cli_fail(CMD, "%s", err.msg);
+    }
+    printf("%s: %llu tensors, %llu written as %s or its fallbacks\n", pos[1],
+           (unsigned long long)gs_gguf_n_tensors(in), (unsigned long long)n_changed,
+           gs_type_name(type));
+    gs_gguf_close(in);
     return 0;
 }

@@ -8,7 +8,7 @@ static const struct gs_tool tools[] = {
     {"synth", gs_cmd_synth, &gs_synth_spec,
      "write a GGUF of any supported family with random weights"},
     {"train", gs_cmd_train, &gs_train_spec,
-     "train a Llama-architecture model on a text file (F32 GGUF out)"},
+     "train a Llama-architecture model on a text file (GGUF out, F32 or --type)"},
     {"tokenize", gs_cmd_tokenize, &gs_tokenize_spec,
      "print the token ids and pieces a model gives for a text"},
     {"graph", gs_cmd_graph, &gs_graph_spec,

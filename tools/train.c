@@ -2,13 +2,20 @@
  * tools/train.c - `graphserve train`: a text file in, a Llama-architecture
  * GGUF out, trained on the engine (engine/train.h).
  *
- * Tokenizer: byte level, written as a SentencePiece ("llama") vocabulary that
+ * Tokenizer: by default byte level, written as a SentencePiece ("llama") vocabulary that
  * graphserve and llama.cpp both load: <unk>, <s>, </s>, the 256 byte tokens
  * <0x00>..<0xFF> and "▁" (U+2581, SentencePiece's space), with
  * add_space_prefix off. With no merges in the vocabulary, SentencePiece
  * encodes a text as one "▁" per space and one byte token per other byte, so
  * the corpus is tokenized here exactly that way and a served prompt is seen
- * as the model was trained on it.
+ * as the model was trained on it. With --vocab FILE the tokenizer is FILE's
+ * (any graphserve loads: SPM, BPE, WPM): the corpus is encoded by it without
+ * BOS/EOS or special-token parsing, the model's vocabulary is its token count,
+ * and every tokenizer.* key is copied into the output byte for byte, so the
+ * trained model tokenizes and detokenizes as FILE does.
+ *
+ * Output: F32, or with --type the matrices quantized as `graphserve quantize`
+ * writes them (tools/quantize.c); checkpoints hold the F32 state either way.
  *
  * Data: the corpus must be UTF-8 text (no NUL bytes). Its last --holdout
  * fraction is held out; training batches are windows of block + 1 tokens at
@@ -17,8 +24,9 @@
  * end. The curve goes to --csv (step, train loss, held-out loss, learning
  * rate); a terminal gets a progress line.
  */
-#include "engine/gguf.h"
 #include "engine/train.h"
+#include "engine/gguf.h"
+#include "engine/tok.h"
 #include "tools/internal.h"
 
 #include <inttypes.h>
@@ -36,7 +44,8 @@
 #define MAX_CORPUS ((int64_t)1 << 30)
 
 struct train_cfg {
-    const char *in, *out, *csv, *svg, *checkpoint, *resume, *print_graph;
+    const char *in, *out, *csv, *svg, *checkpoint, *resume, *print_graph, *vocab;
+    int type; /* index into gs_tool_file_types */
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, block, n_ctx, batch, steps, warmup;
     int64_t eval_every, eval_batches, threads, seed, checkpoint_every, stop_after, accum;
     double lr, min_lr, weight_decay, clip, holdout;
@@ -53,7 +62,13 @@ struct train_cfg {
 static const struct gs_cfg_opt opt_rows[] = {
     S("input", 'i', in, GS_CFG_F_PATH, "The training text (UTF-8); required unless --print-graph."),
     S("output", 'o', out, GS_CFG_F_PATH,
-      "Where to write the trained model (F32 GGUF); required unless --print-graph."),
+      "Where to write the trained model (GGUF); required unless --print-graph."),
+    S("vocab", 0, vocab, GS_CFG_F_PATH,
+      "Take the tokenizer from this GGUF (its tokenizer.* metadata, copied into the output) "
+      "instead of the byte-level one."),
+    {"type", 0, GS_CFG_ENUM, O(type), NULL, "f32", 0, 0, gs_tool_file_type_names, 0, NULL,
+     "Type of the output's matrices, as `graphserve quantize` writes them; checkpoints stay "
+     "F32."},
     I("n-embd", n_embd, "64", 2, 65536, "Width."),
     I("n-layer", n_layer, "2", 1, 256, "Blocks."),
     I("n-head", n_head, "4", 1, 1024, "Attention heads."),
@@ -100,8 +115,41 @@ const struct gs_cli_spec gs_train_spec = {
     .n_opts = GS_ARRAY_LEN(opt_rows),
 };
 
+/* The tokenizer the corpus is encoded with and the output carries: the
+ * byte-level one (file NULL) or --vocab's. */
+struct vocab {
+    struct gs_gguf *file;
+    struct gs_tok *tok;
+    int64_t n; /* tokens: the model's vocabulary */
+};
+
+static int open_vocab(const char *path, struct vocab *v)
+{
+    *v = (struct vocab){.n = N_VOCAB};
+    if (!path)
+        return 0;
+    struct gs_err err = {0};
+    if (gs_gguf_open(path, &v->file, &err))
+        return gs_cli_fail("train", "--vocab %s: %s", path, err.msg);
+    if (!gs_gguf_find_kv(v->file, "tokenizer.ggml.model"))
+        return gs_cli_fail("train",
+                           "--vocab %s: the file has no tokenizer (no "
+                           "tokenizer.ggml.model)",
+                           path);
+    if (gs_tok_new(v->file, &v->tok, &err))
+        return gs_cli_fail("train", "--vocab %s: %s", path, err.msg);
+    v->n = gs_tok_n_vocab(v->tok);
+    return 0;
+}
+
+static void close_vocab(struct vocab *v)
+{
+    gs_tok_free(v->tok);
+    gs_gguf_close(v->file);
+}
+
 /* Reads the corpus and tokenizes it; refuses what is not text. */
-static int load_corpus(const char *path, int32_t **out, int64_t *n_out)
+static int load_corpus(const char *path, const struct vocab *v, int32_t **out, int64_t *n_out)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -149,11 +197,21 @@ static int load_corpus(const char *path, int32_t **out, int64_t *n_out)
                              (long long)i);
         i += len ? len : 1;
     }
-    int32_t *tok = rc ? NULL : gs_alloc_array((size_t)n, sizeof(int32_t));
-    if (!rc && !tok)
-        rc = gs_cli_fail("train", "%s: out of memory", path);
-    for (int64_t i = 0; i < n && !rc; i++)
-        tok[i] = buf[i] == ' ' ? TOK_SPACE : TOK_BYTE0 + buf[i];
+    int32_t *tok = NULL;
+    if (!rc && v->tok) {
+        /* plain text: no BOS or EOS, and "<s>" in the corpus is text, not a control token */
+        struct gs_err err = {0};
+        size_t n_ids = 0;
+        if (gs_tok_encode(v->tok, (const char *)buf, (size_t)n, 0, &tok, &n_ids, &err))
+            rc = gs_cli_fail("train", "%s: %s", path, err.msg);
+        n = (int64_t)n_ids;
+    } else if (!rc) {
+        tok = gs_alloc_array((size_t)n, sizeof(int32_t));
+        if (!tok)
+            rc = gs_cli_fail("train", "%s: out of memory", path);
+        for (int64_t i = 0; i < n && !rc; i++)
+            tok[i] = buf[i] == ' ' ? TOK_SPACE : TOK_BYTE0 + buf[i];
+    }
     gs_free(buf);
     *out = tok;
     *n_out = n;
@@ -170,8 +228,23 @@ static uint64_t splitmix64(uint64_t *s)
 
 /* ---- the GGUF --------------------------------------------------------------------- */
 
-static enum gs_status add_vocab(struct gs_gguf_writer *w)
+/* --vocab's tokenizer: every tokenizer.* key as the file has it. */
+static enum gs_status copy_vocab(struct gs_gguf_writer *w, const struct gs_gguf *from)
 {
+    static const char prefix[] = "tokenizer.";
+    for (uint64_t i = 0; i < gs_gguf_n_kv(from); i++) {
+        const struct gs_gguf_kv *kv = gs_gguf_kv_at(from, i);
+        if (kv->key.len >= sizeof(prefix) - 1 &&
+            !memcmp(kv->key.data, prefix, sizeof(prefix) - 1) && gs_gguf_w_copy_kv(w, kv))
+            return GS_NOMEM;
+    }
+    return GS_OK;
+}
+
+static enum gs_status add_vocab(struct gs_gguf_writer *w, const struct vocab *v)
+{
+    if (v->file)
+        return copy_vocab(w, v->file);
     static char names[N_VOCAB][16];
     const char *toks[N_VOCAB];
     float scores[N_VOCAB] = {0};
@@ -203,15 +276,35 @@ static enum gs_status add_vocab(struct gs_gguf_writer *w)
     return rc ? GS_NOMEM : GS_OK;
 }
 
-static int write_model(const struct train_cfg *c, const struct gs_train *t, double heldout)
+/* The F32 model in w to --output, quantized there as --type says. */
+static int write_file(const struct train_cfg *c, struct gs_gguf_writer *w)
+{
+    const enum gs_type type = gs_tool_file_types[c->type].type;
+    struct gs_err err = {0};
+    if (type == GS_TYPE_F32)
+        return gs_gguf_writer_to_file(w, c->out, &err) ? gs_cli_fail("train", "%s", err.msg) : 0;
+    void *buf = NULL;
+    size_t len = 0;
+    struct gs_gguf *f32 = NULL;
+    int rc = 0;
+    if (gs_gguf_writer_to_mem(w, &buf, &len, &err) || gs_gguf_open_mem(buf, len, &f32, &err) ||
+        gs_tool_quantize(f32, c->out, type, false, NULL, &err))
+        rc = gs_cli_fail("train", "%s: %s", c->out, err.msg);
+    gs_gguf_close(f32);
+    gs_free(buf);
+    return rc;
+}
+
+static int write_model(const struct train_cfg *c, const struct vocab *v, const struct gs_train *t,
+                       double heldout)
 {
     struct gs_gguf_writer *w;
     struct gs_err err = {0};
     if (gs_gguf_writer_new(NULL, &w, &err))
         return gs_cli_fail("train", "%s", err.msg);
     char name[160], desc[320];
-    snprintf(name, sizeof(name), "graphserve train %" PRId64 "x%" PRId64 " byte-level", c->n_embd,
-             c->n_layer);
+    snprintf(name, sizeof(name), "graphserve train %" PRId64 "x%" PRId64 " %s", c->n_embd,
+             c->n_layer, v->file ? "vocab" : "byte-level");
     snprintf(desc, sizeof(desc),
              "Trained by graphserve train on %s: %" PRId64 " steps of %" PRId64 " x %" PRId64
              " tokens, held-out loss %.4f nats/token.",
@@ -228,10 +321,10 @@ static int write_model(const struct train_cfg *c, const struct gs_train *t, doub
     rc |= gs_gguf_w_u32(w, "llama.attention.head_count", (uint32_t)c->n_head);
     rc |= gs_gguf_w_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_head_kv);
     rc |= gs_gguf_w_u32(w, "llama.rope.dimension_count", (uint32_t)(c->n_embd / c->n_head));
-    rc |= gs_gguf_w_u32(w, "llama.vocab_size", N_VOCAB);
+    rc |= gs_gguf_w_u32(w, "llama.vocab_size", (uint32_t)v->n);
     rc |= gs_gguf_w_f32(w, "llama.rope.freq_base", 10000.0f);
     rc |= gs_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    rc |= add_vocab(w);
+    rc |= add_vocab(w, v);
     for (size_t i = 0; i < gs_train_n_params(t) && !rc; i++) {
         const struct gs_train_param *p = gs_train_param(t, i);
         struct gs_gguf_w_tensor wt = {.name = p->name, .type = GS_TYPE_F32,
@@ -244,9 +337,9 @@ static int write_model(const struct train_cfg *c, const struct gs_train *t, doub
         gs_gguf_writer_free(w);
         return gs_cli_fail("train", "out of memory writing the model");
     }
-    rc = gs_gguf_writer_to_file(w, c->out, &err);
+    const int wrc = write_file(c, w);
     gs_gguf_writer_free(w);
-    return rc ? gs_cli_fail("train", "%s", err.msg) : 0;
+    return wrc;
 }
 
 /* ---- the loop ------------------------------------------------------------------------ */
@@ -362,21 +455,26 @@ static void unpack(const struct train_cfg *c, struct loop_state *ls, const char 
     memcpy(ls->curve, buf + 24, 2 * (size_t)(c->steps + 1) * sizeof(float));
 }
 
-static int train(const struct train_cfg *c, const int32_t *tok, int64_t n_tok)
+static int train(const struct train_cfg *c, const struct vocab *v, const int32_t *tok,
+                 int64_t n_tok)
 {
     const int64_t win = c->block + 1;
     const int64_t n_held = (int64_t)((double)n_tok * c->holdout), n_train = n_tok - n_held;
     if (n_train < c->batch * win)
         return gs_cli_fail("train",
-                           "%s: %lld training tokens, fewer than one batch (%lld sequences of "
+                           "%s: %lld training tokens%s, fewer than one batch (%lld sequences of "
                            "%lld)",
-                           c->in, (long long)n_train, (long long)c->batch, (long long)win);
+                           c->in, (long long)n_train, v->file ? " by --vocab's tokenizer" : "",
+                           (long long)c->batch, (long long)win);
     if (n_held < win)
         return gs_cli_fail("train", "%s: %lld held-out tokens, fewer than one sequence of %lld",
                            c->in, (long long)n_held, (long long)win);
-    const struct gs_train_shape shape = {.n_vocab = N_VOCAB, .n_embd = c->n_embd,
-                                         .n_layer = c->n_layer, .n_head = c->n_head,
-                                         .n_head_kv = c->n_head_kv, .n_ff = c->n_ff,
+    const struct gs_train_shape shape = {.n_vocab = v->n,
+                                         .n_embd = c->n_embd,
+                                         .n_layer = c->n_layer,
+                                         .n_head = c->n_head,
+                                         .n_head_kv = c->n_head_kv,
+                                         .n_ff = c->n_ff,
                                          .block = c->block};
     struct gs_train_opt opt = gs_train_opt_default();
     opt.batch = c->batch;
@@ -427,10 +525,11 @@ static int train(const struct train_cfg *c, const int32_t *tok, int64_t n_tok)
                     (double)gs_train_lr(&opt, 0));
     }
     if (!rc)
-        fprintf(stderr, "graphserve train: %zu tensors, %" PRId64 " training and %" PRId64
-                        " held-out tokens; held-out loss at step 0 %.4f (ln %d = %.4f)%s\n",
-                gs_train_n_params(t), n_train, n_held, (double)held[0], N_VOCAB,
-                log((double)N_VOCAB), c->resume ? ", resumed" : "");
+        fprintf(stderr,
+                "graphserve train: %zu tensors, %" PRId64 " training and %" PRId64
+                " held-out tokens; held-out loss at step 0 %.4f (ln %d = %.4f)%s\n",
+                gs_train_n_params(t), n_train, n_held, (double)held[0], (int)v->n,
+                log((double)v->n), c->resume ? ", resumed" : "");
     const int64_t start = ls.step, last = c->stop_after ? GS_MIN(c->stop_after, c->steps) : c->steps;
     double t0 = now_s(), h = held[0], eval0 = eval_seconds;
     for (int64_t i = 0; i <= ls.step; i++) /* the latest evaluation, on resuming */
@@ -484,10 +583,10 @@ static int train(const struct train_cfg *c, const int32_t *tok, int64_t n_tok)
         const double train_s = el - (eval_seconds - eval0);
         printf("steps %lld  first loss %.4f (ln %d = %.4f)  held-out loss %.4f  perplexity %.3f  "
                "%.1f s  train %.0f tokens/s  forward-only %.0f tokens/s\n",
-               (long long)ls.step, ls.first_loss, N_VOCAB, log((double)N_VOCAB), h, exp(h), el,
+               (long long)ls.step, ls.first_loss, (int)v->n, log((double)v->n), h, exp(h), el,
                train_s > 0 ? (double)((ls.step - start) * c->batch * c->block) / train_s : 0.0,
                eval_seconds > 0 ? (double)eval_tokens / eval_seconds : 0.0);
-        rc = write_model(c, t, h);
+        rc = write_model(c, v, t, h);
     }
     if (!rc && c->svg)
         rc = write_svg(c, ls.curve);
@@ -501,7 +600,7 @@ static int train(const struct train_cfg *c, const int32_t *tok, int64_t n_tok)
 }
 
 /* The graph a step runs, for a shape: what gs_graph_backward made of the forward pass. */
-static int print_graph(const struct train_cfg *c)
+static int print_graph(const struct train_cfg *c, const struct vocab *v)
 {
     static const char *const names[] = {"text", "dot", "json"};
     static const enum gs_graph_format fmts[] = {GS_GRAPH_TEXT, GS_GRAPH_DOT, GS_GRAPH_JSON};
@@ -510,9 +609,12 @@ static int print_graph(const struct train_cfg *c)
         k++;
     if (k == GS_ARRAY_LEN(names))
         return gs_cli_fail("train", "--print-graph '%s': not text, dot or json", c->print_graph);
-    const struct gs_train_shape shape = {.n_vocab = N_VOCAB, .n_embd = c->n_embd,
-                                         .n_layer = c->n_layer, .n_head = c->n_head,
-                                         .n_head_kv = c->n_head_kv, .n_ff = c->n_ff,
+    const struct gs_train_shape shape = {.n_vocab = v->n,
+                                         .n_embd = c->n_embd,
+                                         .n_layer = c->n_layer,
+                                         .n_head = c->n_head,
+                                         .n_head_kv = c->n_head_kv,
+                                         .n_ff = c->n_ff,
                                          .block = c->block};
     struct gs_train_opt opt = gs_train_opt_default();
     opt.batch = c->batch;
@@ -555,13 +657,17 @@ int gs_cmd_train(int argc, char **argv)
     if (c.n_head % c.n_head_kv)
         return gs_cli_fail("train", "--n-head-kv %lld does not divide --n-head %lld",
                            (long long)c.n_head_kv, (long long)c.n_head);
-    if (c.print_graph)
-        return print_graph(&c);
+    struct vocab v;
+    int rc = open_vocab(c.vocab, &v);
+    if (!rc && c.print_graph)
+        rc = print_graph(&c, &v);
     int32_t *tok = NULL;
     int64_t n_tok = 0;
-    int rc = load_corpus(c.in, &tok, &n_tok);
-    if (!rc)
-        rc = train(&c, tok, n_tok);
+    if (!rc && !c.print_graph)
+        rc = load_corpus(c.in, &v, &tok, &n_tok);
+    if (!rc && !c.print_graph)
+        rc = train(&c, &v, tok, n_tok);
     gs_free(tok);
+    close_vocab(&v);
     return rc;
 }

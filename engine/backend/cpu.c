@@ -439,6 +439,61 @@ static bool chain_safe(const struct gs_plan *p, const struct op_group *tc, uint3
     return true;
 }
 
+/*
+ * In a training plan's backward pass an op's gradients come in sets that read
+ * the same upstream gradient and not each other: dx and dW of a matmul, the two
+ * halves of a broadcast mul (dy·b, and the gain's column sums), and attention's
+ * dq, dk and dv (each unit recomputes its softmax rows in its thread's buffer, so
+ * units share nothing). Consecutive
+ * such nodes run as one task, like a matmul group: each keeps the chunks it
+ * would have alone, numbered one after another, so its units and their order,
+ * and so its bits, are the same. A node joins only if it reads no member's
+ * output and its output touches nothing a member reads or writes.
+ */
+static bool sibling_op(enum gs_op op)
+{
+    return op == GS_OP_MATMUL_BACK_X || op == GS_OP_MATMUL_BACK_W || op == GS_OP_MUL ||
+           op == GS_OP_SUM_ROWS_MUL || op == GS_OP_ATTN_CAUSAL_BACK_Q ||
+           op == GS_OP_ATTN_CAUSAL_BACK_K || op == GS_OP_ATTN_CAUSAL_BACK_V;
+}
+
+static void task_siblings(void *arg, int c, int nc, int ith)
+{
+    (void)nc;
+    const struct op_group *sg = arg;
+    int i = 0;
+    while (c >= sg->first[i + 1])
+        i++;
+    struct cpu_run r = *sg->r;
+    r.n = sg->nodes[i];
+    r.out = sg->outs[i];
+    gs_be__cpu_kernels[r.n->op](&r, c - sg->first[i], sg->first[i + 1] - sg->first[i], ith);
+}
+
+static int sibling_group(const struct cpu_run *r, const struct gs_plan *p, uint32_t k,
+                         int n_threads, struct op_group *sg)
+{
+    const struct gs_graph *g = r->g;
+    *sg = (struct op_group){.r = r};
+    for (uint32_t m = k; m < p->n_order && sg->n < GROUP_MAX; m++) {
+        const uint32_t id = p->order[m];
+        const struct gs_node *n = &g->nodes[id];
+        if (!sibling_op(n->op) || p->offset[id] == GS_PLAN_NO_OFFSET || !chain_safe(p, sg, id))
+            break;
+        bool reads_member = false;
+        for (int i = 0; i < sg->n; i++) {
+            const uint32_t member = (uint32_t)(sg->nodes[i] - g->nodes);
+            for (uint32_t s = 0; s < n->n_src; s++)
+                reads_member |= n->src[s] == member || overlap(p, n->src[s], member);
+        }
+        if (reads_member)
+            break;
+        sg->first[sg->n + 1] = sg->first[sg->n] + chunks_for(g, n, n_threads);
+        group_add(sg, id);
+    }
+    return sg->n;
+}
+
 /* Gathers into tc the by-token nodes from order[k] on; returns how many.
  * Its ropes all turn by one set of angles: rope_prepare's table holds one. */
 static int token_chain(const struct cpu_run *r, const struct gs_plan *p, uint32_t k,
@@ -458,6 +513,28 @@ static int token_chain(const struct cpu_run *r, const struct gs_plan *p, uint32_
         group_add(tc, p->order[m]);
     }
     return tc->n;
+}
+
+/* A run of consecutive `out` nodes (a training step's gradients, copied to the
+ * caller's buffers at the end of the step): each is one unit of work, so the run
+ * is one pool task of one chunk per node rather than one task, and one barrier,
+ * per node. */
+#define OUT_GROUP_MAX 64
+struct out_group {
+    const struct cpu_run *r;
+    int n;
+    const struct gs_node *nodes[OUT_GROUP_MAX];
+    float *outs[OUT_GROUP_MAX];
+};
+
+static void task_out_group(void *arg, int c, int nc, int ith)
+{
+    (void)nc;
+    const struct out_group *og = arg;
+    struct cpu_run r = *og->r;
+    r.n = og->nodes[c];
+    r.out = og->outs[c];
+    gs_be__cpu_kernels[r.n->op](&r, 0, 1, ith);
 }
 
 static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct gs_step_io *io,
@@ -502,6 +579,26 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
                 continue;
             }
         }
+        if (n->op == GS_OP_OUT) {
+            struct out_group og = {.r = &r};
+            while (k < p->n_order && og.n < OUT_GROUP_MAX &&
+                   g->nodes[p->order[k]].op == GS_OP_OUT) {
+                og.nodes[og.n] = &g->nodes[p->order[k]];
+                og.outs[og.n++] = node_out(&r, p->order[k]);
+                k++;
+            }
+            gs_cpu_pool_run(c->pool, task_out_group, &og, og.n);
+            continue;
+        }
+        if (r.cp->train && sibling_op(n->op)) {
+            struct op_group sg;
+            const int n_members = sibling_group(&r, p, k, c->n_threads, &sg);
+            if (n_members > 1) {
+                gs_cpu_pool_run(c->pool, task_siblings, &sg, sg.first[n_members]);
+                k += (uint32_t)n_members;
+                continue;
+            }
+        }
         struct op_group tc;
         const int n_chained = by_token(n) ? token_chain(&r, p, k, &tc) : 0;
         for (int i = 0; i < n_chained; i++)
@@ -518,6 +615,28 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
     return GS_OK;
 }
 
+/* gs_be_parallel's task, through the pool's task signature. */
+struct parallel_task {
+    void (*fn)(void *arg, int chunk);
+    void *arg;
+};
+
+static void task_parallel(void *arg, int chunk, int n_chunks, int ith)
+{
+    (void)n_chunks;
+    (void)ith;
+    const struct parallel_task *pt = arg;
+    pt->fn(pt->arg, chunk);
+}
+
+static void cpu_parallel(struct gs_be *be, void (*fn)(void *arg, int chunk), void *arg,
+                         int n_chunks)
+{
+    struct cpu_ctx *c = be->ctx;
+    struct parallel_task pt = {fn, arg};
+    gs_cpu_pool_run(c->pool, task_parallel, &pt, n_chunks);
+}
+
 const struct gs_be_ops gs_be_cpu_ops = {
     .api_version = GS_BE_API_VERSION,
     .name = "cpu",
@@ -528,6 +647,7 @@ const struct gs_be_ops gs_be_cpu_ops = {
     .run = cpu_run,
     .plan_free = cpu_plan_free,
     .sync = NULL,
+    .parallel = cpu_parallel,
 };
 
 const char *gs_be_kernel_variant(const char *name)

@@ -1002,11 +1002,10 @@ static void builder_free(struct builder *b)
     gs_free(b->name_hash);
 }
 
-static void grammar_free(struct gs_grammar *g)
+void gs_grammar__free(struct gs_grammar *g)
 {
     if (!g)
         return;
-    gs_grammar__cache_free(g->cache);
     gs_free(g->el);
     gs_free(g->alt_start);
     gs_free(g->rule_alt);
@@ -1030,7 +1029,7 @@ static enum gs_status assemble(struct builder *b, uint32_t root, struct gs_gramm
     g->rule_alt = gs_alloc_array(b->n_rules + 1, sizeof(uint32_t));
     g->sets = gs_alloc_array(b->n_sets + 1, sizeof(struct gbytes));
     if (!g->el || !g->alt_start || !g->rule_alt || !g->sets) {
-        grammar_free(g);
+        gs_grammar__free(g);
         return nomem(b);
     }
     uint32_t ea = 0, aa = 0;
@@ -1100,18 +1099,6 @@ enum gs_status gs_grammar_compile(const char *src, size_t len, const char *root,
         st = assemble(&b, r, out);
     builder_free(&b);
     return st;
-}
-
-struct gs_grammar *gs_grammar_ref(struct gs_grammar *g)
-{
-    atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
-    return g;
-}
-
-void gs_grammar_unref(struct gs_grammar *g)
-{
-    if (g && atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) == 1)
-        grammar_free(g);
 }
 
 uint32_t gs_grammar_n_rules(const struct gs_grammar *g)

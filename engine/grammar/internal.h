@@ -57,8 +57,10 @@ struct gs_grammar {
     struct gcache *cache; /* NULL until a matcher first needs it */
 };
 
-/* matcher.c: frees the cache (gbnf.c's unref calls it). */
-void gs_grammar__cache_free(struct gcache *c);
+/* gbnf.c: frees what gs_grammar_compile built, the rule arrays and g itself;
+ * NULL is a no-op. The cache is matcher.c's: gs_grammar_unref (matcher.c)
+ * frees it first. */
+void gs_grammar__free(struct gs_grammar *g);
 
 /*
  * The vocabulary as a flattened trie in preorder: node i's subtree is

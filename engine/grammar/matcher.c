@@ -27,6 +27,10 @@
  * All of it lives in the grammar's cache (struct gcache), bounded by
  * max_cache_bytes: over it, the cache is emptied at the start of the next
  * mask. Matchers hold full stacks, never cache ids, so emptying is safe.
+ *
+ * The grammar's reference count is here too: every matcher holds one, and
+ * the last reference, whoever holds it, frees the cache before the rules
+ * (gs_grammar__free, gbnf.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -374,7 +378,7 @@ static void cache_clear_states(struct gcache *c)
     c->bytes = 0;
 }
 
-void gs_grammar__cache_free(struct gcache *c)
+static void cache_free(struct gcache *c)
 {
     if (!c)
         return;
@@ -658,7 +662,7 @@ static enum gs_status cache_get(struct gs_grammar *g, const struct gs_grammar_vo
 {
     struct gcache *c = g->cache;
     if (c && c->vocab != v) {
-        gs_grammar__cache_free(c);
+        cache_free(c);
         g->cache = c = NULL;
     }
     if (!c) {
@@ -674,6 +678,24 @@ static enum gs_status cache_get(struct gs_grammar *g, const struct gs_grammar_vo
     }
     *out = c;
     return GS_OK;
+}
+
+/* ---- the grammar's lifetime --------------------------------------------------- */
+
+/* The count is kept here, with the cache, because the last reference frees the
+ * cache as well as the rules gbnf.c built. */
+struct gs_grammar *gs_grammar_ref(struct gs_grammar *g)
+{
+    atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+    return g;
+}
+
+void gs_grammar_unref(struct gs_grammar *g)
+{
+    if (g && atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) == 1) {
+        cache_free(g->cache);
+        gs_grammar__free(g);
+    }
 }
 
 /* ---- matchers ---------------------------------------------------------------- */

@@ -23,74 +23,6 @@ enum flow {
 static int eval(struct jctx *cx, struct jframe *f, const struct jn *n, struct jv *out);
 static int exec(struct jctx *cx, struct jframe *f, const struct jn *n);
 
-/* ---- frames ------------------------------------------------------------------ */
-
-static struct jframe *frame_new(struct jctx *cx, struct jframe *parent)
-{
-    struct jframe *f = gs_jinja__alloc(&cx->arena, sizeof(*f));
-    if (!f) {
-        gs_jinja__nomem(cx);
-        return NULL;
-    }
-    memset(f, 0, sizeof(*f));
-    f->parent = parent;
-    return f;
-}
-
-/* FNV-1a of a name: frames compare hashes before names, since a lookup walks
- * every frame up to the globals and most names it passes are not the one. */
-uint32_t gs_jinja__name_hash(const char *name)
-{
-    uint32_t h = 2166136261u;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-        h = (h ^ *p) * 16777619u;
-    return h;
-}
-
-int gs_jinja__frame_set(struct jctx *cx, struct jframe *f, const char *name, struct jv v)
-{
-    uint32_t h = gs_jinja__name_hash(name);
-    for (size_t i = 0; i < f->n; i++)
-        if (f->hashes[i] == h && strcmp(f->names[i], name) == 0) {
-            f->vals[i] = v;
-            return 0;
-        }
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 8;
-        const char **names = gs_jinja__alloc_array(&cx->arena, cap, sizeof(*names));
-        struct jv *vals = gs_jinja__alloc_array(&cx->arena, cap, sizeof(*vals));
-        uint32_t *hashes = gs_jinja__alloc_array(&cx->arena, cap, sizeof(*hashes));
-        if (!names || !vals || !hashes)
-            return gs_jinja__nomem(cx);
-        if (f->n) {
-            memcpy(names, f->names, f->n * sizeof(*names));
-            memcpy(vals, f->vals, f->n * sizeof(*vals));
-            memcpy(hashes, f->hashes, f->n * sizeof(*hashes));
-        }
-        f->names = names;
-        f->vals = vals;
-        f->hashes = hashes;
-        f->cap = cap;
-    }
-    f->names[f->n] = name;
-    f->vals[f->n] = v;
-    f->hashes[f->n] = h;
-    f->n++;
-    return 0;
-}
-
-/* name's value, looked up from f outwards; hash is gs_jinja__name_hash(name). */
-static bool frame_get(const struct jframe *f, const char *name, uint32_t hash, struct jv *out)
-{
-    for (; f; f = f->parent)
-        for (size_t i = f->n; i-- > 0;)
-            if (f->hashes[i] == hash && strcmp(f->names[i], name) == 0) {
-                *out = f->vals[i];
-                return true;
-            }
-    return false;
-}
-
 /* ---- arguments -------------------------------------------------------------------- */
 
 /* Small argument lists live on the stack; longer ones in the arena. */
@@ -172,7 +104,7 @@ static int call_macro(struct jctx *cx, const struct jmacro *m, const struct jarg
 {
     if (cx->call_depth >= cx->lim->max_call_depth)
         return gs_jinja__limit(cx, "max_call_depth", cx->lim->max_call_depth);
-    struct jframe *mf = frame_new(cx, m->closure);
+    struct jframe *mf = gs_jinja__frame_new(cx, m->closure);
     if (!mf || bind_params(cx, mf, m->def, args))
         return -1;
     struct jbuf buf = {0}, *saved = cx->out;
@@ -344,7 +276,7 @@ static int eval_unary(struct jctx *cx, struct jframe *f, const struct jn *n, str
 static int eval_name(struct jctx *cx, struct jframe *f, const struct jn *n, struct jv *out)
 {
     (void)cx;
-    if (!frame_get(f, n->name, n->hash, out))
+    if (!gs_jinja__frame_get(f, n->name, n->hash, out))
         *out = jv_undef(n->name, strlen(n->name));
     return 0;
 }
@@ -422,7 +354,7 @@ static int assign(struct jctx *cx, struct jframe *f, const struct jn *target, st
         return gs_jinja__frame_set(cx, f, target->name, v);
     if (target->kind == JN_ATTR) {
         struct jv ns;
-        if (!frame_get(f, target->a->name, target->a->hash, &ns) || ns.kind != JV_NS)
+        if (!gs_jinja__frame_get(f, target->a->name, target->a->hash, &ns) || ns.kind != JV_NS)
             return gs_jinja__error(cx, "cannot assign attribute on non-namespace object");
         struct jv key;
         return gs_jinja__str_new(cx, target->name, strlen(target->name), &key) ||
@@ -460,7 +392,7 @@ static int loop_items(struct jctx *cx, struct jframe *f, const struct jn *n, str
     struct jv kept;
     if (gs_jinja__list_new(cx, all->n, &kept))
         return -1;
-    struct jframe *tf = frame_new(cx, f);
+    struct jframe *tf = gs_jinja__frame_new(cx, f);
     if (!tf)
         return -1;
     size_t k = 0;
@@ -482,7 +414,7 @@ static int exec_for(struct jctx *cx, struct jframe *f, const struct jn *n)
     struct jlist *items;
     if (loop_items(cx, f, n, &items))
         return FLOW_ERR;
-    struct jframe *lf = frame_new(cx, f);
+    struct jframe *lf = gs_jinja__frame_new(cx, f);
     struct jloop *loop = gs_jinja__alloc(&cx->arena, sizeof(*loop));
     if (!lf || !loop)
         return gs_jinja__nomem(cx);
@@ -752,8 +684,8 @@ enum gs_status gs_jinja_render_spans(const struct gs_jinja_tmpl *t, const json_t
     gs_jinja__arena_init(&cx.arena, t->lim.max_memory_bytes);
     struct jbuf buf = {0};
     cx.out = &buf;
-    struct jframe *globals = frame_new(&cx, NULL);
-    struct jframe *vars = globals ? frame_new(&cx, globals) : NULL;
+    struct jframe *globals = gs_jinja__frame_new(&cx, NULL);
+    struct jframe *vars = globals ? gs_jinja__frame_new(&cx, globals) : NULL;
     /* The trusted variables come last, so that the context cannot replace them. */
     if (!vars || gs_jinja__add_globals(&cx, globals) ||
         load_context(&cx, context, spans != NULL, vars) || load_context(&cx, trusted, false, vars))

@@ -308,10 +308,16 @@ struct jctx {
     struct gs_err *err;
 };
 
-/* Every evaluator function returns 0, or -1 after setting the context's error. */
+/* value.c: errors. Every evaluator function returns 0, or -1 after setting
+ * the context's error. */
 int gs_jinja__error(struct jctx *cx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gs_jinja__limit(struct jctx *cx, const char *name, uint64_t value);
 int gs_jinja__nomem(struct jctx *cx);
+/* The UndefinedError for using v (an undefined) where a value is needed. */
+int gs_jinja__undefined_error(struct jctx *cx, struct jv v);
+/* An undefined whose message is printf-style (allocated in the arena). */
+struct jv gs_jinja__undef_msg(struct jctx *cx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* value.c: building, printing, comparing */
 int gs_jinja__buf_put(struct jctx *cx, struct jbuf *b, const char *s, size_t n);
@@ -371,7 +377,7 @@ uint32_t gs_jinja__utf8_next(const unsigned char *s, size_t n, size_t *len);
 /* len(): -1 with an error where Python has no len(). */
 int gs_jinja__length(struct jctx *cx, struct jv v, int64_t *out);
 
-/* builtins.c: filters, tests, methods and globals, each a table row */
+/* filters.c and methods.c: filters, tests, methods and globals, each a table row */
 struct jargs {
     const struct jv *pos;
     size_t n_pos;
@@ -419,11 +425,6 @@ int gs_jinja__slice(struct jctx *cx, struct jv obj, const struct jv *lo, const s
                     const struct jv *step, struct jv *out);
 /* format.c: fmt % args, Python's printf-style formatting. */
 int gs_jinja__percent_format(struct jctx *cx, struct jv fmt, struct jv args, struct jv *out);
-/* The UndefinedError for using v (an undefined) where a value is needed. */
-int gs_jinja__undefined_error(struct jctx *cx, struct jv v);
-/* An undefined whose message is printf-style (allocated in the arena). */
-struct jv gs_jinja__undef_msg(struct jctx *cx, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 /* Looks an attribute up the way Jinja's getattr does: attribute, then item. */
 int gs_jinja__getattr(struct jctx *cx, struct jv obj, const char *name, struct jv *out);
 int gs_jinja__getitem(struct jctx *cx, struct jv obj, struct jv key, struct jv *out);
@@ -431,7 +432,17 @@ int gs_jinja__getitem(struct jctx *cx, struct jv obj, struct jv key, struct jv *
 /* eval.c, for builtins that call back (map, macros) */
 int gs_jinja__call_value(struct jctx *cx, struct jv callee, const struct jargs *args,
                          struct jv *out);
+
+/* frame.c: scopes */
+/* An empty frame inside parent (NULL: the outermost), in the render's arena;
+ * NULL, with the error set, when out of memory. */
+struct jframe *gs_jinja__frame_new(struct jctx *cx, struct jframe *parent);
+/* Binds name to v in f itself (not its parents), replacing an earlier
+ * binding there. name is borrowed and must outlive the render. */
 int gs_jinja__frame_set(struct jctx *cx, struct jframe *f, const char *name, struct jv v);
+/* name's value, looked up from f outwards; hash is gs_jinja__name_hash(name).
+ * false when no frame binds it. */
+bool gs_jinja__frame_get(const struct jframe *f, const char *name, uint32_t hash, struct jv *out);
 uint32_t gs_jinja__name_hash(const char *name);
 
 #endif /* GS_JINJA_INTERNAL_H */

@@ -11,38 +11,7 @@
 #include "engine/jinja/internal.h"
 
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
-
-/* ---- undefined ------------------------------------------------------------------- */
-
-struct jv gs_jinja__undef_msg(struct jctx *cx, const char *fmt, ...)
-{
-    char msg[GS_ERR_MSG_LEN];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    size_t len = n < 0 ? 0 : GS_MIN((size_t)n, sizeof(msg) - 1);
-    char *s = gs_jinja__alloc(&cx->arena, len + 1);
-    if (!s) /* the message is only for a later error; a bare undefined still behaves */
-        return jv_undef("", 0);
-    memcpy(s, msg, len);
-    s[len] = '\0';
-    struct jv v = jv_undef(s, len);
-    v.flags = JV_F_MSG;
-    return v;
-}
-
-int gs_jinja__undefined_error(struct jctx *cx, struct jv v)
-{
-    if (v.flags & JV_F_MSG)
-        return gs_jinja__error(cx, "%.*s", (int)v.n, v.u.s);
-    if (v.n == 0)
-        return gs_jinja__error(cx, "an undefined value was used");
-    return gs_jinja__error(cx, "'%.*s' is undefined", (int)v.n, v.u.s);
-}
 
 /* ---- arithmetic ---------------------------------------------------------------------- */
 

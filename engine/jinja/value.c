@@ -1,12 +1,13 @@
 /*
- * engine/jinja/value.c - the renderer's arena and value model: building
- * values, converting a jansson context, and the Python behaviour that a
+ * engine/jinja/value.c - the renderer's arena, errors and value model:
+ * building values, converting a jansson context, and the Python behaviour that a
  * template's output depends on (str() and repr() of every kind, json.dumps,
  * truth, equality, ordering, iteration, len()).
  */
 #include "engine/jinja/internal.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +123,33 @@ int gs_jinja__nomem(struct jctx *cx)
     cx->fail = GS_JINJA_FAIL_NOMEM;
     gs_err_set(cx->err, GS_NOMEM, "jinja: out of memory while rendering");
     return -1;
+}
+
+struct jv gs_jinja__undef_msg(struct jctx *cx, const char *fmt, ...)
+{
+    char msg[GS_ERR_MSG_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    size_t len = n < 0 ? 0 : GS_MIN((size_t)n, sizeof(msg) - 1);
+    char *s = gs_jinja__alloc(&cx->arena, len + 1);
+    if (!s) /* the message is only for a later error; a bare undefined still behaves */
+        return jv_undef("", 0);
+    memcpy(s, msg, len);
+    s[len] = '\0';
+    struct jv v = jv_undef(s, len);
+    v.flags = JV_F_MSG;
+    return v;
+}
+
+int gs_jinja__undefined_error(struct jctx *cx, struct jv v)
+{
+    if (v.flags & JV_F_MSG)
+        return gs_jinja__error(cx, "%.*s", (int)v.n, v.u.s);
+    if (v.n == 0)
+        return gs_jinja__error(cx, "an undefined value was used");
+    return gs_jinja__error(cx, "'%.*s' is undefined", (int)v.n, v.u.s);
 }
 
 /* ---- buffers and strings --------------------------------------------------------- */

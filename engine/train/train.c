@@ -29,7 +29,27 @@ struct gs_train {
     struct gs_seq_pages *seqs; /* [batch], empty: attention reads no cache */
     int64_t n_steps_in_update, n_updates;
     double grad_norm;
+    /* The optimiser's work, cut into fixed pieces of parameters that the backend's
+     * threads share: a piece's arithmetic does not depend on which thread runs it,
+     * and the gradient norm adds the pieces' partial sums in piece order, so the
+     * result does not depend on the thread count. */
+    struct opt_piece *pieces;
+    int n_pieces;
+    double *piece_sq; /* [n_pieces]: each piece's sum of squared accumulated gradients */
+    /* the update's values, set before the pieces run */
+    float upd_scale, upd_lr, upd_bc1, upd_bc2;
+    bool sum_squares; /* the accumulation also sums squares: this step updates */
 };
+
+/* Elements [off, off + n) of parameter `param`. */
+struct opt_piece {
+    uint32_t param;
+    int64_t off, n;
+};
+
+/* Elements per piece: enough to outweigh a pool task's start. */
+#define OPT_PIECE_ELEMS ((int64_t)1 << 14)
+#define OPT_MAX_PIECES  65535
 
 struct gs_train_opt gs_train_opt_default(void)
 {
@@ -271,6 +291,21 @@ enum gs_status gs_train_new(const struct gs_train_shape *shape_in, const struct 
         t->outs[1 + i] = t->step_grads[i];
     }
     t->outs[0] = &t->loss;
+    /* pieces of OPT_PIECE_ELEMS, larger where a model has more than the pool takes */
+    const int64_t piece =
+        GS_MAX(OPT_PIECE_ELEMS, ((int64_t)total + OPT_MAX_PIECES / 2 - 1) / (OPT_MAX_PIECES / 2));
+    int64_t n_pieces = 0;
+    for (size_t i = 0; i < t->n_params; i++)
+        n_pieces += (t->params[i].ne0 * t->params[i].ne1 + piece - 1) / piece;
+    t->pieces = gs_alloc_array((size_t)n_pieces, sizeof(*t->pieces));
+    t->piece_sq = gs_alloc_array((size_t)n_pieces, sizeof(double));
+    if (!t->pieces || !t->piece_sq)
+        goto nomem;
+    for (size_t i = 0; i < t->n_params; i++) {
+        const int64_t n = t->params[i].ne0 * t->params[i].ne1;
+        for (int64_t off = 0; off < n; off += piece)
+            t->pieces[t->n_pieces++] = (struct opt_piece){(uint32_t)i, off, GS_MIN(piece, n - off)};
+    }
     init_params(t);
     const size_t n_tok = (size_t)(opt->batch * shape.block);
     t->tokens = gs_alloc_array(n_tok, sizeof(int32_t));
@@ -326,6 +361,8 @@ void gs_train_free(struct gs_train *t)
     gs_free(t->outs);
     gs_free(t->step_grads);
     gs_free(t->param_mem);
+    gs_free(t->pieces);
+    gs_free(t->piece_sq);
     gs_free(t->tokens);
     gs_free(t->targets);
     gs_free(t->pos);
@@ -363,37 +400,71 @@ static enum gs_status run(struct gs_train *t, struct gs_plan_cache *pc, const in
     return gs_be_run(&t->be, p, &io, err);
 }
 
+/* A piece's share of a step: its gradient added into the accumulator, and on an
+ * updating step the sum of squares of what the update reads. Without accumulation
+ * (accum 1) the update reads the step's gradient itself and the accumulator stays
+ * zero: 0 + g is g, so the bits are those of the accumulated form. */
+static void accumulate_piece(void *arg, int k)
+{
+    struct gs_train *t = arg;
+    const struct opt_piece *pc = &t->pieces[k];
+    float *grad = t->params[pc->param].grad + pc->off;
+    const float *g = t->step_grads[pc->param] + pc->off;
+    double sq = 0;
+    if (t->opt.accum == 1) {
+        for (int64_t j = 0; j < pc->n; j++)
+            sq += (double)g[j] * g[j];
+    } else {
+        for (int64_t j = 0; j < pc->n; j++) {
+            grad[j] += g[j];
+            sq += (double)grad[j] * grad[j];
+        }
+    }
+    t->piece_sq[k] = t->sum_squares ? sq : 0;
+}
+
+/* A piece's AdamW update at the values update() set. */
+static void adamw_piece(void *arg, int k)
+{
+    struct gs_train *t = arg;
+    const struct gs_train_opt *o = &t->opt;
+    const struct opt_piece *pc = &t->pieces[k];
+    struct gs_train_param *p = &t->params[pc->param];
+    const float decay = p->ne1 > 1 ? o->weight_decay : 0.0f;
+    const float scale = t->upd_scale, lr = t->upd_lr, bc1 = t->upd_bc1, bc2 = t->upd_bc2;
+    const bool direct = o->accum == 1;
+    float *data = p->data + pc->off, *grad = p->grad + pc->off, *m = p->m + pc->off,
+          *v = p->v + pc->off;
+    const float *src = direct ? p->step_grad + pc->off : grad;
+    for (int64_t j = 0; j < pc->n; j++) {
+        const float g = src[j] * scale;
+        m[j] = o->beta1 * m[j] + (1.0f - o->beta1) * g;
+        v[j] = o->beta2 * v[j] + (1.0f - o->beta2) * g * g;
+        const float mh = m[j] / bc1, vh = v[j] / bc2;
+        data[j] -= lr * (mh / (sqrtf(vh) + o->eps) + decay * data[j]);
+    }
+    if (!direct)
+        memset(grad, 0, (size_t)pc->n * sizeof(float));
+}
+
+/* The update after the accumulation's pass summed the squares. */
 static void update(struct gs_train *t)
 {
     const struct gs_train_opt *o = &t->opt;
     const float inv_accum = 1.0f / (float)o->accum;
     double sq = 0;
-    for (size_t i = 0; i < t->n_params; i++) {
-        const struct gs_train_param *p = &t->params[i];
-        const int64_t n = p->ne0 * p->ne1;
-        for (int64_t j = 0; j < n; j++)
-            sq += (double)p->grad[j] * p->grad[j];
-    }
+    for (int k = 0; k < t->n_pieces; k++)
+        sq += t->piece_sq[k];
     t->grad_norm = sqrt(sq) * inv_accum;
     float scale = inv_accum;
     if (o->clip_norm > 0 && t->grad_norm > o->clip_norm)
         scale *= (float)(o->clip_norm / t->grad_norm);
-    const float lr = gs_train_lr(o, t->n_updates);
     const int64_t step = t->n_updates + 1;
-    const float bc1 = 1.0f - powf(o->beta1, (float)step), bc2 = 1.0f - powf(o->beta2, (float)step);
-    for (size_t i = 0; i < t->n_params; i++) {
-        struct gs_train_param *p = &t->params[i];
-        const int64_t n = p->ne0 * p->ne1;
-        const float decay = p->ne1 > 1 ? o->weight_decay : 0.0f;
-        for (int64_t j = 0; j < n; j++) {
-            const float g = p->grad[j] * scale;
-            p->m[j] = o->beta1 * p->m[j] + (1.0f - o->beta1) * g;
-            p->v[j] = o->beta2 * p->v[j] + (1.0f - o->beta2) * g * g;
-            const float mh = p->m[j] / bc1, vh = p->v[j] / bc2;
-            p->data[j] -= lr * (mh / (sqrtf(vh) + o->eps) + decay * p->data[j]);
-            p->grad[j] = 0;
-        }
-    }
+    t->upd_scale = scale;
+    t->upd_lr = gs_train_lr(o, t->n_updates);
+    t->upd_bc1 = 1.0f - powf(o->beta1, (float)step);
+    t->upd_bc2 = 1.0f - powf(o->beta2, (float)step);
+    gs_be_parallel(&t->be, adamw_piece, t, t->n_pieces);
     t->n_updates++;
 }
 
@@ -411,13 +482,8 @@ enum gs_status gs_train_step(struct gs_train *t, const int32_t *tokens, float *l
     *loss = t->loss;
     if (!isfinite(t->loss))
         return gs_err_set(err, GS_NUMERIC, "train: the loss is not finite (%g)", (double)t->loss);
-    for (size_t i = 0; i < t->n_params; i++) {
-        struct gs_train_param *p = &t->params[i];
-        const int64_t n = p->ne0 * p->ne1;
-        const float *g = t->step_grads[i];
-        for (int64_t j = 0; j < n; j++)
-            p->grad[j] += g[j];
-    }
+    t->sum_squares = t->n_steps_in_update + 1 == t->opt.accum;
+    gs_be_parallel(&t->be, accumulate_piece, t, t->n_pieces);
     if (++t->n_steps_in_update == t->opt.accum) {
         t->n_steps_in_update = 0;
         update(t);

@@ -131,6 +131,8 @@ struct serve {
     struct gs_gguf *gguf;
     struct gs_model *model;
     struct gs_tok *tok;
+    struct gs_gguf *draft_gguf; /* --spec draft: the drafting model, which the scheduler borrows */
+    struct gs_model *draft_model;
     char *tmpl;
     char *graph_built, *graph_served; /* /debug/graph: JSON before and after the passes */
     struct gs_sched *sched;
@@ -215,6 +217,13 @@ static int load(struct serve *sv)
     sc.n_eog = (uint32_t)n_eog;
     sc.notify = wake;
     sc.notify_ctx = &sv->holder;
+    if (sv->cfg.draft_model) {
+        const char *dpath = sv->cfg.draft_model;
+        if (gs_gguf_open(dpath, &sv->draft_gguf, &err) != GS_OK ||
+            gs_model_load(sv->draft_gguf, &sv->draft_model, &err) != GS_OK)
+            return gs_cli_fail("serve", "--draft-model %s: %s", dpath, err.msg);
+        sc.draft_model = sv->draft_model;
+    }
     if (gs_serve_test_hooks_from_env(&sv->hooks)) {
         gs_log(GS_LOG_WARN, "test_hook",
                "poison_pos=%lld step_gate=%s step_gate_at=%u:%s validate_gate=%s reason=%s",
@@ -262,12 +271,14 @@ static void print_start(const struct serve *sv, const struct gs_srv_cfg *c)
            c->chat_template ? c->chat_template : (sv->tmpl ? "from-gguf" : "plain"));
     gs_log(GS_LOG_INFO, "engine",
            "backend=%s threads=%lld kv_pages=%u page_tokens=%lld kv_bytes=%llu max_seqs=%lld "
-           "max_batch_tokens=%lld max_queue=%lld prefix_cache=%s spec=%s spec_max_draft=%lld",
+           "max_batch_tokens=%lld max_queue=%lld prefix_cache=%s spec=%s spec_max_draft=%lld "
+           "draft_model=%s draft_kv_bytes=%llu",
            c->model.backend, (long long)sv->cfg.threads, st.pages_total,
            (long long)sv->cfg.page_tokens, (unsigned long long)st.kv_bytes,
            (long long)sv->cfg.max_seqs, (long long)sv->cfg.max_batch_tokens,
            (long long)sv->cfg.max_queue, sv->cfg.prefix_cache ? "true" : "false",
-           gs_cfg_spec_name(sv->cfg.spec), (long long)sv->cfg.spec_max_draft);
+           gs_cfg_spec_name(sv->cfg.spec), (long long)sv->cfg.spec_max_draft,
+           sv->cfg.draft_model ? sv->cfg.draft_model : "-", (unsigned long long)st.draft_kv_bytes);
     if (!sv->cfg.n_ctx && c->model.n_ctx < hp->n_ctx_train)
         gs_log(GS_LOG_WARN, "context",
                "n_ctx=%u n_ctx_train=%u reason=%s", c->model.n_ctx, hp->n_ctx_train,
@@ -516,6 +527,8 @@ int gs_cmd_serve(int argc, char **argv)
     gs_tok_free(sv.tok);
     gs_model_free(sv.model);
     gs_gguf_close(sv.gguf);
+    gs_model_free(sv.draft_model);
+    gs_gguf_close(sv.draft_gguf);
     gs_cfg_deinit(&sv.cfg);
     return rc;
 }

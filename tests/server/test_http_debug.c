@@ -202,8 +202,8 @@ Test(http_debug, memory_ledger_is_what_metrics_shows, .timeout = 120)
     e2e_http(&d, "GET", "/debug/memory", NULL, NULL, &x);
     e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
     cr_assert_eq(x.status, 200, "%s", x.body);
-    const char *kinds[] = {"weights_mapped", "kv_pool",          "kv_used",       "prefix_cache",
-                           "scratch",        "sequence_buffers", "stream_buffers"};
+    const char *kinds[] = {"weights_mapped", "kv_pool", "kv_used",          "prefix_cache",
+                           "draft_kv_pool",  "scratch", "sequence_buffers", "stream_buffers"};
     json_t *rows = json_object_get(x.json, "rows");
     cr_assert_eq(json_array_size(rows), GS_ARRAY_LEN(kinds));
     long long total = 0;
@@ -230,7 +230,9 @@ Test(http_debug, memory_ledger_is_what_metrics_shows, .timeout = 120)
     cr_assert_gt(json_integer_value(json_object_get(kv, "pages_cached")), 0);
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(rows, 3), "bytes")),
                  json_integer_value(json_object_get(kv, "pages_cached")) * 10240);
-    cr_assert_gt(json_integer_value(json_object_get(json_array_get(rows, 4), "bytes")), 0);
+    /* no draft model: no draft pool; the plans' scratch is some */
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(rows, 4), "bytes")), 0);
+    cr_assert_gt(json_integer_value(json_object_get(json_array_get(rows, 5), "bytes")), 0);
     e2e_resp_free(&g);
     e2e_resp_free(&m);
     e2e_resp_free(&x);

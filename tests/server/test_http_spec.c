@@ -4,7 +4,9 @@
  * daemon without it gives each request alone; drafts were made and kept
  * (/metrics and the response's timings say so); a validated request passes
  * against ref with the served logits; a JSON-schema request gives the same
- * object with and without speculation.
+ * object with and without speculation. The same with --spec draft, the
+ * stories260K Q4_0 quantization drafting for the F32 model, and a draft model
+ * of another vocabulary refused at start.
  */
 #define _GNU_SOURCE
 #include "tests/common/testutil.h"
@@ -63,11 +65,20 @@ static char *stream_text(const char *body)
     return text;
 }
 
-Test(http_spec, sixteen_streams_equal_plain_decoding, .timeout = 300)
+/* The daemon's flags for --spec draft with the Q4_0 quantization drafting. */
+static const char *draft_flags(const char *more)
+{
+    static char flags[4400];
+    snprintf(flags, sizeof(flags), "--backend cpu --spec draft --draft-model %s %s",
+             gs_test_shared_path("models/stories260K-Q4_0.gguf"), more);
+    return flags;
+}
+
+static void sixteen_streams(const char *spec_flags)
 {
     struct e2e_daemon plain, spec;
     e2e_start(&plain, "--backend cpu");
-    e2e_start(&spec, "--backend cpu --spec ngram --spec-max-draft 6");
+    e2e_start(&spec, spec_flags);
     char *alone[N_CLIENTS], *streamed[N_CLIENTS], stream_bodies[N_CLIENTS][512];
     const char *bodies[N_CLIENTS];
     for (int i = 0; i < N_CLIENTS; i++) {
@@ -118,6 +129,12 @@ Test(http_spec, sixteen_streams_equal_plain_decoding, .timeout = 300)
     cr_expect_gt(v, 0);
     cr_expect_eq(e2e_metric(m.body, "graphserve_spec_tokens_per_verify_step"), (a + v) / v);
     cr_expect_eq(e2e_metric(m.body, "graphserve_kv_pages{state=\"used\"}"), 0);
+    /* the draft model's own pool is in the memory ledger */
+    double draft_kv = e2e_metric(m.body, "graphserve_memory_bytes{kind=\"draft_kv_pool\"}");
+    if (strstr(spec_flags, "--draft-model"))
+        cr_expect_gt(draft_kv, 0);
+    else
+        cr_expect_eq(draft_kv, 0);
     e2e_resp_free(&m);
     e2e_http(&plain, "GET", "/metrics", NULL, NULL, &m);
     cr_expect_eq(e2e_metric(m.body, "graphserve_spec_draft_tokens_total"), 0);
@@ -126,14 +143,24 @@ Test(http_spec, sixteen_streams_equal_plain_decoding, .timeout = 300)
     cr_expect_eq(e2e_stop(&plain), 0);
 }
 
+Test(http_spec, sixteen_streams_equal_plain_decoding, .timeout = 300)
+{
+    sixteen_streams("--backend cpu --spec ngram --spec-max-draft 6");
+}
+
+Test(http_spec, sixteen_streams_drafted_by_a_model_equal_plain_decoding, .timeout = 300)
+{
+    sixteen_streams(draft_flags("--spec-max-draft 6"));
+}
+
 /* The served logits of a speculating sequence are the target's: validation
  * against ref passes; and structured output holds its grammar with drafts
  * cut at what the grammar refuses, answering what plain decoding answers. */
-Test(http_spec, validation_and_structured_output, .timeout = 300)
+static void validation_and_structured(const char *spec_flags)
 {
     struct e2e_daemon plain, spec;
     e2e_start(&plain, "--backend cpu");
-    e2e_start(&spec, "--backend cpu --spec ngram");
+    e2e_start(&spec, spec_flags);
     char prompt[256], body[1024];
     prompt_of(5, prompt, sizeof(prompt));
     snprintf(body, sizeof(body),
@@ -162,4 +189,36 @@ Test(http_spec, validation_and_structured_output, .timeout = 300)
     free(got);
     cr_expect_eq(e2e_stop(&spec), 0);
     cr_expect_eq(e2e_stop(&plain), 0);
+}
+
+Test(http_spec, validation_and_structured_output, .timeout = 300)
+{
+    validation_and_structured("--backend cpu --spec ngram");
+}
+
+Test(http_spec, validation_and_structured_output_with_a_draft_model, .timeout = 300)
+{
+    validation_and_structured(draft_flags(""));
+}
+
+/* A draft model of another vocabulary stops the start with the difference,
+ * and --draft-model without --spec draft is refused rather than ignored. */
+Test(http_spec, a_draft_model_of_another_vocabulary_is_refused)
+{
+    /* gs_test_shared_path's buffer is overwritten by its next call */
+    char bin[4200], target[4200], other[4200], q4[4200], cmd[18000];
+    snprintf(bin, sizeof(bin), "%s", gs_test_build_path("server/graphserve"));
+    snprintf(target, sizeof(target), "%s", gs_test_shared_path("models/stories260K.gguf"));
+    snprintf(other, sizeof(other), "%s", gs_test_shared_path("models/llama-2-tiny-random.gguf"));
+    snprintf(q4, sizeof(q4), "%s", gs_test_shared_path("models/stories260K-Q4_0.gguf"));
+    char *out = NULL;
+    snprintf(cmd, sizeof(cmd), "%s serve -m %s --port 0 --spec draft --draft-model %s", bin, target,
+             other);
+    cr_expect_neq(gs_test_run(cmd, 1, &out), 0, "started: %s", out);
+    cr_expect(strstr(out, "its vocabulary has 32000 tokens, the target's 512"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s serve -m %s --port 0 --draft-model %s", bin, target, q4);
+    cr_expect_neq(gs_test_run(cmd, 1, &out), 0, "started: %s", out);
+    cr_expect(strstr(out, "draft-model is for --spec draft (spec is off)"), "%s", out);
+    free(out);
 }

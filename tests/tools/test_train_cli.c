@@ -2,10 +2,15 @@
  * tests/tools/test_train_cli.c - `graphserve train` as a child process: the
  * bad inputs it must refuse by name, a short run whose model `graphserve run`
  * loads and whose bytes do not depend on the thread count, and a resumed run
- * equal bit for bit to an uninterrupted one.
+ * equal bit for bit to an uninterrupted one; a tokenizer taken from another
+ * GGUF (--vocab) that the written model tokenizes and serves with, and a
+ * quantized output (--type) whose logits stay near the F32 model's.
  */
 #define _GNU_SOURCE /* asprintf */
+#include "engine/validate.h"
 #include "tests/common/testutil.h"
+#include "tests/engine/test_llama_util.h"
+#include "tests/server/e2e.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -236,4 +241,217 @@ Test(train_cli, print_graph)
     cr_expect_eq(graphserve("train --print-graph svg", &out), 1, "%s", out);
     cr_expect(strstr(out, "not text, dot or json"), "%s", out);
     free(out);
+}
+
+/* ---- --vocab: another GGUF's tokenizer ------------------------------------------ */
+
+/* A text that exercises a tokenizer: spaces in runs, a newline, digits, an accent,
+ * and "<s>", which is text here, not the control token. */
+static const char tok_text[] =
+    "In the  beginning God created\nthe heaven: 1234 caf\xc3\xa9 <s> don't";
+
+static char *tokenize_json(const char *model)
+{
+    char args[8192], *out = NULL;
+    const char *text = write_file("tok.txt", tok_text, sizeof(tok_text) - 1);
+    snprintf(args, sizeof(args), "tokenize -m %s --json --stdin < %s", model, text);
+    cr_assert_eq(graphserve(args, &out), 0, "%s", out);
+    return out;
+}
+
+/* Trains a few steps with the tokenizer of shared_rel; the model starts at ln(vocab
+ * size), tokenizes as the source file does, passes the daemon's known-answer check
+ * (cpu against ref) and serves a completion. */
+static void check_vocab(const char *shared_rel, int n_vocab, const char *name)
+{
+    char vocab[4200]; /* gs_test_shared_path's buffer is reused by the next call */
+    snprintf(vocab, sizeof(vocab), "%s", gs_test_shared_path(shared_rel));
+    const char *in = corpus();
+    const char *model = tmp_path(name);
+    char args[8192], *out = NULL;
+    snprintf(args, sizeof(args), "train -i %s -o %s --vocab %s --steps 3 --n-ctx 64 " SMALL, in,
+             model, vocab);
+    cr_assert_eq(graphserve(args, &out), 0, "%s", out);
+    const char *first = strstr(out, "first loss ");
+    double loss0 = 0;
+    cr_assert(first && sscanf(first, "first loss %lf", &loss0) == 1, "%s", out);
+    cr_expect(fabs(loss0 - log(n_vocab)) <= 0.05, "%s: first loss %.4f, ln %d = %.4f", vocab, loss0,
+              n_vocab, log(n_vocab));
+    free(out);
+
+    char *want = tokenize_json(vocab), *got = tokenize_json(model);
+    cr_expect_str_eq(got, want, "%s: the trained model tokenizes differently", vocab);
+    free(want);
+    free(got);
+
+    struct e2e_daemon d;
+    char extra[4400];
+    snprintf(extra, sizeof(extra), "-m '%s' --threads 1", model);
+    e2e_start(&d, extra);
+    e2e_await_log(&d, "event=known_answer passed=true", 1);
+    struct e2e_resp r;
+    e2e_http(&d, "POST", "/v1/completions",
+             "{\"prompt\": \"the king said\", \"max_tokens\": 6, \"temperature\": 0}", NULL, &r);
+    cr_expect_eq(r.status, 200, "%s: %s", vocab, r.body);
+    json_t *choice = r.json ? json_array_get(json_object_get(r.json, "choices"), 0) : NULL;
+    const char *text = json_string_value(json_object_get(choice, "text"));
+    cr_expect(text, "%s: no completion text in %s", vocab, r.body);
+    json_t *usage = r.json ? json_object_get(r.json, "usage") : NULL;
+    cr_expect_eq(json_integer_value(json_object_get(usage, "completion_tokens")), 6, "%s: %s",
+                 vocab, r.body);
+    e2e_resp_free(&r);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
+Test(train_cli, vocab_spm, .timeout = 600)
+{
+    check_vocab("models/stories260K.gguf", 512, "spm.gguf");
+}
+
+Test(train_cli, vocab_bpe, .timeout = 600)
+{
+    check_vocab("models/vocab/ggml-vocab-deepseek-coder.gguf", 32256, "bpe.gguf");
+}
+
+/* A GGUF with no tokenizer, and a corpus long enough in bytes but not in the
+ * vocabulary's tokens, are refused by name. */
+Test(train_cli, vocab_refusals)
+{
+    /* GGUF v3, no tensors, one key: general.architecture = "llama" */
+    static const char key[] = "general.architecture", val[] = "llama";
+    unsigned char gguf[128];
+    size_t n = 0;
+    const uint32_t version = 3, str_type = 8;
+    const uint64_t n_tensors = 0, n_kv = 1, key_len = sizeof(key) - 1, val_len = sizeof(val) - 1;
+    memcpy(gguf + n, "GGUF", 4), n += 4;
+    memcpy(gguf + n, &version, 4), n += 4;
+    memcpy(gguf + n, &n_tensors, 8), n += 8;
+    memcpy(gguf + n, &n_kv, 8), n += 8;
+    memcpy(gguf + n, &key_len, 8), n += 8;
+    memcpy(gguf + n, key, key_len), n += key_len;
+    memcpy(gguf + n, &str_type, 4), n += 4;
+    memcpy(gguf + n, &val_len, 8), n += 8;
+    memcpy(gguf + n, val, val_len), n += val_len;
+    const char *bare = write_file("no-tokenizer.gguf", gguf, n);
+    const char *in = corpus();
+    char args[8192], *out = NULL;
+    snprintf(args, sizeof(args), "train -i %s -o %s --vocab %s --steps 2 " SMALL, in,
+             tmp_path("bad.gguf"), bare);
+    cr_expect_eq(graphserve(args, &out), 1, "%s", out);
+    cr_expect(out && strstr(out, "has no tokenizer"), "%s", out);
+    free(out);
+
+    /* 200 bytes of common words: enough for a byte-level batch of 4 x 17 tokens
+     * (and a held-out window), about 45 tokens in a BPE vocabulary */
+    char text[256] = "";
+    while (strlen(text) < 200)
+        strcat(text, "the king said ");
+    const char *small = write_file("small.txt", text, strlen(text));
+    snprintf(args, sizeof(args), "train -i %s -o %s --steps 2 " SMALL, small,
+             tmp_path("bytes.gguf"));
+    cr_expect_eq(graphserve(args, &out), 0, "byte level: %s", out);
+    free(out);
+    char bpe[4200];
+    snprintf(bpe, sizeof(bpe), "%s",
+             gs_test_shared_path("models/vocab/ggml-vocab-deepseek-coder.gguf"));
+    snprintf(args, sizeof(args), "train -i %s -o %s --vocab %s --steps 2 " SMALL, small,
+             tmp_path("bad.gguf"), bpe);
+    cr_expect_eq(graphserve(args, &out), 1, "%s", out);
+    cr_expect(out && strstr(out, "training tokens by --vocab's tokenizer, fewer than one batch"),
+              "%s", out);
+    free(out);
+}
+
+/* ---- --type: quantized output --------------------------------------------------- */
+
+static enum gs_type tensor_type(const char *path, const char *name)
+{
+    struct gs_gguf *g = NULL;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_gguf_open(path, &g, &err), GS_OK, "%s", err.msg);
+    const struct gs_gguf_tensor *t = gs_gguf_find_tensor(g, name);
+    cr_assert(t, "%s: no %s", path, name);
+    const enum gs_type type = (enum gs_type)t->type;
+    gs_gguf_close(g);
+    return type;
+}
+
+/*
+ * The same run written as F32 and as q8_0: the q8_0 file holds q8_0 matrices,
+ * passes `graphserve validate` (cpu against ref on a golden's tokens), and its
+ * logits on those tokens agree with the F32 file's within the thresholds the
+ * q8_0 goldens are held to (engine/validate's defaults: Pearson >= 0.999 on every
+ * row, top-1 on every row with a margin >= 0.5 and on >= 95%, mean KL <= 0.01).
+ * The checkpoint stays F32: resuming it at its last step writes the F32 file.
+ */
+Test(train_cli, quantized_output, .timeout = 600)
+{
+    const char *in = corpus();
+    char vocab[4200], golden[4200], f32[4200], q8[4200], again[4200], ck[4200];
+    snprintf(vocab, sizeof(vocab), "%s", gs_test_shared_path("models/stories260K.gguf"));
+    snprintf(golden, sizeof(golden), "%s",
+             gs_test_shared_path("golden/completions/stories260K-F16__once-upon-a-time.json"));
+    snprintf(f32, sizeof(f32), "%s", tmp_path("f32.gguf"));
+    snprintf(q8, sizeof(q8), "%s", tmp_path("q8.gguf"));
+    snprintf(again, sizeof(again), "%s", tmp_path("again.gguf"));
+    snprintf(ck, sizeof(ck), "%s", tmp_path("q8.ck"));
+#define QSHAPE                                                                                     \
+    "--n-embd 64 --n-layer 2 --n-head 4 --block 32 --n-ctx 128 --batch 4 "                         \
+    "--eval-every 10 --eval-batches 1 --steps 10 --seed 5"
+    char args[16384], *out = NULL;
+    snprintf(args, sizeof(args), "train -i %s -o %s --vocab %s " QSHAPE, in, f32, vocab);
+    cr_assert_eq(graphserve(args, &out), 0, "%s", out);
+    free(out);
+    snprintf(args, sizeof(args), "train -i %s -o %s --vocab %s --type q8_0 --checkpoint %s " QSHAPE,
+             in, q8, vocab, ck);
+    cr_assert_eq(graphserve(args, &out), 0, "%s", out);
+    free(out);
+    cr_expect_eq(tensor_type(f32, "blk.0.attn_q.weight"), GS_TYPE_F32);
+    cr_expect_eq(tensor_type(q8, "blk.0.attn_q.weight"), GS_TYPE_Q8_0);
+    cr_expect_eq(tensor_type(q8, "output.weight"), GS_TYPE_Q8_0);
+    cr_expect_eq(tensor_type(q8, "output_norm.weight"), GS_TYPE_F32);
+
+    snprintf(args, sizeof(args), "train -i %s -o %s --vocab %s --resume %s " QSHAPE, in, again,
+             vocab, ck);
+    cr_assert_eq(graphserve(args, &out), 0, "%s", out);
+    free(out);
+    cr_expect(same_file(f32, again), "the q8_0 run's checkpoint does not hold the F32 model");
+
+    snprintf(args, sizeof(args), "validate -m %s --golden %s --backend cpu --against ref", q8,
+             golden);
+    cr_expect_eq(graphserve(args, &out), 0, "%s", out);
+    cr_expect(out && strstr(out, "PASS"), "%s", out);
+    free(out);
+
+    json_t *j = llama_load_golden(golden);
+    int32_t *prompt, *completion;
+    const uint32_t n_prompt = llama_json_ids(json_object_get(j, "prompt_tokens"), &prompt);
+    const uint32_t n_gen = llama_json_ids(json_object_get(j, "completion_tokens"), &completion);
+    const uint32_t n = GS_MIN(n_prompt + n_gen, 128u);
+    int32_t *tokens = calloc(n, sizeof(*tokens));
+    for (uint32_t i = 0; i < n; i++)
+        tokens[i] = i < n_prompt ? prompt[i] : completion[i - n_prompt];
+    struct llama_rig a, b;
+    llama_rig_open(&a, f32, GS_TYPE_F32, true, n);
+    llama_rig_open(&b, q8, GS_TYPE_F32, true, n);
+    const uint32_t n_vocab = a.model->hp.n_vocab;
+    const float *la = llama_rig_step(&a, tokens, n, true),
+                *lb = llama_rig_step(&b, tokens, n, true);
+    struct gs_val_report *rep = NULL;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_val_compare(lb, la, NULL, (int32_t)n, (int32_t)n_vocab, NULL, &rep, &err),
+                 GS_OK, "%s", err.msg);
+    cr_log_info("q8_0 against F32 on %u tokens: min Pearson %.6f, top-1 %.3f, mean KL %.2e", n,
+                rep->min_pearson, rep->top1_rate, rep->mean_kl);
+    cr_expect(rep->pass, "q8_0 against F32: %s", rep->reason);
+    /* and the comparison can fail: the F32 logits against another position's */
+    cr_expect(rep->min_pearson < 1.0, "q8_0 logits equal F32's exactly: not quantized?");
+    gs_val_report_free(rep);
+    llama_rig_close(&a);
+    llama_rig_close(&b);
+    free(tokens);
+    free(prompt);
+    free(completion);
+    json_decref(j);
+#undef QSHAPE
 }
