@@ -70,10 +70,32 @@ enum gs_cfg_backend {
 #undef GS_CFG_BACKEND_ENUM
 };
 
+/* The KV cache's element types, the first the default: kv-type's choices
+ * (table.c), the tools' --kv-type (tools/options.c) and the engine type each
+ * names (GS_TYPE_<ID>) come from this one list. */
+#define GS_CFG_KV_TYPES(X)                                                                         \
+    X("f16", F16)                                                                                  \
+    X("f32", F32)                                                                                  \
+    X("q8_0", Q8_0)
+
 enum gs_cfg_kv_type {
-    GS_CFG_KV_F16 = 0, /* "f16" */
-    GS_CFG_KV_F32 = 1, /* "f32" */
+#define GS_CFG_KV_ENUM(name, ID) GS_CFG_KV_##ID,
+    GS_CFG_KV_TYPES(GS_CFG_KV_ENUM)
+#undef GS_CFG_KV_ENUM
 };
+
+/* The engine's type for a kv-type choice. */
+static inline enum gs_type gs_cfg_kv_engine_type(enum gs_cfg_kv_type t)
+{
+    switch (t) {
+#define GS_CFG_KV_CASE(name, ID)                                                                   \
+    case GS_CFG_KV_##ID:                                                                           \
+        return GS_TYPE_##ID;
+        GS_CFG_KV_TYPES(GS_CFG_KV_CASE)
+#undef GS_CFG_KV_CASE
+    }
+    return GS_TYPE_F16;
+}
 
 enum gs_cfg_spec {
     GS_CFG_SPEC_OFF = 0,   /* "off": one token per sequence per step */

@@ -23,7 +23,7 @@ static inline void gs_cfg_to_sched_cfg(const struct gs_cfg *cfg, struct gs_sched
         .n_threads = (int)cfg->threads,
         .kv_cache_bytes = cfg->kv_cache_bytes,
         .page_tokens = (uint32_t)cfg->page_tokens,
-        .kv_type = cfg->kv_type == GS_CFG_KV_F32 ? GS_TYPE_F32 : GS_TYPE_F16,
+        .kv_type = gs_cfg_kv_engine_type(cfg->kv_type),
         .max_seqs = (uint32_t)cfg->max_seqs,
         .max_batch_tokens = (uint32_t)cfg->max_batch_tokens,
         .max_queue = (uint32_t)cfg->max_queue,

@@ -18,7 +18,12 @@ static const char *const backend_choices[] = {
 #undef BACKEND_CHOICE
     NULL,
 };
-static const char *const kv_type_choices[] = {"f16", "f32", NULL};
+static const char *const kv_type_choices[] = {
+#define KV_TYPE_CHOICE(name, ID) name,
+    GS_CFG_KV_TYPES(KV_TYPE_CHOICE)
+#undef KV_TYPE_CHOICE
+        NULL,
+};
 static const char *const spec_choices[] = {"off", "ngram", "draft", NULL}; /* enum gs_cfg_spec */
 /* In the order of enum gs_cfg_chat_template: auto, then config.h's one list. */
 static const char *const template_choices[] = {
@@ -65,7 +70,9 @@ static const struct gs_cfg_opt opts[] = {
     {"kv-cache-bytes", 0, GS_CFG_BYTES, F(kv_cache_bytes), g_model, "0", 0, TiB, NULL, 0,
      "bytes", "Size of the KV page pool; 0 derives it from the model and free memory."},
     {"kv-type", 0, GS_CFG_ENUM, F(kv_type), g_model, "f16", 0, 0, kv_type_choices, 0, NULL,
-     "Element type of cached keys and values."},
+     "Element type of cached keys and values: q8_0 holds 1.88x the tokens of f16 in the same "
+     "memory (34 bytes per 32 values) at a small accuracy cost; validation's reference keeps "
+     "f32."},
     {"page-tokens", 0, GS_CFG_INT, F(page_tokens), g_model, "16", 1, 1024, NULL, 0, "tokens",
      "Tokens per KV page; a sequence wastes at most one partly filled page."},
     {"max-seqs", 0, GS_CFG_INT, F(max_seqs), g_model, "64", 1, 4096, NULL, 0, "sequences",

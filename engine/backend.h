@@ -39,20 +39,29 @@ struct gs_shape {
 /*
  * Where K and V live. The KV cache is an array of pages of page_bytes each;
  * page p holds, for each layer l, page_tokens rows of K then page_tokens rows
- * of V, each row kv_dim elements of type (F32 or F16):
- *   K(p, l, slot) at base + p*page_bytes + ((2*l + 0)*page_tokens + slot)*kv_dim*elem
- *   V(p, l, slot) at base + p*page_bytes + ((2*l + 1)*page_tokens + slot)*kv_dim*elem
+ * of V, each row kv_dim elements of type stored in row = gs_kv_row_bytes(type,
+ * kv_dim) bytes:
+ *   K(p, l, slot) at base + p*page_bytes + ((2*l + 0)*page_tokens + slot)*row
+ *   V(p, l, slot) at base + p*page_bytes + ((2*l + 1)*page_tokens + slot)*row
+ * An F32 or F16 row is kv_dim plain elements. A Q8_0 row is kv_dim / 32 q8_0
+ * blocks (engine/quant/blocks.h: an f16 scale, 32 int8 quants), the last one
+ * zero-padded when kv_dim is not a multiple of 32; element i of the row is in
+ * block i / 32, so one head's slice may start and end inside a block.
  * kvcache/ owns the memory; the caller copies its layout here.
  */
 struct gs_kv_view {
     void *base;
-    enum gs_type type;    /* GS_TYPE_F32 or GS_TYPE_F16 */
+    enum gs_type type;    /* GS_TYPE_F32, GS_TYPE_F16 or GS_TYPE_Q8_0 */
     uint32_t n_pages;     /* pages at base */
     uint32_t page_tokens; /* tokens per page */
     uint32_t n_layer;
     uint32_t kv_dim;      /* n_head_kv * head_dim */
-    uint64_t page_bytes;  /* n_layer * 2 * page_tokens * kv_dim * elem size */
+    uint64_t page_bytes;  /* n_layer * 2 * page_tokens * row bytes */
 };
+
+/* Bytes of one token's K (or V) row of one layer: kv_dim elements of type in the
+ * layout above. 0 for a type the cache cannot hold, or kv_dim 0. */
+uint64_t gs_kv_row_bytes(enum gs_type type, uint32_t kv_dim);
 
 /* One sequence's page table: position pos lives in page pages[pos / page_tokens]. */
 struct gs_seq_pages {

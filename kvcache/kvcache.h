@@ -3,7 +3,8 @@
  *
  * The pool is one allocation of n_pages fixed-size pages. A page holds
  * page_tokens token slots of K and V for every layer, laid out as
- *   [layer][K, V][slot][kv_dim] elements of elem_bytes each,
+ *   [layer][K, V][slot] rows of row_bytes each,
+ * a row being kv_dim elements of the pool's type (F32, F16, or Q8_0 blocks),
  * which is the layout engine/backend.h's struct gs_kv_view describes: the
  * caller copies gs_kv_pool_layout() into the step.
  *
@@ -33,7 +34,7 @@
 struct gs_kv_pool_cfg {
     uint32_t n_layer;
     uint32_t kv_dim;      /* elements of K (and of V) per token per layer */
-    uint32_t elem_bytes;  /* 4 (f32) or 2 (f16) */
+    enum gs_type type;    /* GS_TYPE_F32 (0), GS_TYPE_F16 or GS_TYPE_Q8_0 */
     uint32_t page_tokens; /* 0: GS_KV_DEFAULT_PAGE_TOKENS */
     uint32_t n_pages;
 };
@@ -45,7 +46,8 @@ struct gs_kv_layout {
     uint32_t page_tokens;
     uint32_t n_layer;
     uint32_t kv_dim;
-    uint32_t elem_bytes;
+    enum gs_type type;
+    uint64_t row_bytes; /* one token's K (or V) row of one layer: gs_kv_row_bytes() */
     uint64_t page_bytes;
 };
 
@@ -53,13 +55,14 @@ struct gs_kv_pool; /* opaque */
 
 /* ---- pool -------------------------------------------------------------------- */
 
-/* GS_INVAL names a zero or overflowing size; GS_NOMEM when memory is short. */
+/* GS_INVAL names a zero or overflowing size or a type the cache cannot hold;
+ * GS_NOMEM when memory is short. */
 enum gs_status gs_kv_pool_new(const struct gs_kv_pool_cfg *cfg, struct gs_kv_pool **out,
                               struct gs_err *err);
 void gs_kv_pool_free(struct gs_kv_pool *pool); /* NULL is a no-op */
 
 struct gs_kv_layout gs_kv_pool_layout(const struct gs_kv_pool *pool);
-/* The pool as a step sees it (gs_step_io.kv): F16 elements for 2 bytes, else F32. */
+/* The pool as a step sees it (gs_step_io.kv). */
 struct gs_kv_view gs_kv_pool_view(const struct gs_kv_pool *pool);
 /* Pages an allocation can take: free ones plus cached ones it may evict. */
 uint32_t gs_kv_pool_n_free(const struct gs_kv_pool *pool);

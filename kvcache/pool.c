@@ -49,12 +49,12 @@ enum gs_status gs_kv_pool_new(const struct gs_kv_pool_cfg *cfg, struct gs_kv_poo
         c.page_tokens = GS_KV_DEFAULT_PAGE_TOKENS;
     if (c.n_layer == 0 || c.kv_dim == 0 || c.n_pages == 0 || c.n_pages == GS_KV_PAGE_NONE)
         return gs_err_set(err, GS_INVAL, "kv pool: n_layer, kv_dim and n_pages must be positive");
-    if (c.elem_bytes != 2 && c.elem_bytes != 4)
-        return gs_err_set(err, GS_INVAL, "kv pool: elem_bytes %u is neither 2 nor 4",
-                          c.elem_bytes);
+    const uint64_t row_bytes = gs_kv_row_bytes(c.type, c.kv_dim);
+    if (!row_bytes)
+        return gs_err_set(err, GS_INVAL, "kv pool: type %s is not f32, f16 or q8_0",
+                          gs_type_name(c.type));
     uint64_t page_bytes, total;
-    if (gs_mul_overflow((uint64_t)c.n_layer * 2 * c.page_tokens, (uint64_t)c.kv_dim * c.elem_bytes,
-                        &page_bytes) ||
+    if (gs_mul_overflow((uint64_t)c.n_layer * 2 * c.page_tokens, row_bytes, &page_bytes) ||
         gs_mul_overflow(page_bytes, c.n_pages, &total) || total > SIZE_MAX)
         return gs_err_set(err, GS_INVAL, "kv pool: %u pages overflow the address space",
                           c.n_pages);
@@ -104,7 +104,8 @@ struct gs_kv_layout gs_kv_pool_layout(const struct gs_kv_pool *pool)
         .page_tokens = pool->cfg.page_tokens,
         .n_layer = pool->cfg.n_layer,
         .kv_dim = pool->cfg.kv_dim,
-        .elem_bytes = pool->cfg.elem_bytes,
+        .type = pool->cfg.type,
+        .row_bytes = gs_kv_row_bytes(pool->cfg.type, pool->cfg.kv_dim),
         .page_bytes = pool->page_bytes,
     };
     return l;
@@ -115,7 +116,7 @@ struct gs_kv_view gs_kv_pool_view(const struct gs_kv_pool *pool)
     const struct gs_kv_layout l = gs_kv_pool_layout(pool);
     return (struct gs_kv_view){
         .base = l.base,
-        .type = l.elem_bytes == 2 ? GS_TYPE_F16 : GS_TYPE_F32,
+        .type = l.type,
         .n_pages = l.n_pages,
         .page_tokens = l.page_tokens,
         .n_layer = l.n_layer,

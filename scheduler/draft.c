@@ -104,7 +104,7 @@ enum gs_status gs_sched__draft_open(struct gs_sched *s, struct gs_err *err)
      * draft holds. */
     struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(dm),
                                 .kv_dim = gs_model_kv_dim(dm),
-                                .elem_bytes = s->cfg.kv_type == GS_TYPE_F32 ? 4 : 2,
+                                .type = s->cfg.kv_type,
                                 .page_tokens = gs_sched__page_tokens(s),
                                 .n_pages = s->kv.n_pages};
     if ((rc = gs_kv_pool_new(&pc, &s->draft_pool, err)))

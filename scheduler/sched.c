@@ -58,9 +58,17 @@ static uint64_t default_kv_bytes(const struct gs_sched *s, uint64_t page_bytes, 
 static enum gs_status make_pool(struct gs_sched *s, struct gs_err *err)
 {
     const struct gs_model *m = s->model;
-    uint32_t elem = s->cfg.kv_type == GS_TYPE_F32 ? 4 : 2;
     uint32_t pt = s->cfg.page_tokens;
-    uint64_t page_bytes = (uint64_t)gs_model_kv_layers(m) * 2 * pt * gs_model_kv_dim(m) * elem;
+    const uint64_t row = gs_kv_row_bytes(s->cfg.kv_type, gs_model_kv_dim(m));
+    /* A q8_0 row is whole blocks of 32: rows of fewer than 32 values pad to more
+     * bytes than f16 takes, the opposite of what the type is asked for. */
+    if (s->cfg.kv_type == GS_TYPE_Q8_0 && row >= gs_kv_row_bytes(GS_TYPE_F16, gs_model_kv_dim(m)))
+        return gs_err_set(err, GS_INVAL,
+                          "kv_type q8_0: this model's K and V rows of %u values take %llu bytes "
+                          "in q8_0 blocks of 32, no fewer than f16's %llu: use f16",
+                          gs_model_kv_dim(m), (unsigned long long)row,
+                          (unsigned long long)gs_kv_row_bytes(GS_TYPE_F16, gs_model_kv_dim(m)));
+    uint64_t page_bytes = (uint64_t)gs_model_kv_layers(m) * 2 * pt * row;
     s->kv.page_tokens = pt; /* gs_sched__pages_for() needs it before the pool exists */
     /* A file's context_length is whatever its writer put there (2^32-1 has
      * been seen). One sequence of it must fit in the memory there is: a
@@ -90,7 +98,7 @@ static enum gs_status make_pool(struct gs_sched *s, struct gs_err *err)
         n_pages = GS_KV_PAGE_NONE - 1;
     struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(m),
                                 .kv_dim = gs_model_kv_dim(m),
-                                .elem_bytes = elem,
+                                .type = s->cfg.kv_type,
                                 .page_tokens = pt,
                                 .n_pages = (uint32_t)n_pages};
     enum gs_status rc = gs_kv_pool_new(&pc, &s->pool, err);
@@ -117,8 +125,8 @@ static enum gs_status check_cfg(struct gs_sched_cfg *c, struct gs_err *err)
     if (c->validate_chunk_tokens > 4096)
         return gs_err_set(err, GS_INVAL, "validate_chunk_tokens: %u is over 4096",
                           c->validate_chunk_tokens);
-    if (c->kv_type != GS_TYPE_F32 && c->kv_type != GS_TYPE_F16)
-        return gs_err_set(err, GS_INVAL, "kv_type: %s is neither f16 nor f32",
+    if (c->kv_type != GS_TYPE_F32 && c->kv_type != GS_TYPE_F16 && c->kv_type != GS_TYPE_Q8_0)
+        return gs_err_set(err, GS_INVAL, "kv_type: %s is not f16, f32 or q8_0",
                           gs_type_name(c->kv_type));
     if (c->page_tokens > 4096)
         return gs_err_set(err, GS_INVAL, "page_tokens: %u is over 4096", c->page_tokens);

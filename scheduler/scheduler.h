@@ -57,7 +57,7 @@ struct gs_sched_cfg {
     int n_threads;              /* backend worker threads; 0: backend default */
     uint64_t kv_cache_bytes;    /* KV pool size; 0: derived from the model and free memory */
     uint32_t page_tokens;       /* tokens per KV page; 0: 16 */
-    enum gs_type kv_type;       /* GS_TYPE_F16 (default) or GS_TYPE_F32 */
+    enum gs_type kv_type;       /* GS_TYPE_F16, GS_TYPE_F32 (0) or GS_TYPE_Q8_0 */
     uint32_t max_seqs;          /* running sequences per step; 0: 64 */
     uint32_t max_batch_tokens;  /* tokens per step; 0: 512 */
     uint32_t max_queue;         /* waiting requests before submit says GS_BUSY; 0: 256 */

@@ -257,8 +257,10 @@ static enum gs_status bench_open(struct bench *b, const struct opts *o, struct g
     uint64_t pages =
         GS_MAX((uint64_t)(o->depth + o->n_prompt + pt - 1) / pt + 1, per_seq * max_streams);
     struct gs_kv_pool_cfg pc = {
-        .n_layer = gs_model_kv_layers(b->model), .kv_dim = gs_model_kv_dim(b->model),
-        .elem_bytes = gs_tool_kv_types[o->kv_type] == GS_TYPE_F16 ? 2 : 4, .page_tokens = pt,
+        .n_layer = gs_model_kv_layers(b->model),
+        .kv_dim = gs_model_kv_dim(b->model),
+        .type = gs_tool_kv_types[o->kv_type],
+        .page_tokens = pt,
         .n_pages = (uint32_t)pages,
     };
     if ((st = gs_kv_pool_new(&pc, &b->pool, err)))

@@ -60,16 +60,16 @@ extern const struct gs_cli_spec gs_template_spec;
         "threads", 't', GS_CFG_INT, offsetof(T, F), NULL, "0", 0, 1024, NULL, 0, NULL,             \
             "Backend worker threads; 0 uses one per physical core."                                \
     }
-/* --kv-type f16|f32 (int: an index into gs_tool_kv_types). */
+/* --kv-type f16|f32|q8_0 (int: an index into gs_tool_kv_types; config.h's GS_CFG_KV_TYPES). */
 #define GS_TOOL_OPT_KV_TYPE(T, F)                                                                  \
     {                                                                                              \
         "kv-type", 0, GS_CFG_ENUM, offsetof(T, F), NULL, "f16", 0, 0, gs_tool_kv_type_names, 0,    \
-            NULL, "Element type of cached keys and values."                                        \
+            NULL, "Element type of cached keys and values (q8_0: 34 bytes per 32)."                \
     }
 
 /* The KV element types a tool offers, names and engine types in one order. */
-extern const char *const gs_tool_kv_type_names[]; /* "f16", "f32", NULL */
-extern const enum gs_type gs_tool_kv_types[];     /* GS_TYPE_F16, GS_TYPE_F32 */
+extern const char *const gs_tool_kv_type_names[]; /* "f16", "f32", "q8_0", NULL */
+extern const enum gs_type gs_tool_kv_types[];     /* the same order: GS_TYPE_F16, ... */
 /* The whole of stream f (a file, stdin), *len its bytes; NULL on a read error or out of
  * memory. The caller frees it with gs_free. */
 char *gs_tool_read_all(FILE *f, size_t *len);

@@ -8,8 +8,17 @@
 #include <stdint.h>
 #include <stdio.h>
 
-const char *const gs_tool_kv_type_names[] = {"f16", "f32", NULL};
-const enum gs_type gs_tool_kv_types[] = {GS_TYPE_F16, GS_TYPE_F32};
+const char *const gs_tool_kv_type_names[] = {
+#define KV_TYPE_NAME(name, ID) name,
+    GS_CFG_KV_TYPES(KV_TYPE_NAME)
+#undef KV_TYPE_NAME
+        NULL,
+};
+const enum gs_type gs_tool_kv_types[] = {
+#define KV_TYPE_OF(name, ID) GS_TYPE_##ID,
+    GS_CFG_KV_TYPES(KV_TYPE_OF)
+#undef KV_TYPE_OF
+};
 
 #define GS_TOOL_FILE_TYPE_NAME(name, type, ftype) name,
 const char *const gs_tool_file_type_names[] = {GS_TOOL_FILE_TYPES(GS_TOOL_FILE_TYPE_NAME) NULL};

@@ -324,8 +324,8 @@ static bool make_decoders(struct gs_tok *tok, struct item *items, size_t n, int6
 static uint64_t kv_bytes_for(const struct gs_model *m, const struct opts *o, struct item *items,
                              size_t n)
 {
-    uint64_t per_token = (uint64_t)gs_model_kv_layers(m) * 2 * gs_model_kv_dim(m) *
-                         (gs_tool_kv_types[o->kv_type] == GS_TYPE_F32 ? 4 : 2);
+    uint64_t per_token = (uint64_t)gs_model_kv_layers(m) * 2 *
+                         gs_kv_row_bytes(gs_tool_kv_types[o->kv_type], gs_model_kv_dim(m));
     uint64_t pages = 0;
     for (size_t i = 0; i < n; i++)
         pages += (items[i].n_prompt + (uint64_t)o->n_predict) / (uint64_t)o->page_tokens + 2;

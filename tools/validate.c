@@ -63,7 +63,7 @@ static const struct gs_cfg_opt opt_rows[] = {
      "Compare with this backend on the golden's tokens instead of with the golden's logits "
      "(e.g. --backend cpu --against ref)."},
     {"kv", 0, GS_CFG_STR, O(kv), NULL, NULL, 0, 0, NULL, 0, NULL,
-     "KV cache type, f16 or f32; unset: the golden's settings, else f16."},
+     "KV cache type, f16, f32 or q8_0; unset: the golden's settings, else f16."},
     {"passes", 0, GS_CFG_BOOL, O(passes), NULL, "true", 0, 0, NULL, 0, NULL,
      "Run the rewrite passes; --no-passes runs the graph as built."},
     {"a", 0, GS_CFG_STR, O(a), NULL, NULL, 0, 0, NULL, GS_CFG_F_PATH, NULL,
@@ -156,7 +156,7 @@ static enum gs_status eval_open(struct eval *e, const struct opts *o, const char
     struct gs_kv_pool_cfg pc = {
         .n_layer = gs_model_kv_layers(e->model),
         .kv_dim = gs_model_kv_dim(e->model),
-        .elem_bytes = kv_type == GS_TYPE_F16 ? 2 : 4,
+        .type = kv_type,
         .page_tokens = GS_KV_DEFAULT_PAGE_TOKENS,
         .n_pages = n_tokens / GS_KV_DEFAULT_PAGE_TOKENS + 1,
     };
@@ -252,15 +252,16 @@ static void model_path_for(const struct opts *o, const struct gs_val_golden *g, 
         snprintf(buf, cap, "%s", o->model);
 }
 
-static bool kv_type_parse(const char *s, enum gs_type *t)
+/* One of the tools' KV types (tools/options.c); *name is the table's (static) string. */
+static bool kv_type_parse(const char *s, enum gs_type *t, const char **name)
 {
-    if (!strcmp(s, "f16"))
-        *t = GS_TYPE_F16;
-    else if (!strcmp(s, "f32"))
-        *t = GS_TYPE_F32;
-    else
-        return false;
-    return true;
+    for (size_t i = 0; gs_tool_kv_type_names[i]; i++)
+        if (!strcmp(s, gs_tool_kv_type_names[i])) {
+            *t = gs_tool_kv_types[i];
+            *name = gs_tool_kv_type_names[i];
+            return true;
+        }
+    return false;
 }
 
 /* ---- output -------------------------------------------------------------------- */
@@ -311,11 +312,10 @@ static void run_golden(const struct opts *o, const char *path, struct result *r)
         return;
     model_path_for(o, g, r->model, sizeof(r->model));
     const char *kv = o->kv ? o->kv : g->kv_cache_type[0] ? g->kv_cache_type : "f16";
-    if (!kv_type_parse(kv, &kv_type)) {
-        gs_err_set(&r->err, GS_UNSUPPORTED, "kv cache type '%s' (want f16 or f32)", kv);
+    if (!kv_type_parse(kv, &kv_type, &r->kv)) { /* r->kv static: outlives g */
+        gs_err_set(&r->err, GS_UNSUPPORTED, "kv cache type '%s' (want f16, f32 or q8_0)", kv);
         goto out;
     }
-    r->kv = kv_type == GS_TYPE_F16 ? "f16" : "f32"; /* static: outlives g */
     if (eval_golden(o, o->backend, g, r->model, kv_type, &served, &r->err) != GS_OK)
         goto out;
     if (!o->against) {
@@ -453,8 +453,10 @@ static int check_modes(const struct opts *o, const struct gs_cli_args *args)
         gs_cli_fail(cmd, "needs -m MODEL and --golden FILE, --a and --b, or --server URL");
         return 2;
     }
-    if (o->kv && strcmp(o->kv, "f16") && strcmp(o->kv, "f32")) {
-        gs_cli_fail(cmd, "--kv: '%s' is not one of f16, f32", o->kv);
+    enum gs_type kv_type;
+    const char *kv_name;
+    if (o->kv && !kv_type_parse(o->kv, &kv_type, &kv_name)) {
+        gs_cli_fail(cmd, "--kv: '%s' is not one of f16, f32, q8_0", o->kv);
         return 2;
     }
     if (!gs_be_find(o->backend) || (o->against && !gs_be_find(o->against))) {

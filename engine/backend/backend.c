@@ -2,6 +2,7 @@
  * pass selection; the registry is registry.c, so that the backends calling these checks
  * and the table naming the backends are not one cycle. */
 #include "engine/backend.h"
+#include "engine/quant/blocks.h"
 
 #include <string.h>
 
@@ -35,6 +36,20 @@ enum gs_status gs_be_check_graph(const struct gs_be *be, const struct gs_graph *
 
 /* ---- step validation -------------------------------------------------------- */
 
+uint64_t gs_kv_row_bytes(enum gs_type type, uint32_t kv_dim)
+{
+    switch (type) {
+    case GS_TYPE_F32:
+        return (uint64_t)kv_dim * 4;
+    case GS_TYPE_F16:
+        return (uint64_t)kv_dim * 2;
+    case GS_TYPE_Q8_0:
+        return ((uint64_t)kv_dim + GS_QK - 1) / GS_QK * GS_Q8_0_BYTES;
+    default:
+        return 0;
+    }
+}
+
 static enum gs_status check_kv(const struct gs_step_io *io, const struct gs_graph *g,
                                struct gs_err *err)
 {
@@ -56,11 +71,11 @@ static enum gs_status check_kv(const struct gs_step_io *io, const struct gs_grap
     }
     if (!needs_kv)
         return GS_OK;
-    if ((kv->type != GS_TYPE_F32 && kv->type != GS_TYPE_F16) || kv->page_tokens == 0)
+    const uint64_t row = gs_kv_row_bytes(kv->type, kv->kv_dim);
+    if (!row || kv->page_tokens == 0)
         return gs_err_set(err, GS_INVAL, "step: kv: type %s / %u tokens per page unsupported",
                           gs_type_name(kv->type), kv->page_tokens);
-    uint64_t elem = kv->type == GS_TYPE_F16 ? 2 : 4;
-    if (kv->page_bytes < (uint64_t)kv->n_layer * 2 * kv->page_tokens * kv->kv_dim * elem)
+    if (kv->page_bytes < (uint64_t)kv->n_layer * 2 * kv->page_tokens * row)
         return gs_err_set(err, GS_INVAL, "step: kv: page_bytes %llu too small",
                           (unsigned long long)kv->page_bytes);
     for (uint32_t t = 0; t < io->n_tokens; t++) {

@@ -8,6 +8,7 @@
 #include "engine/backend.h"
 #include "engine/backend/internal.h"
 #include "engine/cpu/cpu.h"
+#include "engine/quant/blocks.h"
 
 #include <math.h>
 #include <string.h>
@@ -553,20 +554,37 @@ static void k_rope(struct cpu_run *r, int chunk, int n_chunks, int thread)
     }
 }
 
-/* Address of row 0 of K (which 0) or V (which 1) of layer l in page `page`. */
-static char *kv_page_rows(const struct gs_kv_view *kv, uint32_t page, int layer, int which)
+/* Address of row 0 of K (which 0) or V (which 1) of layer l in page `page`;
+ * rows are row bytes apart. */
+static char *kv_page_rows(const struct gs_kv_view *kv, uint64_t row, uint32_t page, int layer,
+                          int which)
 {
-    const uint64_t elem = kv->type == GS_TYPE_F16 ? 2 : 4;
     return (char *)kv->base + page * kv->page_bytes +
-           (uint64_t)(2 * layer + which) * kv->page_tokens * kv->kv_dim * elem;
+           (uint64_t)(2 * layer + which) * kv->page_tokens * row;
 }
 
+/* One token's K or V row into the cache. A q8_0 row takes the q8_0 activation
+ * quantizer (what the matmuls round their inputs with, byte-identical to ref's,
+ * and the x86 form llama.cpp's CPU backend quantizes q8_0 rows with); a last
+ * partial block is quantized from a zero-padded copy. */
 static void kv_put(const struct gs_kv_view *kv, void *dst, const float *src)
 {
-    if (kv->type == GS_TYPE_F16)
-        gs_cpu_f32_to_f16(src, dst, kv->kv_dim);
-    else
-        memcpy(dst, src, (size_t)kv->kv_dim * sizeof(float));
+    const int64_t n = kv->kv_dim;
+    if (kv->type == GS_TYPE_F16) {
+        gs_cpu_f32_to_f16(src, dst, n);
+    } else if (kv->type == GS_TYPE_Q8_0) {
+        const gs_from_f32_fn quantize = gs_cpu_quantizer(GS_TYPE_Q8_0);
+        const int64_t whole = n / GS_QK * GS_QK;
+        if (whole)
+            quantize(src, dst, whole);
+        if (whole < n) {
+            float tail[GS_QK] = {0};
+            memcpy(tail, src + whole, (size_t)(n - whole) * sizeof(float));
+            quantize(tail, (char *)dst + whole / GS_QK * GS_Q8_0_BYTES, GS_QK);
+        }
+    } else {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    }
 }
 
 static void k_kv_store(struct cpu_run *r, int chunk, int n_chunks, int thread)
@@ -575,7 +593,7 @@ static void k_kv_store(struct cpu_run *r, int chunk, int n_chunks, int thread)
     const struct gs_kv_view *kv = io->kv;
     const struct gs_node *n = r->n;
     const int64_t kv_dim = kv->kv_dim;
-    const uint64_t row = (uint64_t)kv_dim * (kv->type == GS_TYPE_F16 ? 2 : 4);
+    const uint64_t row = gs_kv_row_bytes(kv->type, kv->kv_dim);
     const float *k = cpu_value(r, n->src[0]), *v = cpu_value(r, n->src[1]);
     int64_t t0, t1;
     gs_cpu_split(io->n_tokens, 1, chunk, n_chunks, &t0, &t1);
@@ -583,8 +601,8 @@ static void k_kv_store(struct cpu_run *r, int chunk, int n_chunks, int thread)
         const uint32_t pos = (uint32_t)io->pos[t];
         const uint32_t page = io->seqs[io->seq[t]].pages[pos / kv->page_tokens];
         const uint32_t slot = pos % kv->page_tokens;
-        kv_put(kv, kv_page_rows(kv, page, n->p.attn.layer, 0) + slot * row, k + t * kv_dim);
-        kv_put(kv, kv_page_rows(kv, page, n->p.attn.layer, 1) + slot * row, v + t * kv_dim);
+        kv_put(kv, kv_page_rows(kv, row, page, n->p.attn.layer, 0) + slot * row, k + t * kv_dim);
+        kv_put(kv, kv_page_rows(kv, row, page, n->p.attn.layer, 1) + slot * row, v + t * kv_dim);
     }
 }
 
@@ -597,25 +615,30 @@ static void k_kv_store(struct cpu_run *r, int chunk, int n_chunks, int thread)
  * product: that keeps the logits those of llama.cpp's goldens, which an
  * online softmax (rounding weights against a running maximum) does not.
  * Prompt attention was bound by reading every K and V row once per query;
- * four queries per read cut that traffic by four.
+ * four queries per read cut that traffic by four. A q8_0 cache is read by its
+ * own kernels, F32 queries and weights against the rows' int8 quants and
+ * scales (no F16 rounding: nothing is F16), the four-query ones converting a
+ * row's quants once for the block.
  */
 /* Where one (sequence, layer, kv head)'s K and V rows are. */
 struct attn_ctx {
     const struct gs_kv_view *kv;
     const struct gs_seq_pages *sp;
     int layer, kvh, hd;
-    bool f16;
+    bool f16, q8;
+    uint64_t row; /* bytes of a cache row */
 };
 
-/* The K (which 0) or V (which 1) row at position pos; the rows after it in
- * its page follow kv_dim elements apart. */
+/* The head's slice of the K (which 0) or V (which 1) row at position pos; the
+ * rows after it in its page follow kv_dim elements apart. A q8_0 cache gives
+ * the row's start instead: the slice begins at element kvh * hd, maybe inside
+ * a block. */
 static const char *kv_rows_at(const struct attn_ctx *a, int which, int32_t pos)
 {
     const uint32_t page = a->sp->pages[(uint32_t)pos / a->kv->page_tokens];
-    const uint64_t elem = a->f16 ? 2 : 4;
-    return kv_page_rows(a->kv, page, a->layer, which) +
-           ((uint64_t)(pos % (int32_t)a->kv->page_tokens) * a->kv->kv_dim +
-            (uint64_t)a->kvh * a->hd) * elem;
+    const char *row = kv_page_rows(a->kv, a->row, page, a->layer, which) +
+                      (uint64_t)(pos % (int32_t)a->kv->page_tokens) * a->row;
+    return a->q8 ? row : row + (uint64_t)a->kvh * a->hd * (a->f16 ? 2 : 4);
 }
 
 /* Scores sc[0..last] -> softmax weights, in place. */
@@ -644,7 +667,9 @@ static void attn_values(const struct attn_ctx *a, float *acc, const float *w, in
     for (int32_t j = from; j <= to;) {
         const int32_t n = GS_MIN(pt - j % pt, to - j + 1);
         const char *vr = kv_rows_at(a, 1, j);
-        if (a->f16)
+        if (a->q8)
+            gs_cpu_axpys_q8_0(acc, w + j, vr, a->row, n, (int64_t)a->kvh * a->hd, a->hd);
+        else if (a->f16)
             gs_cpu_axpys_f16(acc, w + j, (const uint16_t *)vr, a->kv->kv_dim, n, a->hd);
         else
             gs_cpu_axpys_f32(acc, w + j, (const float *)vr, a->kv->kv_dim, n, a->hd);
@@ -661,9 +686,14 @@ static void attn_block(const struct cpu_run *r, int64_t t0, int nt, int h, float
     const struct gs_node *n = r->n;
     const struct gs_attn_params *p = &n->p.attn;
     const struct gs_step_io *io = r->io;
-    const struct attn_ctx a = {.kv = io->kv, .sp = &io->seqs[io->seq[t0]], .layer = p->layer,
-                               .kvh = h / (p->n_head / p->n_head_kv), .hd = p->head_dim,
-                               .f16 = io->kv->type == GS_TYPE_F16};
+    const struct attn_ctx a = {.kv = io->kv,
+                               .sp = &io->seqs[io->seq[t0]],
+                               .layer = p->layer,
+                               .kvh = h / (p->n_head / p->n_head_kv),
+                               .hd = p->head_dim,
+                               .f16 = io->kv->type == GS_TYPE_F16,
+                               .q8 = io->kv->type == GS_TYPE_Q8_0,
+                               .row = gs_kv_row_bytes(io->kv->type, io->kv->kv_dim)};
     const int hd = a.hd;
     const int32_t pt = (int32_t)a.kv->page_tokens;
     const float *qs[ATTN_BLOCK];
@@ -697,7 +727,14 @@ static void attn_block(const struct cpu_run *r, int64_t t0, int nt, int h, float
     for (int32_t j0 = first_lo; j0 <= hi;) {
         const int32_t n_slots = GS_MIN(pt - j0 % pt, hi - j0 + 1);
         const char *kr = kv_rows_at(&a, 0, j0);
-        if (nt == 1) {
+        if (a.q8 && nt == 1) {
+            gs_cpu_dots_q8_0(qs[0], kr, a.row, n_slots, (int64_t)a.kvh * hd, hd, scs[0] + j0);
+        } else if (a.q8) {
+            float *outs[ATTN_BLOCK];
+            for (int j = 0; j < ATTN_BLOCK; j++)
+                outs[j] = scs[j] + j0;
+            gs_cpu_dots4_q8_0(qs, kr, a.row, n_slots, (int64_t)a.kvh * hd, hd, outs);
+        } else if (nt == 1) {
             if (a.f16)
                 gs_cpu_dots_f16(qs[0], (const uint16_t *)kr, a.kv->kv_dim, n_slots, hd, scs[0] + j0);
             else
@@ -724,7 +761,11 @@ static void attn_block(const struct cpu_run *r, int64_t t0, int nt, int h, float
             const float *ws[ATTN_BLOCK];
             for (int j = 0; j < ATTN_BLOCK; j++)
                 ws[j] = scs[j] + j0;
-            gs_cpu_axpys4(accs, ws, kv_rows_at(&a, 1, j0), a.kv->kv_dim, n_slots, hd, a.f16);
+            if (a.q8)
+                gs_cpu_axpys4_q8_0(accs, ws, kv_rows_at(&a, 1, j0), a.row, n_slots,
+                                   (int64_t)a.kvh * hd, hd);
+            else
+                gs_cpu_axpys4(accs, ws, kv_rows_at(&a, 1, j0), a.kv->kv_dim, n_slots, hd, a.f16);
             j0 += n_slots;
         }
         for (int j = 0; j < nt; j++) {

@@ -13,6 +13,7 @@
 #include "engine/backend.h"
 #include "engine/backend/internal.h"
 #include "engine/compile.h"
+#include "engine/quant/blocks.h"
 
 #include <math.h>
 #include <string.h>
@@ -541,24 +542,38 @@ static void *kv_at(const struct gs_step_io *io, uint32_t seq, int32_t pos, int l
     const struct gs_kv_view *kv = io->kv;
     uint32_t page = io->seqs[seq].pages[(uint32_t)pos / kv->page_tokens];
     uint32_t slot = (uint32_t)pos % kv->page_tokens;
-    uint64_t elem = kv->type == GS_TYPE_F16 ? 2 : 4;
-    uint64_t row = ((uint64_t)(2 * layer + which) * kv->page_tokens + slot) * kv->kv_dim;
-    return (char *)kv->base + page * kv->page_bytes + row * elem;
+    uint64_t row = (uint64_t)(2 * layer + which) * kv->page_tokens + slot;
+    return (char *)kv->base + page * kv->page_bytes + row * gs_kv_row_bytes(kv->type, kv->kv_dim);
 }
 
+/* A q8_0 row is written as the matmuls' activations are rounded
+ * (gs_activation_quantizer), its last partial block from a zero-padded copy. */
 static void kv_write(enum gs_type type, void *dst, const float *src, int64_t n)
 {
-    if (type == GS_TYPE_F16)
+    if (type == GS_TYPE_F16) {
         for (int64_t i = 0; i < n; i++)
             ((uint16_t *)dst)[i] = gs_f32_to_fp16(src[i]);
-    else
+    } else if (type == GS_TYPE_Q8_0) {
+        for (int64_t i = 0; i < n; i += GS_QK) {
+            float block[GS_QK] = {0};
+            memcpy(block, src + i, (size_t)GS_MIN(GS_QK, n - i) * sizeof(float));
+            gs_activation_quantizer(GS_TYPE_Q8_0)(block, (char *)dst + i / GS_QK * GS_Q8_0_BYTES,
+                                                  GS_QK);
+        }
+    } else {
         memcpy(dst, src, (size_t)n * sizeof(float));
+    }
 }
 
-static float kv_read(enum gs_type type, const void *src, int64_t i)
+/* Element i of a cache row. */
+static float kv_read(enum gs_type type, const void *row, int64_t i)
 {
-    return type == GS_TYPE_F16 ? gs_fp16_to_f32(((const uint16_t *)src)[i])
-                               : ((const float *)src)[i];
+    if (type == GS_TYPE_Q8_0) {
+        const uint8_t *b = (const uint8_t *)row + i / GS_QK * GS_Q8_0_BYTES;
+        return gs_quant_ldf16(b + GS_Q8_0_D) * (float)((const int8_t *)(b + GS_Q8_0_QS))[i % GS_QK];
+    }
+    return type == GS_TYPE_F16 ? gs_fp16_to_f32(((const uint16_t *)row)[i])
+                               : ((const float *)row)[i];
 }
 
 static void k_kv_store(const struct run *r, const struct gs_node *n, float *out)
@@ -579,10 +594,10 @@ static float attn_score(const struct run *r, const struct gs_attn_params *p, con
 {
     enum gs_type kt = r->io->kv->type;
     const char *k = kv_at(r->io, seq, pos, p->layer, 0);
-    k += (size_t)kv_head * p->head_dim * (kt == GS_TYPE_F16 ? 2 : 4);
+    const int64_t off = (int64_t)kv_head * p->head_dim;
     double dot = 0;
     for (int d = 0; d < p->head_dim; d++)
-        dot += (double)q[d] * kv_read(kt, k, d);
+        dot += (double)q[d] * kv_read(kt, k, off + d);
     float s = (float)dot * p->scale;
     if (p->softcap > 0)
         s = p->softcap * tanhf(s / p->softcap);
@@ -627,9 +642,9 @@ static void k_attn(const struct run *r, const struct gs_node *n, float *out)
                     if (f16)
                         w = round_f16(w);
                     const char *v = kv_at(io, seq, j, p->layer, 1);
-                    v += (size_t)kvh * hd * (f16 ? 2 : 4);
+                    const int64_t off = (int64_t)kvh * hd + d0;
                     for (int d = 0; d < nd; d++)
-                        acc[d] += (double)w * kv_read(kt, v, d0 + d);
+                        acc[d] += (double)w * kv_read(kt, v, off + d);
                 }
                 for (int d = 0; d < nd; d++)
                     o[d0 + d] = (float)acc[d];

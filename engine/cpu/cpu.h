@@ -118,6 +118,14 @@ struct gs_cpu_helpers {
     void (*axpys4)(float *const acc[4], const float *const w[4], const void *v, size_t stride,
                    int n_rows, int64_t n, bool f16);
     void (*round_f16)(float *x, int64_t n);
+    void (*dots_q8_0)(const float *q, const void *k, size_t stride, int n_rows, int64_t off,
+                      int64_t n, float *out);
+    void (*axpys_q8_0)(float *acc, const float *w, const void *v, size_t stride, int n_rows,
+                       int64_t off, int64_t n);
+    void (*dots4_q8_0)(const float *const q[4], const void *k, size_t stride, int n_rows,
+                       int64_t off, int64_t n, float *const out[4]);
+    void (*axpys4_q8_0)(float *const acc[4], const float *const w[4], const void *v, size_t stride,
+                        int n_rows, int64_t off, int64_t n);
     void (*swiglu)(float *o, const float *g, const float *u, int64_t n);
     float (*scale_max)(float *x, float scale, int64_t n);
     float (*exp_sum)(float *x, float m, int64_t n);
@@ -179,6 +187,28 @@ void gs_cpu_axpys4(float *const acc[4], const float *const w[4], const void *v, 
                    int n_rows, int64_t n, bool f16);
 /* x[i] = f32(f16(x[i])): rounding through half precision. */
 void gs_cpu_round_f16(float *x, int64_t n);
+
+/*
+ * Attention over a q8_0 cache (engine/backend.h's row layout: q8_0 blocks,
+ * element e of a row in block e / 32): n_rows rows `stride` bytes apart, each
+ * read at its elements off .. off + n - 1 (one head's slice, which may begin
+ * and end inside a block). With d the block's scale and x the element's int8
+ * quant: out[s] = sum_i q[i] * d * x[s][off + i], and
+ * acc[i] += sum_s w[s] * d * x[s][off + i]. Queries and weights stay F32; each
+ * block's part is summed before its scale multiplies it. Rows are read whole
+ * blocks at a time when off and n are multiples of 32.
+ */
+void gs_cpu_dots_q8_0(const float *q, const void *k, size_t stride, int n_rows, int64_t off,
+                      int64_t n, float *out);
+void gs_cpu_axpys_q8_0(float *acc, const float *w, const void *v, size_t stride, int n_rows,
+                       int64_t off, int64_t n);
+/* Four queries at once over the same rows (a block of a prompt's tokens), each
+ * row's quants converted once for the four; scores and value sums are
+ * bit-identical to four calls of the two above. */
+void gs_cpu_dots4_q8_0(const float *const q[4], const void *k, size_t stride, int n_rows,
+                       int64_t off, int64_t n, float *const out[4]);
+void gs_cpu_axpys4_q8_0(float *const acc[4], const float *const w[4], const void *v, size_t stride,
+                        int n_rows, int64_t off, int64_t n);
 
 /*
  * Exponentials. The SIMD versions compute e^x with a degree-7 polynomial

@@ -3,6 +3,7 @@
  * vector helpers that dispatch on it.
  */
 #include "engine/cpu/cpu.h"
+#include "engine/quant/blocks.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -266,6 +267,62 @@ static void round_f16(float *x, int64_t n)
         x[i] = gs_fp16_to_f32(gs_f32_to_fp16(x[i]));
 }
 
+/* q . the slice off .. off + n - 1 of one q8_0 row: a block's part, then its scale. */
+static float dot_q8_0_row(const float *q, const uint8_t *row, int64_t off, int64_t n)
+{
+    float sum = 0;
+    for (int64_t i = 0; i < n;) {
+        const int64_t e = off + i, m = GS_MIN(GS_QK - e % GS_QK, n - i);
+        const uint8_t *b = row + e / GS_QK * GS_Q8_0_BYTES;
+        const int8_t *x = (const int8_t *)(b + GS_Q8_0_QS) + e % GS_QK;
+        float part = 0;
+        for (int64_t j = 0; j < m; j++)
+            part += q[i + j] * (float)x[j];
+        sum += gs_quant_ldf16(b + GS_Q8_0_D) * part;
+        i += m;
+    }
+    return sum;
+}
+
+static void dots_q8_0(const float *q, const void *k, size_t stride, int n_rows, int64_t off,
+                      int64_t n, float *out)
+{
+    for (int s = 0; s < n_rows; s++)
+        out[s] = dot_q8_0_row(q, (const uint8_t *)k + (size_t)s * stride, off, n);
+}
+
+static void axpys_q8_0(float *acc, const float *w, const void *v, size_t stride, int n_rows,
+                       int64_t off, int64_t n)
+{
+    for (int s = 0; s < n_rows; s++) {
+        const uint8_t *row = (const uint8_t *)v + (size_t)s * stride;
+        for (int64_t i = 0; i < n;) {
+            const int64_t e = off + i, m = GS_MIN(GS_QK - e % GS_QK, n - i);
+            const uint8_t *b = row + e / GS_QK * GS_Q8_0_BYTES;
+            const int8_t *x = (const int8_t *)(b + GS_Q8_0_QS) + e % GS_QK;
+            const float c = w[s] * gs_quant_ldf16(b + GS_Q8_0_D);
+            for (int64_t j = 0; j < m; j++)
+                acc[i + j] += c * (float)x[j];
+            i += m;
+        }
+    }
+}
+
+/* The four-query forms as four single-query calls of the best helpers. */
+static void dots4_q8_0(const float *const q[4], const void *k, size_t stride, int n_rows,
+                       int64_t off, int64_t n, float *const out[4])
+{
+    for (int j = 0; j < 4; j++)
+        helpers.dots_q8_0(q[j], k, stride, n_rows, off, n, out[j]);
+}
+
+static void axpys4_q8_0(float *const acc[4], const float *const w[4], const void *v, size_t stride,
+                        int n_rows, int64_t off, int64_t n)
+{
+    for (int j = 0; j < 4; j++)
+        helpers.axpys_q8_0(acc[j], w[j], v, stride, n_rows, off, n);
+}
+
 static void swiglu(float *o, const float *g, const float *u, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -332,9 +389,27 @@ static void swiglu_back_gate(float *o, const float *dy, const float *g, const fl
 }
 
 static const struct gs_cpu_helpers helpers_scalar = {
-    f32_to_f16, f16_to_f32, dot_f32, dot_f32_f16, dots_f16,  dots_f32, axpys_f16,
-    axpys_f32,  dots4,      axpys4,  round_f16,   swiglu,    scale_max, exp_sum,
-    geglu,      gemm_f32,   swiglu_back_gate,
+    .f32_to_f16 = f32_to_f16,
+    .f16_to_f32 = f16_to_f32,
+    .dot_f32 = dot_f32,
+    .dot_f32_f16 = dot_f32_f16,
+    .dots_f16 = dots_f16,
+    .dots_f32 = dots_f32,
+    .axpys_f16 = axpys_f16,
+    .axpys_f32 = axpys_f32,
+    .dots4 = dots4,
+    .axpys4 = axpys4,
+    .round_f16 = round_f16,
+    .dots_q8_0 = dots_q8_0,
+    .axpys_q8_0 = axpys_q8_0,
+    .dots4_q8_0 = dots4_q8_0,
+    .axpys4_q8_0 = axpys4_q8_0,
+    .swiglu = swiglu,
+    .scale_max = scale_max,
+    .exp_sum = exp_sum,
+    .geglu = geglu,
+    .gemm_f32 = gemm_f32,
+    .swiglu_back_gate = swiglu_back_gate,
 };
 
 static inline const struct gs_cpu_helpers *best(void)
@@ -390,6 +465,30 @@ void gs_cpu_axpys_f32(float *acc, const float *w, const float *v, size_t stride,
 void gs_cpu_round_f16(float *x, int64_t n)
 {
     best()->round_f16(x, n);
+}
+
+void gs_cpu_dots_q8_0(const float *q, const void *k, size_t stride, int n_rows, int64_t off,
+                      int64_t n, float *out)
+{
+    best()->dots_q8_0(q, k, stride, n_rows, off, n, out);
+}
+
+void gs_cpu_axpys_q8_0(float *acc, const float *w, const void *v, size_t stride, int n_rows,
+                       int64_t off, int64_t n)
+{
+    best()->axpys_q8_0(acc, w, v, stride, n_rows, off, n);
+}
+
+void gs_cpu_dots4_q8_0(const float *const q[4], const void *k, size_t stride, int n_rows,
+                       int64_t off, int64_t n, float *const out[4])
+{
+    best()->dots4_q8_0(q, k, stride, n_rows, off, n, out);
+}
+
+void gs_cpu_axpys4_q8_0(float *const acc[4], const float *const w[4], const void *v, size_t stride,
+                        int n_rows, int64_t off, int64_t n)
+{
+    best()->axpys4_q8_0(acc, w, v, stride, n_rows, off, n);
 }
 
 void gs_cpu_swiglu(float *o, const float *g, const float *u, int64_t n)

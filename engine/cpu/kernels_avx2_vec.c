@@ -510,6 +510,209 @@ void gs_cpu__quantizers_avx2_fill(gs_from_f32_fn *t)
     t[GS_TYPE_F16] = quantize_f16;
 }
 
+/* ---- a q8_0 cache (cpu.h: gs_cpu_dots_q8_0, gs_cpu_axpys_q8_0) --------------------------------
+ */
+
+/* Eight int8 quants at x as f32. */
+static inline __m256 ld8_i8(const int8_t *x)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)x)));
+}
+
+/* q . n elements of whole blocks starting at block b: each block's 32 products
+ * in two chains, then its scale. */
+static inline __m256 dot_q8_0_blocks(const float *q, const uint8_t *b, int64_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += GS_QK, b += GS_Q8_0_BYTES) {
+        const int8_t *x = (const int8_t *)(b + GS_Q8_0_QS);
+        __m256 p0 = _mm256_mul_ps(_mm256_loadu_ps(q + i), ld8_i8(x));
+        __m256 p1 = _mm256_mul_ps(_mm256_loadu_ps(q + i + 8), ld8_i8(x + 8));
+        p0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), ld8_i8(x + 16), p0);
+        p1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), ld8_i8(x + 24), p1);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(b + GS_Q8_0_D)), _mm256_add_ps(p0, p1), acc);
+    }
+    return acc;
+}
+
+/* The same for a slice that begins or ends inside a block: each block's part
+ * eight elements at a time where eight remain in it, the rest one by one. */
+static float dot_q8_0_slice(const float *q, const uint8_t *row, int64_t off, int64_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    float rest = 0;
+    for (int64_t i = 0; i < n;) {
+        const int64_t e = off + i, m = GS_MIN(GS_QK - e % GS_QK, n - i);
+        const uint8_t *b = row + e / GS_QK * GS_Q8_0_BYTES;
+        const int8_t *x = (const int8_t *)(b + GS_Q8_0_QS) + e % GS_QK;
+        const float d = ld_f16(b + GS_Q8_0_D);
+        __m256 part = _mm256_setzero_ps();
+        int64_t j = 0;
+        for (; j + 8 <= m; j += 8)
+            part = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + j), ld8_i8(x + j), part);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), part, acc);
+        float tail = 0;
+        for (; j < m; j++)
+            tail += q[i + j] * (float)x[j];
+        rest += d * tail;
+        i += m;
+    }
+    return hsum_ps(acc) + rest;
+}
+
+/* Whole blocks: eight keys at a time, reduced together (as dots() above). */
+static void vh_dots_q8_0(const float *q, const void *k, size_t stride, int n_rows, int64_t off,
+                         int64_t n, float *out)
+{
+    const uint8_t *rows = k;
+    int s = 0;
+    if (off % GS_QK == 0 && n % GS_QK == 0) {
+        const size_t first = (size_t)(off / GS_QK) * GS_Q8_0_BYTES;
+        for (; s + 8 <= n_rows; s += 8) {
+            __m256 acc[8];
+            for (int j = 0; j < 8; j++)
+                acc[j] = dot_q8_0_blocks(q, rows + (size_t)(s + j) * stride + first, n);
+            _mm256_storeu_ps(out + s, hsum8_ps(acc));
+        }
+        for (; s < n_rows; s++)
+            out[s] = hsum_ps(dot_q8_0_blocks(q, rows + (size_t)s * stride + first, n));
+        return;
+    }
+    for (; s < n_rows; s++)
+        out[s] = dot_q8_0_slice(q, rows + (size_t)s * stride, off, n);
+}
+
+/* Whole blocks: 32 columns at a time held in four accumulators over every row,
+ * so that one row's FMAs are independent; otherwise a row at a time. */
+static void vh_axpys_q8_0(float *acc, const float *w, const void *v, size_t stride, int n_rows,
+                          int64_t off, int64_t n)
+{
+    const uint8_t *rows = v;
+    if (off % GS_QK == 0 && n % GS_QK == 0) {
+        for (int64_t i = 0; i < n; i += GS_QK) {
+            const size_t blk = (size_t)((off + i) / GS_QK) * GS_Q8_0_BYTES;
+            __m256 a[4];
+            for (int j = 0; j < 4; j++)
+                a[j] = _mm256_loadu_ps(acc + i + 8 * j);
+            for (int s = 0; s < n_rows; s++) {
+                const uint8_t *b = rows + (size_t)s * stride + blk;
+                const int8_t *x = (const int8_t *)(b + GS_Q8_0_QS);
+                const __m256 c = _mm256_set1_ps(w[s] * ld_f16(b + GS_Q8_0_D));
+                for (int j = 0; j < 4; j++)
+                    a[j] = _mm256_fmadd_ps(c, ld8_i8(x + 8 * j), a[j]);
+            }
+            for (int j = 0; j < 4; j++)
+                _mm256_storeu_ps(acc + i + 8 * j, a[j]);
+        }
+        return;
+    }
+    for (int s = 0; s < n_rows; s++) {
+        const uint8_t *row = rows + (size_t)s * stride;
+        for (int64_t i = 0; i < n;) {
+            const int64_t e = off + i, m = GS_MIN(GS_QK - e % GS_QK, n - i);
+            const uint8_t *b = row + e / GS_QK * GS_Q8_0_BYTES;
+            const int8_t *x = (const int8_t *)(b + GS_Q8_0_QS) + e % GS_QK;
+            const float c = w[s] * ld_f16(b + GS_Q8_0_D);
+            int64_t j = 0;
+            for (; j + 8 <= m; j += 8)
+                _mm256_storeu_ps(acc + i + j, _mm256_fmadd_ps(_mm256_set1_ps(c), ld8_i8(x + j),
+                                                              _mm256_loadu_ps(acc + i + j)));
+            for (; j < m; j++)
+                acc[i + j] += c * (float)x[j];
+            i += m;
+        }
+    }
+}
+
+/* dot_q8_0_blocks for four queries, each block's quants converted once: per
+ * query the same operations in the same order, so the same sums. */
+static inline void dot4_q8_0_blocks(const float *const q[4], const uint8_t *b, int64_t n,
+                                    __m256 acc[4])
+{
+    for (int j = 0; j < 4; j++)
+        acc[j] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += GS_QK, b += GS_Q8_0_BYTES) {
+        const int8_t *x = (const int8_t *)(b + GS_Q8_0_QS);
+        const __m256 x0 = ld8_i8(x), x1 = ld8_i8(x + 8), x2 = ld8_i8(x + 16), x3 = ld8_i8(x + 24);
+        const __m256 d = _mm256_set1_ps(ld_f16(b + GS_Q8_0_D));
+        for (int j = 0; j < 4; j++) {
+            __m256 p0 = _mm256_mul_ps(_mm256_loadu_ps(q[j] + i), x0);
+            __m256 p1 = _mm256_mul_ps(_mm256_loadu_ps(q[j] + i + 8), x1);
+            p0 = _mm256_fmadd_ps(_mm256_loadu_ps(q[j] + i + 16), x2, p0);
+            p1 = _mm256_fmadd_ps(_mm256_loadu_ps(q[j] + i + 24), x3, p1);
+            acc[j] = _mm256_fmadd_ps(d, _mm256_add_ps(p0, p1), acc[j]);
+        }
+    }
+}
+
+/* Rows grouped and reduced as vh_dots_q8_0 groups them, per query. */
+static void vh_dots4_q8_0(const float *const q[4], const void *k, size_t stride, int n_rows,
+                          int64_t off, int64_t n, float *const out[4])
+{
+    if (off % GS_QK || n % GS_QK) {
+        for (int j = 0; j < 4; j++)
+            vh_dots_q8_0(q[j], k, stride, n_rows, off, n, out[j]);
+        return;
+    }
+    const uint8_t *rows = k;
+    const size_t first = (size_t)(off / GS_QK) * GS_Q8_0_BYTES;
+    int s = 0;
+    for (; s + 8 <= n_rows; s += 8) {
+        __m256 acc[4][8], a4[4];
+        for (int r = 0; r < 8; r++) {
+            dot4_q8_0_blocks(q, rows + (size_t)(s + r) * stride + first, n, a4);
+            for (int j = 0; j < 4; j++)
+                acc[j][r] = a4[j];
+        }
+        for (int j = 0; j < 4; j++)
+            _mm256_storeu_ps(out[j] + s, hsum8_ps(acc[j]));
+    }
+    for (; s < n_rows; s++) {
+        __m256 a4[4];
+        dot4_q8_0_blocks(q, rows + (size_t)s * stride + first, n, a4);
+        for (int j = 0; j < 4; j++)
+            out[j][s] = hsum_ps(a4[j]);
+    }
+}
+
+/* vh_axpys_q8_0's whole-block path for four queries, sixteen columns at a time
+ * (eight accumulators): each column's sum is the same chain of FMAs over the
+ * rows in order. */
+static void vh_axpys4_q8_0(float *const acc[4], const float *const w[4], const void *v,
+                           size_t stride, int n_rows, int64_t off, int64_t n)
+{
+    if (off % GS_QK || n % GS_QK) {
+        for (int j = 0; j < 4; j++)
+            vh_axpys_q8_0(acc[j], w[j], v, stride, n_rows, off, n);
+        return;
+    }
+    const uint8_t *rows = v;
+    for (int64_t i = 0; i < n; i += 16) {
+        const size_t blk = (size_t)((off + i) / GS_QK) * GS_Q8_0_BYTES;
+        const int64_t in = (off + i) % GS_QK; /* 0 or 16 */
+        __m256 a[4][2];
+        for (int j = 0; j < 4; j++) {
+            a[j][0] = _mm256_loadu_ps(acc[j] + i);
+            a[j][1] = _mm256_loadu_ps(acc[j] + i + 8);
+        }
+        for (int s = 0; s < n_rows; s++) {
+            const uint8_t *b = rows + (size_t)s * stride + blk;
+            const int8_t *x = (const int8_t *)(b + GS_Q8_0_QS) + in;
+            const __m256 x0 = ld8_i8(x), x1 = ld8_i8(x + 8);
+            const float d = ld_f16(b + GS_Q8_0_D);
+            for (int j = 0; j < 4; j++) {
+                const __m256 c = _mm256_set1_ps(w[j][s] * d);
+                a[j][0] = _mm256_fmadd_ps(c, x0, a[j][0]);
+                a[j][1] = _mm256_fmadd_ps(c, x1, a[j][1]);
+            }
+        }
+        for (int j = 0; j < 4; j++) {
+            _mm256_storeu_ps(acc[j] + i, a[j][0]);
+            _mm256_storeu_ps(acc[j] + i + 8, a[j][1]);
+        }
+    }
+}
+
 void gs_cpu__helpers_avx2_fill(struct gs_cpu_helpers *h)
 {
     h->f32_to_f16 = vh_f32_to_f16;
@@ -523,6 +726,10 @@ void gs_cpu__helpers_avx2_fill(struct gs_cpu_helpers *h)
     h->dots4 = vh_dots4;
     h->axpys4 = vh_axpys4;
     h->round_f16 = vh_round_f16;
+    h->dots_q8_0 = vh_dots_q8_0;
+    h->axpys_q8_0 = vh_axpys_q8_0;
+    h->dots4_q8_0 = vh_dots4_q8_0;
+    h->axpys4_q8_0 = vh_axpys4_q8_0;
     h->swiglu = vh_swiglu;
     h->geglu = vh_geglu;
     h->scale_max = vh_scale_max;

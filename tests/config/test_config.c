@@ -401,7 +401,7 @@ static const struct refusal refusals[] = {
      {NULL},
      NULL,
      GS_INVAL,
-     {"--kv-type: 'q8' is not one of f16, f32"}},
+     {"--kv-type: 'q8' is not one of f16, f32, q8_0"}},
     {"bad bool",
      {"--prefix-cache=maybe"},
      {NULL},

@@ -621,6 +621,92 @@ Test(cpu_kernels, attention_value_sums_match_double)
     free(v16);
 }
 
+/* Attention over a q8_0 cache: one head's slice of rows of q8_0 blocks, whole
+ * blocks (the fast path), slices that begin or end inside a block (head sizes
+ * 8 and 48, as stories260K's and gemma2-tiny's are) and ones of odd length,
+ * against double sums over engine/quant's dequantized rows, and the four-query
+ * forms bit for bit against the single-query ones. Run with
+ * GS_CPU_ISA_MAX=scalar for the scalar forms (the NEON build's too). */
+Test(cpu_kernels, attention_over_q8_0_rows_matches_double)
+{
+    enum { ROWS = 19, DIM = 224, BLOCKS = DIM / 32, STRIDE = BLOCKS * 34 };
+    static const int64_t slices[][2] = {{0, 64}, {64, 64}, {32, 128}, {0, 224}, {192, 32},
+                                        {8, 8},  {48, 48}, {0, 48},   {16, 40}, {100, 7},
+                                        {3, 60}, {24, 16}, {200, 24}};
+    uint8_t *k = malloc((size_t)ROWS * STRIDE);
+    float *x = malloc(sizeof(float) * ROWS * DIM), *deq = malloc(sizeof(float) * ROWS * DIM);
+    float q[DIM], w[ROWS], out[ROWS], acc[DIM], start[DIM];
+    for (int i = 0; i < ROWS * DIM; i++)
+        x[i] = frand() * (1 + i % 5); /* blocks of different scales */
+    for (int s = 0; s < ROWS; s++) {
+        gs_cpu_quantizer(GS_TYPE_Q8_0)(x + s * DIM, k + (size_t)s * STRIDE, DIM);
+        gs_type_traits(GS_TYPE_Q8_0)->to_f32(k + (size_t)s * STRIDE, deq + s * DIM, DIM);
+        w[s] = frand();
+    }
+    for (int i = 0; i < DIM; i++)
+        q[i] = frand();
+    for (size_t c = 0; c < GS_ARRAY_LEN(slices); c++) {
+        const int64_t off = slices[c][0], n = slices[c][1];
+        gs_cpu_dots_q8_0(q, k, STRIDE, ROWS, off, n, out);
+        for (int s = 0; s < ROWS; s++) {
+            double want = 0, mag = 0;
+            for (int64_t i = 0; i < n; i++) {
+                want += (double)q[i] * deq[s * DIM + off + i];
+                mag += fabs((double)q[i] * deq[s * DIM + off + i]);
+            }
+            cr_assert(fabs(out[s] - want) <= 1e-6 * (1 + mag),
+                      "off %lld n %lld key %d: %g, want %g", (long long)off, (long long)n, s,
+                      out[s], want);
+        }
+        for (int64_t i = 0; i < n; i++)
+            start[i] = acc[i] = frand();
+        gs_cpu_axpys_q8_0(acc, w, k, STRIDE, ROWS, off, n);
+        for (int64_t i = 0; i < n; i++) {
+            double want = start[i], mag = fabs(start[i]);
+            for (int s = 0; s < ROWS; s++) {
+                want += (double)w[s] * deq[s * DIM + off + i];
+                mag += fabs((double)w[s] * deq[s * DIM + off + i]);
+            }
+            cr_assert(fabs(acc[i] - want) <= 1e-6 * (1 + mag),
+                      "off %lld n %lld column %lld: %g, want %g", (long long)off, (long long)n,
+                      (long long)i, acc[i], want);
+        }
+        /* Four queries at once: the very bits of four single-query calls, for the
+         * row counts a page's pieces have (whole groups of eight and the rest). */
+        static const int counts[] = {ROWS, 8, 3};
+        for (size_t r = 0; r < GS_ARRAY_LEN(counts); r++) {
+            const int nr = counts[r];
+            float qv[4][DIM], wv[4][ROWS], o4[4][ROWS], o1[4][ROWS], a4[4][DIM], a1[4][DIM];
+            const float *qp[4], *wp[4];
+            float *op[4], *ap[4];
+            for (int j = 0; j < 4; j++) {
+                for (int i = 0; i < DIM; i++) {
+                    qv[j][i] = frand();
+                    a4[j][i] = a1[j][i] = frand();
+                }
+                for (int t = 0; t < ROWS; t++)
+                    wv[j][t] = frand();
+                qp[j] = qv[j], wp[j] = wv[j], op[j] = o4[j], ap[j] = a4[j];
+            }
+            gs_cpu_dots4_q8_0(qp, k, STRIDE, nr, off, n, op);
+            gs_cpu_axpys4_q8_0(ap, wp, k, STRIDE, nr, off, n);
+            for (int j = 0; j < 4; j++) {
+                gs_cpu_dots_q8_0(qv[j], k, STRIDE, nr, off, n, o1[j]);
+                gs_cpu_axpys_q8_0(a1[j], wv[j], k, STRIDE, nr, off, n);
+                cr_assert(!memcmp(o4[j], o1[j], sizeof(float) * (size_t)nr),
+                          "off %lld n %lld rows %d query %d: four-query scores differ",
+                          (long long)off, (long long)n, nr, j);
+                cr_assert(!memcmp(a4[j], a1[j], sizeof(float) * (size_t)n),
+                          "off %lld n %lld rows %d query %d: four-query sums differ",
+                          (long long)off, (long long)n, nr, j);
+            }
+        }
+    }
+    free(k);
+    free(x);
+    free(deq);
+}
+
 /* Four queries at once (prompt attention): scores against double, value sums
  * bit-identical to four single-query calls, f16 and f32 rows, head sizes
  * with and without a multiple of eight, odd and even key counts. */

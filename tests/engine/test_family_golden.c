@@ -200,7 +200,7 @@ static void our_figures(const struct gs_model *m, const char *name, const int32_
     cr_assert_eq(gs_runner_new(g, &cfg, &r, &err), GS_OK, "%s", err.msg);
     struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(m),
                                 .kv_dim = gs_model_kv_dim(m),
-                                .elem_bytes = 4,
+                                .type = GS_TYPE_F32,
                                 .page_tokens = 16,
                                 .n_pages = 2};
     struct gs_kv_pool *pool;

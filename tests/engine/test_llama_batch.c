@@ -51,7 +51,7 @@ static void check_batched(const char *model)
     struct gs_kv_pool *pool;
     struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(r.model),
                                 .kv_dim = gs_model_kv_dim(r.model),
-                                .elem_bytes = 2,
+                                .type = GS_TYPE_F16,
                                 .page_tokens = 3,
                                 .n_pages = 64};
     cr_assert_eq(gs_kv_pool_new(&pc, &pool, &err), GS_OK, "%s", err.msg);

@@ -20,7 +20,7 @@ void llama_rig_open(struct llama_rig *r, const char *rel_path, enum gs_type kv_t
     struct gs_kv_pool_cfg pc = {
         .n_layer = gs_model_kv_layers(r->model),
         .kv_dim = gs_model_kv_dim(r->model),
-        .elem_bytes = kv_type == GS_TYPE_F16 ? 2 : 4,
+        .type = kv_type,
         .page_tokens = 16,
         .n_pages = max_tokens / 16 + 2,
     };

@@ -39,8 +39,11 @@ static void run_prompt(struct gs_runner *r, float *out)
     static const int32_t toks[] = {1, 403, 407, 261, 378};
     enum { N = 5 };
     struct gs_err err = {0};
-    struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(model), .kv_dim = gs_model_kv_dim(model),
-                                .elem_bytes = 4, .page_tokens = 16, .n_pages = 2};
+    struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(model),
+                                .kv_dim = gs_model_kv_dim(model),
+                                .type = GS_TYPE_F32,
+                                .page_tokens = 16,
+                                .n_pages = 2};
     struct gs_kv_pool *pool;
     cr_assert_eq(gs_kv_pool_new(&pc, &pool, &err), GS_OK, "%s", err.msg);
     struct gs_kv_seq seq;
@@ -133,7 +136,7 @@ static void run_hidden(const struct gs_model *m, struct gs_runner *r, float *hid
     struct gs_err err = {0};
     struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(m),
                                 .kv_dim = gs_model_kv_dim(m),
-                                .elem_bytes = 4,
+                                .type = GS_TYPE_F32,
                                 .page_tokens = 16,
                                 .n_pages = 2};
     struct gs_kv_pool *pool;

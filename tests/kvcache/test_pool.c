@@ -7,7 +7,8 @@
 
 static struct gs_kv_pool *make_pool(uint32_t n_pages)
 {
-    struct gs_kv_pool_cfg cfg = {.n_layer = 2, .kv_dim = 8, .elem_bytes = 2, .n_pages = n_pages};
+    struct gs_kv_pool_cfg cfg = {
+        .n_layer = 2, .kv_dim = 8, .type = GS_TYPE_F16, .n_pages = n_pages};
     struct gs_kv_pool *p;
     struct gs_err err = {0};
     cr_assert_eq(gs_kv_pool_new(&cfg, &p, &err), GS_OK, "%s", err.msg);
@@ -28,10 +29,10 @@ Test(kv_pool, rejects_bad_config)
 {
     struct gs_kv_pool *p;
     struct gs_err err = {0};
-    struct gs_kv_pool_cfg cfg = {.n_layer = 2, .kv_dim = 8, .elem_bytes = 3, .n_pages = 4};
+    struct gs_kv_pool_cfg cfg = {.n_layer = 2, .kv_dim = 8, .type = GS_TYPE_Q4_K, .n_pages = 4};
     cr_assert_eq(gs_kv_pool_new(&cfg, &p, &err), GS_INVAL);
-    cr_assert(strstr(err.msg, "elem_bytes"));
-    cfg.elem_bytes = 4;
+    cr_assert(strstr(err.msg, "q4_K"), "%s", err.msg);
+    cfg.type = GS_TYPE_F32;
     cfg.n_pages = 0;
     cr_assert_eq(gs_kv_pool_new(&cfg, &p, &err), GS_INVAL);
     cfg.n_pages = 1u << 30;

@@ -11,8 +11,8 @@
 
 static struct gs_kv_pool *new_pool(uint32_t n_pages)
 {
-    struct gs_kv_pool_cfg cfg = {.n_layer = 2, .kv_dim = 8, .elem_bytes = 4, .page_tokens = 4,
-                                 .n_pages = n_pages};
+    struct gs_kv_pool_cfg cfg = {
+        .n_layer = 2, .kv_dim = 8, .type = GS_TYPE_F32, .page_tokens = 4, .n_pages = n_pages};
     struct gs_kv_pool *p;
     struct gs_err err;
     cr_assert_eq(gs_kv_pool_new(&cfg, &p, &err), GS_OK, "%s", err.msg);

@@ -446,6 +446,38 @@ Test(sched, full_queue_says_busy)
     rig_close(&r);
 }
 
+/* A q8_0 cache is refused where its blocks of 32 would take more bytes than f16:
+ * llama-2-tiny-random's rows are 8 values (one padded block, 34 bytes, against 16). */
+Test(sched, q8_0_cache_refused_where_it_is_not_smaller)
+{
+    struct gs_err err;
+    struct gs_gguf *file;
+    struct gs_model *model;
+    cr_assert_eq(gs_gguf_open(gs_test_shared_path("models/llama-2-tiny-random.gguf"), &file, &err),
+                 GS_OK, "%s", err.msg);
+    cr_assert_eq(gs_model_load(file, &model, &err), GS_OK, "%s", err.msg);
+    struct gs_sched_cfg cfg = {.backend = "cpu", .kv_type = GS_TYPE_Q8_0, .n_ctx = 256};
+    struct gs_sched *s;
+    cr_assert_eq(gs_sched_new(&cfg, model, &s, &err), GS_INVAL);
+    cr_assert(strstr(err.msg, "q8_0") && strstr(err.msg, "8 values") && strstr(err.msg, "use f16"),
+              "%s", err.msg);
+    cfg.kv_type = GS_TYPE_F16;
+    cr_assert_eq(gs_sched_new(&cfg, model, &s, &err), GS_OK, "%s", err.msg);
+    gs_sched_free(s);
+    gs_model_free(model);
+    gs_gguf_close(file);
+    /* stories260K's rows of 32 are one whole block: 34 bytes against 64 */
+    struct rig r;
+    rig_open(&r);
+    cfg.kv_type = GS_TYPE_Q8_0;
+    cr_assert_eq(gs_sched_new(&cfg, r.model, &s, &err), GS_OK, "%s", err.msg);
+    struct gs_sched_stats st;
+    gs_sched_stats(s, &st);
+    cr_assert_eq(st.kv_bytes / st.pages_total, 5ull * 2 * 16 * 34);
+    gs_sched_free(s);
+    rig_close(&r);
+}
+
 /* ---- threaded mode ---------------------------------------------------------------- */
 
 struct notifier {
@@ -871,7 +903,7 @@ static void embed_direct(struct rig *r, const struct job *j, float *out)
     cr_assert_eq(gs_runner_new(r->model->graph, &rc, &run, &err), GS_OK, "%s", err.msg);
     struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(r->model),
                                 .kv_dim = gs_model_kv_dim(r->model),
-                                .elem_bytes = 2,
+                                .type = GS_TYPE_F16,
                                 .page_tokens = 16,
                                 .n_pages = 16};
     struct gs_kv_pool *pool;

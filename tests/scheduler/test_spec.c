@@ -7,6 +7,7 @@
  * if never written), and sampled outputs that keep the target's
  * distribution (a two-sample test over many seeds).
  */
+#include "engine/backend.h"
 #include "engine/gguf.h"
 #include "engine/grammar.h"
 #include "engine/model.h"
@@ -74,11 +75,12 @@ struct run_cfg {
  * (closed by the caller after the scheduler). */
 static struct gs_sched *open_sched(struct rig *r, const struct run_cfg *c, struct rig *d)
 {
+    const enum gs_type kv_type = c->kv_type ? c->kv_type : GS_TYPE_F16;
     uint64_t page_bytes = (uint64_t)gs_model_kv_layers(r->model) * 2 * 16 *
-                          gs_model_kv_dim(r->model) * (c->kv_type == GS_TYPE_F32 ? 4 : 2);
+                          gs_kv_row_bytes(kv_type, gs_model_kv_dim(r->model));
     struct gs_sched_cfg cfg = {.backend = c->backend,
                                .kv_cache_bytes = (c->n_pages ? c->n_pages : 256) * page_bytes,
-                               .kv_type = c->kv_type ? c->kv_type : GS_TYPE_F16,
+                               .kv_type = kv_type,
                                .max_seqs = c->max_seqs,
                                .max_batch_tokens = c->max_batch,
                                .max_queue = 4096,
@@ -329,9 +331,9 @@ static uint32_t repetitive_prompt(int32_t *p, unsigned *seed, uint32_t n)
 
 /* 16 streams on a pool too small for all, some repetitive (they speculate)
  * and some not (they mostly do not), greedy and seeded: each equals its run
- * alone without speculation. */
+ * alone without speculation, over a cache of kv_type (0: f16). */
 static void concurrent(const char *backend, bool prefix, unsigned seed0, enum gs_spec spec,
-                       const char *draft)
+                       const char *draft, enum gs_type kv_type)
 {
     struct rig r;
     rig_open(&r, "models/stories260K.gguf");
@@ -358,7 +360,8 @@ static void concurrent(const char *backend, bool prefix, unsigned seed0, enum gs
                                .seed = (uint64_t)rand_r(&seed),
                                .ignore_eos = true};
     }
-    struct run_cfg c = {.backend = backend, .max_seqs = 1, .max_batch = 256, .prefix = false};
+    struct run_cfg c = {
+        .backend = backend, .max_seqs = 1, .max_batch = 256, .prefix = false, .kv_type = kv_type};
     for (uint32_t i = 0; i < N; i++) {
         alone[i] = jobs[i];
         run_jobs(&r, &c, &alone[i], 1);
@@ -370,7 +373,8 @@ static void concurrent(const char *backend, bool prefix, unsigned seed0, enum gs
                          .n_pages = 28,
                          .max_batch = 96,
                          .prefix = prefix,
-                         .draft = draft};
+                         .draft = draft,
+                         .kv_type = kv_type};
     struct gs_sched_stats st = run_jobs(&r, &c, jobs, N);
     assert_same_outputs(alone, jobs, N, backend);
     cr_assert_gt(st.n_preemptions, 0, "the pool was meant to be too small");
@@ -397,17 +401,17 @@ static void concurrent(const char *backend, bool prefix, unsigned seed0, enum gs
 
 Test(spec_greedy, sixteen_streams_ref)
 {
-    concurrent("ref", false, 3, GS_SPEC_NGRAM, NULL);
+    concurrent("ref", false, 3, GS_SPEC_NGRAM, NULL, 0);
 }
 
 Test(spec_greedy, sixteen_streams_cpu_with_prefix_cache)
 {
-    concurrent("cpu", true, 5, GS_SPEC_NGRAM, NULL);
+    concurrent("cpu", true, 5, GS_SPEC_NGRAM, NULL, 0);
 }
 
 Test(spec_draft, sixteen_streams_drafted_by_the_target_itself_ref)
 {
-    concurrent("ref", false, 7, GS_SPEC_DRAFT, "models/stories260K.gguf");
+    concurrent("ref", false, 7, GS_SPEC_DRAFT, "models/stories260K.gguf", 0);
 }
 
 /* The draft's K/V after rollback is what computing the kept tokens afresh
@@ -455,7 +459,21 @@ Test(spec_draft, rolled_back_draft_kv_drafts_what_recomputing_drafts, .timeout =
 
 Test(spec_draft, sixteen_streams_drafted_by_q4_0_cpu_with_prefix_cache)
 {
-    concurrent("cpu", true, 9, GS_SPEC_DRAFT, "models/stories260K-Q4_0.gguf");
+    concurrent("cpu", true, 9, GS_SPEC_DRAFT, "models/stories260K-Q4_0.gguf", 0);
+}
+
+/* q8_0 pages: rollback, preemption and prefix hits keep the outputs of each
+ * stream alone, and the page invariants hold after every step. */
+Test(spec_greedy, sixteen_streams_cpu_q8_0_cache_with_prefix_cache)
+{
+    concurrent("cpu", true, 5, GS_SPEC_NGRAM, NULL, GS_TYPE_Q8_0);
+}
+
+/* With --kv-type q8_0 the draft model's pool is q8_0 too (scheduler/draft.c): drafting,
+ * rollback of the draft's K/V and verification over q8_0 pages keep each stream's output. */
+Test(spec_draft, sixteen_streams_drafted_by_q4_0_over_q8_0_caches_ref)
+{
+    concurrent("ref", false, 9, GS_SPEC_DRAFT, "models/stories260K-Q4_0.gguf", GS_TYPE_Q8_0);
 }
 
 /* Structured output on prompts that repeat themselves: drafts are made

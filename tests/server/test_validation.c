@@ -390,6 +390,53 @@ Test(srv_validation, failed_known_answer_check_keeps_ready_503, .timeout = 60)
     free(log);
 }
 
+/* A q8_0 cache served on cpu and on ref: ready (the known-answer check passed
+ * against ref's F32 cache), a validated completion within the thresholds with
+ * its figures, and 1.88x the pages of an f16 cache in the same bytes. tiny-k
+ * (64-value heads) holds the thresholds; stories260K (8-value heads, one
+ * block's scale over four heads) does not on every request: min Pearson 0.997
+ * over 24 generated tokens of "Once upon a time". */
+Test(srv_validation, q8_0_cache_serves_validated_on_cpu_and_ref, .timeout = 120)
+{
+    static const char *const backends[] = {"cpu", "ref"};
+    double pages[3] = {0};
+    for (size_t b = 0; b < 3; b++) {
+        char args[256];
+        snprintf(args, sizeof(args), "--backend %s --kv-type %s --kv-cache-bytes 1048576",
+                 backends[b % 2], b < 2 ? "q8_0" : "f16");
+        struct e2e_daemon d;
+        start_on(&d, "models/tiny-k-F32.gguf", args);
+        struct e2e_resp r;
+        e2e_http(&d, "GET", "/health", NULL, NULL, &r);
+        cr_expect(json_is_true(json_object_get(json_object_get(r.json, "known_answer"), "passed")),
+                  "%s: %s", args, r.body);
+        e2e_resp_free(&r);
+        e2e_http(&d, "GET", "/ready", NULL, NULL, &r);
+        cr_expect_eq(r.status, 200, "%s: %s", args, r.body);
+        e2e_resp_free(&r);
+        if (b < 2) {
+            e2e_http(&d, "POST", "/v1/completions",
+                     "{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0,"
+                     "\"validation\":true}",
+                     NULL, &r);
+            cr_assert_eq(r.status, 200, "%s: %s", args, r.body);
+            int n = (int)json_integer_value(
+                json_object_get(json_object_get(r.json, "usage"), "completion_tokens"));
+            cr_expect_gt(n, 0);
+            check_validation(json_object_get(r.json, "validation"), n);
+            e2e_resp_free(&r);
+        }
+        e2e_http(&d, "GET", "/metrics", NULL, NULL, &r);
+        pages[b] = e2e_metric(r.body, "graphserve_kv_pages_capacity");
+        e2e_resp_free(&r);
+        cr_expect_eq(e2e_stop(&d), 0);
+    }
+    /* tiny-k: 2 layers x K, V x 16 tokens x 128 values, at 2 bytes or 34 per 32 */
+    cr_expect_eq(pages[2], 1048576 / (2 * 2 * 16 * 128 * 2));
+    cr_expect_eq(pages[0], 1048576 / (2 * 2 * 16 * 4 * 34));
+    cr_expect_eq(pages[1], pages[0]);
+}
+
 Test(srv_validation, passing_check_is_in_health, .timeout = 30)
 {
     struct e2e_daemon d;
