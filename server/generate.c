@@ -394,7 +394,6 @@ void gs_srv__gen_free(struct gs_srv_req *r)
         json_decref(c->call_deltas);
         gs_free(c->embd);
     }
-    gs_free(r->choices);
     gs_free(r->prompt);
     gs_srv_gen_free(&r->gen);
     r->choices = NULL;
@@ -590,24 +589,28 @@ static enum MHD_Result submit_all(struct gs_srv_req *r)
         r->max_tokens = GS_MIN(s->cfg.limits.max_tokens, s->cfg.model.n_ctx - r->n_prompt);
     r->seed = g->has_seed ? g->sp.seed : random_seed();
     gs_srv__val_decide(r);
-    r->choices = gs_calloc(g->n, sizeof(*r->choices));
+    r->choices = gs_srv_arena_calloc(r->arena, g->n, sizeof(*r->choices));
     if (!r->choices)
-        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
+        return gs_srv__respond_nomem(r);
     uint64_t base = s->next_sched_id;
     s->next_sched_id += g->n;
     for (uint32_t i = 0; i < g->n; i++) {
         struct gs_srv_choice *c = &r->choices[i];
         c->sched_id = base + i;
         c->index = i;
+        c->text.arena = c->released.arena = c->answer.arena = c->reasoning.arena = r->arena;
         gs_srv_stop_init(&c->stop, g->stop, g->n_stop);
+        c->stop.held.arena = r->arena;
         if (g->chat && g->api == GS_SRV_API_OPENAI && s->jinja.tmpl && s->thinks &&
             !g->reasoning_inline) {
             c->think_on = true;
             gs_srv_think_init(&c->think, r->think_open);
+            c->think.held.arena = r->arena;
         }
         if (g->chat && g->n_tools && g->tool_choice != GS_SRV_TOOL_CHOICE_NONE) {
             c->tools_on = true;
             gs_srv_tool_reader_init(&c->tools, g->tool_format, g->tools, g->n_tools);
+            c->tools.held.arena = r->arena;
             /* Under a grammar from the first token a call cannot go wrong but by being cut
              * off: its arguments may stream as they come. */
             c->tools.live = g->tool_choice == GS_SRV_TOOL_CHOICE_REQUIRED ||

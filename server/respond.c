@@ -106,6 +106,15 @@ enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind ki
     return gs_srv__respond_json(r, gs_srv_err_http(kind), e);
 }
 
+enum MHD_Result gs_srv__respond_nomem(struct gs_srv_req *r)
+{
+    if (gs_srv_arena_refused(r->arena))
+        return gs_srv__respond_error(r, GS_SRV_E_TOO_LARGE, NULL,
+                                     "the request needs more than its %zu-byte memory bound",
+                                     gs_srv_arena_cap_bytes(r->arena));
+    return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
+}
+
 /* ---- suspend / resume ----------------------------------------------------------------------- */
 
 void gs_srv__suspend(struct gs_srv_req *r)
