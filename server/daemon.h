@@ -512,7 +512,10 @@ extern const struct gs_srv_route_hooks gs_srv__debug_events_hooks;
     X(SCRATCH, "scratch", "activation scratch of the compiled plans")                              \
     X(SEQUENCES, "sequence_buffers",                                                               \
       "the engine's per-sequence buffers: tokens, page tables, masks, validation logits")          \
-    X(STREAMS, "stream_buffers", "per-request bytes queued for clients, and request bodies")
+    X(STREAMS, "stream_buffers", "per-request bytes queued for clients, and request bodies")       \
+    X(ARENAS, "request_arenas",                                                                    \
+      "chunks mapped for requests in progress: records, bodies, queued bytes, prompts, choices' "  \
+      "text (stream_buffers is part of it)")
 
 enum gs_srv_ledger_row {
 #define GS_SRV_LEDGER_ENUM(id, kind, help) GS_SRV_LEDGER_##id,
