@@ -264,6 +264,15 @@ void *gs_srv_arena_realloc(struct gs_srv_arena *a, void *p, size_t old_size, siz
     return q;
 }
 
+bool gs_srv_arena_owns(const struct gs_srv_arena *a, const void *p)
+{
+    const char *c_p = p;
+    for (const struct chunk *c = a->chunks; c; c = c->next)
+        if (c_p >= (const char *)c + HEAD_BYTES && c_p < (const char *)c + c->used)
+            return true;
+    return false;
+}
+
 bool gs_srv_arena_refused(const struct gs_srv_arena *a)
 {
     return a->refused;

@@ -150,13 +150,25 @@ static int dump_to_buf(const char *text, size_t n, void *data)
     return out->failed ? -1 : 0;
 }
 
+bool gs_srv_buf_add_json(struct gs_srv_buf *b, const json_t *j, size_t flags)
+{
+    size_t at = b->len;
+    if (j && json_dump_callback(j, dump_to_buf, b, flags) == 0)
+        return true;
+    if (!b->failed && b->p) { /* j cannot be dumped: nothing of it stays */
+        b->len = at;
+        b->p[at] = '\0';
+    }
+    return false;
+}
+
 bool gs_srv_sse_json(struct gs_srv_buf *out, const json_t *j)
 {
     /* Straight into out: no copy of the event on the heap between the two. */
     size_t at = out->len;
     gs_srv_buf_adds(out, "data: ");
-    if (!j || json_dump_callback(j, dump_to_buf, out, JSON_COMPACT) != 0) {
-        if (!out->failed) { /* j cannot be dumped: nothing of it is sent */
+    if (!gs_srv_buf_add_json(out, j, JSON_COMPACT)) {
+        if (!out->failed) {
             out->len = at;
             if (out->p)
                 out->p[at] = '\0';

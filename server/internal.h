@@ -53,6 +53,8 @@ char *gs_srv_arena_strdup(struct gs_srv_arena *a, const char *s);
  * else a copy (the old bytes are not reused). Never shrinks. NULL: p is
  * unchanged and still valid. */
 void *gs_srv_arena_realloc(struct gs_srv_arena *a, void *p, size_t old_size, size_t size);
+/* Whether p points into memory a has handed out. */
+bool gs_srv_arena_owns(const struct gs_srv_arena *a, const void *p);
 /* Whether an allocation was refused because it would pass the cap. */
 bool gs_srv_arena_refused(const struct gs_srv_arena *a);
 size_t gs_srv_arena_cap_bytes(const struct gs_srv_arena *a);
@@ -82,6 +84,9 @@ void gs_srv_buf_addf(struct gs_srv_buf *b, const char *fmt, ...)
 /* Drops the first n bytes. */
 void gs_srv_buf_consume(struct gs_srv_buf *b, size_t n);
 void gs_srv_buf_free(struct gs_srv_buf *b);
+/* Appends j dumped with jansson's flags, without a copy of it on the heap. False when
+ * j is NULL or cannot be dumped (nothing of it is appended) or b failed. */
+bool gs_srv_buf_add_json(struct gs_srv_buf *b, const json_t *j, size_t flags);
 
 /* ---- errors: one table from error kind to HTTP status and error types ------------------ */
 

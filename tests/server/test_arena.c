@@ -222,3 +222,36 @@ Test(srv_arena, bytes_not_handed_out_are_poisoned)
     gs_srv_arena_free(a);
 }
 #endif
+
+Test(srv_arena, owns_what_it_handed_out_only)
+{
+    struct gs_srv_arena *a = gs_srv_arena_new(MIB);
+    cr_assert(a);
+    char *p = gs_srv_arena_alloc(a, 40), *big = gs_srv_arena_alloc(a, 100000);
+    char local;
+    cr_expect(gs_srv_arena_owns(a, p));
+    cr_expect(gs_srv_arena_owns(a, p + 39));
+    cr_expect(gs_srv_arena_owns(a, big + 99999));
+    cr_expect_not(gs_srv_arena_owns(a, &local));
+    cr_expect_not(gs_srv_arena_owns(a, p + 48), "past the latest allocation");
+    gs_srv_arena_free(a);
+}
+
+Test(srv_arena, json_is_dumped_into_a_buffer_or_not_at_all)
+{
+    struct gs_srv_arena *a = gs_srv_arena_new(MIB);
+    cr_assert(a);
+    struct gs_srv_buf b = {.arena = a};
+    gs_srv_buf_adds(&b, "x=");
+    json_t *j = json_pack("{s:i,s:[s]}", "a", 1, "b", "c");
+    cr_expect(gs_srv_buf_add_json(&b, j, JSON_COMPACT));
+    cr_expect_str_eq(b.p, "x={\"a\":1,\"b\":[\"c\"]}");
+    json_t *bad = json_integer(5); /* a lone scalar needs JSON_ENCODE_ANY */
+    cr_expect_not(gs_srv_buf_add_json(&b, bad, JSON_COMPACT));
+    cr_expect_not(gs_srv_buf_add_json(&b, NULL, 0));
+    cr_expect_str_eq(b.p, "x={\"a\":1,\"b\":[\"c\"]}", "nothing of a failed dump stays");
+    cr_expect_not(b.failed);
+    json_decref(j);
+    json_decref(bad);
+    gs_srv_arena_free(a);
+}
