@@ -14,23 +14,10 @@
  * gs_srv_arena_realloc grows with mremap, so the body and the stream buffer
  * grow without leaving copies behind. Under AddressSanitizer the bytes not
  * handed out, and those a realloc moved away from, are poisoned.
- *
- * JSON trees. jansson takes one pair of allocation functions for the whole
- * process and gives its free only a pointer, so a node's pointer alone must
- * say whether it is arena memory. The 64 KiB chunks therefore come from one
- * region of address space reserved once (REGION_BYTES, committed only as
- * written): a pointer inside it is a chunk's, and jansson's free of it does
- * nothing. A released chunk's pages go back to the kernel (MADV_DONTNEED) and
- * its slot to a free list shared by every arena (a mutex: rare, one per
- * chunk). When the region is full chunks are mapped apart, and JSON nodes go
- * to the heap.
  */
 #define _GNU_SOURCE
 #include "server/internal.h"
 
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -49,65 +36,12 @@
  * is left unused when the current one cannot take it. */
 #define LARGE_BYTES (CHUNK_BYTES / 4)
 
-/* Address space for the 64 KiB chunks (a reservation: pages are committed as they
- * are written), enough for 65536 chunks at once. */
-#define REGION_BYTES ((size_t)4 << 30)
-#define REGION_SLOTS (REGION_BYTES / CHUNK_BYTES)
-
 struct chunk {
     struct chunk *next; /* every chunk of the arena, newest first */
     size_t size;        /* bytes mapped, this header included */
     size_t used;        /* bytes handed out, this header included */
     bool own;           /* holds one large allocation, right after the header */
-    bool in_region;     /* a slot of the region (released to its free list) */
 };
-
-/* The region's slots. Process-wide by nature: jansson's hooks are. */
-static struct {
-    pthread_once_t once;
-    pthread_mutex_t mu;
-    char *_Atomic base; /* NULL: the reservation failed; chunks are mapped apart */
-    size_t next;        /* slots below this have been used */
-    size_t n_free;
-    uint32_t free[REGION_SLOTS]; /* released slots, a stack */
-} region = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
-
-static void region_reserve(void)
-{
-    void *p = mmap(NULL, REGION_BYTES, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    atomic_store_explicit(&region.base, p == MAP_FAILED ? NULL : p, memory_order_release);
-}
-
-static bool in_region(const void *p)
-{
-    /* Read on any thread that frees JSON; written once, before any chunk is in it. */
-    const char *base = atomic_load_explicit(&region.base, memory_order_acquire);
-    return base && (const char *)p >= base && (const char *)p < base + REGION_BYTES;
-}
-
-static void *region_take(void)
-{
-    pthread_once(&region.once, region_reserve);
-    if (!region.base)
-        return NULL;
-    void *p = NULL;
-    pthread_mutex_lock(&region.mu);
-    if (region.n_free)
-        p = region.base + (size_t)region.free[--region.n_free] * CHUNK_BYTES;
-    else if (region.next < REGION_SLOTS)
-        p = region.base + region.next++ * CHUNK_BYTES;
-    pthread_mutex_unlock(&region.mu);
-    return p;
-}
-
-static void region_give(void *p)
-{
-    madvise(p, CHUNK_BYTES, MADV_DONTNEED); /* the pages go back; the slot reads zeros */
-    pthread_mutex_lock(&region.mu);
-    region.free[region.n_free++] = (uint32_t)(((char *)p - region.base) / CHUNK_BYTES);
-    pthread_mutex_unlock(&region.mu);
-}
 
 struct gs_srv_arena {
     struct chunk *chunks; /* the first chunk (holding this record) is the last in the list */
@@ -143,27 +77,17 @@ static size_t pages_for(size_t size)
 
 static struct chunk *chunk_map(size_t size)
 {
-    void *p = size == CHUNK_BYTES ? region_take() : NULL;
-    bool slot = p != NULL;
-    if (!p) {
-        p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED)
-            return NULL;
-    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
     struct chunk *c = p;
-    UNPOISON(c, HEAD_BYTES);
-    *c = (struct chunk){.size = size, .used = HEAD_BYTES, .in_region = slot};
+    *c = (struct chunk){.size = size, .used = HEAD_BYTES};
     POISON((char *)c + HEAD_BYTES, size - HEAD_BYTES);
     return c;
 }
 
 static void chunk_unmap(struct chunk *c)
 {
-    if (c->in_region) {
-        POISON(c, c->size); /* until the slot is taken again */
-        region_give(c);
-        return;
-    }
     /* The shadow of unmapped memory would stay poisoned for whatever is
      * mapped there next. */
     UNPOISON(c, c->size);
@@ -362,54 +286,4 @@ size_t gs_srv_arena_cap_bytes(const struct gs_srv_arena *a)
 size_t gs_srv_arena_mapped_bytes(const struct gs_srv_arena *a)
 {
     return a->mapped_bytes;
-}
-
-/* ---- JSON trees ------------------------------------------------------------------------- */
-
-/* The arena the loop thread's request parsers load into (gs_srv_arena_parse_into), and
- * whether a gs_srv_json_load is under way, which alone routes jansson to it. */
-static _Thread_local struct gs_srv_arena *parse_arena;
-static _Thread_local bool loading;
-static pthread_once_t json_hooks_once = PTHREAD_ONCE_INIT;
-
-static void *json_alloc(size_t size)
-{
-    struct gs_srv_arena *a = loading ? parse_arena : NULL;
-    if (a && size <= LARGE_BYTES) {
-        void *p = gs_srv_arena_alloc(a, size);
-        if (!p || in_region(p))
-            return p; /* NULL: the cap (or no memory); the load fails */
-        /* Outside the region (it is full), jansson's free could not tell: the heap.
-         * The arena's bytes stay unused until it goes. */
-    }
-    return malloc(size);
-}
-
-static void json_release(void *p)
-{
-    if (!in_region(p))
-        free(p);
-}
-
-static void json_hooks_install(void)
-{
-    json_set_alloc_funcs(json_alloc, json_release);
-}
-
-struct gs_srv_arena *gs_srv_arena_parse_into(struct gs_srv_arena *a)
-{
-    /* Safe to install at any time: until a load is routed, both go to malloc and free,
-     * and a pointer outside the region is freed as before. */
-    pthread_once(&json_hooks_once, json_hooks_install);
-    struct gs_srv_arena *prev = parse_arena;
-    parse_arena = a;
-    return prev;
-}
-
-json_t *gs_srv_json_load(const char *body, size_t len, size_t flags, json_error_t *je)
-{
-    loading = true;
-    json_t *root = json_loadb(body, len, flags, je);
-    loading = false;
-    return root;
 }

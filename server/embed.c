@@ -138,7 +138,7 @@ enum gs_status gs_srv_embed_parse(const char *body, size_t len, uint32_t n_vocab
     *out = NULL;
     param[0] = '\0';
     json_error_t je;
-    json_t *root = gs_srv_json_load(body, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return gs_err_set(err, GS_INVAL, "the body is not valid JSON: %s", je.text);
     struct gs_srv_embed_req *e = gs_calloc(1, sizeof(*e));
@@ -377,8 +377,6 @@ enum MHD_Result gs_srv__embed_start(struct gs_srv_req *r)
     enum gs_status st = gs_srv_embed_parse(r->body.p ? r->body.p : "", r->body.len,
                                            gs_tok_n_vocab(s->cfg.model.tok), s->cfg.model.n_embd,
                                            &r->embed, param, sizeof(param), &err);
-    if (st != GS_OK && gs_srv_arena_refused(r->arena)) /* its JSON tree passed the cap */
-        return gs_srv__respond_nomem(r);
     if (st != GS_OK)
         return gs_srv__respond_error(r, gs_srv_err_from_status(st), param[0] ? param : NULL, "%s",
                                      err.msg);

@@ -715,8 +715,6 @@ enum MHD_Result gs_srv__gen_parsed(struct gs_srv_req *r, enum gs_status st, cons
 {
     struct gs_srv *s = r->srv;
     const struct gs_err err = *e;
-    if (st != GS_OK && gs_srv_arena_refused(r->arena)) /* its JSON tree passed the cap */
-        return gs_srv__respond_nomem(r);
     if (st != GS_OK)
         return gs_srv__respond_error(r, gs_srv_err_from_status(st), param, "%s", err.msg);
     if (!gs_srv__model_name_ok(s, r->gen.model))

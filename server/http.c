@@ -284,11 +284,7 @@ static enum MHD_Result dispatch(struct gs_srv_req *r)
                                      s->cfg.limits.max_body_bytes);
     if (r->body.failed)
         return gs_srv__respond_nomem(r);
-    /* The body's JSON tree is loaded into r's arena (gs_srv_json_load). */
-    struct gs_srv_arena *prev = gs_srv_arena_parse_into(r->arena);
-    enum MHD_Result ret = r->route->handler(r);
-    gs_srv_arena_parse_into(prev);
-    return ret;
+    return r->route->handler(r);
 }
 
 /* The 1-second tick runs while the engine works for a request or a /debug/events

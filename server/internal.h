@@ -61,27 +61,6 @@ size_t gs_srv_arena_cap_bytes(const struct gs_srv_arena *a);
 /* Bytes mapped for a now (a multiple of the page size). */
 size_t gs_srv_arena_mapped_bytes(const struct gs_srv_arena *a);
 
-/*
- * JSON trees of request bodies in the request's arena. gs_srv_arena_parse_into(a)
- * makes a the arena that gs_srv_json_load loads into on the calling thread (NULL:
- * the heap, as json_loadb; the request parsers' callers other than the daemon, the
- * fuzzers and tests, never set one) and returns the previous one to restore. The
- * first call installs jansson's allocation functions for the process
- * (json_set_alloc_funcs), which nothing else may replace afterwards.
- *
- * A loaded tree is used and released like any other (json_decref; releasing its
- * nodes is a no-op, their memory goes with the arena), and only nodes of a loaded
- * tree are in the arena: what jansson builds or dumps otherwise (json_pack,
- * json_dumps) is on the heap. Nothing may keep a node past the arena's end: whatever
- * outlives the request (the response store) keeps a json_deep_copy.
- */
-struct gs_srv_arena *gs_srv_arena_parse_into(struct gs_srv_arena *a);
-/* The most arena bytes a loaded tree takes per byte of its text: an empty object, "{},"
- * for 3 bytes, is jansson's costliest value (about 210 bytes of nodes, 70 a byte). */
-#define GS_SRV_JSON_TREE_PER_BYTE 80
-/* json_loadb(body, len, flags, je), into the thread's parse arena when one is set. */
-json_t *gs_srv_json_load(const char *body, size_t len, size_t flags, json_error_t *je);
-
 /* ---- growable byte buffer --------------------------------------------------------------- */
 
 /* A byte buffer that remembers an allocation failure: appends after one are

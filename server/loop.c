@@ -183,17 +183,15 @@ size_t gs_srv__max_piece_bytes(const struct gs_tok *tok)
 size_t gs_srv__req_arena_cap(const struct gs_srv *s)
 {
     const struct gs_srv_limits *l = &s->cfg.limits;
-    /* The body's JSON tree (gs_srv_json_load, GS_SRV_JSON_TREE_PER_BYTE), then each
-     * buffer at up to twice what it holds, since buffers grow by doubling: the body and the prompt
-     * rendered from it (the body's text again, the template's own text beside it);
-     * the stream bytes a slow client may
+    /* Each term is a buffer at up to twice what it holds, since buffers grow by
+     * doubling: the body and the prompt rendered from it (the body's text again,
+     * the template's own text beside it); the stream bytes a slow client may
      * leave waiting, and the event that passed the limit; a choice's four text
      * buffers (released, answer, reasoning, text) at the longest piece for each
      * of max_tokens tokens, for max_n choices; and ARENA_SMALL_BYTES for the
      * record, its URL and headers, and the choices' records. */
     uint64_t piece = GS_MAX(s->max_piece_bytes, 16), cap = ARENA_SMALL_BYTES, t;
-    bool over = gs_mul_overflow(l->max_body_bytes, GS_SRV_JSON_TREE_PER_BYTE + 2 * 2, &t) ||
-                gs_add_overflow(cap, t, &cap);
+    bool over = gs_mul_overflow(l->max_body_bytes, 2 * 2, &t) || gs_add_overflow(cap, t, &cap);
     over |= gs_mul_overflow(l->max_stream_buffer_bytes + ARENA_EVENT_BYTES, 2, &t) ||
             gs_add_overflow(cap, t, &cap);
     over |= gs_mul_overflow((uint64_t)l->max_n * l->max_tokens, piece * 4 * 2, &t) ||

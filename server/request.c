@@ -617,7 +617,7 @@ enum gs_status gs_srv_gen_parse(const char *body, size_t len, bool chat,
     if (param_cap)
         param[0] = '\0';
     json_error_t je;
-    json_t *root = gs_srv_json_load(body, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return gs_srv_refuse(&c, "", "malformed JSON at line %d, column %d: %s", je.line, je.column,
                              je.text);

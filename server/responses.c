@@ -317,7 +317,7 @@ enum MHD_Result gs_srv__responses_start(struct gs_srv_req *r)
     const char *body = r->body.p ? r->body.p : "";
     char param[64];
     struct gs_err err;
-    json_t *root = gs_srv_json_load(body, r->body.len, 0, NULL);
+    json_t *root = json_loadb(body, r->body.len, 0, NULL);
     json_t *prev = json_object_get(root, "previous_response_id");
     const json_t *prior = NULL;
     bool go = true;

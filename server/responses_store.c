@@ -153,9 +153,7 @@ void gs_srv__responses_keep(struct gs_srv_req *r, const json_t *resp)
     if (!s->resp_store && !(s->resp_store = gs_calloc(1, sizeof(*s->resp_store))))
         return;
     struct gs_srv_resp_store *st = s->resp_store;
-    /* Deep copies: the conversation holds nodes of the request's body, which go with
-     * its arena. */
-    json_t *conv = json_deep_copy(r->gen.resp_conv), *kept = json_deep_copy(resp);
+    json_t *conv = json_copy(r->gen.resp_conv), *kept = json_deep_copy(resp);
     json_t *m = assistant_message(json_object_get(resp, "output"));
     if (!conv || !kept || !m || json_array_append_new(conv, m)) {
         json_decref(conv);

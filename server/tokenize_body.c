@@ -28,7 +28,7 @@ static json_t *body_object(const char *body, size_t len, char *param, size_t par
                            struct gs_err *err)
 {
     json_error_t je;
-    json_t *root = gs_srv_json_load(body, len, 0, &je);
+    json_t *root = json_loadb(body, len, 0, &je);
     if (!root) {
         fail(param, param_cap, "", err, "malformed JSON at line %d, column %d: %s", je.line,
              je.column, je.text);
