@@ -20,9 +20,10 @@
 /*
  * Memory that lives exactly as long as one HTTP request: its record, URL,
  * body, rendered prompt, choices and their text buffers, and its stream and
- * answer bytes. Allocations bump through chunks mapped from the kernel (64 KiB
- * each; one larger than 16 KiB gets a chunk of its own, grown in place by
- * mremap), so gs_srv_arena_free hands every page back to the kernel at once,
+ * answer bytes (not its JSON tree: the parsed fields stay on the heap).
+ * Allocations bump through chunks mapped from the kernel (64 KiB each; one
+ * larger than 16 KiB gets a chunk of its own, grown in place by mremap), never
+ * the C heap, so gs_srv_arena_free hands every page back to the kernel at once,
  * whatever was allocated from the heap meanwhile. Nothing is freed alone.
  *
  * Bounded: the chunks mapped, the first included, never exceed cap_bytes; an
