@@ -18,7 +18,7 @@ static bool buf_reserve(struct gs_srv_buf *b, size_t extra)
         }
         cap *= 2;
     }
-    char *p = gs_realloc(b->p, cap);
+    char *p = b->arena ? gs_srv_arena_realloc(b->arena, b->p, b->cap, cap) : gs_realloc(b->p, cap);
     if (!p) {
         b->failed = true;
         return false;
@@ -77,8 +77,9 @@ void gs_srv_buf_consume(struct gs_srv_buf *b, size_t n)
 
 void gs_srv_buf_free(struct gs_srv_buf *b)
 {
-    gs_free(b->p);
-    *b = (struct gs_srv_buf){0};
+    if (!b->arena)
+        gs_free(b->p);
+    *b = (struct gs_srv_buf){.arena = b->arena};
 }
 
 /* Length of the valid UTF-8 character at p[0..n), 0 if there is none. */
@@ -142,15 +143,39 @@ json_t *gs_srv_json_bytes(const char *p, size_t n)
 
 /* ---- SSE framing ---------------------------------------------------------------------------- */
 
+static int dump_to_buf(const char *text, size_t n, void *data)
+{
+    struct gs_srv_buf *out = data;
+    gs_srv_buf_add(out, text, n);
+    return out->failed ? -1 : 0;
+}
+
+bool gs_srv_buf_add_json(struct gs_srv_buf *b, const json_t *j, size_t flags)
+{
+    size_t at = b->len;
+    if (j && json_dump_callback(j, dump_to_buf, b, flags) == 0)
+        return true;
+    if (!b->failed && b->p) { /* j cannot be dumped: nothing of it stays */
+        b->len = at;
+        b->p[at] = '\0';
+    }
+    return false;
+}
+
 bool gs_srv_sse_json(struct gs_srv_buf *out, const json_t *j)
 {
-    char *s = json_dumps(j, JSON_COMPACT);
-    if (!s)
-        return false;
+    /* Straight into out: no copy of the event on the heap between the two. */
+    size_t at = out->len;
     gs_srv_buf_adds(out, "data: ");
-    gs_srv_buf_adds(out, s);
+    if (!gs_srv_buf_add_json(out, j, JSON_COMPACT)) {
+        if (!out->failed) {
+            out->len = at;
+            if (out->p)
+                out->p[at] = '\0';
+        }
+        return false;
+    }
     gs_srv_buf_adds(out, "\n\n");
-    free(s);
     return !out->failed;
 }
 

@@ -175,6 +175,9 @@ struct gs_srv_conn {
 };
 
 struct gs_srv_req {
+    /* Where this record and the request's buffers live (body, out, the tokenize
+     * job's text, choices and their buffers); released last, in req_free. */
+    struct gs_srv_arena *arena;
     struct gs_srv *srv;
     struct MHD_Connection *conn;
     struct gs_srv_conn *hconn; /* NULL if MHD gave none */
@@ -277,6 +280,7 @@ struct gs_srv {
     uint64_t next_seq;         /* request ids for X-Request-Id */
     double t_trim_ms;          /* when freed heap was last handed back (malloc_trim) */
     uint64_t next_sched_id;
+    size_t max_piece_bytes; /* the vocabulary's longest piece: bounds a request's arena */
     bool draining, drain_expired, closing;
     int n_signals;
 
@@ -345,6 +349,9 @@ enum MHD_Result gs_srv__respond_text(struct gs_srv_req *r, unsigned status, cons
 enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind kind,
                                       const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* An allocation from r's arena failed: 413 when it was refused for the arena's cap
+ * (the request asked for more than the limits allow), else 503 "out of memory". */
+enum MHD_Result gs_srv__respond_nomem(struct gs_srv_req *r);
 /* X-Request-Id, and Anthropic's request-id on its API's routes. */
 void gs_srv__id_headers(const struct gs_srv_req *r, struct MHD_Response *resp);
 /* The CORS headers of r's answer (none unless its Origin is configured). */
@@ -385,6 +392,11 @@ bool gs_srv__is_ready(struct gs_srv *s, char *why, size_t cap);
 bool gs_srv__model_name_ok(const struct gs_srv *s, const char *name);
 /* What the request parsers may accept from this server's limits (model.tok must be set). */
 struct gs_srv_parse_limits gs_srv__parse_limits(const struct gs_srv *s);
+/* The longest piece (GS_TOK_RENDER_SPECIAL) of tok's vocabulary, in bytes; 0 for NULL. */
+size_t gs_srv__max_piece_bytes(const struct gs_tok *tok);
+/* The cap of a request's arena (gs_srv_arena_new) under s's current limits: what
+ * its body, rendered prompt, waiting stream bytes and choices' text may hold. */
+size_t gs_srv__req_arena_cap(const struct gs_srv *s);
 
 /* service.c: SIGHUP -> cfg.on_reload, and WATCHDOG=1 pings (when configured). */
 void gs_srv__service_start(struct gs_srv *s);
@@ -501,7 +513,10 @@ extern const struct gs_srv_route_hooks gs_srv__debug_events_hooks;
     X(SCRATCH, "scratch", "activation scratch of the compiled plans")                              \
     X(SEQUENCES, "sequence_buffers",                                                               \
       "the engine's per-sequence buffers: tokens, page tables, masks, validation logits")          \
-    X(STREAMS, "stream_buffers", "per-request bytes queued for clients, and request bodies")
+    X(STREAMS, "stream_buffers", "per-request bytes queued for clients, and request bodies")       \
+    X(ARENAS, "request_arenas",                                                                    \
+      "chunks mapped for requests in progress: records, bodies, queued bytes, prompts, choices' "  \
+      "text (stream_buffers is part of it)")
 
 enum gs_srv_ledger_row {
 #define GS_SRV_LEDGER_ENUM(id, kind, help) GS_SRV_LEDGER_##id,

@@ -73,10 +73,14 @@ void gs_srv__ledger(const struct gs_srv *s, const struct gs_sched_stats *st, uin
 {
     memset(bytes, 0, GS_SRV_LEDGER_COUNT * sizeof(*bytes));
     bytes[GS_SRV_LEDGER_WEIGHTS] = s->cfg.model.size_bytes;
-    for (const struct gs_srv_req *r = s->active; r; r = r->next)
+    for (const struct gs_srv_req *r = s->active; r; r = r->next) {
         bytes[GS_SRV_LEDGER_STREAMS] += req_bytes(r);
-    for (const struct gs_srv_req *r = s->debug_subs; r; r = r->dnext)
+        bytes[GS_SRV_LEDGER_ARENAS] += gs_srv_arena_mapped_bytes(r->arena);
+    }
+    for (const struct gs_srv_req *r = s->debug_subs; r; r = r->dnext) {
         bytes[GS_SRV_LEDGER_STREAMS] += req_bytes(r);
+        bytes[GS_SRV_LEDGER_ARENAS] += gs_srv_arena_mapped_bytes(r->arena);
+    }
     if (!st)
         return;
     uint64_t page_bytes = st->pages_total ? st->kv_bytes / st->pages_total : 0;
@@ -117,8 +121,10 @@ enum MHD_Result gs_srv__debug_memory(struct gs_srv_req *r)
     for (size_t i = 0; rows && i < GS_SRV_LEDGER_COUNT; i++) {
         json_array_append_new(rows, json_pack("{s:s,s:I,s:s}", "kind", ledger_kind[i], "bytes",
                                               (json_int_t)bytes[i], "help", ledger_help[i]));
-        /* kv_used and prefix_cache are parts of kv_pool, not more memory. */
-        if (i != GS_SRV_LEDGER_KV_USED && i != GS_SRV_LEDGER_PREFIX_CACHE)
+        /* kv_used and prefix_cache are parts of kv_pool, stream_buffers of request_arenas:
+         * not more memory. */
+        if (i != GS_SRV_LEDGER_KV_USED && i != GS_SRV_LEDGER_PREFIX_CACHE &&
+            i != GS_SRV_LEDGER_STREAMS)
             total += bytes[i];
     }
     json_t *body = json_pack("{s:o,s:I,s:{s:I,s:I,s:I,s:I,s:I}}", "rows", rows, "total_bytes",

@@ -287,9 +287,9 @@ static enum MHD_Result embed_submit(struct gs_srv_req *r)
                 e->n_ids[i], s->cfg.model.n_ctx);
     if (!gs_srv__is_ready(s, NULL, 0))
         return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "the server is draining");
-    r->choices = gs_calloc(e->n_inputs, sizeof(*r->choices));
+    r->choices = gs_srv_arena_calloc(r->arena, e->n_inputs, sizeof(*r->choices));
     if (!r->choices)
-        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
+        return gs_srv__respond_nomem(r);
     uint64_t base = s->next_sched_id;
     s->next_sched_id += e->n_inputs;
     r->n_choices = e->n_inputs;

@@ -394,8 +394,6 @@ void gs_srv__gen_free(struct gs_srv_req *r)
         json_decref(c->call_deltas);
         gs_free(c->embd);
     }
-    gs_free(r->choices);
-    gs_free(r->prompt);
     gs_srv_gen_free(&r->gen);
     r->choices = NULL;
     r->n_choices = 0;
@@ -417,15 +415,27 @@ enum MHD_Result gs_srv__gen_respond(struct gs_srv_req *r)
 
 /* ---- starting a request --------------------------------------------------------------------- */
 
+/* r->prompt becomes a copy of ids[n] in r's arena, and ids (gs_malloc'd) is freed at
+ * once: the tokenizer's result comes from a pool thread's heap, where it would stay
+ * among that thread's allocations until the request ends. False: out of memory. */
+static bool take_prompt(struct gs_srv_req *r, int32_t *ids, size_t n)
+{
+    r->n_prompt = (uint32_t)GS_MIN(n, UINT32_MAX);
+    r->prompt = r->n_prompt ? gs_srv_arena_calloc(r->arena, r->n_prompt, sizeof(*ids)) : NULL;
+    if (r->prompt)
+        memcpy(r->prompt, ids, r->n_prompt * sizeof(*ids));
+    gs_free(ids);
+    return r->prompt || !r->n_prompt;
+}
+
 static enum MHD_Result tokenize_prompt(struct gs_srv_req *r)
 {
     struct gs_srv *s = r->srv;
     struct gs_srv_gen *g = &r->gen;
     if (g->prompt_ids) {
-        r->prompt = g->prompt_ids;
-        r->n_prompt = (uint32_t)g->n_prompt_ids;
+        int32_t *ids = g->prompt_ids;
         g->prompt_ids = NULL;
-        return MHD_YES;
+        return take_prompt(r, ids, g->n_prompt_ids) ? MHD_YES : gs_srv__respond_nomem(r);
     }
     struct gs_srv_tok_job *j = &r->tok_job;
     /* Only the template's own text may spell control tokens; a completion's
@@ -462,9 +472,12 @@ static bool take_tokens(struct gs_srv_req *r, enum MHD_Result *ret)
                                      r->gen.chat ? "messages" : "prompt", "%s", j->err.msg);
         return false;
     }
-    r->prompt = j->ids;
-    r->n_prompt = (uint32_t)GS_MIN(j->n_ids, UINT32_MAX);
+    int32_t *ids = j->ids;
     j->ids = NULL;
+    if (!take_prompt(r, ids, j->n_ids)) {
+        *ret = gs_srv__respond_nomem(r);
+        return false;
+    }
     if (r->n_prompt == 0) {
         *ret = gs_srv__respond_error(r, GS_SRV_E_BAD_REQUEST, "prompt", "the prompt is empty");
         return false;
@@ -590,24 +603,28 @@ static enum MHD_Result submit_all(struct gs_srv_req *r)
         r->max_tokens = GS_MIN(s->cfg.limits.max_tokens, s->cfg.model.n_ctx - r->n_prompt);
     r->seed = g->has_seed ? g->sp.seed : random_seed();
     gs_srv__val_decide(r);
-    r->choices = gs_calloc(g->n, sizeof(*r->choices));
+    r->choices = gs_srv_arena_calloc(r->arena, g->n, sizeof(*r->choices));
     if (!r->choices)
-        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
+        return gs_srv__respond_nomem(r);
     uint64_t base = s->next_sched_id;
     s->next_sched_id += g->n;
     for (uint32_t i = 0; i < g->n; i++) {
         struct gs_srv_choice *c = &r->choices[i];
         c->sched_id = base + i;
         c->index = i;
+        c->text.arena = c->released.arena = c->answer.arena = c->reasoning.arena = r->arena;
         gs_srv_stop_init(&c->stop, g->stop, g->n_stop);
+        c->stop.held.arena = r->arena;
         if (g->chat && g->api == GS_SRV_API_OPENAI && s->jinja.tmpl && s->thinks &&
             !g->reasoning_inline) {
             c->think_on = true;
             gs_srv_think_init(&c->think, r->think_open);
+            c->think.held.arena = r->arena;
         }
         if (g->chat && g->n_tools && g->tool_choice != GS_SRV_TOOL_CHOICE_NONE) {
             c->tools_on = true;
             gs_srv_tool_reader_init(&c->tools, g->tool_format, g->tools, g->n_tools);
+            c->tools.held.arena = r->arena;
             /* Under a grammar from the first token a call cannot go wrong but by being cut
              * off: its arguments may stream as they come. */
             c->tools.live = g->tool_choice == GS_SRV_TOOL_CHOICE_REQUIRED ||

@@ -86,15 +86,20 @@ static void log_request(struct gs_srv *s, struct gs_srv_req *r, bool completed_o
 static struct gs_srv_req *req_new(struct gs_srv *s, struct MHD_Connection *c, const char *url,
                                   const char *method)
 {
-    struct gs_srv_req *r = gs_calloc(1, sizeof(*r));
-    if (!r)
+    struct gs_srv_arena *a = gs_srv_arena_new(gs_srv__req_arena_cap(s));
+    struct gs_srv_req *r = a ? gs_srv_arena_calloc(a, 1, sizeof(*r)) : NULL;
+    if (!r) {
+        gs_srv_arena_free(a);
         return NULL;
+    }
+    r->arena = a;
+    r->body.arena = r->out.arena = r->tok_job.text.arena = a;
     r->srv = s;
     r->conn = c;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     r->hconn = ci ? ci->socket_context : NULL;
     r->t_start_ms = gs_now_ms();
-    r->url = gs_strdup(url);
+    r->url = gs_srv_arena_strdup(a, url);
     snprintf(r->method, sizeof(r->method), "%s", method);
     snprintf(r->id, sizeof(r->id), "req-%" PRIx64 "%04" PRIx64, (uint64_t)time(NULL),
              ++s->next_seq);
@@ -120,10 +125,7 @@ static void req_free(struct gs_srv_req *r)
     if (hooks_of(r)->free)
         hooks_of(r)->free(r);
     gs_srv__tok_job_free(&r->tok_job);
-    gs_srv_buf_free(&r->out);
-    gs_srv_buf_free(&r->body);
-    gs_free(r->url);
-    gs_free(r);
+    gs_srv_arena_free(r->arena); /* r itself, its body, url and buffers */
 }
 
 struct header_list {
@@ -150,7 +152,7 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
 static bool head_ok(struct gs_srv_req *r, const char *version, enum MHD_Result *ret)
 {
     struct gs_srv *s = r->srv;
-    struct header_list *l = gs_malloc(sizeof(*l));
+    struct header_list *l = gs_srv_arena_alloc(r->arena, sizeof(*l));
     if (!l) {
         *ret = MHD_NO;
         return false;
@@ -162,7 +164,6 @@ static bool head_ok(struct gs_srv_req *r, const char *version, enum MHD_Result *
     bool ok = !l->overflow &&
               gs_srv_head_check(r->method, version, l->h, l->n, &s->head_policy, &v);
     bool overflow = l->overflow;
-    gs_free(l);
     if (ok)
         return true;
     r->close_after = true;
@@ -282,7 +283,7 @@ static enum MHD_Result dispatch(struct gs_srv_req *r)
                                      "request body over the %" PRIu64 "-byte limit",
                                      s->cfg.limits.max_body_bytes);
     if (r->body.failed)
-        return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
+        return gs_srv__respond_nomem(r);
     return r->route->handler(r);
 }
 
@@ -887,6 +888,7 @@ enum gs_status gs_srv_new(const struct gs_srv_cfg *cfg, struct gs_srv **out, str
         gs_srv_free(s);
         return err->code;
     }
+    s->max_piece_bytes = gs_srv__max_piece_bytes(s->cfg.model.tok);
     /* From here on a SIGHUP reloads (once the loop runs) instead of ending
      * the process, so a reload sent as soon as the port is announced is safe. */
     gs_srv__service_start(s);

@@ -15,15 +15,67 @@
 
 #include <jansson.h>
 
+/* ---- a request's arena (arena.c) ------------------------------------------------------ */
+
+/*
+ * Memory that lives exactly as long as one HTTP request: its record, URL,
+ * body, rendered prompt, choices and their text buffers, and its stream and
+ * answer bytes (not its JSON tree: the parsed fields stay on the heap).
+ * Allocations bump through chunks mapped from the kernel (64 KiB each; one
+ * larger than 16 KiB gets a chunk of its own, grown in place by mremap), never
+ * the C heap, so gs_srv_arena_free hands every page back to the kernel at once,
+ * whatever was allocated from the heap meanwhile. Nothing is freed alone.
+ *
+ * Bounded: the chunks mapped, the first included, never exceed cap_bytes; an
+ * allocation past it returns NULL and sets gs_srv_arena_refused, so that the
+ * caller can tell a request that asked too much from a machine out of memory.
+ * Every pointer is GS_SRV_ARENA_ALIGN-aligned and stays valid until
+ * gs_srv_arena_free. Under AddressSanitizer the bytes not handed out, and
+ * those a reallocation moved away from, are poisoned; unmapped chunks fault.
+ *
+ * One thread at a time (the loop thread for a request's arena); no locks.
+ */
+#define GS_SRV_ARENA_ALIGN 16
+
+struct gs_srv_arena;
+
+/* A new arena with its first chunk; NULL when out of memory or when cap_bytes
+ * is below one chunk (64 KiB). The arena's own record lives in that chunk. */
+struct gs_srv_arena *gs_srv_arena_new(size_t cap_bytes);
+/* Unmaps every chunk, the arena's record included. NULL: nothing. */
+void gs_srv_arena_free(struct gs_srv_arena *a);
+/* size bytes, uninitialised; NULL past the cap or out of memory. */
+void *gs_srv_arena_alloc(struct gs_srv_arena *a, size_t size);
+/* n * size zeroed bytes, overflow-checked (an overflow counts as refused). */
+void *gs_srv_arena_calloc(struct gs_srv_arena *a, size_t n, size_t size);
+char *gs_srv_arena_strdup(struct gs_srv_arena *a, const char *s);
+/* p (from a, old_size bytes, or NULL) grown to size bytes, its contents kept:
+ * in place when p is the latest small allocation or has a chunk of its own,
+ * else a copy (the old bytes are not reused). Never shrinks. NULL: p is
+ * unchanged and still valid. */
+void *gs_srv_arena_realloc(struct gs_srv_arena *a, void *p, size_t old_size, size_t size);
+/* Whether p points into memory a has handed out. */
+bool gs_srv_arena_owns(const struct gs_srv_arena *a, const void *p);
+/* Whether an allocation was refused because it would pass the cap. */
+bool gs_srv_arena_refused(const struct gs_srv_arena *a);
+size_t gs_srv_arena_cap_bytes(const struct gs_srv_arena *a);
+/* Bytes mapped for a now (a multiple of the page size). */
+size_t gs_srv_arena_mapped_bytes(const struct gs_srv_arena *a);
+
 /* ---- growable byte buffer --------------------------------------------------------------- */
 
 /* A byte buffer that remembers an allocation failure: appends after one are
  * no-ops and failed stays set, so that a caller checks once at the end. p is
- * always NUL-terminated when non-NULL. Free with gs_srv_buf_free. */
+ * always NUL-terminated when non-NULL. Free with gs_srv_buf_free.
+ *
+ * With arena set (before the first append) the bytes come from that arena:
+ * gs_srv_buf_free then only forgets them (the arena releases them) and keeps
+ * arena, so the buffer may be filled again. */
 struct gs_srv_buf {
     char *p;
     size_t len, cap;
     bool failed;
+    struct gs_srv_arena *arena; /* borrowed; NULL: the heap (gs_malloc) */
 };
 
 void gs_srv_buf_add(struct gs_srv_buf *b, const void *data, size_t n);
@@ -33,6 +85,9 @@ void gs_srv_buf_addf(struct gs_srv_buf *b, const char *fmt, ...)
 /* Drops the first n bytes. */
 void gs_srv_buf_consume(struct gs_srv_buf *b, size_t n);
 void gs_srv_buf_free(struct gs_srv_buf *b);
+/* Appends j dumped with jansson's flags, without a copy of it on the heap. False when
+ * j is NULL or cannot be dumped (nothing of it is appended) or b failed. */
+bool gs_srv_buf_add_json(struct gs_srv_buf *b, const json_t *j, size_t flags);
 
 /* ---- errors: one table from error kind to HTTP status and error types ------------------ */
 

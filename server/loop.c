@@ -11,6 +11,11 @@
 
 #include <string.h>
 
+/* What a request holds besides its buffers: its record, URL, headers and choices. */
+#define ARENA_SMALL_BYTES ((uint64_t)1 << 20)
+/* The one stream event that may pass --max-stream-buffer-bytes before the stream is cut. */
+#define ARENA_EVENT_BYTES ((uint64_t)1 << 20)
+
 /* ---- running MHD ------------------------------------------------------------------------- */
 
 static void on_mhd_timer(uv_timer_t *h);
@@ -161,4 +166,35 @@ struct gs_srv_parse_limits gs_srv__parse_limits(const struct gs_srv *s)
         .jinja = s->jinja.tmpl != NULL,
         .tool_format = s->jinja.tmpl ? s->tool_format : NULL,
     };
+}
+
+size_t gs_srv__max_piece_bytes(const struct gs_tok *tok)
+{
+    size_t most = 0;
+    uint32_t n = tok ? gs_tok_n_vocab(tok) : 0;
+    for (uint32_t id = 0; id < n; id++) {
+        size_t len = 0;
+        if (gs_tok_piece(tok, (int32_t)id, GS_TOK_RENDER_SPECIAL, &len))
+            most = GS_MAX(most, len);
+    }
+    return most;
+}
+
+size_t gs_srv__req_arena_cap(const struct gs_srv *s)
+{
+    const struct gs_srv_limits *l = &s->cfg.limits;
+    /* Each term is a buffer at up to twice what it holds, since buffers grow by
+     * doubling: the body and the prompt rendered from it (the body's text again,
+     * the template's own text beside it); the stream bytes a slow client may
+     * leave waiting, and the event that passed the limit; a choice's four text
+     * buffers (released, answer, reasoning, text) at the longest piece for each
+     * of max_tokens tokens, for max_n choices; and ARENA_SMALL_BYTES for the
+     * record, its URL and headers, and the choices' records. */
+    uint64_t piece = GS_MAX(s->max_piece_bytes, 16), cap = ARENA_SMALL_BYTES, t;
+    bool over = gs_mul_overflow(l->max_body_bytes, 2 * 2, &t) || gs_add_overflow(cap, t, &cap);
+    over |= gs_mul_overflow(l->max_stream_buffer_bytes + ARENA_EVENT_BYTES, 2, &t) ||
+            gs_add_overflow(cap, t, &cap);
+    over |= gs_mul_overflow((uint64_t)l->max_n * l->max_tokens, piece * 4 * 2, &t) ||
+            gs_add_overflow(cap, t, &cap);
+    return over || cap > SIZE_MAX ? SIZE_MAX : (size_t)cap;
 }

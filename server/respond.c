@@ -58,11 +58,27 @@ static void add_common_headers(struct gs_srv_req *r, struct MHD_Response *resp, 
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 }
 
+/*
+ * An answer's response: its bytes in r's arena (copied there unless they are
+ * already), which MHD reads only while sending them and never after the
+ * completion callback that releases the arena (it destroys the response
+ * before that callback, or after it without reading the body). When the arena
+ * cannot take them, MHD's own heap copy.
+ */
+static struct MHD_Response *answer_response(struct gs_srv_req *r, const char *text, size_t len)
+{
+    char *kept = (char *)text;
+    if (len && !gs_srv_arena_owns(r->arena, text) && (kept = gs_srv_arena_alloc(r->arena, len)))
+        memcpy(kept, text, len);
+    if (!kept)
+        return MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+    return MHD_create_response_from_buffer(len, kept, MHD_RESPMEM_PERSISTENT);
+}
+
 enum MHD_Result gs_srv__respond_text(struct gs_srv_req *r, unsigned status, const char *type,
                                      const char *text, size_t len)
 {
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *resp = answer_response(r, text, len);
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
@@ -79,7 +95,14 @@ enum MHD_Result gs_srv__respond_text(struct gs_srv_req *r, unsigned status, cons
 
 enum MHD_Result gs_srv__respond_json(struct gs_srv_req *r, unsigned status, json_t *body)
 {
-    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    /* Dumped into r's arena, where the response reads it; past the arena's cap, onto
+     * the heap as before. */
+    struct gs_srv_buf b = {.arena = r->arena};
+    char *s = NULL;
+    if (gs_srv_buf_add_json(&b, body, JSON_COMPACT) && b.p)
+        s = b.p;
+    else if (body)
+        s = json_dumps(body, JSON_COMPACT);
     json_decref(body);
     if (!s) {
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
@@ -87,7 +110,8 @@ enum MHD_Result gs_srv__respond_json(struct gs_srv_req *r, unsigned status, json
         return gs_srv__respond_text(r, 500, "application/json", oom, sizeof(oom) - 1);
     }
     enum MHD_Result ret = gs_srv__respond_text(r, status, "application/json", s, strlen(s));
-    free(s);
+    if (s != b.p)
+        free(s);
     return ret;
 }
 
@@ -104,6 +128,15 @@ enum MHD_Result gs_srv__respond_error(struct gs_srv_req *r, enum gs_srv_ekind ki
     json_t *e = r->api == GS_SRV_API_ANTHROPIC ? gs_srv_err_json_anthropic(kind, msg, r->id)
                                                : gs_srv_err_json(kind, msg, param);
     return gs_srv__respond_json(r, gs_srv_err_http(kind), e);
+}
+
+enum MHD_Result gs_srv__respond_nomem(struct gs_srv_req *r)
+{
+    if (gs_srv_arena_refused(r->arena))
+        return gs_srv__respond_error(r, GS_SRV_E_TOO_LARGE, NULL,
+                                     "the request needs more than its %zu-byte memory bound",
+                                     gs_srv_arena_cap_bytes(r->arena));
+    return gs_srv__respond_error(r, GS_SRV_E_UNAVAILABLE, NULL, "out of memory");
 }
 
 /* ---- suspend / resume ----------------------------------------------------------------------- */

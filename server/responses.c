@@ -175,6 +175,7 @@ static void open_item(struct gs_srv_req *r, int kind, json_t *item)
 static void stream_open(struct gs_srv_req *r)
 {
     r->resp.output = json_array();
+    r->resp.text.arena = r->arena;
     event(r, "response.created",
           json_pack("{s:o}", "response", response(r, "in_progress", NULL, NULL)));
     event(r, "response.in_progress",

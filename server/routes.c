@@ -39,7 +39,7 @@ static enum MHD_Result metrics(struct gs_srv_req *r)
     struct gs_sched_stats st;
     if (s->has_engine)
         s->engine.stats(s->engine.ctx, &st);
-    struct gs_srv_buf b = {0};
+    struct gs_srv_buf b = {.arena = r->arena};
     gs_srv_metrics_render(&s->metrics, s->has_engine ? &st : NULL, gs_srv__is_ready(s, NULL, 0),
                           &b);
     gs_srv_val_metrics_render(&s->val_metrics, s->cfg.model.id, s->cfg.model.backend,

@@ -203,7 +203,8 @@ Test(http_debug, memory_ledger_is_what_metrics_shows, .timeout = 120)
     e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
     cr_assert_eq(x.status, 200, "%s", x.body);
     const char *kinds[] = {"weights_mapped", "kv_pool", "kv_used",          "prefix_cache",
-                           "draft_kv_pool",  "scratch", "sequence_buffers", "stream_buffers"};
+                           "draft_kv_pool",  "scratch", "sequence_buffers", "stream_buffers",
+                           "request_arenas"};
     json_t *rows = json_object_get(x.json, "rows");
     cr_assert_eq(json_array_size(rows), GS_ARRAY_LEN(kinds));
     long long total = 0;
@@ -214,7 +215,8 @@ Test(http_debug, memory_ledger_is_what_metrics_shows, .timeout = 120)
         char name[96];
         snprintf(name, sizeof(name), "graphserve_memory_bytes{kind=\"%s\"}", kinds[i]);
         cr_assert_eq(e2e_metric(m.body, name), (double)bytes, "%s", kinds[i]);
-        if (strcmp(kinds[i], "kv_used") && strcmp(kinds[i], "prefix_cache"))
+        if (strcmp(kinds[i], "kv_used") && strcmp(kinds[i], "prefix_cache") &&
+            strcmp(kinds[i], "stream_buffers"))
             total += bytes;
     }
     cr_assert_eq(json_integer_value(json_object_get(x.json, "total_bytes")), total);
@@ -233,6 +235,23 @@ Test(http_debug, memory_ledger_is_what_metrics_shows, .timeout = 120)
     /* no draft model: no draft pool; the plans' scratch is some */
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(rows, 4), "bytes")), 0);
     cr_assert_gt(json_integer_value(json_object_get(json_array_get(rows, 5), "bytes")), 0);
+    /* Idle, no request holds an arena; an open /debug/events stream holds one, its
+     * queued bytes inside it. */
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(rows, 8), "bytes")), 0);
+    struct sub stream;
+    sub_start(&stream, &d, NULL);
+    free(sub_await(&stream, "\"type\":\"hello\"", 1));
+    struct e2e_resp y;
+    e2e_http(&d, "GET", "/debug/memory", NULL, NULL, &y);
+    cr_assert_eq(y.status, 200, "%s", y.body);
+    json_t *yrows = json_object_get(y.json, "rows");
+    long long arenas = json_integer_value(json_object_get(json_array_get(yrows, 8), "bytes"));
+    long long streams = json_integer_value(json_object_get(json_array_get(yrows, 7), "bytes"));
+    cr_assert_geq(arenas, 64 << 10, "one chunk at least: %lld", arenas);
+    cr_assert_eq(arenas % 4096, 0, "whole pages: %lld", arenas);
+    cr_assert_leq(streams, arenas);
+    sub_stop(&stream);
+    e2e_resp_free(&y);
     e2e_resp_free(&g);
     e2e_resp_free(&m);
     e2e_resp_free(&x);

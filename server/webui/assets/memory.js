@@ -22,7 +22,11 @@ async function refresh() {
       }),
     );
     const kv = m.kv;
-    $('m-summary').textContent = `${formatBytes(m.total_bytes)} in all (kv_used and prefix_cache are parts of kv_pool). KV pages: ${kv.pages_used} used, ${kv.pages_cached} cached, ${kv.pages_free} free of ${kv.pages_total}.`;
+    $('m-summary').textContent = `${
+        formatBytes(
+            m.total_bytes)} in all (kv_used and prefix_cache are parts of kv_pool, stream_buffers of request_arenas). KV pages: ${
+        kv.pages_used} used, ${kv.pages_cached} cached, ${kv.pages_free} free of ${
+        kv.pages_total}.`;
   } catch (e) {
     $('m-summary').textContent = `No ledger: ${e.message}`;
   }
