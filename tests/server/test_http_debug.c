@@ -202,9 +202,9 @@ Test(http_debug, memory_ledger_is_what_metrics_shows, .timeout = 120)
     e2e_http(&d, "GET", "/debug/memory", NULL, NULL, &x);
     e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
     cr_assert_eq(x.status, 200, "%s", x.body);
-    const char *kinds[] = {"weights_mapped", "kv_pool", "kv_used",          "prefix_cache",
-                           "draft_kv_pool",  "scratch", "sequence_buffers", "stream_buffers",
-                           "request_arenas"};
+    const char *kinds[] = {"weights_mapped",   "kv_pool",        "kv_used",
+                           "prefix_cache",     "draft_kv_pool",  "scratch",
+                           "sequence_buffers", "stream_buffers", "request_arenas"};
     json_t *rows = json_object_get(x.json, "rows");
     cr_assert_eq(json_array_size(rows), GS_ARRAY_LEN(kinds));
     long long total = 0;
