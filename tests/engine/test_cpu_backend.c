@@ -488,59 +488,20 @@ static json_t *load_golden(const char *rel)
     return j;
 }
 
-/* Agreement with one teacher-forced golden on one backend. */
-struct agreement {
-    double min_rho;
-    uint32_t agree, n_steps, bad_margin;
-};
-
-static struct agreement teacher_forced(const char *golden, const char *backend)
+/* Agreement with one teacher-forced golden on one backend, over the golden's own cache type. */
+static struct llama_agreement teacher_forced(const char *golden, const char *backend)
 {
     char rel[256];
     snprintf(rel, sizeof(rel), "golden/completions/%s.json", golden);
     json_t *j = load_golden(rel);
-    int32_t *prompt, *completion;
-    uint32_t n_prompt = llama_json_ids(json_object_get(j, "prompt_tokens"), &prompt);
-    uint32_t n_gen = llama_json_ids(json_object_get(j, "completion_tokens"), &completion);
     const char *model = json_string_value(json_object_get(j, "model"));
     json_t *settings = json_object_get(j, "settings");
     const char *kv = json_string_value(json_object_get(settings, "kv_cache_type"));
     cr_assert(model && kv);
-    uint32_t n = n_prompt + n_gen - 1;
-    int32_t *tokens = calloc(n, sizeof(*tokens));
-    for (uint32_t i = 0; i < n; i++)
-        tokens[i] = i < n_prompt ? prompt[i] : completion[i - n_prompt];
-    struct llama_rig r;
     snprintf(rel, sizeof(rel), "models/%s", model);
-    /* With the passes the daemon runs: fused norms write quantized rows. */
-    llama_rig_open(&r, rel, kv[1] == '1' ? GS_TYPE_F16 : GS_TYPE_F32, true, n);
-    rig_use(&r, backend);
-    uint32_t n_vocab = r.model->hp.n_vocab;
-    const float *logits = llama_rig_step(&r, tokens, n, true);
-    struct agreement a = {.min_rho = 1};
-    double *ref = calloc(n_vocab, sizeof(*ref));
-    json_t *pl = json_object_get(j, "prompt_logits");
-    for (uint32_t t = 0; t < n_prompt; t++) {
-        for (uint32_t v = 0; v < n_vocab; v++)
-            ref[v] = json_real_value(json_array_get(json_array_get(pl, t), v));
-        double rho = llama_pearson(logits + (size_t)t * n_vocab, ref, n_vocab);
-        a.min_rho = rho < a.min_rho ? rho : a.min_rho;
-    }
-    json_t *steps = json_object_get(j, "steps");
-    a.n_steps = (uint32_t)json_array_size(steps);
-    for (uint32_t i = 0; i < a.n_steps; i++) {
-        json_t *st = json_array_get(steps, i);
-        int32_t want = (int32_t)json_integer_value(json_object_get(st, "token"));
-        double margin = json_real_value(json_object_get(st, "margin_to_2nd"));
-        int32_t got = llama_argmax(logits + (size_t)(n_prompt - 1 + i) * n_vocab, n_vocab);
-        a.agree += got == want;
-        a.bad_margin += got != want && margin >= 0.5;
-    }
-    free(ref);
-    free(tokens);
-    free(prompt);
-    free(completion);
-    llama_rig_close(&r);
+    struct llama_agreement a =
+        llama_teacher_forced(j, rel, kv[1] == '1' ? GS_TYPE_F16 : GS_TYPE_F32, backend,
+                             getenv("GS_THREADS") ? atoi(getenv("GS_THREADS")) : 0);
     json_decref(j);
     return a;
 }
@@ -550,8 +511,8 @@ static void check_quant_model(const char *stem)
     for (size_t k = 0; k < GS_ARRAY_LEN(prompts); k++) {
         char name[128];
         snprintf(name, sizeof(name), "%s__%s", stem, prompts[k]);
-        struct agreement c = teacher_forced(name, "cpu");
-        struct agreement r = teacher_forced(name, "ref");
+        struct llama_agreement c = teacher_forced(name, "cpu");
+        struct llama_agreement r = teacher_forced(name, "ref");
         cr_log_info("%s: pearson cpu %.7f ref %.7f, top-1 cpu %u/%u ref %u/%u", name,
                     c.min_rho, r.min_rho, c.agree, c.n_steps, r.agree, r.n_steps);
         cr_expect(c.min_rho >= 0.999, "%s: cpu pearson %.6f", name, c.min_rho);

@@ -27,55 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct agreement {
-    double min_rho;
-    uint32_t agree, n_steps, bad_margin;
-};
-
-static struct agreement teacher_forced(json_t *j, const char *model_rel, enum gs_type kv,
-                                       const char *backend)
-{
-    int32_t *prompt, *completion;
-    uint32_t n_prompt = llama_json_ids(json_object_get(j, "prompt_tokens"), &prompt);
-    uint32_t n_gen = llama_json_ids(json_object_get(j, "completion_tokens"), &completion);
-    uint32_t n = n_prompt + n_gen - 1;
-    int32_t *tokens = calloc(n, sizeof(*tokens));
-    cr_assert(tokens);
-    for (uint32_t i = 0; i < n; i++)
-        tokens[i] = i < n_prompt ? prompt[i] : completion[i - n_prompt];
-    struct llama_rig r;
-    llama_rig_open(&r, model_rel, kv, true, n);
-    llama_rig_use(&r, backend, 0);
-    const uint32_t n_vocab = r.model->hp.n_vocab;
-    const float *logits = llama_rig_step(&r, tokens, n, true);
-    struct agreement a = {.min_rho = 1};
-    double *want = calloc(n_vocab, sizeof(*want));
-    cr_assert(want);
-    json_t *pl = json_object_get(j, "prompt_logits");
-    for (uint32_t t = 0; t < n_prompt; t++) {
-        for (uint32_t v = 0; v < n_vocab; v++)
-            want[v] = json_real_value(json_array_get(json_array_get(pl, t), v));
-        double rho = llama_pearson(logits + (size_t)t * n_vocab, want, n_vocab);
-        a.min_rho = rho < a.min_rho ? rho : a.min_rho;
-    }
-    json_t *steps = json_object_get(j, "steps");
-    a.n_steps = (uint32_t)json_array_size(steps);
-    for (uint32_t i = 0; i < a.n_steps; i++) {
-        json_t *st = json_array_get(steps, i);
-        int32_t token = (int32_t)json_integer_value(json_object_get(st, "token"));
-        double margin = json_real_value(json_object_get(st, "margin_to_2nd"));
-        int32_t got = llama_argmax(logits + (size_t)(n_prompt - 1 + i) * n_vocab, n_vocab);
-        a.agree += got == token;
-        a.bad_margin += got != token && margin >= 0.5;
-    }
-    free(want);
-    free(tokens);
-    free(prompt);
-    free(completion);
-    llama_rig_close(&r);
-    return a;
-}
-
 /* Goldens (file stem) over the thresholds with a q8_0 cache, on both backends
  * unless one is named. */
 static const struct {
@@ -135,8 +86,10 @@ static void check_dir(const char *dir, const char *model_dir)
         snprintf(model_rel, sizeof(model_rel), "%s/%s", model_dir, model);
         static const char *const backends[] = {"cpu", "ref"};
         for (size_t b = 0; b < GS_ARRAY_LEN(backends); b++) {
-            struct agreement base = teacher_forced(j, model_rel, own_kv, backends[b]);
-            struct agreement q8 = teacher_forced(j, model_rel, GS_TYPE_Q8_0, backends[b]);
+            struct llama_agreement base =
+                llama_teacher_forced(j, model_rel, own_kv, backends[b], 0);
+            struct llama_agreement q8 =
+                llama_teacher_forced(j, model_rel, GS_TYPE_Q8_0, backends[b], 0);
             cr_log_info("%s %s: pearson %s %.7f q8_0 %.7f, top-1 %s %u/%u q8_0 %u/%u, "
                         "confident misses q8_0 %u",
                         e->d_name, backends[b], own, base.min_rho, q8.min_rho, own, base.agree,

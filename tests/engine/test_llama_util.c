@@ -130,3 +130,47 @@ json_t *llama_load_golden(const char *rel)
     cr_assert(j, "cannot parse %s: %s (line %d)", path, jerr.text, jerr.line);
     return j;
 }
+
+struct llama_agreement llama_teacher_forced(json_t *j, const char *model_rel, enum gs_type kv,
+                                            const char *backend, int n_threads)
+{
+    int32_t *prompt, *completion;
+    uint32_t n_prompt = llama_json_ids(json_object_get(j, "prompt_tokens"), &prompt);
+    uint32_t n_gen = llama_json_ids(json_object_get(j, "completion_tokens"), &completion);
+    uint32_t n = n_prompt + n_gen - 1;
+    int32_t *tokens = calloc(n, sizeof(*tokens));
+    cr_assert(tokens);
+    for (uint32_t i = 0; i < n; i++)
+        tokens[i] = i < n_prompt ? prompt[i] : completion[i - n_prompt];
+    struct llama_rig r;
+    llama_rig_open(&r, model_rel, kv, true, n);
+    llama_rig_use(&r, backend, n_threads);
+    const uint32_t n_vocab = r.model->hp.n_vocab;
+    const float *logits = llama_rig_step(&r, tokens, n, true);
+    struct llama_agreement a = {.min_rho = 1};
+    double *want = calloc(n_vocab, sizeof(*want));
+    cr_assert(want);
+    json_t *pl = json_object_get(j, "prompt_logits");
+    for (uint32_t t = 0; t < n_prompt; t++) {
+        for (uint32_t v = 0; v < n_vocab; v++)
+            want[v] = json_real_value(json_array_get(json_array_get(pl, t), v));
+        double rho = llama_pearson(logits + (size_t)t * n_vocab, want, n_vocab);
+        a.min_rho = rho < a.min_rho ? rho : a.min_rho;
+    }
+    json_t *steps = json_object_get(j, "steps");
+    a.n_steps = (uint32_t)json_array_size(steps);
+    for (uint32_t i = 0; i < a.n_steps; i++) {
+        json_t *st = json_array_get(steps, i);
+        int32_t token = (int32_t)json_integer_value(json_object_get(st, "token"));
+        double margin = json_real_value(json_object_get(st, "margin_to_2nd"));
+        int32_t got = llama_argmax(logits + (size_t)(n_prompt - 1 + i) * n_vocab, n_vocab);
+        a.agree += got == token;
+        a.bad_margin += got != token && margin >= 0.5;
+    }
+    free(want);
+    free(tokens);
+    free(prompt);
+    free(completion);
+    llama_rig_close(&r);
+    return a;
+}

@@ -51,4 +51,16 @@ json_t *llama_load_golden(const char *rel);
 /* Reads a JSON array of ints into a malloc'ed int32 array; returns its length. */
 uint32_t llama_json_ids(json_t *arr, int32_t **out);
 
+/* How one backend agrees with a teacher-forced golden (prompt_logits, steps): the
+ * lowest Pearson over the prompt's rows, the steps whose argmax is the golden's
+ * token, and the misses where the golden's margin to its second token was >= 0.5. */
+struct llama_agreement {
+    double min_rho;
+    uint32_t agree, n_steps, bad_margin;
+};
+/* Runs the golden's prompt and completion as one step over a kv-typed cache on
+ * `backend` (n_threads 0: its default), with the daemon's passes. */
+struct llama_agreement llama_teacher_forced(json_t *golden, const char *model_rel, enum gs_type kv,
+                                            const char *backend, int n_threads);
+
 #endif
