@@ -455,6 +455,18 @@ static void unpack(const struct train_cfg *c, struct loop_state *ls, const char 
     memcpy(ls->curve, buf + 24, 2 * (size_t)(c->steps + 1) * sizeof(float));
 }
 
+/* The model's shape: the flags', with the vocabulary's size. */
+static struct gs_train_shape shape_of(const struct train_cfg *c, const struct vocab *v)
+{
+    return (struct gs_train_shape){.n_vocab = v->n,
+                                   .n_embd = c->n_embd,
+                                   .n_layer = c->n_layer,
+                                   .n_head = c->n_head,
+                                   .n_head_kv = c->n_head_kv,
+                                   .n_ff = c->n_ff,
+                                   .block = c->block};
+}
+
 static int train(const struct train_cfg *c, const struct vocab *v, const int32_t *tok,
                  int64_t n_tok)
 {
@@ -469,13 +481,7 @@ static int train(const struct train_cfg *c, const struct vocab *v, const int32_t
     if (n_held < win)
         return gs_cli_fail("train", "%s: %lld held-out tokens, fewer than one sequence of %lld",
                            c->in, (long long)n_held, (long long)win);
-    const struct gs_train_shape shape = {.n_vocab = v->n,
-                                         .n_embd = c->n_embd,
-                                         .n_layer = c->n_layer,
-                                         .n_head = c->n_head,
-                                         .n_head_kv = c->n_head_kv,
-                                         .n_ff = c->n_ff,
-                                         .block = c->block};
+    const struct gs_train_shape shape = shape_of(c, v);
     struct gs_train_opt opt = gs_train_opt_default();
     opt.batch = c->batch;
     opt.accum = c->accum;
@@ -609,13 +615,7 @@ static int print_graph(const struct train_cfg *c, const struct vocab *v)
         k++;
     if (k == GS_ARRAY_LEN(names))
         return gs_cli_fail("train", "--print-graph '%s': not text, dot or json", c->print_graph);
-    const struct gs_train_shape shape = {.n_vocab = v->n,
-                                         .n_embd = c->n_embd,
-                                         .n_layer = c->n_layer,
-                                         .n_head = c->n_head,
-                                         .n_head_kv = c->n_head_kv,
-                                         .n_ff = c->n_ff,
-                                         .block = c->block};
+    const struct gs_train_shape shape = shape_of(c, v);
     struct gs_train_opt opt = gs_train_opt_default();
     opt.batch = c->batch;
     struct gs_train *t;
