@@ -186,8 +186,12 @@ test('the graph view draws the graph before and after the passes, and zooms', as
 });
 
 test('the memory view shows the ledger', async () => {
+  // One table row per ledger row, as many as /debug/memory has.
+  const ledger = await (await fetch(`${d.url}/debug/memory`, { headers: auth })).json();
+  assert.ok(ledger.rows.length >= 7, `${ledger.rows.length} ledger rows`);
   await page.getByRole('tab', { name: 'Memory' }).click();
-  await page.waitForFunction(() => document.querySelectorAll('#m-rows tr').length === 7);
+  await page.waitForFunction((n) => document.querySelectorAll('#m-rows tr').length === n,
+    ledger.rows.length);
   const kv = await page.locator('#m-rows tr[data-kind="kv_pool"]').getAttribute('data-bytes');
   const res = await fetch(`${d.url}/metrics`, { headers: auth });
   assert.ok((await res.text()).includes(`graphserve_memory_bytes{kind="kv_pool"} ${kv}\n`));
