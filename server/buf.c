@@ -150,15 +150,22 @@ static int dump_to_buf(const char *text, size_t n, void *data)
     return out->failed ? -1 : 0;
 }
 
+/* Drops what was added to b since its length was at (unless b has failed, when
+ * its state is already what gs_srv_buf_add leaves). */
+static void buf_cut_back(struct gs_srv_buf *b, size_t at)
+{
+    if (!b->failed && b->p) {
+        b->len = at;
+        b->p[at] = '\0';
+    }
+}
+
 bool gs_srv_buf_add_json(struct gs_srv_buf *b, const json_t *j, size_t flags)
 {
     size_t at = b->len;
     if (j && json_dump_callback(j, dump_to_buf, b, flags) == 0)
         return true;
-    if (!b->failed && b->p) { /* j cannot be dumped: nothing of it stays */
-        b->len = at;
-        b->p[at] = '\0';
-    }
+    buf_cut_back(b, at); /* j cannot be dumped: nothing of it stays */
     return false;
 }
 
@@ -168,11 +175,7 @@ bool gs_srv_sse_json(struct gs_srv_buf *out, const json_t *j)
     size_t at = out->len;
     gs_srv_buf_adds(out, "data: ");
     if (!gs_srv_buf_add_json(out, j, JSON_COMPACT)) {
-        if (!out->failed) {
-            out->len = at;
-            if (out->p)
-                out->p[at] = '\0';
-        }
+        buf_cut_back(out, at);
         return false;
     }
     gs_srv_buf_adds(out, "\n\n");
