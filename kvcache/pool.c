@@ -149,6 +149,13 @@ void gs_kv_pool_stats(const struct gs_kv_pool *pool, struct gs_kv_stats *out)
 
 /* ---- prefix map and LRU ------------------------------------------------------- */
 
+/* Page dst's K/V bytes become page src's (every layer, both halves). */
+static void page_copy(struct gs_kv_pool *pool, uint32_t dst, uint32_t src)
+{
+    memcpy(pool->data + (uint64_t)dst * pool->page_bytes,
+           pool->data + (uint64_t)src * pool->page_bytes, pool->page_bytes);
+}
+
 static uint32_t bucket_index(const struct gs_kv_pool *pool, uint64_t hash)
 {
     return (uint32_t)((hash ^ (hash >> 32)) & (pool->n_buckets - 1));
@@ -239,8 +246,7 @@ bool gs_kv_page_cache_copy(struct gs_kv_pool *pool, uint32_t page, uint64_t hash
     uint32_t copy;
     if (gs_kv_page_alloc(pool, &copy, NULL) != GS_OK) /* cannot fail: a page is free */
         return false;
-    memcpy(pool->data + copy * pool->page_bytes, pool->data + page * pool->page_bytes,
-           pool->page_bytes);
+    page_copy(pool, copy, page);
     gs_kv_page_set_hash(pool, copy, hash);
     gs_kv_page_unref(pool, copy);
     return true;
@@ -370,8 +376,7 @@ enum gs_status gs_kv_page_cow(struct gs_kv_pool *pool, uint32_t *page, struct gs
     enum gs_status st = gs_kv_page_alloc(pool, &fresh, err);
     if (st)
         return st;
-    memcpy(pool->data + fresh * pool->page_bytes, pool->data + old * pool->page_bytes,
-           pool->page_bytes);
+    page_copy(pool, fresh, old);
     gs_kv_page_unref(pool, old);
     *page = fresh;
     return GS_OK;
@@ -423,8 +428,7 @@ bool gs_kv_seq_append_copy(struct gs_kv_pool *pool, struct gs_kv_seq *seq, uint6
     pool->meta[src].refcount++;
     bool ok = gs_kv_page_alloc(pool, &copy, NULL) == GS_OK;
     if (ok)
-        memcpy(pool->data + copy * pool->page_bytes, pool->data + src * pool->page_bytes,
-               pool->page_bytes);
+        page_copy(pool, copy, src);
     gs_kv_page_unref(pool, src);
     if (!ok)
         return false;

@@ -90,16 +90,16 @@ static void remove_running(struct gs_sched *s, uint32_t i)
     s->n_running--;
 }
 
-/* The first n positions of q's page index i as a partial key: the hash of
- * those tokens chained from the page before (recomputed, so that it does not
- * depend on which pages q registered). */
-static uint64_t partial_key(const struct gs_sched *s, const struct seq *q, uint32_t i, uint32_t n)
+/* The hash chain of q's first i full pages, continued from *chain which covers
+ * its first *at pages (recomputed from q's tokens, so that it does not depend
+ * on which pages q registered). */
+static uint64_t chain_to(const struct gs_sched *s, const struct seq *q, uint64_t chain,
+                         uint32_t *at, uint32_t i)
 {
     uint32_t pt = gs_sched__page_tokens(s);
-    uint64_t chain = GS_KV_HASH_SEED;
-    for (uint32_t p = 0; p < i; p++)
-        chain = gs_kv_hash_tokens(chain, q->tokens + (size_t)p * pt, pt);
-    return gs_kv_hash_tokens(chain, q->tokens + (size_t)i * pt, n);
+    for (; *at < i; (*at)++)
+        chain = gs_kv_hash_tokens(chain, q->tokens + (size_t)*at * pt, pt);
+    return chain;
 }
 
 /*
@@ -109,17 +109,28 @@ static uint64_t partial_key(const struct gs_sched *s, const struct seq *q, uint3
  * positions before it (a copy, since that page may be full and keyed already:
  * the same prompt again leaves exactly its last token to compute), and the
  * last page under the key of every position computed (a conversation's next
- * turn starts with this one's text). q's pages must still be held.
+ * turn starts with this one's text). A partial key is the hash of the page's
+ * first n tokens chained from the full pages before it; the chain is walked
+ * once for both, as the prompt's page never follows the last page. q's pages
+ * must still be held.
  */
 static void register_tails(struct gs_sched *s, struct seq *q)
 {
     uint32_t pt = gs_sched__page_tokens(s);
+    uint64_t chain = GS_KV_HASH_SEED;
+    uint32_t at = 0;
     uint32_t last = q->n_prompt - 1, i = last / pt;
-    if (last % pt && last < q->n_computed && i < q->kv.n_pages)
-        gs_kv_page_cache_copy(s->pool, q->kv.pages[i], partial_key(s, q, i, last % pt));
+    if (last % pt && last < q->n_computed && i < q->kv.n_pages) {
+        chain = chain_to(s, q, chain, &at, i);
+        gs_kv_page_cache_copy(s->pool, q->kv.pages[i],
+                              gs_kv_hash_tokens(chain, q->tokens + (size_t)i * pt, last % pt));
+    }
     uint32_t tail = q->n_computed % pt, j = q->n_computed / pt;
-    if (tail && j < q->kv.n_pages && gs_kv_page_refcount(s->pool, q->kv.pages[j]) == 1)
-        gs_kv_page_set_hash(s->pool, q->kv.pages[j], partial_key(s, q, j, tail));
+    if (tail && j < q->kv.n_pages && gs_kv_page_refcount(s->pool, q->kv.pages[j]) == 1) {
+        chain = chain_to(s, q, chain, &at, j);
+        gs_kv_page_set_hash(s->pool, q->kv.pages[j],
+                            gs_kv_hash_tokens(chain, q->tokens + (size_t)j * pt, tail));
+    }
 }
 
 /* Ends a sequence: releases its pages (registered ones stay cached), emits its
