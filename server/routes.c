@@ -75,9 +75,9 @@ static json_t *model_json(const struct gs_srv *s)
     }
     if (meta && s->jinja.error)
         json_object_set_new(meta, "chat_template_error", json_string(s->jinja.error));
-    /* How /v1/embeddings pools this model's hidden states (--pooling, or the file's). */
     if (meta && m->kv_type)
         json_object_set_new(meta, "kv_type", json_string(m->kv_type));
+    /* How /v1/embeddings pools this model's hidden states (--pooling, or the file's). */
     if (meta && m->pooling != GS_POOLING_NONE)
         json_object_set_new(meta, "pooling", json_string(gs_pooling_name(m->pooling)));
     return json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", m->id, "object", "model", "created",
