@@ -507,6 +507,7 @@ Test(srv_validation, validate_command_against_a_daemon, .timeout = 60)
              gs_test_build_path("server/graphserve"), d.url);
     cr_expect_eq(gs_test_run(cmd, 1, &out), 0, "%s", out);
     cr_expect(strstr(out, "2/2 passed against ref"), "%s", out);
+    cr_expect(strstr(out, ", kv_type f16 against the reference's f32)\n"), "%s", out);
     cr_expect(strstr(out, "PASS   positions=12 "), "%s", out);
     free(out);
     cr_expect_eq(e2e_stop(&d), 0);
