@@ -52,6 +52,11 @@ enum gs_spec {
     GS_SPEC_DRAFT,   /* a draft model (cfg.draft_model) proposes its greedy continuation */
 };
 
+/* The element type of the validation reference's own KV cache (its run on ref), whatever
+ * the served cache's kv_type: validation compares a served answer with full-precision
+ * numerics, so what a quantized cache costs shows in its figures. */
+#define GS_SCHED_VAL_KV_TYPE GS_TYPE_F32
+
 struct gs_sched_cfg {
     const char *backend;        /* "ref", "cpu", ... */
     int n_threads;              /* backend worker threads; 0: backend default */

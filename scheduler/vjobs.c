@@ -127,10 +127,9 @@ void gs_sched__validate_step(struct gs_sched *s)
         goto fail;
     uint32_t end = j->n_prompt - 1 + j->n_served; /* positions [0, end) are evaluated */
     if (!j->pool) {
-        /* F32 K/V: the reference numerics, whatever the serving cache uses */
         struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(s->model),
                                     .kv_dim = gs_model_kv_dim(s->model),
-                                    .type = GS_TYPE_F32,
+                                    .type = GS_SCHED_VAL_KV_TYPE,
                                     .page_tokens = gs_sched__page_tokens(s),
                                     .n_pages = gs_sched__pages_for(s, end) + 1};
         if (gs_kv_pool_new(&pc, &j->pool, &err) || gs_kv_seq_reserve(j->pool, &j->kv, end, &err) ||

@@ -726,9 +726,10 @@ struct gs_srv_metrics {
 
 void gs_srv_hist_observe(struct gs_srv_hist *h, double seconds);
 void gs_srv_metrics_request(struct gs_srv_metrics *m, enum gs_srv_endpoint ep, unsigned status);
-/* Prometheus text format 0.0.4; st (engine stats) may be NULL. */
+/* Prometheus text format 0.0.4; st (engine stats) may be NULL; kv_type (the served
+ * cache's element type, NULL: not told) labels the cache's info gauge. */
 void gs_srv_metrics_render(const struct gs_srv_metrics *m, const struct gs_sched_stats *st,
-                           bool ready, struct gs_srv_buf *out);
+                           const char *kv_type, bool ready, struct gs_srv_buf *out);
 
 /* ---- small JSON helpers ------------------------------------------------------------------ */
 

@@ -80,7 +80,8 @@ static void hist(struct gs_srv_buf *o, const char *name, const char *help,
                     (unsigned long long)h->count);
 }
 
-static void engine_metrics(struct gs_srv_buf *o, const struct gs_sched_stats *st)
+static void engine_metrics(struct gs_srv_buf *o, const struct gs_sched_stats *st,
+                           const char *kv_type)
 {
     counter(o, "graphserve_engine_steps_total", "Engine steps run.", st->n_steps);
     counter(o, "graphserve_prompt_tokens_computed_total",
@@ -141,17 +142,22 @@ static void engine_metrics(struct gs_srv_buf *o, const struct gs_sched_stats *st
      * one 0..1 gauge (vllm:kv_cache_usage_perc: pages held by sequences; cached pages are
      * evictable, so free for this purpose), and an info gauge whose labels give the pool's
      * shape. The picker reads the labels block_size and num_gpu_blocks by those names
-     * whatever the metric is called, so they are written beside graphserve's own. Queued
-     * and running requests are graphserve_requests_waiting and _running above. */
+     * whatever the metric is called, so they are written beside graphserve's own, and
+     * the cache's element type as kv_type and vLLM's cache_dtype. Queued and running
+     * requests are graphserve_requests_waiting and _running above. */
     gauge(o, "graphserve_kv_cache_usage_ratio",
           "Fraction of KV cache pages held by sequences (0 to 1).",
           st->pages_total ? (double)st->pages_used / st->pages_total : 0);
     header(o, "graphserve_cache_config_info", "gauge",
-           "KV cache shape; block_size and num_gpu_blocks repeat it under vLLM's label names.");
+           "KV cache shape and element type; block_size, num_gpu_blocks and cache_dtype repeat "
+           "them under vLLM's label names.");
     gs_srv_buf_addf(o,
                     "graphserve_cache_config_info{page_tokens=\"%u\",num_pages=\"%u\","
-                    "block_size=\"%u\",num_gpu_blocks=\"%u\"} 1\n",
+                    "block_size=\"%u\",num_gpu_blocks=\"%u\"",
                     st->page_tokens, st->pages_total, st->page_tokens, st->pages_total);
+    if (kv_type)
+        gs_srv_buf_addf(o, ",kv_type=\"%s\",cache_dtype=\"%s\"", kv_type, kv_type);
+    gs_srv_buf_adds(o, "} 1\n");
     gauge(o, "graphserve_kv_bytes", "Bytes of the KV page pool.", (double)st->kv_bytes);
 }
 
@@ -176,7 +182,7 @@ static void heap_metrics(struct gs_srv_buf *o)
 }
 
 void gs_srv_metrics_render(const struct gs_srv_metrics *m, const struct gs_sched_stats *st,
-                           bool ready, struct gs_srv_buf *o)
+                           const char *kv_type, bool ready, struct gs_srv_buf *o)
 {
     header(o, "graphserve_http_requests_total", "counter", "HTTP requests by endpoint and status.");
     for (int ep = 0; ep < GS_SRV_EP_COUNT; ep++)
@@ -219,6 +225,6 @@ void gs_srv_metrics_render(const struct gs_srv_metrics *m, const struct gs_sched
           m->in_flight);
     gauge(o, "graphserve_ready", "1 when /ready answers 200.", ready ? 1 : 0);
     if (st)
-        engine_metrics(o, st);
+        engine_metrics(o, st, kv_type);
     heap_metrics(o);
 }

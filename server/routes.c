@@ -22,6 +22,10 @@ static enum MHD_Result health(struct gs_srv_req *r)
         json_object_set_new(
             body, "known_answer",
             json_pack("{s:b,s:s}", "passed", s->known_answer_passed, "detail", s->known_answer));
+    /* What the cache stores changes every answer's numerics, so a probe can tell a
+     * q8_0 daemon from an f16 one without its config. */
+    if (body && s->cfg.model.kv_type)
+        json_object_set_new(body, "kv_type", json_string(s->cfg.model.kv_type));
     return gs_srv__respond_json(r, 200, body);
 }
 
@@ -40,8 +44,8 @@ static enum MHD_Result metrics(struct gs_srv_req *r)
     if (s->has_engine)
         s->engine.stats(s->engine.ctx, &st);
     struct gs_srv_buf b = {.arena = r->arena};
-    gs_srv_metrics_render(&s->metrics, s->has_engine ? &st : NULL, gs_srv__is_ready(s, NULL, 0),
-                          &b);
+    gs_srv_metrics_render(&s->metrics, s->has_engine ? &st : NULL, s->cfg.model.kv_type,
+                          gs_srv__is_ready(s, NULL, 0), &b);
     gs_srv_val_metrics_render(&s->val_metrics, s->cfg.model.id, s->cfg.model.backend,
                               s->has_engine ? &st : NULL, &b);
     gs_srv__ledger_metrics(s, s->has_engine ? &st : NULL, &b);
@@ -71,6 +75,8 @@ static json_t *model_json(const struct gs_srv *s)
     }
     if (meta && s->jinja.error)
         json_object_set_new(meta, "chat_template_error", json_string(s->jinja.error));
+    if (meta && m->kv_type)
+        json_object_set_new(meta, "kv_type", json_string(m->kv_type));
     /* How /v1/embeddings pools this model's hidden states (--pooling, or the file's). */
     if (meta && m->pooling != GS_POOLING_NONE)
         json_object_set_new(meta, "pooling", json_string(gs_pooling_name(m->pooling)));

@@ -89,6 +89,11 @@ struct gs_srv_model_info {
     uint64_t n_params;
     uint64_t size_bytes; /* model file size */
     const char *backend; /* for logs and the fingerprint */
+    /* The served KV cache's element type ("f16", "f32", "q8_0"), and the one the validation
+     * reference's cache keeps (GS_SCHED_VAL_KV_TYPE's name); NULL: not told, and /health,
+     * /v1/models, /metrics and the receipts leave the field out. */
+    const char *kv_type;
+    const char *validation_kv_type;
     /* The reproducibility receipt (NULL: ""): the model file's SHA-256 in
      * hex, the kernel variant ("avx2", "reference", ...) and a hash of the
      * compiled graph's text. */

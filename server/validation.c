@@ -146,12 +146,18 @@ void gs_srv_val_metrics_render(const struct gs_srv_val_metrics *m, const char *m
 }
 
 void gs_srv_val_fingerprint(const char *model_sha256, const char *backend, const char *variant,
-                            const char *graph_hash, uint64_t seed, char out[20])
+                            const char *graph_hash, const char *kv_type, uint64_t seed,
+                            char out[20])
 {
     struct gs_srv_buf b = {0};
     const char *parts[] = {model_sha256, backend, variant, graph_hash};
     for (size_t i = 0; i < GS_ARRAY_LEN(parts); i++) {
         gs_srv_buf_adds(&b, parts[i] ? parts[i] : "");
+        gs_srv_buf_add(&b, "", 1);
+    }
+    /* Another cache type computes other logits from the same graph. */
+    if (kv_type && strcmp(kv_type, "f16")) {
+        gs_srv_buf_adds(&b, kv_type);
         gs_srv_buf_add(&b, "", 1);
     }
     gs_srv_buf_addf(&b, "%llu", (unsigned long long)seed);
@@ -198,8 +204,8 @@ void gs_srv__val_decide(struct gs_srv_req *r)
     r->val.requested = r->gen.validation;
     r->val.on = r->gen.validation || (s->cfg.validate_rate > 0 && draw() < s->cfg.validate_rate);
     r->val.top_k = r->gen.validation ? r->gen.validation_top_k : 0;
-    gs_srv_val_fingerprint(m->sha256, m->backend, m->kernel_variant, m->graph_hash, r->seed,
-                           r->val.fingerprint);
+    gs_srv_val_fingerprint(m->sha256, m->backend, m->kernel_variant, m->graph_hash, m->kv_type,
+                           r->seed, r->val.fingerprint);
 }
 
 const char *gs_srv__val_usage(const struct gs_srv_req *r)
@@ -219,20 +225,30 @@ json_t *gs_srv__val_receipt(const struct gs_srv_req *r)
 {
     const struct gs_srv_model_info *m = &r->srv->cfg.model;
 #define S(x) ((x) ? (x) : "")
-    return json_pack("{s:s,s:s,s:s,s:s,s:I}", "model_sha256", S(m->sha256), "backend",
-                     S(m->backend), "kernel_variant", S(m->kernel_variant), "graph_hash",
-                     S(m->graph_hash), "seed", (json_int_t)r->seed);
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I}", "model_sha256", S(m->sha256), "backend",
+                          S(m->backend), "kernel_variant", S(m->kernel_variant), "graph_hash",
+                          S(m->graph_hash), "seed", (json_int_t)r->seed);
 #undef S
+    if (o && m->kv_type)
+        json_object_set_new(o, "kv_type", json_string(m->kv_type));
+    return o;
 }
 
 /* The object a client sees for one choice: the report's figures, the
- * reference's name and the status, plus the served top-k when asked. */
-static json_t *choice_json(const struct gs_srv_choice *c)
+ * reference's name, both sides' KV cache types and the status, plus the
+ * served top-k when asked. */
+static json_t *choice_json(const struct gs_srv_model_info *m, const struct gs_srv_choice *c)
 {
     json_t *o = c->val.report ? json_deep_copy(c->val.report) : json_object();
     if (!o)
         return json_null();
     json_object_set_new(o, "reference_backend", json_string("ref"));
+    /* A q8_0 answer is held to a full-precision reference: the figures carry the
+     * cache's rounding, and the object says which caches they compare. */
+    if (m->kv_type)
+        json_object_set_new(o, "kv_type", json_string(m->kv_type));
+    if (m->validation_kv_type)
+        json_object_set_new(o, "reference_kv_type", json_string(m->validation_kv_type));
     json_object_set_new(o, "status", json_string(state_name(c->val.state)));
     if (!json_object_get(o, "passed"))
         json_object_set_new(o, "passed", json_boolean(json_is_true(json_object_get(o, "pass"))));
@@ -245,11 +261,12 @@ void gs_srv__val_attach(const struct gs_srv_req *r, json_t *body)
 {
     if (!r->val.on || !body || !r->n_choices)
         return;
-    json_object_set_new(body, "validation", choice_json(&r->choices[0]));
+    const struct gs_srv_model_info *m = &r->srv->cfg.model;
+    json_object_set_new(body, "validation", choice_json(m, &r->choices[0]));
     if (r->n_choices > 1) {
         json_t *all = json_array();
         for (uint32_t i = 0; i < r->n_choices; i++)
-            json_array_append_new(all, choice_json(&r->choices[i]));
+            json_array_append_new(all, choice_json(m, &r->choices[i]));
         json_object_set_new(body, "validations", all);
     }
 }

@@ -96,9 +96,12 @@ void gs_srv_val_metrics_render(const struct gs_srv_val_metrics *m, const char *m
 /* ---- receipt ------------------------------------------------------------------------------- */
 
 /* "gs-" + the first 12 hex digits of SHA-256 over model digest, backend,
- * kernel variant, graph hash and seed, each NUL-separated; NULL strings
- * count as "". out: 20 bytes. */
+ * kernel variant, graph hash, the KV cache type and seed, each NUL-separated;
+ * NULL strings count as "". The cache type counts only when it is not the
+ * default f16 (NULL or "f16" add nothing), so an f16 daemon's fingerprints are
+ * what they were before the type was part of them. out: 20 bytes. */
 void gs_srv_val_fingerprint(const char *model_sha256, const char *backend, const char *variant,
-                            const char *graph_hash, uint64_t seed, char out[20]);
+                            const char *graph_hash, const char *kv_type, uint64_t seed,
+                            char out[20]);
 
 #endif /* GS_SERVER_VALIDATION_H */

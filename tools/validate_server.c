@@ -181,8 +181,14 @@ static double fig(const json_t *v, const char *k)
 }
 
 /* Runs one prompt; prints its line; returns whether it passed. */
-static bool run_one(const struct vs_opts *o, const char *prompt, const char **fingerprint_out,
-                    char *fp, size_t fp_cap)
+/* What the first answer said about the daemon: its system_fingerprint and the KV cache
+ * types its validation compared ("q8_0 against the reference's f32"); "" until known. */
+struct vs_first {
+    char fingerprint[64];
+    char kv[96];
+};
+
+static bool run_one(const struct vs_opts *o, const char *prompt, struct vs_first *first)
 {
     json_t *req = json_pack("{s:s,s:I,s:f,s:b}", "prompt", prompt, "max_tokens",
                             (json_int_t)o->max_tokens, "temperature", 0.0, "validation", 1);
@@ -195,10 +201,13 @@ static bool run_one(const struct vs_opts *o, const char *prompt, const char **fi
     json_t *v = json_object_get(j, "validation");
     bool passed = status == 200 && json_is_true(json_object_get(v, "passed"));
     const char *f = json_string_value(json_object_get(j, "system_fingerprint"));
-    if (f && fp[0] == '\0') {
-        snprintf(fp, fp_cap, "%s", f);
-        *fingerprint_out = fp;
-    }
+    if (f && first->fingerprint[0] == '\0')
+        snprintf(first->fingerprint, sizeof(first->fingerprint), "%s", f);
+    const char *kv = json_string_value(json_object_get(v, "kv_type"));
+    const char *ref_kv = json_string_value(json_object_get(v, "reference_kv_type"));
+    if (kv && ref_kv && first->kv[0] == '\0')
+        snprintf(first->kv, sizeof(first->kv), ", kv_type %s against the reference's %s", kv,
+                 ref_kv);
     if (o->json) {
         json_t *line =
             json_pack("{s:s,s:i,s:b,s:O?,s:O?}", "prompt", prompt, "http_status", status, "passed",
@@ -253,13 +262,13 @@ int gs_validate_server(const struct gs_validate_server_opts *in)
             for (size_t i = 0; i < GS_ARRAY_LEN(builtin); i++)
                 v[o.n_prompts++] = builtin[i];
         size_t n_pass = 0;
-        char fp[64] = "";
-        const char *fpp = NULL;
+        struct vs_first first = {0};
         for (size_t i = 0; i < o.n_prompts; i++)
-            n_pass += run_one(&o, v[i], &fpp, fp, sizeof(fp));
+            n_pass += run_one(&o, v[i], &first);
         if (!o.json)
-            printf("%zu/%zu passed against ref on %s:%s (system_fingerprint %s)\n", n_pass,
-                   o.n_prompts, o.host, o.port, fpp ? fpp : "?");
+            printf("%zu/%zu passed against ref on %s:%s (system_fingerprint %s%s)\n", n_pass,
+                   o.n_prompts, o.host, o.port, first.fingerprint[0] ? first.fingerprint : "?",
+                   first.kv);
         rc = n_pass == o.n_prompts ? 0 : 1;
     }
     gs_free(o.file_text);

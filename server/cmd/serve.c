@@ -6,17 +6,18 @@
  * them.
  */
 #define _GNU_SOURCE /* open_memstream */
+#include "config/cli.h"
 #include "config/config.h"
 #include "config/sched_cfg.h"
 #include "engine/gguf.h"
 #include "engine/graph.h"
 #include "engine/model.h"
+#include "engine/quant.h"
 #include "engine/tok.h"
 #include "scheduler/scheduler.h"
-#include "config/cli.h"
 #include "server/cli.h"
-#include "server/progress.h"
 #include "server/cmd/serve_val.h"
+#include "server/progress.h"
 #include "server/server.h"
 #include "server/systemd.h"
 
@@ -270,10 +271,10 @@ static void print_start(const struct serve *sv, const struct gs_srv_cfg *c)
            hp->n_embd, hp->n_layer, (unsigned long long)c->model.n_params,
            c->chat_template ? c->chat_template : (sv->tmpl ? "from-gguf" : "plain"));
     gs_log(GS_LOG_INFO, "engine",
-           "backend=%s threads=%lld kv_pages=%u page_tokens=%lld kv_bytes=%llu max_seqs=%lld "
-           "max_batch_tokens=%lld max_queue=%lld prefix_cache=%s spec=%s spec_max_draft=%lld "
-           "draft_model=%s draft_kv_bytes=%llu",
-           c->model.backend, (long long)sv->cfg.threads, st.pages_total,
+           "backend=%s threads=%lld kv_type=%s kv_pages=%u page_tokens=%lld kv_bytes=%llu "
+           "max_seqs=%lld max_batch_tokens=%lld max_queue=%lld prefix_cache=%s spec=%s "
+           "spec_max_draft=%lld draft_model=%s draft_kv_bytes=%llu",
+           c->model.backend, (long long)sv->cfg.threads, c->model.kv_type, st.pages_total,
            (long long)sv->cfg.page_tokens, (unsigned long long)st.kv_bytes,
            (long long)sv->cfg.max_seqs, (long long)sv->cfg.max_batch_tokens,
            (long long)sv->cfg.max_queue, sv->cfg.prefix_cache ? "true" : "false",
@@ -352,6 +353,8 @@ static void server_cfg(const struct serve *sv, struct gs_srv_cfg *c, char *id, s
         .n_params = count_params(sv->gguf),
         .size_bytes = gs_gguf_file_bytes(sv->gguf),
         .backend = gs_cfg_backend_name(cfg->backend),
+        .kv_type = gs_cfg_kv_type_name(cfg->kv_type),
+        .validation_kv_type = gs_type_name(GS_SCHED_VAL_KV_TYPE),
         .sha256 = sv->receipt.sha256,
         .kernel_variant = sv->receipt.variant,
         .graph_hash = sv->receipt.graph_hash,
@@ -456,8 +459,10 @@ static int serve(struct serve *sv)
     gs_srv_set_ready(sv->srv, ka_ok, ka_ok ? NULL : "not serving: its known-answer check failed");
     gs_log(ka_ok ? GS_LOG_INFO : GS_LOG_ERROR, "known_answer", "passed=%s detail=%s",
            ka_ok ? "true" : "false", ka);
-    gs_log(GS_LOG_INFO, "receipt", "model_sha256=%s backend=%s kernel_variant=%s graph_hash=%s",
-           sv->receipt.sha256, c.model.backend, sv->receipt.variant, sv->receipt.graph_hash);
+    gs_log(GS_LOG_INFO, "receipt",
+           "model_sha256=%s backend=%s kernel_variant=%s graph_hash=%s kv_type=%s",
+           sv->receipt.sha256, c.model.backend, sv->receipt.variant, sv->receipt.graph_hash,
+           c.model.kv_type);
     if (gs_sched_start(sv->sched, &err) != GS_OK)
         return gs_cli_fail("serve", "engine: %s", err.msg);
     print_start(sv, &c);

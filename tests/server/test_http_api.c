@@ -978,7 +978,7 @@ Test(http_opts, cluster_gauges_and_metrics_public, .timeout = 120)
     char info[160];
     snprintf(info, sizeof(info),
              "graphserve_cache_config_info{page_tokens=\"16\",num_pages=\"%.0f\","
-             "block_size=\"16\",num_gpu_blocks=\"%.0f\"}",
+             "block_size=\"16\",num_gpu_blocks=\"%.0f\",kv_type=\"f16\",cache_dtype=\"f16\"}",
              cap, cap);
     cr_expect_eq(e2e_metric(r.body, info), 1, "no %s in %s", info, r.body);
     cr_expect(strstr(r.body, "# TYPE graphserve_cache_config_info gauge\n"));

@@ -8,6 +8,7 @@
 #include "engine/gguf.h"
 #include "engine/tok.h"
 #include "server/internal.h"
+#include "server/validation.h"
 #include "tests/common/testutil.h"
 
 #include <criterion/criterion.h>
@@ -833,6 +834,55 @@ Test(srv_auth, accepts_only_configured_bearer_keys)
 
 /* ---- metrics ------------------------------------------------------------------------------ */
 
+/* The cache info gauge names the served cache's type under graphserve's and vLLM's
+ * labels, and leaves both out when the type is not told. */
+Test(srv_metrics, cache_info_names_the_kv_type)
+{
+    struct gs_srv_metrics m = {0};
+    struct gs_sched_stats st = {.pages_total = 8, .page_tokens = 16};
+    struct gs_srv_buf b = {0};
+    gs_srv_metrics_render(&m, &st, "q8_0", true, &b);
+    cr_assert(!b.failed);
+    cr_expect(strstr(b.p, "graphserve_cache_config_info{page_tokens=\"16\",num_pages=\"8\","
+                          "block_size=\"16\",num_gpu_blocks=\"8\",kv_type=\"q8_0\","
+                          "cache_dtype=\"q8_0\"} 1\n"),
+              "%s", b.p);
+    gs_srv_buf_free(&b);
+    b = (struct gs_srv_buf){0};
+    gs_srv_metrics_render(&m, &st, NULL, true, &b);
+    cr_assert(!b.failed);
+    cr_expect(strstr(b.p, "num_gpu_blocks=\"8\"} 1\n"), "%s", b.p);
+    cr_expect(!strstr(b.p, "kv_type="), "%s", b.p);
+    gs_srv_buf_free(&b);
+}
+
+/* The fingerprint tells a q8_0 (or f32) cache from the default f16 one, and an f16
+ * daemon's fingerprint is the one it had before the cache type was hashed. */
+Test(srv_receipt, fingerprint_hashes_a_cache_type_other_than_f16)
+{
+    char none[20], f16[20], q8[20], f32[20], seed[20];
+    gs_srv_val_fingerprint("ab", "cpu", "avx2", "0123", NULL, 5, none);
+    gs_srv_val_fingerprint("ab", "cpu", "avx2", "0123", "f16", 5, f16);
+    gs_srv_val_fingerprint("ab", "cpu", "avx2", "0123", "q8_0", 5, q8);
+    gs_srv_val_fingerprint("ab", "cpu", "avx2", "0123", "f32", 5, f32);
+    gs_srv_val_fingerprint("ab", "cpu", "avx2", "0123", "q8_0", 6, seed);
+    cr_expect_str_eq(none, f16);
+    cr_expect_str_neq(q8, f16);
+    cr_expect_str_neq(f32, f16);
+    cr_expect_str_neq(f32, q8);
+    cr_expect_str_neq(seed, q8);
+    /* SHA-256("ab\0cpu\0avx2\0" "0123\0" "5"): the digest without a cache type. */
+    uint8_t d[GS_SHA256_BYTES];
+    char hex[GS_SHA256_HEX_LEN], want[20];
+    static const char text[] = "ab\0cpu\0avx2\0"
+                               "0123\0"
+                               "5";
+    gs_sha256(text, sizeof(text) - 1, d);
+    gs_sha256_hex(d, hex);
+    snprintf(want, sizeof(want), "gs-%.12s", hex);
+    cr_expect_str_eq(f16, want);
+}
+
 Test(srv_metrics, histograms_are_cumulative_and_counts_by_status)
 {
     struct gs_srv_metrics m = {0};
@@ -844,7 +894,7 @@ Test(srv_metrics, histograms_are_cumulative_and_counts_by_status)
     gs_srv_metrics_request(&m, GS_SRV_EP_CHAT, 429);
     struct gs_sched_stats st = {.pages_used = 3, .pages_free = 5, .pages_total = 8};
     struct gs_srv_buf b = {0};
-    gs_srv_metrics_render(&m, &st, true, &b);
+    gs_srv_metrics_render(&m, &st, NULL, true, &b);
     cr_assert(!b.failed);
     cr_expect(strstr(b.p, "graphserve_http_requests_total{endpoint=\"/v1/chat/completions\","
                           "status=\"200\"} 2\n"));

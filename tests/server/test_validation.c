@@ -390,20 +390,46 @@ Test(srv_validation, failed_known_answer_check_keeps_ready_503, .timeout = 60)
     free(log);
 }
 
-/* A q8_0 cache served on cpu and on ref: ready (the known-answer check passed
- * against ref's F32 cache), a validated completion within the thresholds with
- * its figures, and 1.88x the pages of an f16 cache in the same bytes. tiny-k
- * (64-value heads) holds the thresholds; stories260K (8-value heads, one
- * block's scale over four heads) does not on every request: min Pearson 0.997
- * over 24 generated tokens of "Once upon a time". */
-Test(srv_validation, q8_0_cache_serves_validated_on_cpu_and_ref, .timeout = 120)
+/* Where a probe or a client reads which cache the daemon serves: /health, /v1/models'
+ * meta, /metrics' cache info gauge and the start-up log's engine and receipt lines. */
+static void check_kv_type_named(struct e2e_daemon *d, const char *kv)
+{
+    struct e2e_resp r;
+    e2e_http(d, "GET", "/health", NULL, NULL, &r);
+    cr_expect_str_eq(json_string_value(json_object_get(r.json, "kv_type")), kv, "%s", r.body);
+    e2e_resp_free(&r);
+    e2e_http(d, "GET", "/v1/models", NULL, NULL, &r);
+    json_t *meta = json_object_get(json_array_get(json_object_get(r.json, "data"), 0), "meta");
+    cr_expect_str_eq(json_string_value(json_object_get(meta, "kv_type")), kv, "%s", r.body);
+    e2e_resp_free(&r);
+    e2e_http(d, "GET", "/metrics", NULL, NULL, &r);
+    char want[128];
+    snprintf(want, sizeof(want), ",kv_type=\"%s\",cache_dtype=\"%s\"} 1\n", kv, kv);
+    const char *info = strstr(r.body, "\ngraphserve_cache_config_info{");
+    cr_assert(info, "%s", r.body);
+    char line[512];
+    snprintf(line, sizeof(line), "%.*s", (int)strcspn(info + 1, "\n") + 1, info + 1);
+    cr_expect(strstr(line, want), "no %s in %s", want, line);
+    e2e_resp_free(&r);
+}
+
+/* A q8_0 cache served on cpu and on ref, and an f16 one on cpu beside them: ready
+ * (the known-answer check passed against ref's F32 cache), a validated completion
+ * within the thresholds with its figures and both caches named in its receipt, the
+ * cache type in /health, /v1/models, /metrics and the log, and 1.88x the pages of
+ * an f16 cache in the same bytes. tiny-k (64-value heads) holds the thresholds;
+ * stories260K (8-value heads, one block's scale over four heads) does not on every
+ * request: min Pearson 0.997 over 24 generated tokens of "Once upon a time". */
+Test(srv_validation, q8_0_cache_serves_validated_on_cpu_and_ref, .timeout = 180)
 {
     static const char *const backends[] = {"cpu", "ref"};
     double pages[3] = {0};
+    char fingerprint[3][32] = {{0}};
     for (size_t b = 0; b < 3; b++) {
+        const char *kv = b < 2 ? "q8_0" : "f16";
         char args[256];
         snprintf(args, sizeof(args), "--backend %s --kv-type %s --kv-cache-bytes 1048576",
-                 backends[b % 2], b < 2 ? "q8_0" : "f16");
+                 backends[b % 2], kv);
         struct e2e_daemon d;
         start_on(&d, "models/tiny-k-F32.gguf", args);
         struct e2e_resp r;
@@ -414,23 +440,41 @@ Test(srv_validation, q8_0_cache_serves_validated_on_cpu_and_ref, .timeout = 120)
         e2e_http(&d, "GET", "/ready", NULL, NULL, &r);
         cr_expect_eq(r.status, 200, "%s: %s", args, r.body);
         e2e_resp_free(&r);
-        if (b < 2) {
-            e2e_http(&d, "POST", "/v1/completions",
-                     "{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0,"
-                     "\"validation\":true}",
-                     NULL, &r);
-            cr_assert_eq(r.status, 200, "%s: %s", args, r.body);
-            int n = (int)json_integer_value(
-                json_object_get(json_object_get(r.json, "usage"), "completion_tokens"));
-            cr_expect_gt(n, 0);
-            check_validation(json_object_get(r.json, "validation"), n);
-            e2e_resp_free(&r);
-        }
+        check_kv_type_named(&d, kv);
+        e2e_http(&d, "POST", "/v1/completions",
+                 "{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0,"
+                 "\"seed\":7,\"validation\":true}",
+                 NULL, &r);
+        cr_assert_eq(r.status, 200, "%s: %s", args, r.body);
+        int n = (int)json_integer_value(
+            json_object_get(json_object_get(r.json, "usage"), "completion_tokens"));
+        cr_expect_gt(n, 0);
+        json_t *v = json_object_get(r.json, "validation");
+        check_validation(v, n);
+        /* The figures compare the served cache with the reference's F32 one. */
+        cr_expect_str_eq(json_string_value(json_object_get(v, "kv_type")), kv, "%s", r.body);
+        cr_expect_str_eq(json_string_value(json_object_get(v, "reference_kv_type")), "f32", "%s",
+                         r.body);
+        cr_expect_str_eq(
+            json_string_value(json_object_get(json_object_get(r.json, "graphserve"), "kv_type")),
+            kv, "%s", r.body);
+        snprintf(fingerprint[b], sizeof(fingerprint[b]), "%s",
+                 json_string_value(json_object_get(r.json, "system_fingerprint")));
+        e2e_resp_free(&r);
         e2e_http(&d, "GET", "/metrics", NULL, NULL, &r);
         pages[b] = e2e_metric(r.body, "graphserve_kv_pages_capacity");
         e2e_resp_free(&r);
         cr_expect_eq(e2e_stop(&d), 0);
+        char *log = gs_test_read_file(d.log_path, NULL);
+        char want[64];
+        snprintf(want, sizeof(want), " kv_type=%s kv_pages=", kv);
+        cr_expect(strstr(log, "event=engine ") && strstr(log, want), "no '%s' in %s", want, log);
+        snprintf(want, sizeof(want), " kv_type=%s\n", kv);
+        cr_expect(strstr(log, "event=receipt ") && strstr(log, want), "no '%s' in %s", want, log);
+        free(log);
     }
+    /* Same model, backend, kernels, graph and seed: only the cache differs. */
+    cr_expect_str_neq(fingerprint[0], fingerprint[2]);
     /* tiny-k: 2 layers x K, V x 16 tokens x 128 values, at 2 bytes or 34 per 32 */
     cr_expect_eq(pages[2], 1048576 / (2 * 2 * 16 * 128 * 2));
     cr_expect_eq(pages[0], 1048576 / (2 * 2 * 16 * 4 * 34));
@@ -463,6 +507,7 @@ Test(srv_validation, validate_command_against_a_daemon, .timeout = 60)
              gs_test_build_path("server/graphserve"), d.url);
     cr_expect_eq(gs_test_run(cmd, 1, &out), 0, "%s", out);
     cr_expect(strstr(out, "2/2 passed against ref"), "%s", out);
+    cr_expect(strstr(out, ", kv_type f16 against the reference's f32)\n"), "%s", out);
     cr_expect(strstr(out, "PASS   positions=12 "), "%s", out);
     free(out);
     cr_expect_eq(e2e_stop(&d), 0);
