@@ -395,7 +395,7 @@ static int write_model(const struct train_cfg *c, const struct vocab *v, const s
 struct vocab_id {
     uint8_t digest[GS_SHA256_BYTES];
     char name[64];
-    char encoding[96];
+    char encoding[128]; /* room for MAX_PREFIX ids of 10 digits */
 };
 
 static int vocab_identity(const struct vocab *v, struct vocab_id *id)
@@ -423,12 +423,13 @@ static int vocab_identity(const struct vocab *v, struct vocab_id *id)
     const int mlen = model->type == GS_GGUF_STRING ? (int)GS_MIN(model->v.str.len, 16u) : 0;
     snprintf(id->name, sizeof(id->name), "--vocab's %.*s tokenizer, %lld tokens", mlen,
              mlen ? model->v.str.data : "", (long long)v->n);
-    int n = snprintf(id->encoding, sizeof(id->encoding),
-                     "--vocab's, text without special tokens; windows after [");
-    for (int i = 0; i < v->n_prefix; i++)
-        n += snprintf(id->encoding + n, sizeof(id->encoding) - (size_t)n, "%s%d", i ? "," : "",
-                      (int)v->prefix[i]);
-    snprintf(id->encoding + n, sizeof(id->encoding) - (size_t)n, "]");
+    size_t n = (size_t)snprintf(id->encoding, sizeof(id->encoding),
+                                "--vocab's, text without special tokens; windows after [");
+    for (int i = 0; i < v->n_prefix && n < sizeof(id->encoding); i++)
+        n += (size_t)snprintf(id->encoding + n, sizeof(id->encoding) - n, "%s%d", i ? "," : "",
+                              (int)v->prefix[i]);
+    if (n < sizeof(id->encoding))
+        snprintf(id->encoding + n, sizeof(id->encoding) - n, "]");
     return 0;
 }
 
