@@ -655,8 +655,10 @@ static int train(const struct train_cfg *c, const struct vocab *v, const int32_t
         ls.curve[i] = NAN;
     if (!rc && c->resume) {
         if (gs_train_load(t, c->resume, user, user_bytes(c), &err))
-            rc = gs_cli_fail("train", "--resume: %s (same shape, batch and --steps as the run "
-                                      "that wrote it?)",
+            rc = gs_cli_fail("train",
+                             "--resume: %s (same shape, batch and --steps as the run "
+                             "that wrote it? checkpoints from before they recorded "
+                             "their vocabulary do not resume)",
                              err.msg);
         else
             unpack(c, &ls, &saved_id, user);
