@@ -10,9 +10,11 @@
  * the corpus is tokenized here exactly that way and a served prompt is seen
  * as the model was trained on it. With --vocab FILE the tokenizer is FILE's
  * (any graphserve loads: SPM, BPE, WPM): the corpus is encoded by it without
- * BOS/EOS or special-token parsing, the model's vocabulary is its token count,
+ * special-token parsing, each window starts with the tokens the tokenizer puts
+ * before a prompt (open_vocab), the model's vocabulary is its token count,
  * and every tokenizer.* key is copied into the output byte for byte, so the
- * trained model tokenizes and detokenizes as FILE does.
+ * trained model tokenizes and detokenizes as FILE does. A checkpoint records
+ * which vocabulary and encoding its tokens are (struct vocab_id).
  *
  * Output: F32, or with --type the matrices quantized as `graphserve quantize`
  * writes them (tools/quantize.c); checkpoints hold the F32 state either way.
@@ -25,6 +27,7 @@
  * rate); a terminal gets a progress line.
  */
 #include "engine/train.h"
+#include "engine/digest.h"
 #include "engine/gguf.h"
 #include "engine/tok.h"
 #include "tools/internal.h"
@@ -115,14 +118,57 @@ const struct gs_cli_spec gs_train_spec = {
     .n_opts = GS_ARRAY_LEN(opt_rows),
 };
 
+#define MAX_PREFIX 4
+
 /* The tokenizer the corpus is encoded with and the output carries: the
  * byte-level one (file NULL) or --vocab's. */
 struct vocab {
     struct gs_gguf *file;
     struct gs_tok *tok;
     int64_t n; /* tokens: the model's vocabulary */
+    /* What the served tokenizer puts before a prompt's text (BOS where it adds
+     * one); every training and held-out window starts with it (see open_vocab). */
+    int32_t prefix[MAX_PREFIX];
+    int n_prefix;
 };
 
+/* The ids the tokenizer adds before a text: those of an encoding with
+ * GS_TOK_ADD_SPECIAL ahead of the plain encoding of the same text. */
+static int served_prefix(const char *path, struct vocab *v)
+{
+    static const char probe[] = "the";
+    struct gs_err err = {0};
+    int32_t *with = NULL, *plain = NULL;
+    size_t n_with = 0, n_plain = 0;
+    int rc = 0;
+    if (gs_tok_encode(v->tok, probe, sizeof(probe) - 1, GS_TOK_ADD_SPECIAL, &with, &n_with, &err) ||
+        gs_tok_encode(v->tok, probe, sizeof(probe) - 1, 0, &plain, &n_plain, &err))
+        rc = gs_cli_fail("train", "--vocab %s: %s", path, err.msg);
+    size_t k = 0;
+    while (!rc && k + n_plain <= n_with && memcmp(with + k, plain, n_plain * sizeof(int32_t)) != 0)
+        k++;
+    if (!rc && (k + n_plain > n_with || k > MAX_PREFIX))
+        rc = gs_cli_fail("train",
+                         "--vocab %s: the tokenizer's special tokens around a text are not a "
+                         "prefix of at most %d tokens",
+                         path, MAX_PREFIX);
+    for (size_t i = 0; !rc && i < k; i++)
+        v->prefix[i] = with[i];
+    v->n_prefix = rc ? 0 : (int)k;
+    gs_free(with);
+    gs_free(plain);
+    return rc;
+}
+
+/*
+ * A served prompt is tokenized with the file's special tokens (BOS where
+ * add_bos_token or the model's default says, CLS for WordPiece), so each
+ * window is trained the same way: the served prefix, then corpus tokens. The
+ * model's first position then holds in training what it holds when served,
+ * and every tokenizer.* key still goes into the output as the source has it
+ * (writing add_bos_token = false instead would not hold for tokenizers that
+ * add BOS whatever the file says). The byte-level tokenizer adds nothing.
+ */
 static int open_vocab(const char *path, struct vocab *v)
 {
     *v = (struct vocab){.n = N_VOCAB};
@@ -139,7 +185,7 @@ static int open_vocab(const char *path, struct vocab *v)
     if (gs_tok_new(v->file, &v->tok, &err))
         return gs_cli_fail("train", "--vocab %s: %s", path, err.msg);
     v->n = gs_tok_n_vocab(v->tok);
-    return 0;
+    return served_prefix(path, v);
 }
 
 static void close_vocab(struct vocab *v)
@@ -342,31 +388,117 @@ static int write_model(const struct train_cfg *c, const struct vocab *v, const s
     return wrc;
 }
 
+/* What a checkpoint's tokens mean: the vocabulary (a digest of the tokenizer.*
+ * keys the output carries, and a name for messages) and how the corpus became
+ * windows of its ids. A resume that differs in either would continue training
+ * on other ids, so it is refused. */
+struct vocab_id {
+    uint8_t digest[GS_SHA256_BYTES];
+    char name[64];
+    char encoding[128]; /* room for MAX_PREFIX ids of 10 digits */
+};
+
+static int vocab_identity(const struct vocab *v, struct vocab_id *id)
+{
+    memset(id, 0, sizeof(*id));
+    struct gs_gguf_writer *w = NULL;
+    struct gs_err err = {0};
+    void *buf = NULL;
+    size_t len = 0;
+    if (gs_gguf_writer_new(NULL, &w, &err) || add_vocab(w, v) ||
+        gs_gguf_writer_to_mem(w, &buf, &len, &err)) {
+        gs_gguf_writer_free(w);
+        return gs_cli_fail("train", "out of memory digesting the vocabulary");
+    }
+    gs_sha256(buf, len, id->digest);
+    gs_free(buf);
+    gs_gguf_writer_free(w);
+    if (!v->file) {
+        snprintf(id->name, sizeof(id->name), "byte-level, %d tokens", N_VOCAB);
+        snprintf(id->encoding, sizeof(id->encoding), "bytes: token %d + byte, a space %d",
+                 TOK_BYTE0, TOK_SPACE);
+        return 0;
+    }
+    const struct gs_gguf_kv *model = gs_gguf_find_kv(v->file, "tokenizer.ggml.model");
+    const int mlen = model->type == GS_GGUF_STRING ? (int)GS_MIN(model->v.str.len, 16u) : 0;
+    snprintf(id->name, sizeof(id->name), "--vocab's %.*s tokenizer, %lld tokens", mlen,
+             mlen ? model->v.str.data : "", (long long)v->n);
+    size_t n = (size_t)snprintf(id->encoding, sizeof(id->encoding),
+                                "--vocab's, text without special tokens; windows after [");
+    for (int i = 0; i < v->n_prefix && n < sizeof(id->encoding); i++)
+        n += (size_t)snprintf(id->encoding + n, sizeof(id->encoding) - n, "%s%d", i ? "," : "",
+                              (int)v->prefix[i]);
+    if (n < sizeof(id->encoding))
+        snprintf(id->encoding + n, sizeof(id->encoding) - n, "]");
+    return 0;
+}
+
+/* Refuses a checkpoint whose tokens meant something else, naming what. */
+static int check_vocab_id(const char *path, const struct vocab_id *saved,
+                          const struct vocab_id *ours)
+{
+    if (memcmp(saved->digest, ours->digest, sizeof(ours->digest))) {
+        char a[GS_SHA256_HEX_LEN], b[GS_SHA256_HEX_LEN];
+        gs_sha256_hex(saved->digest, a);
+        gs_sha256_hex(ours->digest, b);
+        return gs_cli_fail("train",
+                           "--resume %s: the checkpoint's vocabulary is not this run's: %.*s "
+                           "(tokenizer sha256 %.16s) against %s (%.16s)",
+                           path, (int)sizeof(saved->name) - 1, saved->name, a, ours->name, b);
+    }
+    if (memcmp(saved->encoding, ours->encoding, sizeof(ours->encoding)))
+        return gs_cli_fail("train",
+                           "--resume %s: the checkpoint's corpus encoding is not this run's: "
+                           "%.*s against %s",
+                           path, (int)sizeof(saved->encoding) - 1, saved->encoding, ours->encoding);
+    return 0;
+}
+
 /* ---- the loop ------------------------------------------------------------------------ */
 
-static double now_s(void)
+static double clock_s(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* The mean loss over eval_batches batches of consecutive held-out windows. */
-/* Time spent in held-out evaluations and their tokens: the forward-only rate. */
-static double eval_seconds;
+static double now_s(void)
+{
+    return clock_s(CLOCK_MONOTONIC);
+}
+
+/* CPU seconds of every thread of the process (the backend's workers too,
+ * spinning at barriers included). */
+static double cpu_s(void)
+{
+    return clock_s(CLOCK_PROCESS_CPUTIME_ID);
+}
+
+/* One window of a batch: the served prefix, then win - n_prefix tokens of src. */
+static void fill_window(int32_t *dst, const struct vocab *v, const int32_t *src, int64_t win)
+{
+    memcpy(dst, v->prefix, (size_t)v->n_prefix * sizeof(int32_t));
+    memcpy(dst + v->n_prefix, src, (size_t)(win - v->n_prefix) * sizeof(int32_t));
+}
+
+/* Time spent in held-out evaluations (wall and CPU) and their tokens: the
+ * forward-only rate. */
+static double eval_seconds, eval_cpu_seconds;
 static int64_t eval_tokens;
 
-static int heldout_loss(const struct train_cfg *c, struct gs_train *t, const int32_t *held,
-                        int64_t n_held, int32_t *batch, double *out)
+/* The mean loss over eval_batches batches of consecutive held-out windows. */
+static int heldout_loss(const struct train_cfg *c, const struct vocab *v, struct gs_train *t,
+                        const int32_t *held, int64_t n_held, int32_t *batch, double *out)
 {
-    const double t0 = now_s();
-    const int64_t win = c->block + 1, n_win = n_held / win;
+    const double t0 = now_s(), c0 = cpu_s();
+    const int64_t win = c->block + 1, body = win - v->n_prefix, n_win = n_held / body;
     double sum = 0;
     int64_t k = 0;
     struct gs_err err = {0};
     for (int64_t b = 0; b < c->eval_batches; b++) {
         for (int64_t s = 0; s < c->batch; s++, k++)
-            memcpy(batch + s * win, held + (k % n_win) * win, (size_t)win * sizeof(int32_t));
+            fill_window(batch + s * win, v, held + (k % n_win) * body, win);
         float loss;
         if (gs_train_eval(t, batch, &loss, &err))
             return gs_cli_fail("train", "%s", err.msg);
@@ -374,6 +506,7 @@ static int heldout_loss(const struct train_cfg *c, struct gs_train *t, const int
     }
     *out = sum / (double)c->eval_batches;
     eval_seconds += now_s() - t0;
+    eval_cpu_seconds += cpu_s() - c0;
     eval_tokens += c->eval_batches * c->batch * c->block;
     return 0;
 }
@@ -433,26 +566,32 @@ static int write_svg(const struct train_cfg *c, const float *curve)
     return fclose(f) ? gs_cli_fail("train", "%s: write error", c->svg) : 0;
 }
 
-/* The checkpoint's caller bytes: the loop state's scalars, then the curve. */
+/* The checkpoint's caller bytes: the loop state's scalars, the vocabulary's
+ * identity, then the curve. */
+#define USER_CURVE (24 + sizeof(struct vocab_id))
 static size_t user_bytes(const struct train_cfg *c)
 {
-    return 3 * sizeof(int64_t) + 2 * (size_t)(c->steps + 1) * sizeof(float);
+    return USER_CURVE + 2 * (size_t)(c->steps + 1) * sizeof(float);
 }
 
-static void pack(const struct train_cfg *c, const struct loop_state *ls, char *buf)
+static void pack(const struct train_cfg *c, const struct loop_state *ls, const struct vocab_id *id,
+                 char *buf)
 {
     memcpy(buf, &ls->step, 8);
     memcpy(buf + 8, &ls->rng, 8);
     memcpy(buf + 16, &ls->first_loss, 8);
-    memcpy(buf + 24, ls->curve, 2 * (size_t)(c->steps + 1) * sizeof(float));
+    memcpy(buf + 24, id, sizeof(*id));
+    memcpy(buf + USER_CURVE, ls->curve, 2 * (size_t)(c->steps + 1) * sizeof(float));
 }
 
-static void unpack(const struct train_cfg *c, struct loop_state *ls, const char *buf)
+static void unpack(const struct train_cfg *c, struct loop_state *ls, struct vocab_id *id,
+                   const char *buf)
 {
     memcpy(&ls->step, buf, 8);
     memcpy(&ls->rng, buf + 8, 8);
     memcpy(&ls->first_loss, buf + 16, 8);
-    memcpy(ls->curve, buf + 24, 2 * (size_t)(c->steps + 1) * sizeof(float));
+    memcpy(id, buf + 24, sizeof(*id));
+    memcpy(ls->curve, buf + USER_CURVE, 2 * (size_t)(c->steps + 1) * sizeof(float));
 }
 
 /* The model's shape: the flags', with the vocabulary's size. */
@@ -470,17 +609,25 @@ static struct gs_train_shape shape_of(const struct train_cfg *c, const struct vo
 static int train(const struct train_cfg *c, const struct vocab *v, const int32_t *tok,
                  int64_t n_tok)
 {
-    const int64_t win = c->block + 1;
+    const int64_t win = c->block + 1, body = win - v->n_prefix;
+    if (body < 1)
+        return gs_cli_fail("train",
+                           "--block %lld: no room after the %d special tokens a "
+                           "window starts with",
+                           (long long)c->block, v->n_prefix);
     const int64_t n_held = (int64_t)((double)n_tok * c->holdout), n_train = n_tok - n_held;
-    if (n_train < c->batch * win)
+    if (n_train < c->batch * body)
         return gs_cli_fail("train",
                            "%s: %lld training tokens%s, fewer than one batch (%lld sequences of "
                            "%lld)",
                            c->in, (long long)n_train, v->file ? " by --vocab's tokenizer" : "",
-                           (long long)c->batch, (long long)win);
-    if (n_held < win)
+                           (long long)c->batch, (long long)body);
+    if (n_held < body)
         return gs_cli_fail("train", "%s: %lld held-out tokens, fewer than one sequence of %lld",
-                           c->in, (long long)n_held, (long long)win);
+                           c->in, (long long)n_held, (long long)body);
+    struct vocab_id id, saved_id;
+    if (vocab_identity(v, &id))
+        return 1;
     const struct gs_train_shape shape = shape_of(c, v);
     struct gs_train_opt opt = gs_train_opt_default();
     opt.batch = c->batch;
@@ -508,11 +655,15 @@ static int train(const struct train_cfg *c, const struct vocab *v, const int32_t
         ls.curve[i] = NAN;
     if (!rc && c->resume) {
         if (gs_train_load(t, c->resume, user, user_bytes(c), &err))
-            rc = gs_cli_fail("train", "--resume: %s (same shape, batch and --steps as the run "
-                                      "that wrote it?)",
+            rc = gs_cli_fail("train",
+                             "--resume: %s (same shape, batch and --steps as the run "
+                             "that wrote it? checkpoints from before they recorded "
+                             "their vocabulary do not resume)",
                              err.msg);
         else
-            unpack(c, &ls, user);
+            unpack(c, &ls, &saved_id, user);
+        if (!rc)
+            rc = check_vocab_id(c->resume, &saved_id, &id);
         if (!rc && (ls.step < 0 || ls.step > c->steps))
             rc = gs_cli_fail("train", "--resume %s: at step %lld of %lld", c->resume,
                              (long long)ls.step, (long long)c->steps);
@@ -524,7 +675,7 @@ static int train(const struct train_cfg *c, const struct vocab *v, const int32_t
     float *held = ls.curve + c->steps + 1;
     if (!rc && ls.step == 0) {
         double h0;
-        rc = heldout_loss(c, t, tok + n_train, n_held, batch, &h0);
+        rc = heldout_loss(c, v, t, tok + n_train, n_held, batch, &h0);
         held[0] = (float)h0;
         if (!rc && csv)
             fprintf(csv, "step,train_loss,heldout_loss,lr\n0,,%.6f,%.6g\n", h0,
@@ -536,15 +687,26 @@ static int train(const struct train_cfg *c, const struct vocab *v, const int32_t
                 " held-out tokens; held-out loss at step 0 %.4f (ln %d = %.4f)%s\n",
                 gs_train_n_params(t), n_train, n_held, (double)held[0], (int)v->n,
                 log((double)v->n), c->resume ? ", resumed" : "");
+    if (!rc && v->n_prefix) {
+        char ids[64] = "";
+        for (int i = 0, n = 0; i < v->n_prefix; i++)
+            n +=
+                snprintf(ids + n, sizeof(ids) - (size_t)n, "%s%d", i ? "," : "", (int)v->prefix[i]);
+        fprintf(stderr,
+                "graphserve train: every window starts with [%s], the tokens the written "
+                "tokenizer puts before a prompt\n",
+                ids);
+    }
     const int64_t start = ls.step, last = c->stop_after ? GS_MIN(c->stop_after, c->steps) : c->steps;
-    double t0 = now_s(), h = held[0], eval0 = eval_seconds;
+    double t0 = now_s(), c0 = cpu_s(), h = held[0], eval0 = eval_seconds,
+           eval_cpu0 = eval_cpu_seconds;
     for (int64_t i = 0; i <= ls.step; i++) /* the latest evaluation, on resuming */
         if (isfinite(held[i]))
             h = held[i];
     for (int64_t step = start + 1; step <= last && !rc; step++) {
         for (int64_t s = 0; s < c->batch; s++) {
-            const uint64_t off = splitmix64(&ls.rng) % (uint64_t)(n_train - win + 1);
-            memcpy(batch + s * win, tok + off, (size_t)win * sizeof(int32_t));
+            const uint64_t off = splitmix64(&ls.rng) % (uint64_t)(n_train - body + 1);
+            fill_window(batch + s * win, v, tok + off, win);
         }
         float loss;
         bool updated;
@@ -557,7 +719,7 @@ static int train(const struct train_cfg *c, const struct vocab *v, const int32_t
         if (step == 1)
             ls.first_loss = loss;
         const bool eval = step % c->eval_every == 0 || step == c->steps || step == last;
-        if (eval && (rc = heldout_loss(c, t, tok + n_train, n_held, batch, &h)))
+        if (eval && (rc = heldout_loss(c, v, t, tok + n_train, n_held, batch, &h)))
             break;
         if (eval)
             held[step] = (float)h;
@@ -577,7 +739,7 @@ static int train(const struct train_cfg *c, const struct vocab *v, const int32_t
                     exp(h), tps, el / (double)(step - start) * (double)(c->steps - step),
                     tty && !eval ? "" : "\n");
         if (c->checkpoint && (step % c->checkpoint_every == 0 || step == last)) {
-            pack(c, &ls, user);
+            pack(c, &ls, &id, user);
             if (gs_train_save(t, c->checkpoint, user, user_bytes(c), &err))
                 rc = gs_cli_fail("train", "%s", err.msg);
         }
@@ -587,11 +749,23 @@ static int train(const struct train_cfg *c, const struct vocab *v, const int32_t
         /* tokens/s of the steps alone (forward + backward + update), and of the
          * held-out evaluations (forward only) at the same shape */
         const double train_s = el - (eval_seconds - eval0);
+        const double train_tok = (double)((ls.step - start) * c->batch * c->block);
+        const double train_tps = train_s > 0 ? train_tok / train_s : 0.0;
+        const double eval_tps = eval_seconds > 0 ? (double)eval_tokens / eval_seconds : 0.0;
         printf("steps %lld  first loss %.4f (ln %d = %.4f)  held-out loss %.4f  perplexity %.3f  "
                "%.1f s  train %.0f tokens/s  forward-only %.0f tokens/s\n",
                (long long)ls.step, ls.first_loss, (int)v->n, log((double)v->n), h, exp(h), el,
-               train_s > 0 ? (double)((ls.step - start) * c->batch * c->block) / train_s : 0.0,
-               eval_seconds > 0 ? (double)eval_tokens / eval_seconds : 0.0);
+               train_tps, eval_tps);
+        /* the same split in CPU seconds, which a loaded machine stretches less
+         * than wall time: the step's cost per token against the forward pass's */
+        const double train_cpu = cpu_s() - c0 - (eval_cpu_seconds - eval_cpu0);
+        const double us_train = train_tok > 0 ? 1e6 * train_cpu / train_tok : 0.0;
+        const double us_eval = eval_tokens > 0 ? 1e6 * eval_cpu_seconds / (double)eval_tokens : 0.0;
+        printf("cpu (all threads, barrier spins included): train %.2f s, %.2f us/token  "
+               "forward-only %.2f s, %.2f us/token  train/forward per token %.2fx cpu, %.2fx "
+               "wall\n",
+               train_cpu, us_train, eval_cpu_seconds, us_eval,
+               us_eval > 0 ? us_train / us_eval : 0.0, train_tps > 0 ? eval_tps / train_tps : 0.0);
         rc = write_model(c, v, t, h);
     }
     if (!rc && c->svg)

@@ -71,6 +71,8 @@ static void cpu_close(struct gs_be *be)
     gs_free(c->rope_cs);
     gs_free(c->attn_blocks);
     gs_free(c->seq_first);
+    gs_free(c->probs);
+    gs_free(c->probs_row);
     gs_free(c);
     be->ctx = NULL;
 }
@@ -91,6 +93,9 @@ static bool cpu_supports(const struct gs_be *be, const struct gs_node *n)
 
 static void cpu_plan_free(struct gs_be *be, struct gs_plan *p)
 {
+    struct cpu_plan *cp = p->be_data;
+    if (cp)
+        gs_free(cp->probs_src);
     gs_free(p->be_data);
     gs_plan_free(p);
 }
@@ -188,6 +193,44 @@ static bool grow(void **buf, size_t *cap, uint64_t n, uint64_t size)
     return true;
 }
 
+/* Floats of attention probabilities a plan may keep, over all its slots (64 MiB). */
+#define PROBS_MAX_FLOATS ((uint64_t)1 << 24)
+
+/* The forward attention nodes whose probabilities a backward node reads again
+ * (struct cpu_plan's probs_*), each slot sized for every query of every
+ * sequence of a step of s->n_tokens rows, up to PROBS_MAX_FLOATS in all.
+ * False when out of memory. */
+static bool find_probs(const struct gs_graph *g, const struct gs_shape *s, struct cpu_plan *cp)
+{
+    uint32_t n = 0, max_head = 0;
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        n += g->nodes[i].op == GS_OP_ATTN_CAUSAL;
+    if (!n)
+        return true;
+    cp->probs_src = gs_alloc_array(n, sizeof(*cp->probs_src));
+    if (!cp->probs_src)
+        return false;
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const struct gs_node *f = &g->nodes[i];
+        if (f->op != GS_OP_ATTN_CAUSAL)
+            continue;
+        bool read_again = false;
+        for (uint32_t j = 0; j < g->n_nodes && !read_again; j++) {
+            const struct gs_node *b = &g->nodes[j];
+            read_again = b->op >= GS_OP_ATTN_CAUSAL_BACK_Q && b->op <= GS_OP_ATTN_CAUSAL_BACK_V &&
+                         b->src[1] == f->src[0] && b->src[2] == f->src[1] && b->src[3] == f->src[2];
+        }
+        if (!read_again)
+            continue;
+        memcpy(cp->probs_src[cp->n_probs++], f->src, sizeof(cp->probs_src[0]));
+        max_head = GS_MAX(max_head, (uint32_t)f->p.attn.n_head);
+    }
+    if (cp->n_probs)
+        cp->probs_slot = GS_MIN((uint64_t)max_head * s->n_tokens * (s->n_tokens + 1) / 2,
+                                PROBS_MAX_FLOATS / cp->n_probs);
+    return true;
+}
+
 static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
                                   const struct gs_shape *s, struct gs_plan **out,
                                   struct gs_err *err)
@@ -226,6 +269,8 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
             thread_floats =
                 GS_MAX(thread_floats, GS_CPU_TRAIN_PANEL * g->nodes[g->nodes[i].src[1]].ne[0]);
     cp->thread_floats = (thread_floats + 15) / 16 * 16;
+    if (cp->train && !find_probs(g, s, cp))
+        goto out_nomem;
     cp->logits_matmul = logits_matmul(g);
     for (uint32_t i = 0; i < g->n_nodes; i++)
         cp->paged_attn |= g->nodes[i].op == GS_OP_ATTN;
@@ -238,7 +283,10 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
               sizeof(float)) ||
         !grow((void **)&c->attn_blocks, &c->attn_blocks_bytes, (uint64_t)s->n_tokens + 1,
               sizeof(uint32_t)) ||
-        !grow((void **)&c->seq_first, &c->seq_first_bytes, s->n_tokens, sizeof(uint32_t)))
+        !grow((void **)&c->seq_first, &c->seq_first_bytes, s->n_tokens, sizeof(uint32_t)) ||
+        !grow((void **)&c->probs, &c->probs_bytes, (uint64_t)cp->n_probs * cp->probs_slot,
+              sizeof(float)) ||
+        !grow((void **)&c->probs_row, &c->probs_row_bytes, s->n_tokens, sizeof(uint32_t)))
         goto out_nomem;
     *out = p;
     return GS_OK;
@@ -553,6 +601,8 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
     gs_be__cpu_attn_blocks(&r);
     if (r.cp->causal_attn)
         gs_cpu_train_seq_first(io, c->seq_first);
+    if (r.cp->n_probs)
+        r.probs_rows = gs_cpu_train_probs_rows(io, c->seq_first, c->probs_row);
     for (uint32_t k = 0; k < p->n_order;) {
         const uint32_t id = p->order[k];
         const struct gs_node *n = &g->nodes[id];

@@ -869,6 +869,26 @@ static void k_hidden(struct cpu_run *r, int chunk, int n_chunks, int thread)
                (size_t)((t1 - t0) * n->ne[0]) * sizeof(float));
 }
 
+/* Causal attention node n's slot of kept probabilities (struct cpu_plan),
+ * for the forward node and its backward ones alike; NULL when it has none or
+ * this step's rows do not fit one. */
+static float *train_probs(const struct cpu_run *r, const struct gs_node *n)
+{
+    const uint32_t *qkv;
+    if (n->op == GS_OP_ATTN_CAUSAL)
+        qkv = n->src;
+    else if (n->op >= GS_OP_ATTN_CAUSAL_BACK_Q && n->op <= GS_OP_ATTN_CAUSAL_BACK_V)
+        qkv = n->src + 1;
+    else
+        return NULL;
+    if (!r->probs_rows || (uint64_t)n->p.attn.n_head * r->probs_rows > r->cp->probs_slot)
+        return NULL;
+    for (uint32_t k = 0; k < r->cp->n_probs; k++)
+        if (!memcmp(r->cp->probs_src[k], qkv, sizeof(r->cp->probs_src[k])))
+            return r->ctx->probs + k * r->cp->probs_slot;
+    return NULL;
+}
+
 /* The training ops (train_ops.c): a chunk runs its share of the node's units. */
 static void k_train(struct cpu_run *r, int chunk, int n_chunks, int thread)
 {
@@ -882,8 +902,10 @@ static void k_train(struct cpu_run *r, int chunk, int n_chunks, int thread)
     }
     int64_t u0, u1;
     gs_cpu_split(gs_train_units(&a), 1, chunk, n_chunks, &u0, &u1);
+    struct gs_cpu_train_probs pr = {.row = r->ctx->probs_row, .rows = r->probs_rows};
+    pr.p = train_probs(r, n);
     if (gs_cpu_train_own(n->op))
-        gs_cpu_train_run(&a, r->ctx->seq_first, u0, u1);
+        gs_cpu_train_run(&a, r->ctx->seq_first, pr.p ? &pr : NULL, u0, u1);
     else
         gs_train_run(&a, u0, u1);
 }

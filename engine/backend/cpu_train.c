@@ -11,12 +11,28 @@
  * Units are train_ops.c's (gs_train_units: rows, rows of dW, a sequence and
  * kv head for dk and dv), and every output element is summed in one fixed
  * order inside its unit, so the bits do not depend on the thread count.
+ *
+ * Attention's backward ops need the forward's softmax rows again (dq and dk
+ * through dS, dv through P): where the plan keeps them (struct
+ * gs_cpu_train_probs), the forward op leaves every row there and the three
+ * backward ops copy them back instead of computing each again: the same
+ * values, three fewer passes of q.k dots and exponentials a step.
  */
 #include "engine/backend/internal.h"
 #include "engine/cpu/cpu.h"
 
 #include <math.h>
 #include <string.h>
+
+uint64_t gs_cpu_train_probs_rows(const struct gs_step_io *io, const uint32_t *first, uint32_t *row)
+{
+    uint64_t sum = 0;
+    for (uint32_t t = 0; t < io->n_tokens; t++) {
+        row[t] = (uint32_t)GS_MIN(sum, UINT32_MAX);
+        sum += t - first[t] + 1;
+    }
+    return sum;
+}
 
 void gs_cpu_train_seq_first(const struct gs_step_io *io, uint32_t *first)
 {
@@ -45,6 +61,7 @@ struct attn {
     const float *q, *k, *v, *dy;
     int64_t q_dim, kv_dim;
     float *pr, *dp; /* [n_tokens] each, indexed by key row */
+    const struct gs_cpu_train_probs *kept; /* NULL: every op computes its softmax rows */
 };
 
 /* Query i, head h: pr[j] = p_ij for j in [first_i, i] (0 where i does not see
@@ -63,6 +80,22 @@ static uint32_t softmax_row(const struct attn *at, uint32_t i, int h)
     const float mx = gs_cpu_scale_max(s, at->p->scale, n);
     const float sum = gs_cpu_exp_sum(s, mx, n);
     gs_cpu_scale_max(s, 1.0f / sum, n);
+    return lo;
+}
+
+/* Query i, head h's kept softmax row: keys first_i .. i. */
+static float *kept_row(const struct attn *at, uint32_t i, int h)
+{
+    return at->kept->p + (uint64_t)h * at->kept->rows + at->kept->row[i];
+}
+
+/* softmax_row for the backward ops: the forward op's row where it kept them. */
+static uint32_t probs_row(const struct attn *at, uint32_t i, int h)
+{
+    if (!at->kept)
+        return softmax_row(at, i, h);
+    const uint32_t lo = at->first[i];
+    memcpy(at->pr + lo, kept_row(at, i, h), (size_t)(i - lo + 1) * sizeof(float));
     return lo;
 }
 
@@ -88,6 +121,8 @@ static void attn_fwd(const struct attn *at, uint32_t i, float *out)
     for (int h = 0; h < at->p->n_head; h++) {
         float *o = out + i * at->q_dim + (int64_t)h * hd;
         const uint32_t lo = softmax_row(at, i, h);
+        if (at->kept)
+            memcpy(kept_row(at, i, h), at->pr + lo, (size_t)(i - lo + 1) * sizeof(float));
         memset(o, 0, (size_t)hd * sizeof(float));
         gs_cpu_axpys_f32(o, at->pr + lo, at->v + lo * at->kv_dim + (h / group) * hd,
                          (size_t)at->kv_dim, (int)(i - lo + 1), hd);
@@ -99,7 +134,7 @@ static void attn_back_q(const struct attn *at, uint32_t i, float *out)
     const int hd = at->p->head_dim, group = at->p->n_head / at->p->n_head_kv;
     for (int h = 0; h < at->p->n_head; h++) {
         float *o = out + i * at->q_dim + (int64_t)h * hd;
-        const uint32_t lo = softmax_row(at, i, h), n = i - lo + 1;
+        const uint32_t lo = probs_row(at, i, h), n = i - lo + 1;
         ds_row(at, i, h, lo);
         for (uint32_t j = lo; j <= i; j++)
             at->dp[j] *= at->p->scale;
@@ -126,7 +161,7 @@ static void attn_back_kv_matrix(const struct attn *at, uint32_t lo, uint32_t L, 
     for (int h = g * group; h < (g + 1) * group; h++) {
         for (uint32_t i = lo; i < lo + L; i++) {
             float *row = mat + (size_t)(i - lo) * L;
-            softmax_row(at, i, h);
+            probs_row(at, i, h);
             const float *src = at->pr + lo;
             if (want_k) {
                 ds_row(at, i, h, lo);
@@ -176,7 +211,7 @@ static void attn_back_kv(const struct attn *at, uint32_t s, int g, bool want_k, 
         if (io->seq[i] != s)
             continue;
         for (int h = g * group; h < (g + 1) * group; h++) {
-            const uint32_t lo = softmax_row(at, i, h);
+            const uint32_t lo = probs_row(at, i, h);
             const float *w = at->pr, *x = at->dy + i * at->q_dim + (int64_t)h * hd;
             if (want_k) {
                 ds_row(at, i, h, lo);
@@ -244,8 +279,8 @@ bool gs_cpu_train_own(enum gs_op op)
     }
 }
 
-void gs_cpu_train_run(const struct gs_train_args *a, const uint32_t *seq_first, int64_t u0,
-                      int64_t u1)
+void gs_cpu_train_run(const struct gs_train_args *a, const uint32_t *seq_first,
+                      const struct gs_cpu_train_probs *probs, int64_t u0, int64_t u1)
 {
     const struct gs_node *n = a->n;
     const struct gs_step_io *io = a->io;
@@ -292,8 +327,12 @@ void gs_cpu_train_run(const struct gs_train_args *a, const uint32_t *seq_first, 
     default:
         break;
     }
-    struct attn at = {.p = &n->p.attn, .io = io, .first = seq_first, .pr = a->work,
-                      .dp = a->work + io->n_tokens};
+    struct attn at = {.p = &n->p.attn,
+                      .io = io,
+                      .first = seq_first,
+                      .pr = a->work,
+                      .dp = a->work + io->n_tokens,
+                      .kept = probs};
     if (n->op == GS_OP_ATTN_CAUSAL) {
         at.q = a->src[0], at.k = a->src[1], at.v = a->src[2];
     } else {

@@ -81,6 +81,12 @@ struct cpu_ctx {
     size_t attn_blocks_bytes;
     uint32_t *seq_first;       /* [tokens] first row of each row's sequence (training attention) */
     size_t seq_first_bytes;
+    /* Causal attention's probabilities, kept by the forward op for the backward
+     * ones (struct cpu_plan's probs_*): [slot][head][key rows of each query]. */
+    float *probs;
+    size_t probs_bytes;
+    uint32_t *probs_row; /* [tokens] where query row t's keys start in a head's part */
+    size_t probs_row_bytes;
     float *rope_cs;            /* [tokens][n_rot / 2][2] cos, sin of the step's rotations */
     size_t rope_cs_bytes;
     uint64_t rope_step;        /* rope_cs holds step rope_step's angles of rope_node's */
@@ -101,6 +107,14 @@ struct cpu_plan {
      * ones do (gs_cpu_train_matmul), through GS_CPU_TRAIN_PANEL x K floats per
      * thread. */
     bool train;
+    /* The ATTN_CAUSAL nodes whose q, k, v backward nodes also read: each has a
+     * slot of probs_slot floats in cpu_ctx.probs, where its forward run leaves
+     * every query's softmax row so that the backward runs read them instead of
+     * computing them again (the same bits). A step whose rows need more than a
+     * slot computes them again. */
+    uint32_t n_probs;
+    uint32_t (*probs_src)[3]; /* [n_probs] the forward node's q, k, v */
+    uint64_t probs_slot;
 };
 
 /* One step in flight. The fields below io are per op. */
@@ -114,6 +128,7 @@ struct cpu_run {
     enum gs_type xq_type;
     uint64_t step;             /* this step's number (cpu_ctx.n_steps) */
     uint32_t n_attn_blocks;    /* blocks of the step's tokens for attention (attn_blocks) */
+    uint64_t probs_rows;       /* key rows over every query of the step (0: probs unused) */
     const struct gs_node *n;   /* the op being run */
     float *out;
 };
@@ -168,6 +183,17 @@ bool gs_cpu_train_own(enum gs_op op);
 /* first[t] = the first row of row t's sequence in the step (once a step, for
  * attention: a query's keys are rows first[t] .. t). */
 void gs_cpu_train_seq_first(const struct gs_step_io *io, uint32_t *first);
+/* row[t] = the sum of t' - first[t'] + 1 over t' < t: where query t's
+ * probabilities start in a head's part of a probs slot; returns the sum over
+ * every row (a head's part). */
+uint64_t gs_cpu_train_probs_rows(const struct gs_step_io *io, const uint32_t *first, uint32_t *row);
+/* Where gs_cpu_train_run keeps (ATTN_CAUSAL) or finds (its backward ops) a
+ * node's softmax rows: NULL to compute them where needed. */
+struct gs_cpu_train_probs {
+    float *p;            /* [n_head][rows] */
+    const uint32_t *row; /* gs_cpu_train_probs_rows's */
+    uint64_t rows;
+};
 /* Output rows per panel of gs_cpu_train_matmul. */
 #define GS_CPU_TRAIN_PANEL 16
 /* A training plan's F32 matmul, output rows [r0, r1) of out [T][N] =
@@ -175,7 +201,7 @@ void gs_cpu_train_seq_first(const struct gs_step_io *io, uint32_t *first);
 void gs_cpu_train_matmul(const float *x, const float *w, int64_t K, int64_t N, int64_t T,
                          int64_t r0, int64_t r1, float *out, float *wt);
 /* Units [u0, u1) of a (gs_train_units) for an op gs_cpu_train_own has. */
-void gs_cpu_train_run(const struct gs_train_args *a, const uint32_t *seq_first, int64_t u0,
-                      int64_t u1);
+void gs_cpu_train_run(const struct gs_train_args *a, const uint32_t *seq_first,
+                      const struct gs_cpu_train_probs *probs, int64_t u0, int64_t u1);
 
 #endif

@@ -369,11 +369,47 @@ static void row_kernel(const struct gs_train_args *a, uint32_t t)
     }
 }
 
+/*
+ * The column ops (a unit is a column summed over every row) on columns
+ * [u0, u1) with the rows in the outer loop: each row's span is read once and
+ * in order, where a column at a time strides the whole input once per column.
+ * Every column still adds its rows in order 0, 1, ... from 0, so the bits are
+ * those of the column-at-a-time form.
+ */
+static void column_sums(const struct gs_train_args *a, int64_t u0, int64_t u1)
+{
+    const struct gs_node *n = a->n;
+    const int64_t ne0 = n->ne[0], w = u1 - u0;
+    float *o = a->out + u0;
+    if (n->op == GS_OP_SUM_ROWS_MUL) {
+        const float *x = a->src[0] + u0, *y = a->src[1] + u0;
+        memset(o, 0, (size_t)w * sizeof(float));
+        for (int64_t r = 0; r < a->src_rows[0]; r++)
+            for (int64_t j = 0; j < w; j++)
+                o[j] += x[r * ne0 + j] * y[r * ne0 + j];
+        return;
+    }
+    /* EMBED_BACK: the table's gradient, each token's row added into its id's */
+    for (int64_t r = 0; r < n->ne[1]; r++)
+        memset(o + r * ne0, 0, (size_t)w * sizeof(float));
+    for (uint32_t t = 0; t < a->io->n_tokens; t++) {
+        float *dst = o + (int64_t)a->io->tokens[t] * ne0;
+        const float *g = a->src[0] + t * ne0 + u0;
+        for (int64_t j = 0; j < w; j++)
+            dst[j] += g[j];
+    }
+}
+
 void gs_train_run(const struct gs_train_args *a, int64_t u0, int64_t u1)
 {
     const struct gs_node *n = a->n;
     const struct gs_step_io *io = a->io;
     const int64_t ne0 = n->ne[0];
+    if (n->op == GS_OP_EMBED_BACK || n->op == GS_OP_SUM_ROWS_MUL) {
+        if (u0 < u1)
+            column_sums(a, u0, u1);
+        return;
+    }
     struct attn at = {.p = &n->p.attn, .io = io, .pr = a->work, .dp = a->work + io->n_tokens};
     if (n->op == GS_OP_ATTN_CAUSAL) {
         at.q = a->src[0], at.k = a->src[1], at.v = a->src[2];
@@ -405,19 +441,10 @@ void gs_train_run(const struct gs_train_args *a, int64_t u0, int64_t u1)
             a->out[0] = (float)(sum / io->n_tokens);
             break;
         }
-        case GS_OP_EMBED_BACK: /* column u of the table's gradient */
-            for (int64_t r = 0; r < n->ne[1]; r++)
-                a->out[r * ne0 + u] = 0;
-            for (uint32_t t = 0; t < io->n_tokens; t++)
-                a->out[(int64_t)io->tokens[t] * ne0 + u] += a->src[0][t * ne0 + u];
+        case GS_OP_EMBED_BACK: /* column_sums */
+        case GS_OP_SUM_ROWS_MUL:
+            (void)GS_NEVER(true);
             break;
-        case GS_OP_SUM_ROWS_MUL: {
-            float s = 0;
-            for (int64_t r = 0; r < a->src_rows[0]; r++)
-                s += a->src[0][r * ne0 + u] * a->src[1][r * ne0 + u];
-            a->out[u] = s;
-            break;
-        }
         case GS_OP_MATMUL_BACK_W: { /* row u of dW [K x N]: sum_r dy[r][u] x[r] */
             const int64_t nn = n->ne[1];
             float *o = a->out + u * ne0;

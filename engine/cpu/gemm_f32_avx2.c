@@ -11,6 +11,17 @@
  * over p in order from zero, in the tile body, the narrower column tails and
  * the scalar tail alike (fmaf is one vfmadd here), so how c is cut into tiles
  * (and among threads) never changes a bit.
+ *
+ * Blocking, where b is over GEMM_B_CACHED bytes: the reduction goes in passes
+ * of GEMM_KC steps, and in a pass, c's rows in blocks of GEMM_MC, each block's
+ * tiles column strip by column strip: a strip of b (GEMM_KC x 16 floats) stays
+ * in L1 over a block's tiles and the block's part of a (GEMM_MC x GEMM_KC) in
+ * L2 over its strips, where walking all of b for every six rows streamed it
+ * from memory (dW's b is every token's row, dx's the whole weight). A pass
+ * after the first starts each chain from the value the previous pass stored
+ * in c, which is the chain's value there, so the bits are those of one pass.
+ * A smaller b (a forward panel) goes row tile by row tile in one pass, each
+ * tile's rows of a in L1 over all of b's columns.
  */
 #include "engine/cpu/cpu.h"
 
@@ -18,11 +29,16 @@
 #include <math.h>
 
 #define GEMM_MR 6
+#define GEMM_MC       96
+#define GEMM_KC       128
+#define GEMM_B_CACHED (256u << 10)
 
-/* mr rows by nv vectors of 8 columns; mr and nv are constants where inlined. */
+/* mr rows by nv vectors of 8 columns; mr and nv are constants where inlined.
+ * The chains start from zero, or with more from c's values. */
 static inline __attribute__((always_inline)) void tile(int mr, int nv, float *c, size_t ldc,
                                                        const float *a, size_t a_i, size_t a_p,
-                                                       const float *b, size_t ldb, int64_t k)
+                                                       const float *b, size_t ldb, int64_t k,
+                                                       bool more)
 {
     /* Unrolled so that the accumulators live in registers. */
     __m256 acc[GEMM_MR][2];
@@ -30,7 +46,7 @@ static inline __attribute__((always_inline)) void tile(int mr, int nv, float *c,
     for (int i = 0; i < mr; i++)
 #pragma GCC unroll 2
         for (int v = 0; v < nv; v++)
-            acc[i][v] = _mm256_setzero_ps();
+            acc[i][v] = more ? _mm256_loadu_ps(c + (size_t)i * ldc + 8 * v) : _mm256_setzero_ps();
     for (int64_t p = 0; p < k; p++) {
         const float *bp = b + (size_t)p * ldb, *ap = a + (size_t)p * a_p;
         const __m256 b0 = _mm256_loadu_ps(bp);
@@ -52,45 +68,77 @@ static inline __attribute__((always_inline)) void tile(int mr, int nv, float *c,
 
 #define TILE_ROWS(nv)                                                                              \
     switch (mr) {                                                                                  \
-    case 6: tile(6, nv, c, ldc, a, a_i, a_p, b, ldb, k); break;                                    \
-    case 5: tile(5, nv, c, ldc, a, a_i, a_p, b, ldb, k); break;                                    \
-    case 4: tile(4, nv, c, ldc, a, a_i, a_p, b, ldb, k); break;                                    \
-    case 3: tile(3, nv, c, ldc, a, a_i, a_p, b, ldb, k); break;                                    \
-    case 2: tile(2, nv, c, ldc, a, a_i, a_p, b, ldb, k); break;                                    \
-    default: tile(1, nv, c, ldc, a, a_i, a_p, b, ldb, k); break;                                   \
+    case 6:                                                                                        \
+        tile(6, nv, c, ldc, a, a_i, a_p, b, ldb, k, more);                                         \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        tile(5, nv, c, ldc, a, a_i, a_p, b, ldb, k, more);                                         \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        tile(4, nv, c, ldc, a, a_i, a_p, b, ldb, k, more);                                         \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        tile(3, nv, c, ldc, a, a_i, a_p, b, ldb, k, more);                                         \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        tile(2, nv, c, ldc, a, a_i, a_p, b, ldb, k, more);                                         \
+        break;                                                                                     \
+    default:                                                                                       \
+        tile(1, nv, c, ldc, a, a_i, a_p, b, ldb, k, more);                                         \
+        break;                                                                                     \
     }
 
 static void tile_16(int mr, float *c, size_t ldc, const float *a, size_t a_i, size_t a_p,
-                    const float *b, size_t ldb, int64_t k)
+                    const float *b, size_t ldb, int64_t k, bool more)
 {
     TILE_ROWS(2)
 }
 
 static void tile_8(int mr, float *c, size_t ldc, const float *a, size_t a_i, size_t a_p,
-                   const float *b, size_t ldb, int64_t k)
+                   const float *b, size_t ldb, int64_t k, bool more)
 {
     TILE_ROWS(1)
 }
 #undef TILE_ROWS
 
+/* Rows [0, m) of c, reduction steps [0, k) of a pass (a and b at its first step),
+ * a strip of b's columns at a time. */
+static void gemm_block(float *c, size_t ldc, const float *a, size_t a_i, size_t a_p, const float *b,
+                       size_t ldb, int64_t m, int64_t n, int64_t k, bool more)
+{
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int64_t i0 = 0; i0 < m; i0 += GEMM_MR)
+            tile_16((int)GS_MIN(GEMM_MR, m - i0), c + (size_t)i0 * ldc + j, ldc,
+                    a + (size_t)i0 * a_i, a_i, a_p, b + j, ldb, k, more);
+    for (; j + 8 <= n; j += 8)
+        for (int64_t i0 = 0; i0 < m; i0 += GEMM_MR)
+            tile_8((int)GS_MIN(GEMM_MR, m - i0), c + (size_t)i0 * ldc + j, ldc,
+                   a + (size_t)i0 * a_i, a_i, a_p, b + j, ldb, k, more);
+    for (; j < n; j++)
+        for (int64_t i = 0; i < m; i++) {
+            float s = more ? c[(size_t)i * ldc + j] : 0.0f;
+            for (int64_t p = 0; p < k; p++)
+                s = fmaf(a[(size_t)i * a_i + (size_t)p * a_p], b[(size_t)p * ldb + j], s);
+            c[(size_t)i * ldc + j] = s;
+        }
+}
+
 void gs_cpu__gemm_f32_avx2(float *c, size_t ldc, const float *a, size_t a_i, size_t a_p,
                            const float *b, size_t ldb, int64_t m, int64_t n, int64_t k)
 {
-    for (int64_t i0 = 0; i0 < m; i0 += GEMM_MR) {
-        const int mr = (int)GS_MIN(GEMM_MR, m - i0);
-        const float *ai = a + (size_t)i0 * a_i;
-        float *ci = c + (size_t)i0 * ldc;
-        int64_t j = 0;
-        for (; j + 16 <= n; j += 16)
-            tile_16(mr, ci + j, ldc, ai, a_i, a_p, b + j, ldb, k);
-        for (; j + 8 <= n; j += 8)
-            tile_8(mr, ci + j, ldc, ai, a_i, a_p, b + j, ldb, k);
-        for (; j < n; j++)
-            for (int i = 0; i < mr; i++) {
-                float s = 0;
-                for (int64_t p = 0; p < k; p++)
-                    s = fmaf(ai[(size_t)i * a_i + (size_t)p * a_p], b[(size_t)p * ldb + j], s);
-                ci[(size_t)i * ldc + j] = s;
-            }
+    if ((uint64_t)GS_MAX(k, 0) * (uint64_t)n * sizeof(float) <= GEMM_B_CACHED) {
+        for (int64_t i0 = 0; i0 < m; i0 += GEMM_MR)
+            gemm_block(c + (size_t)i0 * ldc, ldc, a + (size_t)i0 * a_i, a_i, a_p, b, ldb,
+                       GS_MIN(GEMM_MR, m - i0), n, k, false);
+        return;
+    }
+    /* one pass when k is 0: c is zeroed */
+    for (int64_t p0 = 0; p0 == 0 || p0 < k; p0 += GEMM_KC) {
+        const int64_t kc = GS_MIN(GEMM_KC, k - p0);
+        for (int64_t i0 = 0; i0 < m; i0 += GEMM_MC)
+            gemm_block(c + (size_t)i0 * ldc, ldc, a + (size_t)i0 * a_i + (size_t)p0 * a_p, a_i, a_p,
+                       b + (size_t)p0 * ldb, ldb, GS_MIN(GEMM_MC, m - i0), n, GS_MAX(kc, 0),
+                       p0 > 0);
     }
 }

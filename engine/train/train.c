@@ -436,12 +436,16 @@ static void adamw_piece(void *arg, int k)
     float *data = p->data + pc->off, *grad = p->grad + pc->off, *m = p->m + pc->off,
           *v = p->v + pc->off;
     const float *src = direct ? p->step_grad + pc->off : grad;
-    for (int64_t j = 0; j < pc->n; j++) {
+    /* in locals: the stores below could alias the options' floats, which
+     * would keep the loop scalar */
+    const float beta1 = o->beta1, beta2 = o->beta2, eps = o->eps;
+    const int64_t count = pc->n;
+    for (int64_t j = 0; j < count; j++) {
         const float g = src[j] * scale;
-        m[j] = o->beta1 * m[j] + (1.0f - o->beta1) * g;
-        v[j] = o->beta2 * v[j] + (1.0f - o->beta2) * g * g;
+        m[j] = beta1 * m[j] + (1.0f - beta1) * g;
+        v[j] = beta2 * v[j] + (1.0f - beta2) * g * g;
         const float mh = m[j] / bc1, vh = v[j] / bc2;
-        data[j] -= lr * (mh / (sqrtf(vh) + o->eps) + decay * data[j]);
+        data[j] -= lr * (mh / (sqrtf(vh) + eps) + decay * data[j]);
     }
     if (!direct)
         memset(grad, 0, (size_t)pc->n * sizeof(float));

@@ -264,13 +264,16 @@ Test(cpu_kernels, f32_gemm_equals_dot_bit_for_bit)
 }
 
 /* gs_cpu_gemm_f32 (training's backward matmuls) against float64 on shapes
- * that leave every tail of the tiles, with a read straight and transposed;
+ * that leave every tail of the tiles and, with a b over 256 KiB, of the AVX2
+ * form's row blocks (96) and reduction passes (128), with a read straight and
+ * transposed;
  * and any cut of c into row and column pieces (as threads share it out)
  * gives the same bits as the whole. */
 Test(cpu_kernels, gemm_f32_matches_float64_and_any_tiling_gives_the_same_bits)
 {
-    static const int64_t ms[] = {1, 5, 6, 13}, ns[] = {1, 7, 8, 17, 40, 64}, ks[] = {1, 3, 100};
-    enum { MAX = 100, LDC = 70 };
+    static const int64_t ms[] = {1, 5, 6, 13, 100}, ns[] = {1, 7, 8, 17, 40, 64, 240},
+                         ks[] = {1, 3, 100, 300};
+    enum { MAX = 300, LDC = 250 };
     float *a = malloc(sizeof(float) * MAX * MAX), *b = malloc(sizeof(float) * MAX * MAX);
     float *c = malloc(sizeof(float) * MAX * LDC), *cut = malloc(sizeof(float) * MAX * LDC);
     for (int i = 0; i < MAX * MAX; i++) {

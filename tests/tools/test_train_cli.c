@@ -7,6 +7,7 @@
  * quantized output (--type) whose logits stay near the F32 model's.
  */
 #define _GNU_SOURCE /* asprintf */
+#include "engine/gguf.h"
 #include "engine/validate.h"
 #include "tests/common/testutil.h"
 #include "tests/engine/test_llama_util.h"
@@ -228,6 +229,93 @@ Test(train_cli, resume_is_bit_exact)
     cr_expect(strstr(head, "<svg"), "%s", head);
 }
 
+/* from's tokenizer with one boolean key set to value: a vocabulary of the same
+ * size whose tokens encode a text otherwise. */
+static const char *vocab_variant(const char *from, const char *name, const char *key, bool value)
+{
+    struct gs_gguf *g = NULL;
+    struct gs_gguf_writer *w = NULL;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_gguf_open(from, &g, &err), GS_OK, "%s", err.msg);
+    cr_assert_eq(gs_gguf_writer_new(NULL, &w, &err), GS_OK, "%s", err.msg);
+    for (uint64_t i = 0; i < gs_gguf_n_kv(g); i++) {
+        const struct gs_gguf_kv *kv = gs_gguf_kv_at(g, i);
+        if (kv->key.len != strlen(key) || memcmp(kv->key.data, key, kv->key.len))
+            cr_assert_eq(gs_gguf_w_copy_kv(w, kv), GS_OK);
+    }
+    cr_assert_eq(gs_gguf_w_bool(w, key, value), GS_OK);
+    const char *path = tmp_path(name);
+    cr_assert_eq(gs_gguf_writer_to_file(w, path, &err), GS_OK, "%s", err.msg);
+    gs_gguf_writer_free(w);
+    gs_gguf_close(g);
+    return path;
+}
+
+/* A checkpoint knows its vocabulary and how the corpus was encoded: resuming
+ * it with a vocabulary of the same size but other tokens, or the same tokens
+ * encoded another way, is refused by name; resuming with the same --vocab
+ * writes the uninterrupted run's model. */
+Test(train_cli, resume_checks_the_vocabulary, .timeout = 600)
+{
+    const char *in = corpus();
+    char args[16384], *out = NULL, ck[4200], byte_model[4200], spm[4200];
+    snprintf(ck, sizeof(ck), "%s", tmp_path("byte.ck"));
+    snprintf(byte_model, sizeof(byte_model), "%s", tmp_path("byte.gguf"));
+    snprintf(spm, sizeof(spm), "%s", gs_test_shared_path("models/stories260K.gguf"));
+    snprintf(args, sizeof(args),
+             "train -i %s -o %s --steps 6 --checkpoint %s --stop-after 3 " SMALL, in, byte_model,
+             ck);
+    cr_assert_eq(graphserve(args, &out), 0, "%s", out);
+    free(out);
+
+    /* the byte-level model's own tokenizer as --vocab: the same tokens, 260 of
+     * them, but the corpus encoded by the tokenizer rather than byte by byte */
+    snprintf(args, sizeof(args), "train -i %s -o %s --steps 6 --resume %s --vocab %s " SMALL, in,
+             tmp_path("x.gguf"), ck, byte_model);
+    cr_expect_eq(graphserve(args, &out), 1, "%s", out);
+    cr_expect(out && strstr(out, "the checkpoint's corpus encoding is not this run's"), "%s", out);
+    free(out);
+    /* 260 tokens again, with a space prefix: another vocabulary of the same size */
+    const char *spaced =
+        vocab_variant(byte_model, "spaced.gguf", "tokenizer.ggml.add_space_prefix", true);
+    snprintf(args, sizeof(args), "train -i %s -o %s --steps 6 --resume %s --vocab %s " SMALL, in,
+             tmp_path("x.gguf"), ck, spaced);
+    cr_expect_eq(graphserve(args, &out), 1, "%s", out);
+    cr_expect(out && strstr(out, "the checkpoint's vocabulary is not this run's: byte-level, 260 "
+                                 "tokens"),
+              "%s", out);
+    free(out);
+
+    /* --vocab: stopped and resumed equals straight through; a checkpoint of
+     * stories260K's tokenizer is refused with another one of its 512 tokens */
+    snprintf(args, sizeof(args), "train -i %s -o %s --vocab %s --steps 6 --n-ctx 64 " SMALL, in,
+             tmp_path("v-straight.gguf"), spm);
+    cr_assert_eq(graphserve(args, &out), 0, "%s", out);
+    free(out);
+    snprintf(
+        args, sizeof(args),
+        "train -i %s -o %s --vocab %s --steps 6 --n-ctx 64 --checkpoint %s --stop-after 3 " SMALL,
+        in, tmp_path("v-half.gguf"), spm, tmp_path("v.ck"));
+    cr_assert_eq(graphserve(args, &out), 0, "%s", out);
+    free(out);
+    const char *nobos = vocab_variant(spm, "nobos.gguf", "tokenizer.ggml.add_bos_token", false);
+    snprintf(args, sizeof(args),
+             "train -i %s -o %s --vocab %s --steps 6 --n-ctx 64 --resume %s " SMALL, in,
+             tmp_path("x.gguf"), nobos, tmp_path("v.ck"));
+    cr_expect_eq(graphserve(args, &out), 1, "%s", out);
+    cr_expect(out && strstr(out, "the checkpoint's vocabulary is not this run's: --vocab's llama "
+                                 "tokenizer, 512 tokens"),
+              "%s", out);
+    free(out);
+    snprintf(args, sizeof(args),
+             "train -i %s -o %s --vocab %s --steps 6 --n-ctx 64 --resume %s " SMALL, in,
+             tmp_path("v-resumed.gguf"), spm, tmp_path("v.ck"));
+    cr_assert_eq(graphserve(args, &out), 0, "%s", out);
+    free(out);
+    cr_expect(same_file(tmp_path("v-straight.gguf"), tmp_path("v-resumed.gguf")),
+              "the resumed --vocab run's model differs from the uninterrupted run's");
+}
+
 /* The training graph prints like any other: the backward nodes and each gradient's root. */
 Test(train_cli, print_graph)
 {
@@ -250,13 +338,52 @@ Test(train_cli, print_graph)
 static const char tok_text[] =
     "In the  beginning God created\nthe heaven: 1234 caf\xc3\xa9 <s> don't";
 
-static char *tokenize_json(const char *model)
+static char *tokenize_json(const char *model, const char *flags)
 {
     char args[8192], *out = NULL;
     const char *text = write_file("tok.txt", tok_text, sizeof(tok_text) - 1);
-    snprintf(args, sizeof(args), "tokenize -m %s --json --stdin < %s", model, text);
+    snprintf(args, sizeof(args), "tokenize -m %s %s --json --stdin < %s", model, flags, text);
     cr_assert_eq(graphserve(args, &out), 0, "%s", out);
     return out;
+}
+
+/* The "ids" of `tokenize --json` output. */
+static json_t *json_ids(const char *out)
+{
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j && json_is_array(json_object_get(j, "ids")), "%s", out);
+    json_t *ids = json_incref(json_object_get(j, "ids"));
+    json_decref(j);
+    return ids;
+}
+
+/*
+ * The model's first position holds in training what a served prompt puts
+ * there: train reports the tokens each window starts with, and they are what
+ * the written file's tokenizer adds before a text (the ids with special
+ * tokens are those ids, then the ids without).
+ */
+static void check_served_prefix(const char *model, const char *train_out)
+{
+    const char *said = strstr(train_out, "every window starts with [");
+    json_t *prefix =
+        said ? json_loads(said + strlen("every window starts with "), JSON_DISABLE_EOF_CHECK, NULL)
+             : NULL;
+    cr_assert(json_is_array(prefix), "train does not say what a window starts with: %s", train_out);
+    char *a = tokenize_json(model, ""), *b = tokenize_json(model, "--no-bos");
+    json_t *with = json_ids(a), *plain = json_ids(b);
+    const size_t n = json_array_size(prefix);
+    cr_expect(n >= 1, "the tokenizer adds BOS, yet windows start with nothing");
+    cr_assert_eq(json_array_size(with), n + json_array_size(plain), "%s against %s", a, b);
+    for (size_t i = 0; i < json_array_size(with); i++) {
+        json_t *want = i < n ? json_array_get(prefix, i) : json_array_get(plain, i - n);
+        cr_expect(json_equal(json_array_get(with, i), want), "id %zu: %s against %s", i, a, b);
+    }
+    json_decref(prefix);
+    json_decref(with);
+    json_decref(plain);
+    free(a);
+    free(b);
 }
 
 /* Trains a few steps with the tokenizer of shared_rel; the model starts at ln(vocab
@@ -277,9 +404,10 @@ static void check_vocab(const char *shared_rel, int n_vocab, const char *name)
     cr_assert(first && sscanf(first, "first loss %lf", &loss0) == 1, "%s", out);
     cr_expect(fabs(loss0 - log(n_vocab)) <= 0.05, "%s: first loss %.4f, ln %d = %.4f", vocab, loss0,
               n_vocab, log(n_vocab));
+    check_served_prefix(model, out);
     free(out);
 
-    char *want = tokenize_json(vocab), *got = tokenize_json(model);
+    char *want = tokenize_json(vocab, ""), *got = tokenize_json(model, "");
     cr_expect_str_eq(got, want, "%s: the trained model tokenizes differently", vocab);
     free(want);
     free(got);
@@ -299,6 +427,15 @@ static void check_vocab(const char *shared_rel, int n_vocab, const char *name)
     json_t *usage = r.json ? json_object_get(r.json, "usage") : NULL;
     cr_expect_eq(json_integer_value(json_object_get(usage, "completion_tokens")), 6, "%s: %s",
                  vocab, r.body);
+    /* the served prompt is tokenized as `tokenize` does, BOS included */
+    char tok_args[8192], *tok_out = NULL;
+    snprintf(tok_args, sizeof(tok_args), "tokenize -m %s --json 'the king said'", model);
+    cr_assert_eq(graphserve(tok_args, &tok_out), 0, "%s", tok_out);
+    json_t *served = json_ids(tok_out);
+    cr_expect_eq(json_integer_value(json_object_get(usage, "prompt_tokens")),
+                 (json_int_t)json_array_size(served), "%s: %s against %s", vocab, r.body, tok_out);
+    json_decref(served);
+    free(tok_out);
     e2e_resp_free(&r);
     cr_expect_eq(e2e_stop(&d), 0);
 }
