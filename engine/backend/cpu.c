@@ -5,15 +5,15 @@
  * persistent worker pool.
  *
  * Every op is one task on the pool, cut in chunks (output rows of a matmul,
- * rows of an elementwise op, (block of tokens, head) pairs of attention) that the
+ * rows of an elementwise op, (tile of tokens, kv head) pairs of attention) that the
  * threads claim; the pool's return is the op's one barrier. Kernels see
- * (chunk, chunks) where a static split would see (thread, threads). A matmul whose input has not yet
- * been quantized to the format it needs runs a quantize task first; the
- * quantized rows are kept, so the q/k/v (and gate/up) matmuls that read one
- * input quantize it once.
+ * (chunk, chunks) where a static split would see (thread, threads). A matmul whose input has not
+ * yet been quantized to the format it needs runs a quantize task first; the quantized rows are
+ * kept, so the q/k/v (and gate/up) matmuls that read one input quantize it once.
  *
  * Attention reads the sequence's KV pages directly: K once for the scores, V
- * once for the output. With an F16 cache, q and the softmax weights are rounded to F16
+ * once for the output, each row for all the query heads of its kv head and a
+ * tile of the sequence's tokens. With an F16 cache, q and the softmax weights are rounded to F16
  * as in ref (which is what llama.cpp's mixed F16 products do).
  *
  * This file opens the backend, compiles plans (sizing the work memory) and
@@ -69,7 +69,7 @@ static void cpu_close(struct gs_be *be)
     gs_free(c->thread_buf);
     gs_free(c->scores);
     gs_free(c->rope_cs);
-    gs_free(c->attn_blocks);
+    gs_free(c->attn_tiles);
     gs_free(c->seq_first);
     gs_free(c->probs);
     gs_free(c->probs_row);
@@ -147,8 +147,8 @@ static enum gs_status check_nodes(const struct gs_graph *g, uint64_t *xq_stride,
                 return gs_err_set(err, GS_UNSUPPORTED, "cpu: node %u '%s': %s frequencies", i,
                                   n->name, gs_type_name(b->type));
         }
-        if (n->op == GS_OP_ATTN) /* ATTN_BLOCK queries and accumulators */
-            *thread_floats = GS_MAX(*thread_floats, 2 * ATTN_BLOCK * (int64_t)n->p.attn.head_dim);
+        if (n->op == GS_OP_ATTN) /* ATTN_ROWS queries and accumulators */
+            *thread_floats = GS_MAX(*thread_floats, 2 * ATTN_ROWS * (int64_t)n->p.attn.head_dim);
         if (n->op == GS_OP_ROPE) /* per token: a cos and a sin per pair */
             *rope_floats = GS_MAX(*rope_floats, (int64_t)(n->p.rope.n_rot / 2) * 2);
     }
@@ -272,8 +272,15 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
     if (cp->train && !find_probs(g, s, cp))
         goto out_nomem;
     cp->logits_matmul = logits_matmul(g);
-    for (uint32_t i = 0; i < g->n_nodes; i++)
-        cp->paged_attn |= g->nodes[i].op == GS_OP_ATTN;
+    int unit_heads = 1;
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const struct gs_node *n = &g->nodes[i];
+        cp->paged_attn |= n->op == GS_OP_ATTN;
+        if (n->op == GS_OP_ATTN)
+            unit_heads =
+                GS_MAX(unit_heads, GS_MIN(ATTN_HEADS, n->p.attn.n_head / n->p.attn.n_head_kv));
+    }
+    cp->attn_tile = GS_MAX(ATTN_BLOCK, ATTN_ROWS / unit_heads / ATTN_BLOCK * ATTN_BLOCK);
     if (!grow(&c->scratch, &c->scratch_bytes, p->scratch_bytes, 1) ||
         !grow((void **)&c->xq, &c->xq_bytes, s->n_tokens, row) ||
         !grow((void **)&c->xq_local, &c->xq_local_bytes, nt * LOCAL_QUANT_TOKENS, row) ||
@@ -281,7 +288,7 @@ static enum gs_status cpu_compile(struct gs_be *be, const struct gs_graph *g,
               sizeof(float)) ||
         !grow((void **)&c->rope_cs, &c->rope_cs_bytes, (uint64_t)s->n_tokens * rope_floats,
               sizeof(float)) ||
-        !grow((void **)&c->attn_blocks, &c->attn_blocks_bytes, (uint64_t)s->n_tokens + 1,
+        !grow((void **)&c->attn_tiles, &c->attn_tiles_bytes, (uint64_t)s->n_tokens + 1,
               sizeof(uint32_t)) ||
         !grow((void **)&c->seq_first, &c->seq_first_bytes, s->n_tokens, sizeof(uint32_t)) ||
         !grow((void **)&c->probs, &c->probs_bytes, (uint64_t)cp->n_probs * cp->probs_slot,
@@ -296,7 +303,7 @@ out_nomem:;
     return gs_err_set(err, GS_NOMEM, "cpu: out of memory reserving %llu scratch bytes", bytes);
 }
 
-/* Attention keeps ATTN_BLOCK scores per position and thread; the rows are sized on
+/* Attention keeps ATTN_ROWS scores per position and thread; the rows are sized on
  * the first step (see below) and after that only a new, larger KV pool
  * grows them. */
 static enum gs_status reserve_scores(struct cpu_ctx *c, const struct gs_step_io *io,
@@ -309,11 +316,12 @@ static enum gs_status reserve_scores(struct cpu_ctx *c, const struct gs_step_io 
         return GS_OK;
     /* No sequence outgrows the KV pool it lives in: sized for the pool the
      * first time, the rows are never reallocated while serving from it
-     * (4 bytes per pool token per thread, against kilobytes of KV). */
+     * (4 * ATTN_ROWS bytes per pool token per thread, against kilobytes of
+     * KV per token). */
     int64_t cap = GS_MAX(need, 256);
     if (io->kv)
         cap = GS_MAX(cap, (int64_t)io->kv->n_pages * io->kv->page_tokens);
-    if (!grow((void **)&c->scores, &c->scores_bytes, (uint64_t)cap * c->n_threads * ATTN_BLOCK,
+    if (!grow((void **)&c->scores, &c->scores_bytes, (uint64_t)cap * c->n_threads * ATTN_ROWS,
               sizeof(float)))
         return gs_err_set(err, GS_NOMEM, "cpu: out of memory for %lld attention scores",
                           (long long)cap);
@@ -598,7 +606,7 @@ static enum gs_status cpu_run(struct gs_be *be, struct gs_plan *p, const struct 
     st = r.cp->paged_attn ? reserve_scores(c, io, err) : GS_OK;
     if (st)
         return st;
-    gs_be__cpu_attn_blocks(&r);
+    gs_be__cpu_attn_tiles(&r);
     if (r.cp->causal_attn)
         gs_cpu_train_seq_first(io, c->seq_first);
     if (r.cp->n_probs)

@@ -607,18 +607,26 @@ static void k_kv_store(struct cpu_run *r, int chunk, int n_chunks, int thread)
 }
 
 /*
- * Attention of one head for a block of up to four consecutive tokens of one
- * sequence (a prompt's, or one decoding token): softmax(q K^T * scale) V over
- * positions 0..pos of each. K is read once for the block's queries (scores
- * into per-thread rows), V once. The weights are normalized before V is
- * applied, and with an F16 cache rounded to F16 like the rest of a mixed F16
- * product: that keeps the logits those of llama.cpp's goldens, which an
- * online softmax (rounding weights against a running maximum) does not.
- * Prompt attention was bound by reading every K and V row once per query;
- * four queries per read cut that traffic by four. A q8_0 cache is read by its
- * own kernels, F32 queries and weights against the rows' int8 quants and
- * scales (no F16 rounding: nothing is F16), the four-query ones converting a
- * row's quants once for the block.
+ * Attention, softmax(q K^T * scale) V over positions 0..pos of each query
+ * (a window moves the first one up), in units of one tile of a sequence's
+ * consecutive tokens (cp->attn_tile of them: a prompt's, or one decoding
+ * token) and the query heads that share one kv head (up to ATTN_HEADS of
+ * them). A unit walks the tile's K pages once, and for each page runs every
+ * one of its heads' blocks of ATTN_BLOCK tokens against it while the page
+ * is in cache; then the same for V. With GQA (9 query heads on 3 kv heads
+ * in the 135M shape, 32 on 8 in the 1B one) a decoding step read every K and
+ * V row once per query head, and a prompt once per four of its rows; a unit
+ * reads them once for its up to ATTN_ROWS rows.
+ *
+ * The arithmetic of each query is what it was with one head per unit: the
+ * same kernels over the same page pieces, in the same order. Scores go into
+ * per-thread rows; the weights are normalized before V is applied, and with
+ * an F16 cache rounded to F16 like the rest of a mixed F16 product: that
+ * keeps the logits those of llama.cpp's goldens, which an online softmax
+ * (rounding weights against a running maximum) does not. A q8_0 cache is
+ * read by its own kernels, F32 queries and weights against the rows' int8
+ * quants and scales (no F16 rounding: nothing is F16), the four-query ones
+ * converting a row's quants once for the block.
  */
 /* Where one (sequence, layer, kv head)'s K and V rows are. */
 struct attn_ctx {
@@ -677,11 +685,100 @@ static void attn_values(const struct attn_ctx *a, float *acc, const float *w, in
     }
 }
 
-/* Tokens t0 .. t0 + nt - 1 (one sequence, nt <= ATTN_BLOCK), head h. The
- * thread's buffers: acc and q hold ATTN_BLOCK head rows each, sc
- * ATTN_BLOCK score rows of `cap`. */
-static void attn_block(const struct cpu_run *r, int64_t t0, int nt, int h, float *acc, float *q,
-                       float *sc, int64_t cap)
+/* One head's block of up to ATTN_BLOCK consecutive tokens in a unit. */
+struct attn_block {
+    int h, nt;  /* query head; tokens */
+    int nq;     /* query rows the kernels take: 1 for a lone token, else ATTN_BLOCK */
+    int64_t t0; /* first token */
+    const float *q[ATTN_BLOCK];
+    float *sc[ATTN_BLOCK], *acc[ATTN_BLOCK];
+    /* Query j sees keys first[j]..last[j]. K is read for first_lo..hi; V at
+     * once for first_hi..lo (the positions every query sees), when there are
+     * such (vlo <= vhi), and for each query's own positions after. */
+    int32_t first[ATTN_BLOCK], last[ATTN_BLOCK];
+    int32_t first_lo, first_hi, lo, hi, vlo, vhi;
+};
+
+/* Block b's queries from the step's q rows, its accumulators zeroed. */
+static void attn_block_init(const struct cpu_run *r, const struct attn_ctx *a, struct attn_block *b,
+                            float *q, float *acc, float *sc, int64_t cap)
+{
+    const struct gs_node *n = r->n;
+    const struct gs_attn_params *p = &n->p.attn;
+    const int hd = a->hd;
+    /* A longer short block repeats its last query so that the four-query
+     * kernels are fed, and the repeats' results are dropped. */
+    b->nq = b->nt == 1 ? 1 : ATTN_BLOCK;
+    b->first_lo = b->lo = INT32_MAX;
+    b->first_hi = b->hi = 0;
+    for (int j = 0; j < b->nq; j++) {
+        const int64_t t = b->t0 + GS_MIN(j, b->nt - 1);
+        float *qj = q + (int64_t)j * hd;
+        memcpy(qj, cpu_value(r, n->src[0]) + t * n->ne[0] + (int64_t)b->h * hd,
+               (size_t)hd * sizeof(float));
+        if (a->f16)
+            gs_cpu_round_f16(qj, hd);
+        b->q[j] = qj;
+        b->sc[j] = sc + (int64_t)j * cap;
+        b->acc[j] = acc + (int64_t)j * hd;
+        memset(b->acc[j], 0, (size_t)hd * sizeof(float));
+        b->last[j] = r->io->pos[t];
+        b->first[j] = p->window > 0 ? GS_MAX(0, b->last[j] - p->window + 1) : 0;
+        b->lo = GS_MIN(b->lo, b->last[j]);
+        b->hi = GS_MAX(b->hi, b->last[j]);
+        b->first_lo = GS_MIN(b->first_lo, b->first[j]);
+        b->first_hi = GS_MAX(b->first_hi, b->first[j]);
+    }
+    /* A lone query takes all its positions in the shared pass; windows that
+     * share no position take none there. */
+    b->vlo = b->nt == 1 ? b->first[0] : b->first_hi;
+    b->vhi = b->nt == 1 ? b->last[0] : b->lo;
+}
+
+/* Block b's scores for keys j0 .. j0 + n - 1 of one page. */
+static void attn_scores(const struct attn_ctx *a, const struct attn_block *b, int32_t j0, int32_t n)
+{
+    const char *kr = kv_rows_at(a, 0, j0);
+    const int hd = a->hd;
+    float *outs[ATTN_BLOCK];
+    for (int j = 0; j < b->nq; j++)
+        outs[j] = b->sc[j] + j0;
+    if (a->q8 && b->nq == 1)
+        gs_cpu_dots_q8_0(b->q[0], kr, a->row, n, (int64_t)a->kvh * hd, hd, outs[0]);
+    else if (a->q8)
+        gs_cpu_dots4_q8_0(b->q, kr, a->row, n, (int64_t)a->kvh * hd, hd, outs);
+    else if (b->nq == 1 && a->f16)
+        gs_cpu_dots_f16(b->q[0], (const uint16_t *)kr, a->kv->kv_dim, n, hd, outs[0]);
+    else if (b->nq == 1)
+        gs_cpu_dots_f32(b->q[0], (const float *)kr, a->kv->kv_dim, n, hd, outs[0]);
+    else
+        gs_cpu_dots4(b->q, kr, a->kv->kv_dim, n, hd, outs, a->f16);
+}
+
+/* Block b's value sums over positions j0 .. j0 + n - 1 of one page, all its queries. */
+static void attn_values_shared(const struct attn_ctx *a, const struct attn_block *b, int32_t j0,
+                               int32_t n)
+{
+    if (b->nq == 1) {
+        attn_values(a, b->acc[0], b->sc[0], j0, j0 + n - 1);
+        return;
+    }
+    const float *ws[ATTN_BLOCK];
+    for (int j = 0; j < ATTN_BLOCK; j++)
+        ws[j] = b->sc[j] + j0;
+    const char *vr = kv_rows_at(a, 1, j0);
+    if (a->q8)
+        gs_cpu_axpys4_q8_0(b->acc, ws, vr, a->row, n, (int64_t)a->kvh * a->hd, a->hd);
+    else
+        gs_cpu_axpys4(b->acc, ws, vr, a->kv->kv_dim, n, a->hd, a->f16);
+}
+
+/* Tokens t0 .. t0 + nt - 1 (one sequence, nt <= cp->attn_tile), query heads
+ * h0 .. h0 + nh - 1 of one kv head. The thread's buffers: buf holds
+ * ATTN_ROWS query rows and as many accumulators, sc ATTN_ROWS score rows of
+ * `cap`. */
+static void attn_unit(const struct cpu_run *r, int64_t t0, int nt, int h0, int nh, float *buf,
+                      float *sc, int64_t cap)
 {
     const struct gs_node *n = r->n;
     const struct gs_attn_params *p = &n->p.attn;
@@ -689,120 +786,113 @@ static void attn_block(const struct cpu_run *r, int64_t t0, int nt, int h, float
     const struct attn_ctx a = {.kv = io->kv,
                                .sp = &io->seqs[io->seq[t0]],
                                .layer = p->layer,
-                               .kvh = h / (p->n_head / p->n_head_kv),
+                               .kvh = h0 / (p->n_head / p->n_head_kv),
                                .hd = p->head_dim,
                                .f16 = io->kv->type == GS_TYPE_F16,
                                .q8 = io->kv->type == GS_TYPE_Q8_0,
                                .row = gs_kv_row_bytes(io->kv->type, io->kv->kv_dim)};
     const int hd = a.hd;
     const int32_t pt = (int32_t)a.kv->page_tokens;
-    const float *qs[ATTN_BLOCK];
-    float *scs[ATTN_BLOCK], *accs[ATTN_BLOCK];
-    /* A block of one (decoding) takes the single-query kernels; a longer
-     * short block repeats its last query so that the four-query kernels are
-     * fed, and the repeats' results are dropped. */
-    const int nq = nt == 1 ? 1 : ATTN_BLOCK;
-    /* Query j sees keys first[j]..last[j]; a sliding window moves first[j] up. K is read
-     * from the block's earliest first, V for the range all queries share at once. */
-    int32_t first[ATTN_BLOCK], last[ATTN_BLOCK], lo = INT32_MAX, hi = 0;
-    int32_t first_lo = INT32_MAX, first_hi = 0;
-    for (int j = 0; j < nq; j++) {
-        const int64_t t = t0 + GS_MIN(j, nt - 1);
-        float *qj = q + (int64_t)j * hd;
-        memcpy(qj, cpu_value(r, n->src[0]) + t * n->ne[0] + (int64_t)h * hd,
-               (size_t)hd * sizeof(float));
-        if (a.f16)
-            gs_cpu_round_f16(qj, hd);
-        qs[j] = qj;
-        scs[j] = sc + (int64_t)j * cap;
-        accs[j] = acc + (int64_t)j * hd;
-        memset(accs[j], 0, (size_t)hd * sizeof(float));
-        last[j] = io->pos[t];
-        first[j] = p->window > 0 ? GS_MAX(0, last[j] - p->window + 1) : 0;
-        lo = GS_MIN(lo, last[j]);
-        hi = GS_MAX(hi, last[j]);
-        first_lo = GS_MIN(first_lo, first[j]);
-        first_hi = GS_MAX(first_hi, first[j]);
-    }
-    for (int32_t j0 = first_lo; j0 <= hi;) {
-        const int32_t n_slots = GS_MIN(pt - j0 % pt, hi - j0 + 1);
-        const char *kr = kv_rows_at(&a, 0, j0);
-        if (a.q8 && nt == 1) {
-            gs_cpu_dots_q8_0(qs[0], kr, a.row, n_slots, (int64_t)a.kvh * hd, hd, scs[0] + j0);
-        } else if (a.q8) {
-            float *outs[ATTN_BLOCK];
-            for (int j = 0; j < ATTN_BLOCK; j++)
-                outs[j] = scs[j] + j0;
-            gs_cpu_dots4_q8_0(qs, kr, a.row, n_slots, (int64_t)a.kvh * hd, hd, outs);
-        } else if (nt == 1) {
-            if (a.f16)
-                gs_cpu_dots_f16(qs[0], (const uint16_t *)kr, a.kv->kv_dim, n_slots, hd, scs[0] + j0);
-            else
-                gs_cpu_dots_f32(qs[0], (const float *)kr, a.kv->kv_dim, n_slots, hd, scs[0] + j0);
-        } else {
-            float *outs[ATTN_BLOCK];
-            for (int j = 0; j < ATTN_BLOCK; j++)
-                outs[j] = scs[j] + j0;
-            gs_cpu_dots4(qs, kr, a.kv->kv_dim, n_slots, hd, outs, a.f16);
+    /* nh * nt <= ATTN_ROWS (cpu.c sizes the tile), so the blocks fit: each
+     * takes ATTN_BLOCK rows of the buffers. */
+    struct attn_block blocks[ATTN_ROWS / ATTN_BLOCK];
+    int nb = 0;
+    int32_t k_lo = INT32_MAX, k_hi = 0, v_lo = INT32_MAX, v_hi = 0;
+    for (int h = h0; h < h0 + nh; h++)
+        for (int i = 0; i < nt; i += ATTN_BLOCK, nb++) {
+            struct attn_block *b = &blocks[nb];
+            const int64_t row = (int64_t)nb * ATTN_BLOCK;
+            b->h = h;
+            b->t0 = t0 + i;
+            b->nt = GS_MIN(ATTN_BLOCK, nt - i);
+            attn_block_init(r, &a, b, buf + row * hd, buf + (ATTN_ROWS + row) * hd, sc + row * cap,
+                            cap);
+            k_lo = GS_MIN(k_lo, b->first_lo);
+            k_hi = GS_MAX(k_hi, b->hi);
+            v_lo = GS_MIN(v_lo, b->vlo);
+            v_hi = GS_MAX(v_hi, b->vhi);
         }
-        j0 += n_slots;
-    }
-    for (int j = 0; j < nt; j++)
-        attn_weights(p, scs[j] + first[j], last[j] - first[j], a.f16);
-    if (nt == 1) {
-        attn_values(&a, accs[0], scs[0], first[0], last[0]);
-    } else if (first_hi > lo) { /* windows that share no position */
-        for (int j = 0; j < nt; j++)
-            attn_values(&a, accs[j], scs[j], first[j], last[j]);
-    } else {
-        /* Positions every query sees, four at a time; then each query's own. */
-        for (int32_t j0 = first_hi; j0 <= lo;) {
-            const int32_t n_slots = GS_MIN(pt - j0 % pt, lo - j0 + 1);
-            const float *ws[ATTN_BLOCK];
-            for (int j = 0; j < ATTN_BLOCK; j++)
-                ws[j] = scs[j] + j0;
-            if (a.q8)
-                gs_cpu_axpys4_q8_0(accs, ws, kv_rows_at(&a, 1, j0), a.row, n_slots,
-                                   (int64_t)a.kvh * hd, hd);
-            else
-                gs_cpu_axpys4(accs, ws, kv_rows_at(&a, 1, j0), a.kv->kv_dim, n_slots, hd, a.f16);
-            j0 += n_slots;
+    /* A page at a time, every block's part of it: what a block reads of a
+     * page is the piece it read when it was a unit of its own. */
+    for (int32_t j0 = k_lo; j0 <= k_hi;) {
+        const int32_t end = GS_MIN(j0 - j0 % pt + pt - 1, k_hi);
+        for (int i = 0; i < nb; i++) {
+            const int32_t from = GS_MAX(j0, blocks[i].first_lo), to = GS_MIN(end, blocks[i].hi);
+            if (from <= to)
+                attn_scores(&a, &blocks[i], from, to - from + 1);
         }
-        for (int j = 0; j < nt; j++) {
-            attn_values(&a, accs[j], scs[j], first[j], first_hi - 1);
-            attn_values(&a, accs[j], scs[j], lo + 1, last[j]);
-        }
+        j0 = end + 1;
     }
-    for (int j = 0; j < nt; j++)
-        memcpy(r->out + (t0 + j) * n->ne[0] + (int64_t)h * hd, accs[j],
-               (size_t)hd * sizeof(float));
+    for (int i = 0; i < nb; i++)
+        for (int j = 0; j < blocks[i].nt; j++)
+            attn_weights(p, blocks[i].sc[j] + blocks[i].first[j],
+                         blocks[i].last[j] - blocks[i].first[j], a.f16);
+    for (int32_t j0 = v_lo; j0 <= v_hi;) {
+        const int32_t end = GS_MIN(j0 - j0 % pt + pt - 1, v_hi);
+        for (int i = 0; i < nb; i++) {
+            const int32_t from = GS_MAX(j0, blocks[i].vlo), to = GS_MIN(end, blocks[i].vhi);
+            if (from <= to)
+                attn_values_shared(&a, &blocks[i], from, to - from + 1);
+        }
+        j0 = end + 1;
+    }
+    for (int i = 0; i < nb; i++) {
+        const struct attn_block *b = &blocks[i];
+        /* Each query's own positions, after the shared ones (a lone query has none). */
+        for (int j = 0; j < b->nt && b->nq > 1; j++) {
+            if (b->vlo > b->vhi) {
+                attn_values(&a, b->acc[j], b->sc[j], b->first[j], b->last[j]);
+            } else {
+                attn_values(&a, b->acc[j], b->sc[j], b->first[j], b->vlo - 1);
+                attn_values(&a, b->acc[j], b->sc[j], b->vhi + 1, b->last[j]);
+            }
+        }
+        for (int j = 0; j < b->nt; j++)
+            memcpy(r->out + (b->t0 + j) * n->ne[0] + (int64_t)b->h * hd, b->acc[j],
+                   (size_t)hd * sizeof(float));
+    }
 }
 
+/* The units: (tile, kv head, part of its query heads), in that order. A
+ * part is up to ATTN_HEADS heads; when a step has fewer (tile, kv head) pairs
+ * than threads (one sequence decoding over few kv heads), the heads are cut
+ * in more parts so that every thread has one. */
 static void k_attn(struct cpu_run *r, int chunk, int n_chunks, int thread)
 {
     const struct gs_attn_params *p = &r->n->p.attn;
-    float *acc = thread_buf(r, thread), *q = acc + ATTN_BLOCK * p->head_dim;
-    float *sc = r->ctx->scores + (int64_t)thread * ATTN_BLOCK * r->ctx->scores_cap;
-    const uint32_t *blocks = r->ctx->attn_blocks;
+    float *buf = thread_buf(r, thread);
+    float *sc = r->ctx->scores + (int64_t)thread * ATTN_ROWS * r->ctx->scores_cap;
+    const uint32_t *tiles = r->ctx->attn_tiles;
+    const int group = p->n_head / p->n_head_kv;
+    const int64_t pairs = (int64_t)r->n_attn_tiles * p->n_head_kv;
+    int parts = (group + ATTN_HEADS - 1) / ATTN_HEADS;
+    while (parts < group && pairs * parts < r->ctx->n_threads)
+        parts++;
+    const int part_heads = (group + parts - 1) / parts;
+    parts = (group + part_heads - 1) / part_heads;
     int64_t u0, u1;
-    gs_cpu_split((int64_t)r->n_attn_blocks * p->n_head, 1, chunk, n_chunks, &u0, &u1);
+    gs_cpu_split(pairs * parts, 1, chunk, n_chunks, &u0, &u1);
     for (int64_t u = u0; u < u1; u++) {
-        const uint32_t b = (uint32_t)(u / p->n_head);
-        attn_block(r, blocks[b], (int)(blocks[b + 1] - blocks[b]), (int)(u % p->n_head), acc, q,
-                   sc, r->ctx->scores_cap);
+        const int64_t pair = u / parts;
+        const uint32_t t = (uint32_t)(pair / p->n_head_kv);
+        const int h0 = (int)(pair % p->n_head_kv) * group + (int)(u % parts) * part_heads;
+        attn_unit(r, tiles[t], (int)(tiles[t + 1] - tiles[t]), h0,
+                  GS_MIN(part_heads, (int)(pair % p->n_head_kv + 1) * group - h0), buf, sc,
+                  r->ctx->scores_cap);
     }
 }
 
-/* Cuts the step's tokens into attention blocks: runs of up to ATTN_BLOCK
+/* Cuts the step's tokens into attention tiles: runs of up to cp->attn_tile
  * consecutive tokens of one sequence. */
-void gs_be__cpu_attn_blocks(struct cpu_run *r)
+void gs_be__cpu_attn_tiles(struct cpu_run *r)
 {
-    uint32_t *b = r->ctx->attn_blocks, n = 0;
+    uint32_t *b = r->ctx->attn_tiles, n = 0;
+    const uint32_t tile = (uint32_t)r->cp->attn_tile;
     for (uint32_t t = 0; t < r->io->n_tokens; t++)
-        if (n == 0 || t - b[n - 1] == ATTN_BLOCK || r->io->seq[t] != r->io->seq[b[n - 1]])
+        if (n == 0 || t - b[n - 1] == tile || r->io->seq[t] != r->io->seq[b[n - 1]])
             b[n++] = t;
     b[n] = r->io->n_tokens;
-    r->n_attn_blocks = n;
+    r->n_attn_tiles = n;
 }
 
 static void k_softmax(struct cpu_run *r, int chunk, int n_chunks, int thread)

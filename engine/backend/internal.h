@@ -74,11 +74,11 @@ struct cpu_ctx {
     struct local_quant *local; /* [n_threads] */
     float *thread_buf;         /* [n_threads][thread_floats] per-thread temporaries */
     size_t thread_buf_bytes;
-    float *scores;             /* [n_threads][4][scores_cap] attention scores, four queries */
+    float *scores; /* [n_threads][ATTN_ROWS][scores_cap] attention scores */
     size_t scores_bytes;
     int64_t scores_cap;        /* positions per query row */
-    uint32_t *attn_blocks;     /* [tokens + 1] first token of each attention block */
-    size_t attn_blocks_bytes;
+    uint32_t *attn_tiles;      /* [tokens + 1] first token of each attention tile */
+    size_t attn_tiles_bytes;
     uint32_t *seq_first;       /* [tokens] first row of each row's sequence (training attention) */
     size_t seq_first_bytes;
     /* Causal attention's probabilities, kept by the forward op for the backward
@@ -115,6 +115,9 @@ struct cpu_plan {
     uint32_t n_probs;
     uint32_t (*probs_src)[3]; /* [n_probs] the forward node's q, k, v */
     uint64_t probs_slot;
+    /* Tokens per attention tile (cpu_ops.c): ATTN_ROWS / (query heads a unit
+     * takes at most), a multiple of ATTN_BLOCK. */
+    int attn_tile;
 };
 
 /* One step in flight. The fields below io are per op. */
@@ -127,15 +130,21 @@ struct cpu_run {
     uint32_t xq_node;          /* node whose rows are in xq, GS_NODE_NONE when none */
     enum gs_type xq_type;
     uint64_t step;             /* this step's number (cpu_ctx.n_steps) */
-    uint32_t n_attn_blocks;    /* blocks of the step's tokens for attention (attn_blocks) */
+    uint32_t n_attn_tiles;     /* tiles of the step's tokens for attention (attn_tiles) */
     uint64_t probs_rows;       /* key rows over every query of the step (0: probs unused) */
     const struct gs_node *n;   /* the op being run */
     float *out;
 };
 
-/* Queries per attention block: a block's K and V rows are read once for all
- * of them (cpu_ops.c); score rows are sized for it (cpu.c). */
+/* Attention (cpu_ops.c) works on units of one tile of a sequence's
+ * consecutive tokens and the query heads of one kv head: each K and V row is
+ * read once for the unit's ATTN_ROWS or fewer query rows. The four-query
+ * kernels take a block of ATTN_BLOCK tokens of one head at a time; a unit
+ * holds at most ATTN_HEADS query heads, and the score rows (cpu.c) are
+ * sized for ATTN_ROWS queries. */
 #define ATTN_BLOCK 4
+#define ATTN_HEADS 4
+#define ATTN_ROWS  16
 /* Floats of one matmul_swiglu slice's gate (and of its up) products in a
  * thread's buffer (cpu_ops.c, where the slices are explained). */
 #define FFN_SLICE_FLOATS 16384
@@ -157,8 +166,8 @@ static inline float *cpu_value(const struct cpu_run *r, uint32_t id)
  * matmuls, and the quantize task that fills xq for the matmuls after it. */
 void gs_be__cpu_matmul(struct cpu_run *r, int c, int nc, int ith);
 void gs_be__cpu_quantize_input(struct cpu_run *r, int c, int nc, int ith);
-/* Cuts the step's tokens into attention blocks (ctx->attn_blocks), once a step. */
-void gs_be__cpu_attn_blocks(struct cpu_run *r);
+/* Cuts the step's tokens into attention tiles (ctx->attn_tiles), once a step. */
+void gs_be__cpu_attn_tiles(struct cpu_run *r);
 /* Whether ropes a and b of one graph turn by the same angles; fills the step's
  * cos/sin table for rope n unless it already holds n's angles. */
 bool gs_be__cpu_same_rotation(const struct gs_node *a, const struct gs_node *b);
