@@ -10,72 +10,21 @@
 
 /* ---- 32-element formats ------------------------------------------------------------ */
 
-float AVX2_FN(dot_q4_0)(int64_t n, const void *vw, const void *vx)
+/* The q8_0 partners sum in the order avx2.h gives (q80_dot), which every
+ * tiled product of theirs follows. */
+float AVX2_FN(dot_q4_0)(int64_t n, const void *w, const void *x)
 {
-    const uint8_t *w = vw, *x = vx;
-    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
-    int64_t b = 0;
-    /* Two blocks per round: two independent accumulation chains. */
-    for (; b + 2 <= n / GS_QK; b += 2, w += 2 * GS_Q4_0_BYTES, x += 2 * GS_Q8_0_BYTES) {
-        const __m256i q0 = _mm256_sub_epi8(nibbles32(w + GS_Q4_0_QS), _mm256_set1_epi8(8));
-        const __m256i q1 = _mm256_sub_epi8(nibbles32(w + GS_Q4_0_BYTES + GS_Q4_0_QS),
-                                           _mm256_set1_epi8(8));
-        const __m256i y0 = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
-        const __m256i y1 = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_BYTES + GS_Q8_0_QS));
-        const __m256 d0 = _mm256_set1_ps(ld_f16(w + GS_Q4_0_D) * ld_f16(x + GS_Q8_0_D));
-        const __m256 d1 = _mm256_set1_ps(ld_f16(w + GS_Q4_0_BYTES + GS_Q4_0_D) *
-                                         ld_f16(x + GS_Q8_0_BYTES + GS_Q8_0_D));
-        acc = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(dot_i8(q0, y0)), acc);
-        acc2 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(dot_i8(q1, y1)), acc2);
-    }
-    acc = _mm256_add_ps(acc, acc2);
-    for (; b < n / GS_QK; b++, w += GS_Q4_0_BYTES, x += GS_Q8_0_BYTES) {
-        const __m256i q = _mm256_sub_epi8(nibbles32(w + GS_Q4_0_QS), _mm256_set1_epi8(8));
-        const __m256i y = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
-        const __m256 d = _mm256_set1_ps(ld_f16(w + GS_Q4_0_D) * ld_f16(x + GS_Q8_0_D));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(q, y)), acc);
-    }
-    return hsum_ps(acc);
+    return q80_dot(q4_0_block_s, n / GS_QK, w, GS_Q4_0_BYTES, x);
 }
 
-float AVX2_FN(dot_q8_0)(int64_t n, const void *vw, const void *vx)
+float AVX2_FN(dot_q8_0)(int64_t n, const void *w, const void *x)
 {
-    const uint8_t *w = vw, *x = vx;
-    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= n / GS_QK; b += 2, w += 2 * GS_Q8_0_BYTES, x += 2 * GS_Q8_0_BYTES) {
-        const __m256i q0 = _mm256_loadu_si256((const __m256i *)(w + GS_Q8_0_QS));
-        const __m256i q1 = _mm256_loadu_si256((const __m256i *)(w + GS_Q8_0_BYTES + GS_Q8_0_QS));
-        const __m256i y0 = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
-        const __m256i y1 = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_BYTES + GS_Q8_0_QS));
-        const __m256 d0 = _mm256_set1_ps(ld_f16(w + GS_Q8_0_D) * ld_f16(x + GS_Q8_0_D));
-        const __m256 d1 = _mm256_set1_ps(ld_f16(w + GS_Q8_0_BYTES + GS_Q8_0_D) *
-                                         ld_f16(x + GS_Q8_0_BYTES + GS_Q8_0_D));
-        acc = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(dot_i8(q0, y0)), acc);
-        acc2 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(dot_i8(q1, y1)), acc2);
-    }
-    acc = _mm256_add_ps(acc, acc2);
-    for (; b < n / GS_QK; b++, w += GS_Q8_0_BYTES, x += GS_Q8_0_BYTES) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(w + GS_Q8_0_QS));
-        const __m256i y = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
-        const __m256 d = _mm256_set1_ps(ld_f16(w + GS_Q8_0_D) * ld_f16(x + GS_Q8_0_D));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(q, y)), acc);
-    }
-    return hsum_ps(acc);
+    return q80_dot(q8_0_block, n / GS_QK, w, GS_Q8_0_BYTES, x);
 }
 
-float AVX2_FN(dot_q5_0)(int64_t n, const void *vw, const void *vx)
+float AVX2_FN(dot_q5_0)(int64_t n, const void *w, const void *x)
 {
-    const uint8_t *w = vw, *x = vx;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / GS_QK; b++, w += GS_Q5_0_BYTES, x += GS_Q8_0_BYTES) {
-        __m256i q = _mm256_or_si256(nibbles32(w + GS_Q5_0_QS), fifth_bits(w + GS_Q5_0_QH));
-        q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-        const __m256i y = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
-        const __m256 d = _mm256_set1_ps(ld_f16(w + GS_Q5_0_D) * ld_f16(x + GS_Q8_0_D));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(q, y)), acc);
-    }
-    return hsum_ps(acc);
+    return q80_dot(q5_0_block_s, n / GS_QK, w, GS_Q5_0_BYTES, x);
 }
 
 float AVX2_FN(dot_q4_1)(int64_t n, const void *vw, const void *vx)
@@ -114,7 +63,7 @@ float AVX2_FN(dot_q5_1)(int64_t n, const void *vw, const void *vx)
 static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int block_bytes,
                             int off_qs, int off_qh)
 {
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    float acc = 0, accm = 0;
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += block_bytes, x += GS_Q8_K_BYTES) {
         uint8_t s[8], m[8];
         k4_scales(w + GS_Q4_K_SCALES, s, m);
@@ -125,8 +74,8 @@ static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int b
         uint64_t m64;
         memcpy(&m64, m, 8);
         const __m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m64));
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(dx * ld_f16(w + GS_Q4_K_DMIN)),
-                               _mm256_cvtepi32_ps(_mm256_mullo_epi32(pairs, mins)), accm);
+        accm = kq_fma(dx * ld_f16(w + GS_Q4_K_DMIN),
+                      (float)hsum_epi32(_mm256_mullo_epi32(pairs, mins)), accm);
         const __m256i hb = off_qh ? _mm256_loadu_si256((const __m256i *)(w + off_qh))
                                   : _mm256_setzero_si256();
         __m256i sumi = _mm256_setzero_si256();
@@ -150,10 +99,9 @@ static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int b
             const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), shi);
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
         }
-        const __m256 d = _mm256_set1_ps(dx * ld_f16(w + GS_Q4_K_D));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        acc = kq_fma(dx * ld_f16(w + GS_Q4_K_D), (float)hsum_epi32(sumi), acc);
     }
-    return hsum_ps(_mm256_sub_ps(acc, accm));
+    return acc - accm;
 }
 
 /*
@@ -195,7 +143,7 @@ static inline __m256i k23_sum(const uint8_t *qs, const uint8_t *hmask, const uin
 float AVX2_FN(dot_q2_K)(int64_t n, const void *vw, const void *vx)
 {
     const uint8_t *w = vw, *x = vx;
-    __m256 acc = _mm256_setzero_ps();
+    float acc = 0, accm = 0;
     const __m128i m4 = _mm_set1_epi8(0x0f);
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q2_K_BYTES, x += GS_Q8_K_BYTES) {
         const __m128i sc = _mm_loadu_si128((const __m128i *)(w + GS_Q2_K_SCALES));
@@ -206,18 +154,16 @@ float AVX2_FN(dot_q2_K)(int64_t n, const void *vw, const void *vx)
         const __m256i msum = _mm256_madd_epi16(
             mins, _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS)));
         const float dx = ld_f32(x + GS_Q8_K_D);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * ld_f16(w + GS_Q2_K_D)), _mm256_cvtepi32_ps(sumi),
-                              acc);
-        acc = _mm256_fnmadd_ps(_mm256_set1_ps(dx * ld_f16(w + GS_Q2_K_DMIN)),
-                               _mm256_cvtepi32_ps(msum), acc);
+        acc = kq_fma(dx * ld_f16(w + GS_Q2_K_D), (float)hsum_epi32(sumi), acc);
+        accm = kq_fma(dx * ld_f16(w + GS_Q2_K_DMIN), (float)hsum_epi32(msum), accm);
     }
-    return hsum_ps(acc);
+    return acc - accm;
 }
 
 float AVX2_FN(dot_q3_K)(int64_t n, const void *vw, const void *vx)
 {
     const uint8_t *w = vw, *x = vx;
-    __m256 acc = _mm256_setzero_ps();
+    float acc = 0;
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q3_K_BYTES, x += GS_Q8_K_BYTES) {
         const __m128i sc8 = q3_K_scales(w + GS_Q3_K_SCALES);
         /* Quants are u - 4 with u = 2 bits | hmask bit << 2: the 4 comes out
@@ -227,10 +173,9 @@ float AVX2_FN(dot_q3_K)(int64_t n, const void *vw, const void *vx)
         const __m256i off = _mm256_madd_epi16(
             _mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS)));
         const __m256i total = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 2));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(ld_f32(x + GS_Q8_K_D) * ld_f16(w + GS_Q3_K_D)),
-                              _mm256_cvtepi32_ps(total), acc);
+        acc = kq_fma(ld_f32(x + GS_Q8_K_D) * ld_f16(w + GS_Q3_K_D), (float)hsum_epi32(total), acc);
     }
-    return hsum_ps(acc);
+    return acc;
 }
 
 float AVX2_FN(dot_q4_K)(int64_t n, const void *w, const void *x)
@@ -246,7 +191,7 @@ float AVX2_FN(dot_q5_K)(int64_t n, const void *w, const void *x)
 float AVX2_FN(dot_q6_K)(int64_t n, const void *vw, const void *vx)
 {
     const uint8_t *w = vw, *x = vx;
-    __m256 acc = _mm256_setzero_ps();
+    float acc = 0;
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q6_K_BYTES, x += GS_Q8_K_BYTES) {
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)(w + GS_Q6_K_SCALES));
         /* q - 32: the offset goes through the block sums, as a vector:
@@ -272,10 +217,9 @@ float AVX2_FN(dot_q6_K)(int64_t n, const void *vw, const void *vx)
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], y), scv));
             }
         }
-        const float d = ld_f32(x + GS_Q8_K_D) * ld_f16(w + GS_Q6_K_D);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = kq_fma(ld_f32(x + GS_Q8_K_D) * ld_f16(w + GS_Q6_K_D), (float)hsum_epi32(sumi), acc);
     }
-    return hsum_ps(acc);
+    return acc;
 }
 
 #ifndef GS_CPU_VNNI /* only the plain build's table has the float rows */
