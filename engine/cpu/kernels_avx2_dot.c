@@ -57,49 +57,80 @@ float AVX2_FN(dot_q5_1)(int64_t n, const void *vw, const void *vx)
     return hsum_ps(acc) + summ;
 }
 
-/* ---- K-quants against q8_K ------------------------------------------------------------ */
+/* ---- K-quants against q8_K ------------------------------------------------------------
+ * Each super-block's products come out as vectors of int32 partial sums
+ * (its quant sum I and, for formats with minimums, its minimum sum M); the
+ * super-blocks of a group are reduced to their totals together (hsum8_epi32:
+ * one transposing reduction for up to eight vectors), then chained in order
+ * in avx2.h's K-quant order, which the panels follow. */
 
-/* q4_K (off_qh 0) and q5_K. */
+/* One q4_K (off_qh 0) or q5_K super-block: *isum and *msum. */
+static inline void k45_block(const uint8_t *w, const uint8_t *x, int off_qs, int off_qh,
+                             __m256i *isum, __m256i *msum)
+{
+    uint8_t s[8], m[8];
+    k4_scales(w + GS_Q4_K_SCALES, s, m);
+    /* Minimums: sum over groups of m[g] * (bsum[2g] + bsum[2g + 1]). */
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS));
+    const __m256i pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
+    uint64_t m64;
+    memcpy(&m64, m, 8);
+    const __m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m64));
+    *msum = _mm256_mullo_epi32(pairs, mins);
+    const __m256i hb =
+        off_qh ? _mm256_loadu_si256((const __m256i *)(w + off_qh)) : _mm256_setzero_si256();
+    __m256i sumi = _mm256_setzero_si256();
+    /* The eight scales as int16 in both halves; each is spread over a
+     * vector with one byte shuffle (broadcasting them one by one from
+     * general registers cost a fifth of the loop). */
+    uint64_t s64;
+    memcpy(&s64, s, 8);
+    const __m256i s16 =
+        _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)s64)));
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        __m256i lo, hi;
+        k45_runs(w + off_qs, off_qh != 0, hb, j, &lo, &hi);
+        const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 64 * j));
+        const __m256i yhi = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 64 * j + 32));
+        const __m256i slo =
+            _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * j)));
+        const __m256i shi =
+            _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
+        const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), slo);
+        const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), shi);
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+    }
+    *isum = sumi;
+}
+
+/* q4_K and q5_K: four super-blocks per reduction (I and M each). */
 static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int block_bytes,
                             int off_qs, int off_qh)
 {
+    const int64_t nb = n / GS_QK_K;
     float acc = 0, accm = 0;
-    for (int64_t b = 0; b < n / GS_QK_K; b++, w += block_bytes, x += GS_Q8_K_BYTES) {
-        uint8_t s[8], m[8];
-        k4_scales(w + GS_Q4_K_SCALES, s, m);
-        const float dx = ld_f32(x + GS_Q8_K_D);
-        /* Minimums: sum over groups of m[g] * (bsum[2g] + bsum[2g + 1]). */
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS));
-        const __m256i pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
-        uint64_t m64;
-        memcpy(&m64, m, 8);
-        const __m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m64));
-        accm = kq_fma(dx * ld_f16(w + GS_Q4_K_DMIN),
-                      (float)hsum_epi32(_mm256_mullo_epi32(pairs, mins)), accm);
-        const __m256i hb = off_qh ? _mm256_loadu_si256((const __m256i *)(w + off_qh))
-                                  : _mm256_setzero_si256();
-        __m256i sumi = _mm256_setzero_si256();
-        /* The eight scales as int16 in both halves; each is spread over a
-         * vector with one byte shuffle (broadcasting them one by one from
-         * general registers cost a fifth of the loop). */
-        uint64_t s64;
-        memcpy(&s64, s, 8);
-        const __m256i s16 =
-            _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)s64)));
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            __m256i lo, hi;
-            k45_runs(w + off_qs, off_qh != 0, hb, j, &lo, &hi);
-            const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 64 * j));
-            const __m256i yhi =
-                _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 64 * j + 32));
-            const __m256i slo = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * j)));
-            const __m256i shi = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
-            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), slo);
-            const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), shi);
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+    for (int64_t b0 = 0; b0 < nb; b0 += 4) {
+        const int m = (int)GS_MIN(4, nb - b0);
+        __m256i v[8];
+        float d[4], dm[4];
+        for (int i = 0; i < 4; i++) {
+            if (i >= m) {
+                v[2 * i] = v[2 * i + 1] = _mm256_setzero_si256();
+                continue;
+            }
+            const uint8_t *wb = w + (b0 + i) * block_bytes, *xb = x + (b0 + i) * GS_Q8_K_BYTES;
+            k45_block(wb, xb, off_qs, off_qh, &v[2 * i], &v[2 * i + 1]);
+            const float dx = ld_f32(xb + GS_Q8_K_D);
+            d[i] = dx * ld_f16(wb + GS_Q4_K_D);
+            dm[i] = dx * ld_f16(wb + GS_Q4_K_DMIN);
         }
-        acc = kq_fma(dx * ld_f16(w + GS_Q4_K_D), (float)hsum_epi32(sumi), acc);
+        int32_t tot[8];
+        _mm256_storeu_si256((__m256i *)tot, hsum8_epi32(v));
+        for (int i = 0; i < m; i++) {
+            acc = kq_fma(d[i], (float)tot[2 * i], acc);
+            accm = kq_fma(dm[i], (float)tot[2 * i + 1], accm);
+        }
     }
     return acc - accm;
 }
@@ -188,36 +219,59 @@ float AVX2_FN(dot_q5_K)(int64_t n, const void *w, const void *x)
     return dot_k45(n, w, x, GS_Q5_K_BYTES, GS_Q5_K_QS, GS_Q5_K_QH);
 }
 
+/* One q6_K super-block's quant sum, its offset taken out. */
+static inline __m256i q6_K_block(const uint8_t *w, const uint8_t *x)
+{
+    const __m128i sc8 = _mm_loadu_si128((const __m128i *)(w + GS_Q6_K_SCALES));
+    /* q - 32: the offset goes through the block sums, as a vector:
+     * 32 * sum_g sc[g] * bsum[g], subtracted exactly in integers. */
+    const __m256i off = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
+                                          _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS)));
+    __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+    for (int h = 0; h < 2; h++) {
+        __m256i q[4];
+        q6_K_runs(w, h, q);
+        /* Scales 8h..8h+7 as int16 in both halves; group g = 8h + 2k goes
+         * to the low half of its run's vector and g + 1 to the high
+         * half, each with one byte shuffle. */
+        const __m256i s16 =
+            _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h ? _mm_srli_si128(sc8, 8) : sc8));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m256i y =
+                _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 128 * h + 32 * k));
+            const __m256i scv = _mm256_shuffle_epi8(
+                s16, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k + 1))),
+                                      _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k)))));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], y), scv));
+        }
+    }
+    return sumi;
+}
+
+/* Eight super-blocks per reduction. */
 float AVX2_FN(dot_q6_K)(int64_t n, const void *vw, const void *vx)
 {
     const uint8_t *w = vw, *x = vx;
+    const int64_t nb = n / GS_QK_K;
     float acc = 0;
-    for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q6_K_BYTES, x += GS_Q8_K_BYTES) {
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)(w + GS_Q6_K_SCALES));
-        /* q - 32: the offset goes through the block sums, as a vector:
-         * 32 * sum_g sc[g] * bsum[g], subtracted exactly in integers. */
-        const __m256i off = _mm256_madd_epi16(
-            _mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS)));
-        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
-        for (int h = 0; h < 2; h++) {
-            __m256i q[4];
-            q6_K_runs(w, h, q);
-            /* Scales 8h..8h+7 as int16 in both halves; group g = 8h + 2k goes
-             * to the low half of its run's vector and g + 1 to the high
-             * half, each with one byte shuffle. */
-            const __m256i s16 = _mm256_broadcastsi128_si256(
-                _mm_cvtepi8_epi16(h ? _mm_srli_si128(sc8, 8) : sc8));
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                const __m256i y =
-                    _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 128 * h + 32 * k));
-                const __m256i scv = _mm256_shuffle_epi8(
-                    s16, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k + 1))),
-                                          _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k)))));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], y), scv));
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        const int m = (int)GS_MIN(8, nb - b0);
+        __m256i v[8];
+        float d[8];
+        for (int i = 0; i < 8; i++) {
+            if (i >= m) {
+                v[i] = _mm256_setzero_si256();
+                continue;
             }
+            const uint8_t *wb = w + (b0 + i) * GS_Q6_K_BYTES, *xb = x + (b0 + i) * GS_Q8_K_BYTES;
+            v[i] = q6_K_block(wb, xb);
+            d[i] = ld_f32(xb + GS_Q8_K_D) * ld_f16(wb + GS_Q6_K_D);
         }
-        acc = kq_fma(ld_f32(x + GS_Q8_K_D) * ld_f16(w + GS_Q6_K_D), (float)hsum_epi32(sumi), acc);
+        int32_t tot[8];
+        _mm256_storeu_si256((__m256i *)tot, hsum8_epi32(v));
+        for (int i = 0; i < m; i++)
+            acc = kq_fma(d[i], (float)tot[i], acc);
     }
     return acc;
 }

@@ -85,24 +85,53 @@ GEMM4_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
 
 /*
  * Products for steps of fewer than TOK_TILE tokens (decoding): one weight row
- * at a time, which streams from memory best: the row dot itself.
+ * at a time, which streams from memory best, with the activation scales (and
+ * offset sums) already at hand: groups of eight blocks in the lanes of one
+ * accumulator, the row dot's q80 order, and its last partial group.
  */
-#define GEMV_Q80(name)                                                                             \
+#define GEMV_Q80(name, wbytes, unpack_u, signed_q, offset)                                         \
     static void gemv_##name(int64_t nb, const uint8_t *w, size_t ws, int nr, const uint8_t *x,     \
                             size_t xs, int nt, const float *dxs, const int32_t *oxs, float *out,   \
                             size_t os)                                                             \
     {                                                                                              \
-        (void)dxs;                                                                                 \
-        (void)oxs;                                                                                 \
-        for (int r = 0; r < nr; r++)                                                               \
-            for (int t = 0; t < nt; t++)                                                           \
-                out[(size_t)t * os + r] =                                                          \
-                    AVX2_FN(dot_##name)(nb * GS_QK, w + (size_t)r * ws, x + (size_t)t * xs);       \
+        for (int r = 0; r < nr; r++) {                                                             \
+            const uint8_t *wr = w + (size_t)r * ws;                                                \
+            for (int t = 0; t < nt; t++) {                                                         \
+                const uint8_t *xt = x + (size_t)t * xs;                                            \
+                const float *dx = dxs + (size_t)t * nb;                                            \
+                const int32_t *ox = oxs + (size_t)t * nb;                                          \
+                __m256 acc = _mm256_setzero_ps();                                                  \
+                int64_t b = 0;                                                                     \
+                for (; b + 8 <= nb; b += 8) {                                                      \
+                    const uint8_t *w0 = wr + b * (wbytes);                                         \
+                    const uint8_t *y0 = xt + b * GS_Q8_0_BYTES + GS_Q8_0_QS;                       \
+                    __m256i sj[8];                                                                 \
+                    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)                            \
+                    {                                                                              \
+                        const __m256i y =                                                          \
+                            _mm256_loadu_si256((const __m256i *)(y0 + j * GS_Q8_0_BYTES));         \
+                        sj[j] = (offset) ? dot_u8(unpack_u(w0 + j * (wbytes)), y)                  \
+                                         : dot_i8(unpack_u(w0 + j * (wbytes)), y);                 \
+                    }                                                                              \
+                    __m256i isum = hsum8_epi32(sj);                                                \
+                    if (offset)                                                                    \
+                        isum =                                                                     \
+                            _mm256_add_epi32(isum, _mm256_loadu_si256((const __m256i *)(ox + b))); \
+                    const __m256 s =                                                               \
+                        _mm256_mul_ps(scales8(w0, (wbytes), 0), _mm256_loadu_ps(dx + b));          \
+                    acc = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(isum), acc);                       \
+                }                                                                                  \
+                if (b < nb)                                                                        \
+                    acc = q80_group(acc, signed_q, wr + b * (wbytes), (wbytes),                    \
+                                    xt + b * GS_Q8_0_BYTES, (int)(nb - b));                        \
+                out[(size_t)t * os + r] = hsum_ps(acc);                                            \
+            }                                                                                      \
+        }                                                                                          \
     }
 
-GEMV_Q80(q4_0)
-GEMV_Q80(q5_0)
-GEMV_Q80(q8_0)
+GEMV_Q80(q4_0, GS_Q4_0_BYTES, q4_0_block_u, q4_0_block_s, 8)
+GEMV_Q80(q5_0, GS_Q5_0_BYTES, q5_0_block_u, q5_0_block_s, 16)
+GEMV_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, q8_0_block, 0)
 #undef GEMV_Q80
 
 /*
