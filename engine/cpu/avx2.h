@@ -374,7 +374,7 @@ static inline float q80_dot(__m256i (*signed_q)(const uint8_t *), int64_t nb, co
  * zero; the result is A - B. Panels keep A and B per row lane. */
 static inline float kq_fma(float a, float b, float c)
 {
-    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+    return __builtin_fmaf(a, b, c); /* one vfmadd: these files are built with -mfma */
 }
 
 /* The total of eight int32 lanes. */

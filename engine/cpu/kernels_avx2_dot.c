@@ -59,10 +59,9 @@ float AVX2_FN(dot_q5_1)(int64_t n, const void *vw, const void *vx)
 
 /* ---- K-quants against q8_K ------------------------------------------------------------
  * Each super-block's products come out as vectors of int32 partial sums
- * (its quant sum I and, for formats with minimums, its minimum sum M); the
- * super-blocks of a group are reduced to their totals together (hsum8_epi32:
- * one transposing reduction for up to eight vectors), then chained in order
- * in avx2.h's K-quant order, which the panels follow. */
+ * (its quant sum I and, for formats with minimums, its minimum sum M),
+ * reduced to their totals (the two together: one pair of horizontal adds),
+ * then chained in order in avx2.h's K-quant order, which the panels follow. */
 
 /* One q4_K (off_qh 0) or q5_K super-block: *isum and *msum. */
 static inline void k45_block(const uint8_t *w, const uint8_t *x, int off_qs, int off_qh,
@@ -104,33 +103,27 @@ static inline void k45_block(const uint8_t *w, const uint8_t *x, int off_qs, int
     *isum = sumi;
 }
 
-/* q4_K and q5_K: four super-blocks per reduction (I and M each). */
+/* The totals of two int32 vectors, as floats in lanes 0 and 1. */
+static inline __m128 hsum2_epi32_ps(__m256i a, __m256i b)
+{
+    __m256i t = _mm256_hadd_epi32(a, b);
+    t = _mm256_hadd_epi32(t, t);
+    return _mm_cvtepi32_ps(
+        _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1)));
+}
+
+/* q4_K and q5_K: each super-block's I and M reduced together. */
 static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int block_bytes,
                             int off_qs, int off_qh)
 {
-    const int64_t nb = n / GS_QK_K;
     float acc = 0, accm = 0;
-    for (int64_t b0 = 0; b0 < nb; b0 += 4) {
-        const int m = (int)GS_MIN(4, nb - b0);
-        __m256i v[8];
-        float d[4], dm[4];
-        for (int i = 0; i < 4; i++) {
-            if (i >= m) {
-                v[2 * i] = v[2 * i + 1] = _mm256_setzero_si256();
-                continue;
-            }
-            const uint8_t *wb = w + (b0 + i) * block_bytes, *xb = x + (b0 + i) * GS_Q8_K_BYTES;
-            k45_block(wb, xb, off_qs, off_qh, &v[2 * i], &v[2 * i + 1]);
-            const float dx = ld_f32(xb + GS_Q8_K_D);
-            d[i] = dx * ld_f16(wb + GS_Q4_K_D);
-            dm[i] = dx * ld_f16(wb + GS_Q4_K_DMIN);
-        }
-        int32_t tot[8];
-        _mm256_storeu_si256((__m256i *)tot, hsum8_epi32(v));
-        for (int i = 0; i < m; i++) {
-            acc = kq_fma(d[i], (float)tot[2 * i], acc);
-            accm = kq_fma(dm[i], (float)tot[2 * i + 1], accm);
-        }
+    for (int64_t b = 0; b < n / GS_QK_K; b++, w += block_bytes, x += GS_Q8_K_BYTES) {
+        __m256i isum, msum;
+        k45_block(w, x, off_qs, off_qh, &isum, &msum);
+        const __m128 tot = hsum2_epi32_ps(isum, msum);
+        const float dx = ld_f32(x + GS_Q8_K_D);
+        acc = kq_fma(dx * ld_f16(w + GS_Q4_K_D), _mm_cvtss_f32(tot), acc);
+        accm = kq_fma(dx * ld_f16(w + GS_Q4_K_DMIN), _mm_cvtss_f32(_mm_movehdup_ps(tot)), accm);
     }
     return acc - accm;
 }
@@ -249,29 +242,13 @@ static inline __m256i q6_K_block(const uint8_t *w, const uint8_t *x)
     return sumi;
 }
 
-/* Eight super-blocks per reduction. */
 float AVX2_FN(dot_q6_K)(int64_t n, const void *vw, const void *vx)
 {
     const uint8_t *w = vw, *x = vx;
-    const int64_t nb = n / GS_QK_K;
     float acc = 0;
-    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-        const int m = (int)GS_MIN(8, nb - b0);
-        __m256i v[8];
-        float d[8];
-        for (int i = 0; i < 8; i++) {
-            if (i >= m) {
-                v[i] = _mm256_setzero_si256();
-                continue;
-            }
-            const uint8_t *wb = w + (b0 + i) * GS_Q6_K_BYTES, *xb = x + (b0 + i) * GS_Q8_K_BYTES;
-            v[i] = q6_K_block(wb, xb);
-            d[i] = ld_f32(xb + GS_Q8_K_D) * ld_f16(wb + GS_Q6_K_D);
-        }
-        int32_t tot[8];
-        _mm256_storeu_si256((__m256i *)tot, hsum8_epi32(v));
-        for (int i = 0; i < m; i++)
-            acc = kq_fma(d[i], (float)tot[i], acc);
+    for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q6_K_BYTES, x += GS_Q8_K_BYTES) {
+        const __m128 tot = hsum2_epi32_ps(q6_K_block(w, x), _mm256_setzero_si256());
+        acc = kq_fma(ld_f32(x + GS_Q8_K_D) * ld_f16(w + GS_Q6_K_D), _mm_cvtss_f32(tot), acc);
     }
     return acc;
 }
