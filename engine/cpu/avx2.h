@@ -315,29 +315,55 @@ static inline __m256i q8_0_block(const uint8_t *b)
  */
 #define Q80_LANES 8
 
+/* The total of eight int32 lanes. */
+static inline int32_t hsum_epi32(__m256i v)
+{
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+    return _mm_cvtsi128_si32(t);
+}
+
+/* The f16 scales at p, p + stride, .. of the first m (0..8) of eight blocks as
+ * f32, 0 for the others: assembled in general registers, as f16x4, and read
+ * only where a block is. */
+static inline __m256 scales8_first(const uint8_t *p, size_t stride, int m)
+{
+    uint64_t lo = 0, hi = 0;
+    for (int j = 0; j < m; j++) {
+        uint16_t h;
+        memcpy(&h, p + j * stride, 2);
+        if (j < 4)
+            lo |= (uint64_t)h << (16 * j);
+        else
+            hi |= (uint64_t)h << (16 * (j - 4));
+    }
+    return _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
+}
+
 /* acc + s * I for the group of m (1..8) blocks at w (wbytes apart) and x
  * (q8_0 blocks): lane j takes block j. signed_q gives a block's quants as
- * signed bytes. Lanes past m add zero, which leaves them as they are (an
- * accumulator started at +0 is never -0). */
+ * signed bytes. Lanes past m add 0 * 0, which leaves them as they are (an
+ * accumulator started at +0 is never -0); nothing past block m is read. */
 static inline __m256 q80_group(__m256 acc, __m256i (*signed_q)(const uint8_t *), const uint8_t *w,
                                size_t wbytes, const uint8_t *x, int m)
 {
     __m256i sj[8];
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++)
-        sj[j] =
-            j < m
-                ? dot_i8(signed_q(w + j * wbytes),
-                         _mm256_loadu_si256((const __m256i *)(x + j * GS_Q8_0_BYTES + GS_Q8_0_QS)))
-                : _mm256_setzero_si256();
     __m256 s;
     if (m == 8) {
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            sj[j] =
+                dot_i8(signed_q(w + j * wbytes),
+                       _mm256_loadu_si256((const __m256i *)(x + j * GS_Q8_0_BYTES + GS_Q8_0_QS)));
         s = _mm256_mul_ps(scales8(w, wbytes, 0), scales8(x, GS_Q8_0_BYTES, 0));
     } else {
-        float sv[8] = {0};
-        for (int j = 0; j < m; j++)
-            sv[j] = ld_f16(w + j * wbytes) * ld_f16(x + j * GS_Q8_0_BYTES);
-        s = _mm256_loadu_ps(sv);
+        for (int j = 0; j < 8; j++)
+            sj[j] = j < m ? dot_i8(signed_q(w + j * wbytes),
+                                   _mm256_loadu_si256(
+                                       (const __m256i *)(x + j * GS_Q8_0_BYTES + GS_Q8_0_QS)))
+                          : _mm256_setzero_si256();
+        s = _mm256_mul_ps(scales8_first(w, wbytes, m), scales8_first(x, GS_Q8_0_BYTES, m));
     }
     return _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(hsum8_epi32(sj)), acc);
 }
@@ -375,15 +401,6 @@ static inline float q80_dot(__m256i (*signed_q)(const uint8_t *), int64_t nb, co
 static inline float kq_fma(float a, float b, float c)
 {
     return __builtin_fmaf(a, b, c); /* one vfmadd: these files are built with -mfma */
-}
-
-/* The total of eight int32 lanes. */
-static inline int32_t hsum_epi32(__m256i v)
-{
-    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-    return _mm_cvtsi128_si32(t);
 }
 
 /* ---- the products' cross-file functions ----------------------------------------------------- */
