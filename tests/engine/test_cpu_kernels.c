@@ -172,8 +172,8 @@ Test(cpu_kernels, gemm_matches_reference_for_batches_1_to_70)
                     out[i] = NAN;
                 /* out_stride > rows: the kernel must leave the gap alone. */
                 kr->gemm(o.n, o.w, o.w_stride, o.rows, o.x, o.x_stride, nt, out, GEMM_STRIDE);
-                /* Measured against the exact product, like the dot above: the
-                 * many-token kernels sum in another order than dot does. */
+                /* Measured against the exact product, like the dot above (that
+                 * gemm has dot's bits is the invariance test's below). */
                 double num = 0, den = 0;
                 for (int tk = 0; tk < nt; tk++) {
                     for (int r = 0; r < o.rows; r++) {

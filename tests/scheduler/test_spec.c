@@ -277,9 +277,11 @@ Test(spec_greedy, equals_plain_decoding_on_every_golden_prompt, .timeout = 600)
  * stories260K (F32) its Q4_0 quantization: a draft that is often right. A
  * verification step is several rows of one sequence; on ref a row never
  * depends on the step's other rows, and on cpu the products give each row
- * the bits of its one-row product (cpu.h's batch invariance), so on both a
- * near tie goes the same way as in plain decoding whichever drafter proposed
- * the rows. 24 tokens each: the scalar backend under a sanitizer is slow. */
+ * the bits of its one-row product (cpu.h's batch invariance). On cpu the
+ * four-query attention scores of an F16 cache may still differ in the last
+ * bit from one query's (ARCHITECTURE.md, "Rows and rounding"); no golden
+ * prompt has a tie that close (one would fail here, naming the prompt). 24
+ * tokens each: the scalar backend under a sanitizer is slow. */
 static void golden_draft_on(const char *backend, const char *name, const char *rel,
                             const struct gs_val_golden *g, struct rig *r, struct golden_tally *t)
 {
