@@ -271,8 +271,9 @@ int main(int argc, char **argv)
                        : 0.0,
                    st->draft_ms, same ? "yes" : "NO");
             /* A difference is reported, and the exit status says so after every
-             * prompt: on cpu a verification step's rows may round otherwise
-             * than one-row steps (bench/RESULTS.md). */
+             * prompt: on cpu a verification step's attention scores may differ
+             * in the last bit from one-row steps' (docs/ARCHITECTURE.md, "Rows
+             * and rounding"). */
             differed |= !same;
         }
         for (int s = 0; s < 2; s++) {

@@ -300,6 +300,109 @@ static inline __m256i q8_0_block(const uint8_t *b)
     return _mm256_loadu_si256((const __m256i *)(b + GS_Q8_0_QS));
 }
 
+/*
+ * The one summation order of every product against q8_0 activations (q4_0,
+ * q5_0, q8_0), which the row dots, the decoding paths, the four-row tiles and
+ * the panels all follow, so that a row's result has the same bits whichever
+ * of them computes it (cpu.h: batch invariance). Block b of a row gives an
+ * exact integer I_b (the offset of q4_0/q5_0 taken out in integers) and the
+ * scale s_b = f32(d_w) * f32(d_x), rounded once; block b goes to accumulator
+ * b % 8: A_j = fma(s_b, I_b, A_j), from zero, blocks in order; the result is
+ * ((A_0 + A_4) + (A_2 + A_6)) + ((A_1 + A_5) + (A_3 + A_7)), which is
+ * hsum_ps of the eight as vector lanes. A row kernel keeps the eight in the
+ * lanes of one vector (a group of eight blocks per step); a kernel whose
+ * lanes are rows keeps eight vectors, one per residue (q80_tree).
+ */
+#define Q80_LANES 8
+
+/* The total of eight int32 lanes. */
+static inline int32_t hsum_epi32(__m256i v)
+{
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+    return _mm_cvtsi128_si32(t);
+}
+
+/* The f16 scales at p, p + stride, .. of the first m (0..8) of eight blocks as
+ * f32, 0 for the others: assembled in general registers, as f16x4, and read
+ * only where a block is. */
+static inline __m256 scales8_first(const uint8_t *p, size_t stride, int m)
+{
+    uint64_t lo = 0, hi = 0;
+    for (int j = 0; j < m; j++) {
+        uint16_t h;
+        memcpy(&h, p + j * stride, 2);
+        if (j < 4)
+            lo |= (uint64_t)h << (16 * j);
+        else
+            hi |= (uint64_t)h << (16 * (j - 4));
+    }
+    return _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
+}
+
+/* acc + s * I for the group of m (1..8) blocks at w (wbytes apart) and x
+ * (q8_0 blocks): lane j takes block j. signed_q gives a block's quants as
+ * signed bytes. Lanes past m add 0 * 0, which leaves them as they are (an
+ * accumulator started at +0 is never -0); nothing past block m is read. */
+static inline __m256 q80_group(__m256 acc, __m256i (*signed_q)(const uint8_t *), const uint8_t *w,
+                               size_t wbytes, const uint8_t *x, int m)
+{
+    __m256i sj[8];
+    __m256 s;
+    if (m == 8) {
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            sj[j] =
+                dot_i8(signed_q(w + j * wbytes),
+                       _mm256_loadu_si256((const __m256i *)(x + j * GS_Q8_0_BYTES + GS_Q8_0_QS)));
+        s = _mm256_mul_ps(scales8(w, wbytes, 0), scales8(x, GS_Q8_0_BYTES, 0));
+    } else {
+        for (int j = 0; j < 8; j++)
+            sj[j] = j < m ? dot_i8(signed_q(w + j * wbytes),
+                                   _mm256_loadu_si256(
+                                       (const __m256i *)(x + j * GS_Q8_0_BYTES + GS_Q8_0_QS)))
+                          : _mm256_setzero_si256();
+        s = _mm256_mul_ps(scales8_first(w, wbytes, m), scales8_first(x, GS_Q8_0_BYTES, m));
+    }
+    return _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(hsum8_epi32(sj)), acc);
+}
+
+/* The signed quants of a q4_0, q5_0 or q8_0 block. */
+static inline __m256i q4_0_block_s(const uint8_t *b)
+{
+    return _mm256_sub_epi8(nibbles32(b + GS_Q4_0_QS), _mm256_set1_epi8(8));
+}
+
+static inline __m256i q5_0_block_s(const uint8_t *b)
+{
+    return _mm256_sub_epi8(q5_0_block_u(b), _mm256_set1_epi8(16));
+}
+
+/* A q80-order row dot of nb blocks: groups of eight, then the rest. */
+static inline float q80_dot(__m256i (*signed_q)(const uint8_t *), int64_t nb, const uint8_t *w,
+                            size_t wbytes, const uint8_t *x)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8)
+        acc = q80_group(acc, signed_q, w + b * wbytes, wbytes, x + b * GS_Q8_0_BYTES, 8);
+    if (b < nb)
+        acc =
+            q80_group(acc, signed_q, w + b * wbytes, wbytes, x + b * GS_Q8_0_BYTES, (int)(nb - b));
+    return hsum_ps(acc);
+}
+
+/* The K-quants' order (against q8_K): super-block b gives exact integers I_b
+ * (quants by activations, scales applied, an offset that shares the main
+ * scale taken out) and, for formats with minimums, M_b; A = fma(d_w * d_x,
+ * I_b, A) and B = fma(dmin_w * d_x, M_b, B), super-blocks in order, from
+ * zero; the result is A - B. Panels keep A and B per row lane. */
+static inline float kq_fma(float a, float b, float c)
+{
+    return __builtin_fmaf(a, b, c); /* one vfmadd: these files are built with -mfma */
+}
+
 /* ---- the products' cross-file functions ----------------------------------------------------- */
 
 /* Row dots (kernels_avx2_dot.c), gs_cpu_dot_fn: weight row w . activation row x. */

@@ -47,6 +47,15 @@ typedef float (*gs_cpu_dot_fn)(int64_t n, const void *w, const void *x);
  * t < n_tok. Weight rows are w_stride bytes apart, activation rows x_stride.
  * Implementations reuse each weight block for all n_tok tokens while it is in
  * cache (and in registers where the ISA allows).
+ *
+ * Batch invariance: out[t][r] has exactly the bits of the same table row's
+ * dot(w row r, x row t), whatever n_tok and n_rows are and wherever the row
+ * and the token sit in the call, so a caller may cut rows and tokens among
+ * threads and steps as it likes, and a token's result does not depend on
+ * what else its step multiplies (a decoding sequence's output on the others
+ * in its batch; speculative verification on plain decoding). Each ISA's
+ * table fixes one summation order per type that both forms follow (for the
+ * AVX2 ones: avx2.h); tables of different ISAs may differ from each other.
  */
 typedef void (*gs_cpu_gemm_fn)(int64_t n, const void *w, size_t w_stride, int n_rows,
                                const void *x, size_t x_stride, int n_tok, float *out,

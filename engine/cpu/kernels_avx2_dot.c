@@ -10,72 +10,21 @@
 
 /* ---- 32-element formats ------------------------------------------------------------ */
 
-float AVX2_FN(dot_q4_0)(int64_t n, const void *vw, const void *vx)
+/* The q8_0 partners sum in the order avx2.h gives (q80_dot), which every
+ * tiled product of theirs follows. */
+float AVX2_FN(dot_q4_0)(int64_t n, const void *w, const void *x)
 {
-    const uint8_t *w = vw, *x = vx;
-    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
-    int64_t b = 0;
-    /* Two blocks per round: two independent accumulation chains. */
-    for (; b + 2 <= n / GS_QK; b += 2, w += 2 * GS_Q4_0_BYTES, x += 2 * GS_Q8_0_BYTES) {
-        const __m256i q0 = _mm256_sub_epi8(nibbles32(w + GS_Q4_0_QS), _mm256_set1_epi8(8));
-        const __m256i q1 = _mm256_sub_epi8(nibbles32(w + GS_Q4_0_BYTES + GS_Q4_0_QS),
-                                           _mm256_set1_epi8(8));
-        const __m256i y0 = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
-        const __m256i y1 = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_BYTES + GS_Q8_0_QS));
-        const __m256 d0 = _mm256_set1_ps(ld_f16(w + GS_Q4_0_D) * ld_f16(x + GS_Q8_0_D));
-        const __m256 d1 = _mm256_set1_ps(ld_f16(w + GS_Q4_0_BYTES + GS_Q4_0_D) *
-                                         ld_f16(x + GS_Q8_0_BYTES + GS_Q8_0_D));
-        acc = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(dot_i8(q0, y0)), acc);
-        acc2 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(dot_i8(q1, y1)), acc2);
-    }
-    acc = _mm256_add_ps(acc, acc2);
-    for (; b < n / GS_QK; b++, w += GS_Q4_0_BYTES, x += GS_Q8_0_BYTES) {
-        const __m256i q = _mm256_sub_epi8(nibbles32(w + GS_Q4_0_QS), _mm256_set1_epi8(8));
-        const __m256i y = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
-        const __m256 d = _mm256_set1_ps(ld_f16(w + GS_Q4_0_D) * ld_f16(x + GS_Q8_0_D));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(q, y)), acc);
-    }
-    return hsum_ps(acc);
+    return q80_dot(q4_0_block_s, n / GS_QK, w, GS_Q4_0_BYTES, x);
 }
 
-float AVX2_FN(dot_q8_0)(int64_t n, const void *vw, const void *vx)
+float AVX2_FN(dot_q8_0)(int64_t n, const void *w, const void *x)
 {
-    const uint8_t *w = vw, *x = vx;
-    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= n / GS_QK; b += 2, w += 2 * GS_Q8_0_BYTES, x += 2 * GS_Q8_0_BYTES) {
-        const __m256i q0 = _mm256_loadu_si256((const __m256i *)(w + GS_Q8_0_QS));
-        const __m256i q1 = _mm256_loadu_si256((const __m256i *)(w + GS_Q8_0_BYTES + GS_Q8_0_QS));
-        const __m256i y0 = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
-        const __m256i y1 = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_BYTES + GS_Q8_0_QS));
-        const __m256 d0 = _mm256_set1_ps(ld_f16(w + GS_Q8_0_D) * ld_f16(x + GS_Q8_0_D));
-        const __m256 d1 = _mm256_set1_ps(ld_f16(w + GS_Q8_0_BYTES + GS_Q8_0_D) *
-                                         ld_f16(x + GS_Q8_0_BYTES + GS_Q8_0_D));
-        acc = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(dot_i8(q0, y0)), acc);
-        acc2 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(dot_i8(q1, y1)), acc2);
-    }
-    acc = _mm256_add_ps(acc, acc2);
-    for (; b < n / GS_QK; b++, w += GS_Q8_0_BYTES, x += GS_Q8_0_BYTES) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(w + GS_Q8_0_QS));
-        const __m256i y = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
-        const __m256 d = _mm256_set1_ps(ld_f16(w + GS_Q8_0_D) * ld_f16(x + GS_Q8_0_D));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(q, y)), acc);
-    }
-    return hsum_ps(acc);
+    return q80_dot(q8_0_block, n / GS_QK, w, GS_Q8_0_BYTES, x);
 }
 
-float AVX2_FN(dot_q5_0)(int64_t n, const void *vw, const void *vx)
+float AVX2_FN(dot_q5_0)(int64_t n, const void *w, const void *x)
 {
-    const uint8_t *w = vw, *x = vx;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / GS_QK; b++, w += GS_Q5_0_BYTES, x += GS_Q8_0_BYTES) {
-        __m256i q = _mm256_or_si256(nibbles32(w + GS_Q5_0_QS), fifth_bits(w + GS_Q5_0_QH));
-        q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-        const __m256i y = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_0_QS));
-        const __m256 d = _mm256_set1_ps(ld_f16(w + GS_Q5_0_D) * ld_f16(x + GS_Q8_0_D));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(q, y)), acc);
-    }
-    return hsum_ps(acc);
+    return q80_dot(q5_0_block_s, n / GS_QK, w, GS_Q5_0_BYTES, x);
 }
 
 float AVX2_FN(dot_q4_1)(int64_t n, const void *vw, const void *vx)
@@ -108,52 +57,75 @@ float AVX2_FN(dot_q5_1)(int64_t n, const void *vw, const void *vx)
     return hsum_ps(acc) + summ;
 }
 
-/* ---- K-quants against q8_K ------------------------------------------------------------ */
+/* ---- K-quants against q8_K ------------------------------------------------------------
+ * Each super-block's products come out as vectors of int32 partial sums
+ * (its quant sum I and, for formats with minimums, its minimum sum M),
+ * reduced to their totals (the two together: one pair of horizontal adds),
+ * then chained in order in avx2.h's K-quant order, which the panels follow. */
 
-/* q4_K (off_qh 0) and q5_K. */
+/* One q4_K (off_qh 0) or q5_K super-block: *isum and *msum. */
+static inline void k45_block(const uint8_t *w, const uint8_t *x, int off_qs, int off_qh,
+                             __m256i *isum, __m256i *msum)
+{
+    uint8_t s[8], m[8];
+    k4_scales(w + GS_Q4_K_SCALES, s, m);
+    /* Minimums: sum over groups of m[g] * (bsum[2g] + bsum[2g + 1]). */
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS));
+    const __m256i pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
+    uint64_t m64;
+    memcpy(&m64, m, 8);
+    const __m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m64));
+    *msum = _mm256_mullo_epi32(pairs, mins);
+    const __m256i hb =
+        off_qh ? _mm256_loadu_si256((const __m256i *)(w + off_qh)) : _mm256_setzero_si256();
+    __m256i sumi = _mm256_setzero_si256();
+    /* The eight scales as int16 in both halves; each is spread over a
+     * vector with one byte shuffle (broadcasting them one by one from
+     * general registers cost a fifth of the loop). */
+    uint64_t s64;
+    memcpy(&s64, s, 8);
+    const __m256i s16 =
+        _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)s64)));
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        __m256i lo, hi;
+        k45_runs(w + off_qs, off_qh != 0, hb, j, &lo, &hi);
+        const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 64 * j));
+        const __m256i yhi = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 64 * j + 32));
+        const __m256i slo =
+            _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * j)));
+        const __m256i shi =
+            _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
+        const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), slo);
+        const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), shi);
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+    }
+    *isum = sumi;
+}
+
+/* The totals of two int32 vectors, as floats in lanes 0 and 1. */
+static inline __m128 hsum2_epi32_ps(__m256i a, __m256i b)
+{
+    __m256i t = _mm256_hadd_epi32(a, b);
+    t = _mm256_hadd_epi32(t, t);
+    return _mm_cvtepi32_ps(
+        _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1)));
+}
+
+/* q4_K and q5_K: each super-block's I and M reduced together. */
 static inline float dot_k45(int64_t n, const uint8_t *w, const uint8_t *x, int block_bytes,
                             int off_qs, int off_qh)
 {
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    float acc = 0, accm = 0;
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += block_bytes, x += GS_Q8_K_BYTES) {
-        uint8_t s[8], m[8];
-        k4_scales(w + GS_Q4_K_SCALES, s, m);
+        __m256i isum, msum;
+        k45_block(w, x, off_qs, off_qh, &isum, &msum);
+        const __m128 tot = hsum2_epi32_ps(isum, msum);
         const float dx = ld_f32(x + GS_Q8_K_D);
-        /* Minimums: sum over groups of m[g] * (bsum[2g] + bsum[2g + 1]). */
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS));
-        const __m256i pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
-        uint64_t m64;
-        memcpy(&m64, m, 8);
-        const __m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m64));
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(dx * ld_f16(w + GS_Q4_K_DMIN)),
-                               _mm256_cvtepi32_ps(_mm256_mullo_epi32(pairs, mins)), accm);
-        const __m256i hb = off_qh ? _mm256_loadu_si256((const __m256i *)(w + off_qh))
-                                  : _mm256_setzero_si256();
-        __m256i sumi = _mm256_setzero_si256();
-        /* The eight scales as int16 in both halves; each is spread over a
-         * vector with one byte shuffle (broadcasting them one by one from
-         * general registers cost a fifth of the loop). */
-        uint64_t s64;
-        memcpy(&s64, s, 8);
-        const __m256i s16 =
-            _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)s64)));
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            __m256i lo, hi;
-            k45_runs(w + off_qs, off_qh != 0, hb, j, &lo, &hi);
-            const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 64 * j));
-            const __m256i yhi =
-                _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 64 * j + 32));
-            const __m256i slo = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * j)));
-            const __m256i shi = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
-            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), slo);
-            const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), shi);
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
-        }
-        const __m256 d = _mm256_set1_ps(dx * ld_f16(w + GS_Q4_K_D));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        acc = kq_fma(dx * ld_f16(w + GS_Q4_K_D), _mm_cvtss_f32(tot), acc);
+        accm = kq_fma(dx * ld_f16(w + GS_Q4_K_DMIN), _mm_cvtss_f32(_mm_movehdup_ps(tot)), accm);
     }
-    return hsum_ps(_mm256_sub_ps(acc, accm));
+    return acc - accm;
 }
 
 /*
@@ -195,7 +167,7 @@ static inline __m256i k23_sum(const uint8_t *qs, const uint8_t *hmask, const uin
 float AVX2_FN(dot_q2_K)(int64_t n, const void *vw, const void *vx)
 {
     const uint8_t *w = vw, *x = vx;
-    __m256 acc = _mm256_setzero_ps();
+    float acc = 0, accm = 0;
     const __m128i m4 = _mm_set1_epi8(0x0f);
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q2_K_BYTES, x += GS_Q8_K_BYTES) {
         const __m128i sc = _mm_loadu_si128((const __m128i *)(w + GS_Q2_K_SCALES));
@@ -206,18 +178,16 @@ float AVX2_FN(dot_q2_K)(int64_t n, const void *vw, const void *vx)
         const __m256i msum = _mm256_madd_epi16(
             mins, _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS)));
         const float dx = ld_f32(x + GS_Q8_K_D);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * ld_f16(w + GS_Q2_K_D)), _mm256_cvtepi32_ps(sumi),
-                              acc);
-        acc = _mm256_fnmadd_ps(_mm256_set1_ps(dx * ld_f16(w + GS_Q2_K_DMIN)),
-                               _mm256_cvtepi32_ps(msum), acc);
+        acc = kq_fma(dx * ld_f16(w + GS_Q2_K_D), (float)hsum_epi32(sumi), acc);
+        accm = kq_fma(dx * ld_f16(w + GS_Q2_K_DMIN), (float)hsum_epi32(msum), accm);
     }
-    return hsum_ps(acc);
+    return acc - accm;
 }
 
 float AVX2_FN(dot_q3_K)(int64_t n, const void *vw, const void *vx)
 {
     const uint8_t *w = vw, *x = vx;
-    __m256 acc = _mm256_setzero_ps();
+    float acc = 0;
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q3_K_BYTES, x += GS_Q8_K_BYTES) {
         const __m128i sc8 = q3_K_scales(w + GS_Q3_K_SCALES);
         /* Quants are u - 4 with u = 2 bits | hmask bit << 2: the 4 comes out
@@ -227,10 +197,9 @@ float AVX2_FN(dot_q3_K)(int64_t n, const void *vw, const void *vx)
         const __m256i off = _mm256_madd_epi16(
             _mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS)));
         const __m256i total = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 2));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(ld_f32(x + GS_Q8_K_D) * ld_f16(w + GS_Q3_K_D)),
-                              _mm256_cvtepi32_ps(total), acc);
+        acc = kq_fma(ld_f32(x + GS_Q8_K_D) * ld_f16(w + GS_Q3_K_D), (float)hsum_epi32(total), acc);
     }
-    return hsum_ps(acc);
+    return acc;
 }
 
 float AVX2_FN(dot_q4_K)(int64_t n, const void *w, const void *x)
@@ -243,39 +212,45 @@ float AVX2_FN(dot_q5_K)(int64_t n, const void *w, const void *x)
     return dot_k45(n, w, x, GS_Q5_K_BYTES, GS_Q5_K_QS, GS_Q5_K_QH);
 }
 
+/* One q6_K super-block's quant sum, its offset taken out. */
+static inline __m256i q6_K_block(const uint8_t *w, const uint8_t *x)
+{
+    const __m128i sc8 = _mm_loadu_si128((const __m128i *)(w + GS_Q6_K_SCALES));
+    /* q - 32: the offset goes through the block sums, as a vector:
+     * 32 * sum_g sc[g] * bsum[g], subtracted exactly in integers. */
+    const __m256i off = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
+                                          _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS)));
+    __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+    for (int h = 0; h < 2; h++) {
+        __m256i q[4];
+        q6_K_runs(w, h, q);
+        /* Scales 8h..8h+7 as int16 in both halves; group g = 8h + 2k goes
+         * to the low half of its run's vector and g + 1 to the high
+         * half, each with one byte shuffle. */
+        const __m256i s16 =
+            _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h ? _mm_srli_si128(sc8, 8) : sc8));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m256i y =
+                _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 128 * h + 32 * k));
+            const __m256i scv = _mm256_shuffle_epi8(
+                s16, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k + 1))),
+                                      _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k)))));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], y), scv));
+        }
+    }
+    return sumi;
+}
+
 float AVX2_FN(dot_q6_K)(int64_t n, const void *vw, const void *vx)
 {
     const uint8_t *w = vw, *x = vx;
-    __m256 acc = _mm256_setzero_ps();
+    float acc = 0;
     for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q6_K_BYTES, x += GS_Q8_K_BYTES) {
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)(w + GS_Q6_K_SCALES));
-        /* q - 32: the offset goes through the block sums, as a vector:
-         * 32 * sum_g sc[g] * bsum[g], subtracted exactly in integers. */
-        const __m256i off = _mm256_madd_epi16(
-            _mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_BSUMS)));
-        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
-        for (int h = 0; h < 2; h++) {
-            __m256i q[4];
-            q6_K_runs(w, h, q);
-            /* Scales 8h..8h+7 as int16 in both halves; group g = 8h + 2k goes
-             * to the low half of its run's vector and g + 1 to the high
-             * half, each with one byte shuffle. */
-            const __m256i s16 = _mm256_broadcastsi128_si256(
-                _mm_cvtepi8_epi16(h ? _mm_srli_si128(sc8, 8) : sc8));
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                const __m256i y =
-                    _mm256_loadu_si256((const __m256i *)(x + GS_Q8_K_QS + 128 * h + 32 * k));
-                const __m256i scv = _mm256_shuffle_epi8(
-                    s16, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k + 1))),
-                                          _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k)))));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], y), scv));
-            }
-        }
-        const float d = ld_f32(x + GS_Q8_K_D) * ld_f16(w + GS_Q6_K_D);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        const __m128 tot = hsum2_epi32_ps(q6_K_block(w, x), _mm256_setzero_si256());
+        acc = kq_fma(ld_f32(x + GS_Q8_K_D) * ld_f16(w + GS_Q6_K_D), _mm_cvtss_f32(tot), acc);
     }
-    return hsum_ps(acc);
+    return acc;
 }
 
 #ifndef GS_CPU_VNNI /* only the plain build's table has the float rows */

@@ -49,6 +49,7 @@ typedef __m512 pv_f;
 #define pv_cvt _mm512_cvtepi32_ps
 #define pv_mul _mm512_mul_ps
 #define pv_sub _mm512_sub_ps
+#define pv_add       _mm512_add_ps
 #define pv_fmadd _mm512_fmadd_ps
 #define pv_load_i(p) _mm512_load_si512((const void *)(p))
 #define pv_load_f _mm512_load_ps
@@ -69,6 +70,7 @@ typedef __m256 pv_f;
 #define pv_cvt _mm256_cvtepi32_ps
 #define pv_mul _mm256_mul_ps
 #define pv_sub _mm256_sub_ps
+#define pv_add       _mm256_add_ps
 #define pv_fmadd _mm256_fmadd_ps
 #define pv_load_i(p) _mm256_load_si256((const __m256i *)(p))
 #define pv_load_f _mm256_load_ps
@@ -156,6 +158,14 @@ static inline __m256i q8_0_block_u(const uint8_t *b)
 /* Tokens per register tile of the panel products. */
 #define PANEL_TOK 4
 
+/* The q80 order's final sum of eight per-residue accumulators (avx2.h), lane
+ * by lane: each lane of a panel is one row. */
+static inline pv_f pv_tree(const pv_f a[Q80_LANES])
+{
+    return pv_add(pv_add(pv_add(a[0], a[4]), pv_add(a[2], a[6])),
+                  pv_add(pv_add(a[1], a[5]), pv_add(a[3], a[7])));
+}
+
 /* One packed block of a panel: q[g] lane i = quants 4g..4g+3 of row i. */
 struct panel_block {
     pv_i q[8];
@@ -175,51 +185,57 @@ static inline void panel_tile(int64_t nb, const struct panel_block *pb, const pv
                               const int32_t *ox, float *out, size_t os, const uint8_t *pf,
                               size_t pf_block, int run16)
 {
-    pv_f acc[PANEL_TOK];
-    for (int k = 0; k < PANEL_TOK; k++)
-        acc[k] = pv_zero_f();
-    for (int64_t b = 0; b < nb; b++) {
-        if (pf)
-            prefetch_bytes(pf + b * pf_block, pf_block);
-        const pv_i *q = pb[b].q;
-        const uint8_t *xb = x + b * GS_Q8_0_BYTES + GS_Q8_0_QS;
+    pv_f part[PANEL_TOK][Q80_LANES];
+    for (int j = 0; j < Q80_LANES; j++) {
+        pv_f acc[PANEL_TOK];
+        for (int k = 0; k < PANEL_TOK; k++)
+            acc[k] = pv_zero_f();
+        for (int64_t b = j; b < nb; b += Q80_LANES) {
+            if (pf)
+                prefetch_bytes(pf + b * pf_block, pf_block);
+            const pv_i *q = pb[b].q;
+            const uint8_t *xb = x + b * GS_Q8_0_BYTES + GS_Q8_0_QS;
 #pragma GCC unroll 4
-        for (int k = 0; k < PANEL_TOK; k++) {
-            if (k >= nk)
-                break;
-            const uint8_t *y = xb + (size_t)k * xs;
-            pv_i s0 = pv_set1_i32(ox[(size_t)k * nb + b]);
-            pv_i s1 = pv_zero_i();
+            for (int k = 0; k < PANEL_TOK; k++) {
+                if (k >= nk)
+                    break;
+                const uint8_t *y = xb + (size_t)k * xs;
+                pv_i s0 = pv_set1_i32(ox[(size_t)k * nb + b]);
+                pv_i s1 = pv_zero_i();
 #ifdef GS_CPU_VNNI
-            (void)run16;
-            s0 = pv_dpbusd(s0, q[0], pv_set1_i32(ld_i32(y)));
-            s1 = pv_dpbusd(s1, q[1], pv_set1_i32(ld_i32(y + 4)));
-            s0 = pv_dpbusd(s0, q[2], pv_set1_i32(ld_i32(y + 8)));
-            s1 = pv_dpbusd(s1, q[3], pv_set1_i32(ld_i32(y + 12)));
-            s0 = pv_dpbusd(s0, q[4], pv_set1_i32(ld_i32(y + 16)));
-            s1 = pv_dpbusd(s1, q[5], pv_set1_i32(ld_i32(y + 20)));
-            s0 = pv_dpbusd(s0, q[6], pv_set1_i32(ld_i32(y + 24)));
-            s1 = pv_dpbusd(s1, q[7], pv_set1_i32(ld_i32(y + 28)));
+                (void)run16;
+                s0 = pv_dpbusd(s0, q[0], pv_set1_i32(ld_i32(y)));
+                s1 = pv_dpbusd(s1, q[1], pv_set1_i32(ld_i32(y + 4)));
+                s0 = pv_dpbusd(s0, q[2], pv_set1_i32(ld_i32(y + 8)));
+                s1 = pv_dpbusd(s1, q[3], pv_set1_i32(ld_i32(y + 12)));
+                s0 = pv_dpbusd(s0, q[4], pv_set1_i32(ld_i32(y + 16)));
+                s1 = pv_dpbusd(s1, q[5], pv_set1_i32(ld_i32(y + 20)));
+                s0 = pv_dpbusd(s0, q[6], pv_set1_i32(ld_i32(y + 24)));
+                s1 = pv_dpbusd(s1, q[7], pv_set1_i32(ld_i32(y + 28)));
 #else
-            /* maddubs' int16 pair sums of run16 groups added before one
-             * widening: exact while run16 pair sums fit in int16, which the
-             * callers' quant ranges ensure (q4_0: 8 x 2 x 15 x 128 = 30720). */
-            pv_i p = pv_zero_i();
+                /* maddubs' int16 pair sums of run16 groups added before one
+                 * widening: exact while run16 pair sums fit in int16, which the
+                 * callers' quant ranges ensure (q4_0: 8 x 2 x 15 x 128 = 30720). */
+                pv_i p = pv_zero_i();
 #pragma GCC unroll 8
-            for (int g = 0; g < 8; g++) {
-                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(q[g], pv_set1_i32(ld_i32(y + 4 * g))));
-                if ((g + 1) % run16 == 0) {
-                    s0 = pv_add_i32(s0, pv_madd_i16(p, _mm256_set1_epi16(1)));
-                    p = pv_zero_i();
+                for (int g = 0; g < 8; g++) {
+                    p = _mm256_add_epi16(
+                        p, _mm256_maddubs_epi16(q[g], pv_set1_i32(ld_i32(y + 4 * g))));
+                    if ((g + 1) % run16 == 0) {
+                        s0 = pv_add_i32(s0, pv_madd_i16(p, _mm256_set1_epi16(1)));
+                        p = pv_zero_i();
+                    }
                 }
-            }
 #endif
-            const pv_f t = pv_mul(pv_cvt(pv_add_i32(s0, s1)), pv_set1_f(dx[(size_t)k * nb + b]));
-            acc[k] = pv_fmadd(dw[b], t, acc[k]);
+                const pv_f s = pv_mul(dw[b], pv_set1_f(dx[(size_t)k * nb + b]));
+                acc[k] = pv_fmadd(s, pv_cvt(pv_add_i32(s0, s1)), acc[k]);
+            }
         }
+        for (int k = 0; k < PANEL_TOK; k++)
+            part[k][j] = acc[k];
     }
     for (int k = 0; k < nk; k++)
-        pv_storeu_f(out + (size_t)k * os, acc[k]);
+        pv_storeu_f(out + (size_t)k * os, pv_tree(part[k]));
 }
 
 /* Eight rows' blocks at w (ws bytes apart) -> q[g] lane i = quants 4g..4g+3
@@ -315,40 +331,44 @@ static inline void panel_tile_s8(int64_t nb, const struct panel_block_s8 *pb, co
                                  const uint8_t *x, size_t xs, int nk, const float *dx,
                                  float *out, size_t os, const uint8_t *pf, size_t pf_block)
 {
-    __m256 acc[PANEL_TOK];
-    for (int k = 0; k < PANEL_TOK; k++)
-        acc[k] = _mm256_setzero_ps();
+    __m256 part[PANEL_TOK][Q80_LANES];
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t b = 0; b < nb; b++) {
-        if (pf)
-            prefetch_bytes(pf + b * pf_block, pf_block);
-        const struct panel_block_s8 *q = pb + b;
-        const uint8_t *xb = x + b * GS_Q8_0_BYTES + GS_Q8_0_QS;
+    for (int j = 0; j < Q80_LANES; j++) {
+        __m256 acc[PANEL_TOK];
+        for (int k = 0; k < PANEL_TOK; k++)
+            acc[k] = _mm256_setzero_ps();
+        for (int64_t b = j; b < nb; b += Q80_LANES) {
+            if (pf)
+                prefetch_bytes(pf + b * pf_block, pf_block);
+            const struct panel_block_s8 *q = pb + b;
+            const uint8_t *xb = x + b * GS_Q8_0_BYTES + GS_Q8_0_QS;
 #pragma GCC unroll 4
-        for (int k = 0; k < PANEL_TOK; k++) {
-            if (k >= nk)
-                break;
-            const uint8_t *y = xb + (size_t)k * xs;
-            /* Two int16 chains of products, widened once per pair of groups. */
-            __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+            for (int k = 0; k < PANEL_TOK; k++) {
+                if (k >= nk)
+                    break;
+                const uint8_t *y = xb + (size_t)k * xs;
+                /* Two int16 chains of products, widened once per pair of groups. */
+                __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
 #pragma GCC unroll 8
-            for (int g = 0; g < 8; g += 2) {
-                const __m256i y0 = _mm256_set1_epi32(ld_i32(y + 4 * g));
-                const __m256i y1 = _mm256_set1_epi32(ld_i32(y + 4 * g + 4));
-                const __m256i p0 =
-                    _mm256_maddubs_epi16(q->mag[g], _mm256_sign_epi8(y0, q->sgn[g]));
-                const __m256i p1 =
-                    _mm256_maddubs_epi16(q->mag[g + 1], _mm256_sign_epi8(y1, q->sgn[g + 1]));
-                s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones));
-                s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
+                for (int g = 0; g < 8; g += 2) {
+                    const __m256i y0 = _mm256_set1_epi32(ld_i32(y + 4 * g));
+                    const __m256i y1 = _mm256_set1_epi32(ld_i32(y + 4 * g + 4));
+                    const __m256i p0 =
+                        _mm256_maddubs_epi16(q->mag[g], _mm256_sign_epi8(y0, q->sgn[g]));
+                    const __m256i p1 =
+                        _mm256_maddubs_epi16(q->mag[g + 1], _mm256_sign_epi8(y1, q->sgn[g + 1]));
+                    s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones));
+                    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
+                }
+                const __m256 s = _mm256_mul_ps(dw[b], _mm256_set1_ps(dx[(size_t)k * nb + b]));
+                acc[k] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), acc[k]);
             }
-            const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),
-                                           _mm256_set1_ps(dx[(size_t)k * nb + b]));
-            acc[k] = _mm256_fmadd_ps(dw[b], t, acc[k]);
         }
+        for (int k = 0; k < PANEL_TOK; k++)
+            part[k][j] = acc[k];
     }
     for (int k = 0; k < nk; k++)
-        _mm256_storeu_ps(out + (size_t)k * os, acc[k]);
+        _mm256_storeu_ps(out + (size_t)k * os, pv_tree(part[k]));
 }
 
 /* The q8_0 panel: PANEL_Q80's contract (ox unused: q8_0 has no offset). */

@@ -2,8 +2,8 @@
  * engine/cpu/kernels_avx2_tile.c - AVX2 tiled products below the panels: four
  * weight rows by four tokens in registers (prompts on rows a panel does not
  * fill), one row at a time for steps of fewer than four tokens (decoding),
- * the q4_K/q6_K row-by-token tiles, and the generic cache-blocked loop for the
- * other types. Built twice, with and without VNNI (avx2.h), as the panels
+ * and the generic cache-blocked loop for the other types and for the rows
+ * the K-quant panels leave. Built twice, with and without VNNI (avx2.h), as the panels
  * that fall back to these are.
  */
 #include "engine/cpu/avx2.h"
@@ -11,7 +11,9 @@
 /* ---- tiled products -------------------------------------------------------------------------
  * Prompt steps and batched decoding spend their time here: each weight block
  * is unpacked once and multiplied with several tokens in registers. Types
- * without a tiled kernel use the cache-blocked generic loop. */
+ * without a tiled kernel use the cache-blocked generic loop. Every product
+ * against q8_0 activations sums in avx2.h's q80 order, so each output has
+ * the bits of the row dot. */
 
 /* Four int32 vectors of partial sums -> their four totals, in order. */
 static inline __m128i sum4_epi32(__m256i s0, __m256i s1, __m256i s2, __m256i s3)
@@ -20,46 +22,60 @@ static inline __m128i sum4_epi32(__m256i s0, __m256i s1, __m256i s2, __m256i s3)
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
+/* The q80 order's final sum of eight per-residue accumulators, lane by lane. */
+static inline __m128 q80_tree4(const __m128 a[Q80_LANES])
+{
+    return _mm_add_ps(_mm_add_ps(_mm_add_ps(a[0], a[4]), _mm_add_ps(a[2], a[6])),
+                      _mm_add_ps(_mm_add_ps(a[1], a[5]), _mm_add_ps(a[3], a[7])));
+}
+
 /*
  * Tiled products against q8_0 activations, four weight rows by TOK_TILE
  * tokens: each block of the four rows is unpacked once and each activation
  * block loaded once; the four rows' integer sums are folded into one vector
- * (lane = row), so the float work per block is one convert and two fused
- * multiply-adds for four rows. Unsigned formats (q4_0, q5_0: quant - offset)
- * multiply the raw unsigned quants and subtract offset * sum(y) per block,
- * which needs no sign juggling; q8_0 moves its signs onto the activations.
- * Rows left over (fewer than four) and tokens left over use the paths below.
+ * (lane = row), so the float work per block is one convert, a multiply and a
+ * fused multiply-add for four rows. The blocks are taken residue by residue
+ * (b % 8 = 0, then 1, ...: the q80 order's eight accumulators, one at a time
+ * in registers). Unsigned formats (q4_0, q5_0: quant - offset) multiply the
+ * raw unsigned quants and add ox = -offset * sum(y) per block, exactly, in
+ * integers; q8_0 moves its signs onto the activations. Rows left over (fewer
+ * than four) and tokens left over use the paths below.
  */
-#define GEMM4_Q80(name, wbytes, unpack_u, offset)                                                \
-    static void gemm4_##name(int64_t nb, const uint8_t *wr, size_t ws, const uint8_t *x0,         \
-                             size_t xs, const float *dx0, const float *cx0, float *out,           \
-                             size_t os, int nk)                                                   \
-    {                                                                                             \
-        __m128 acc[TOK_TILE];                                                                     \
-        for (int k = 0; k < TOK_TILE; k++)                                                        \
-            acc[k] = _mm_setzero_ps();                                                            \
-        for (int64_t b = 0; b < nb; b++) {                                                        \
-            const int64_t off = b * (wbytes);                                                     \
-            const __m256i q0 = unpack_u(wr + off), q1 = unpack_u(wr + ws + off);                  \
-            const __m256i q2 = unpack_u(wr + 2 * ws + off), q3 = unpack_u(wr + 3 * ws + off);     \
-            const __m128 dw = scales4(wr, ws, off);                                               \
-            for (int k = 0; k < nk; k++) {                                                        \
-                const __m256i y = _mm256_loadu_si256(                                             \
-                    (const __m256i *)(x0 + (size_t)k * xs + b * GS_Q8_0_BYTES + GS_Q8_0_QS));     \
-                __m128i si;                                                                       \
-                if (offset)                                                                       \
-                    si = sum4_epi32(dot_u8(q0, y), dot_u8(q1, y), dot_u8(q2, y), dot_u8(q3, y));  \
-                else                                                                              \
-                    si = sum4_epi32(dot_i8(q0, y), dot_i8(q1, y), dot_i8(q2, y), dot_i8(q3, y));  \
-                const __m128 dx = _mm_broadcast_ss(dx0 + (size_t)k * nb + b);                     \
-                __m128 t = _mm_mul_ps(dx, _mm_cvtepi32_ps(si));                                   \
-                if (offset)                                                                       \
-                    t = _mm_add_ps(t, _mm_broadcast_ss(cx0 + (size_t)k * nb + b));                \
-                acc[k] = _mm_fmadd_ps(dw, t, acc[k]);                                             \
-            }                                                                                     \
-        }                                                                                         \
-        for (int k = 0; k < nk; k++)                                                              \
-            _mm_storeu_ps(out + (size_t)k * os, acc[k]);                                          \
+#define GEMM4_Q80(name, wbytes, unpack_u, offset)                                                  \
+    static void gemm4_##name(int64_t nb, const uint8_t *wr, size_t ws, const uint8_t *x0,          \
+                             size_t xs, const float *dx0, const int32_t *ox0, float *out,          \
+                             size_t os, int nk)                                                    \
+    {                                                                                              \
+        __m128 part[TOK_TILE][Q80_LANES];                                                          \
+        for (int j = 0; j < Q80_LANES; j++) {                                                      \
+            __m128 acc[TOK_TILE];                                                                  \
+            for (int k = 0; k < TOK_TILE; k++)                                                     \
+                acc[k] = _mm_setzero_ps();                                                         \
+            for (int64_t b = j; b < nb; b += Q80_LANES) {                                          \
+                const int64_t off = b * (wbytes);                                                  \
+                const __m256i q0 = unpack_u(wr + off), q1 = unpack_u(wr + ws + off);               \
+                const __m256i q2 = unpack_u(wr + 2 * ws + off), q3 = unpack_u(wr + 3 * ws + off);  \
+                const __m128 dw = scales4(wr, ws, off);                                            \
+                for (int k = 0; k < nk; k++) {                                                     \
+                    const __m256i y = _mm256_loadu_si256(                                          \
+                        (const __m256i *)(x0 + (size_t)k * xs + b * GS_Q8_0_BYTES + GS_Q8_0_QS));  \
+                    __m128i si;                                                                    \
+                    if (offset)                                                                    \
+                        si = _mm_add_epi32(sum4_epi32(dot_u8(q0, y), dot_u8(q1, y), dot_u8(q2, y), \
+                                                      dot_u8(q3, y)),                              \
+                                           _mm_set1_epi32(ox0[(size_t)k * nb + b]));               \
+                    else                                                                           \
+                        si = sum4_epi32(dot_i8(q0, y), dot_i8(q1, y), dot_i8(q2, y),               \
+                                        dot_i8(q3, y));                                            \
+                    const __m128 s = _mm_mul_ps(dw, _mm_broadcast_ss(dx0 + (size_t)k * nb + b));   \
+                    acc[k] = _mm_fmadd_ps(s, _mm_cvtepi32_ps(si), acc[k]);                         \
+                }                                                                                  \
+            }                                                                                      \
+            for (int k = 0; k < TOK_TILE; k++)                                                     \
+                part[k][j] = acc[k];                                                               \
+        }                                                                                          \
+        for (int k = 0; k < nk; k++)                                                               \
+            _mm_storeu_ps(out + (size_t)k * os, q80_tree4(part[k]));                               \
     }
 
 GEMM4_Q80(q4_0, GS_Q4_0_BYTES, q4_0_block_u, 8)
@@ -69,77 +85,53 @@ GEMM4_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
 
 /*
  * Products for steps of fewer than TOK_TILE tokens (decoding): one weight row
- * at a time, which streams from memory best, with the activation scales
- * (and offset corrections) already as f32, and two blocks per round for two
- * independent accumulation chains.
+ * at a time, which streams from memory best, with the activation scales (and
+ * offset sums) already at hand: groups of eight blocks in the lanes of one
+ * accumulator, the row dot's q80 order, and its last partial group.
  */
-#define GEMV_Q80(name, wbytes, unpack_u, offset)                                                  \
-    static void gemv_##name(int64_t nb, const uint8_t *w, size_t ws, int nr, const uint8_t *x,    \
-                            size_t xs, int nt, const float *dxs, const float *cxs, float *out,    \
-                            size_t os)                                                            \
-    {                                                                                             \
-        for (int r = 0; r < nr; r++) {                                                            \
-            const uint8_t *wr = w + (size_t)r * ws;                                               \
-            for (int t = 0; t < nt; t++) {                                                        \
-                const uint8_t *xt = x + (size_t)t * xs;                                           \
-                const float *dx = dxs + (size_t)t * nb, *cx = cxs + (size_t)t * nb;               \
-                __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                        \
-                __m256 c8 = _mm256_setzero_ps();                                                  \
-                float corr = 0;                                                                   \
-                int64_t b = 0;                                                                    \
-                for (; b + 8 <= nb; b += 8) {                                                     \
-                    const uint8_t *w0 = wr + b * (wbytes);                                        \
-                    const uint8_t *y0 = xt + b * GS_Q8_0_BYTES + GS_Q8_0_QS;                      \
-                    __m256i sj[8];                                                                \
-                    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                         \
-                        const __m256i q = unpack_u(w0 + j * (wbytes));                            \
-                        const __m256i y =                                                         \
-                            _mm256_loadu_si256((const __m256i *)(y0 + j * GS_Q8_0_BYTES));        \
-                        sj[j] = (offset) ? dot_u8(q, y) : dot_i8(q, y);                           \
-                    }                                                                             \
-                    const __m256 dw = scales8(w0, (wbytes), 0);                                   \
-                    a0 = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_loadu_ps(dx + b)),              \
-                                         _mm256_cvtepi32_ps(hsum8_epi32(sj)), a0);                \
-                    if (offset)                                                                   \
-                        c8 = _mm256_fmadd_ps(dw, _mm256_loadu_ps(cx + b), c8);                    \
-                }                                                                                 \
-                if (offset)                                                                       \
-                    corr = hsum_ps(c8);                                                           \
-                for (; b + 2 <= nb; b += 2) {                                                     \
-                    const uint8_t *w0 = wr + b * (wbytes), *w1 = w0 + (wbytes);                   \
-                    const __m256i y0 = _mm256_loadu_si256(                                        \
-                        (const __m256i *)(xt + b * GS_Q8_0_BYTES + GS_Q8_0_QS));                  \
-                    const __m256i y1 = _mm256_loadu_si256(                                        \
-                        (const __m256i *)(xt + (b + 1) * GS_Q8_0_BYTES + GS_Q8_0_QS));            \
-                    const __m256i q0 = unpack_u(w0), q1 = unpack_u(w1);                           \
-                    const float d0 = ld_f16(w0), d1 = ld_f16(w1);                                 \
-                    const __m256i s0 = (offset) ? dot_u8(q0, y0) : dot_i8(q0, y0);                \
-                    const __m256i s1 = (offset) ? dot_u8(q1, y1) : dot_i8(q1, y1);                \
-                    a0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * dx[b]), _mm256_cvtepi32_ps(s0), a0); \
-                    a1 = _mm256_fmadd_ps(_mm256_set1_ps(d1 * dx[b + 1]), _mm256_cvtepi32_ps(s1),  \
-                                         a1);                                                     \
-                    if (offset)                                                                   \
-                        corr += d0 * cx[b] + d1 * cx[b + 1];                                      \
-                }                                                                                 \
-                for (; b < nb; b++) {                                                             \
-                    const uint8_t *w0 = wr + b * (wbytes);                                        \
-                    const __m256i y0 = _mm256_loadu_si256(                                        \
-                        (const __m256i *)(xt + b * GS_Q8_0_BYTES + GS_Q8_0_QS));                  \
-                    const __m256i q0 = unpack_u(w0);                                              \
-                    const float d0 = ld_f16(w0);                                                  \
-                    const __m256i s0 = (offset) ? dot_u8(q0, y0) : dot_i8(q0, y0);                \
-                    a0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * dx[b]), _mm256_cvtepi32_ps(s0), a0); \
-                    if (offset)                                                                   \
-                        corr += d0 * cx[b];                                                       \
-                }                                                                                 \
-                out[(size_t)t * os + r] = hsum_ps(_mm256_add_ps(a0, a1)) + corr;                  \
-            }                                                                                     \
-        }                                                                                         \
+#define GEMV_Q80(name, wbytes, unpack_u, signed_q, offset)                                         \
+    static void gemv_##name(int64_t nb, const uint8_t *w, size_t ws, int nr, const uint8_t *x,     \
+                            size_t xs, int nt, const float *dxs, const int32_t *oxs, float *out,   \
+                            size_t os)                                                             \
+    {                                                                                              \
+        for (int r = 0; r < nr; r++) {                                                             \
+            const uint8_t *wr = w + (size_t)r * ws;                                                \
+            for (int t = 0; t < nt; t++) {                                                         \
+                const uint8_t *xt = x + (size_t)t * xs;                                            \
+                const float *dx = dxs + (size_t)t * nb;                                            \
+                const int32_t *ox = oxs + (size_t)t * nb;                                          \
+                __m256 acc = _mm256_setzero_ps();                                                  \
+                int64_t b = 0;                                                                     \
+                for (; b + 8 <= nb; b += 8) {                                                      \
+                    const uint8_t *w0 = wr + b * (wbytes);                                         \
+                    const uint8_t *y0 = xt + b * GS_Q8_0_BYTES + GS_Q8_0_QS;                       \
+                    __m256i sj[8];                                                                 \
+                    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)                            \
+                    {                                                                              \
+                        const __m256i y =                                                          \
+                            _mm256_loadu_si256((const __m256i *)(y0 + j * GS_Q8_0_BYTES));         \
+                        sj[j] = (offset) ? dot_u8(unpack_u(w0 + j * (wbytes)), y)                  \
+                                         : dot_i8(unpack_u(w0 + j * (wbytes)), y);                 \
+                    }                                                                              \
+                    __m256i isum = hsum8_epi32(sj);                                                \
+                    if (offset)                                                                    \
+                        isum =                                                                     \
+                            _mm256_add_epi32(isum, _mm256_loadu_si256((const __m256i *)(ox + b))); \
+                    const __m256 s =                                                               \
+                        _mm256_mul_ps(scales8(w0, (wbytes), 0), _mm256_loadu_ps(dx + b));          \
+                    acc = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(isum), acc);                       \
+                }                                                                                  \
+                if (b < nb)                                                                        \
+                    acc = q80_group(acc, signed_q, wr + b * (wbytes), (wbytes),                    \
+                                    xt + b * GS_Q8_0_BYTES, (int)(nb - b));                        \
+                out[(size_t)t * os + r] = hsum_ps(acc);                                            \
+            }                                                                                      \
+        }                                                                                          \
     }
 
-GEMV_Q80(q4_0_by_block, GS_Q4_0_BYTES, q4_0_block_u, 8)
-GEMV_Q80(q5_0, GS_Q5_0_BYTES, q5_0_block_u, 16)
-GEMV_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
+GEMV_Q80(q4_0, GS_Q4_0_BYTES, q4_0_block_u, q4_0_block_s, 8)
+GEMV_Q80(q5_0, GS_Q5_0_BYTES, q5_0_block_u, q5_0_block_s, 16)
+GEMV_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, q8_0_block, 0)
 #undef GEMV_Q80
 
 /*
@@ -149,20 +141,20 @@ GEMV_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
  * by side give, with one shift and two masks, their low halves in one vector
  * and their high halves in another; the activations are rearranged to match
  * once per call (ypair: per block pair, the two blocks' quants 0-15, then
- * their 16-31), which every row reuses. The integer block sums are the same
- * integers as gemv_q4_0_by_block's, reduced into the same lanes, and the
- * float steps are its own, so the results are bit for bit the same (about a
- * third fewer vector operations per block: 1B q4_0 rows are compute-bound
- * on AVX2, at ~6 GB/s per thread from cache or memory alike).
+ * their 16-31), which every row reuses. The integer block sums are the row
+ * dot's integers (the offset added from oxs), in the same lanes, and the
+ * float steps are the q80 order's, so the results are dot_q4_0's bit for bit
+ * (about a third fewer vector operations per block: 1B q4_0 rows are
+ * compute-bound on AVX2, at ~6 GB/s per thread from cache or memory alike).
  */
-static void gemv_q4_0(int64_t nb, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
-                      size_t xs, int nt, const float *dxs, const float *cxs, float *out,
-                      size_t os)
+static void gemv_q4_0_paired(int64_t nb, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                             size_t xs, int nt, const float *dxs, const int32_t *oxs, float *out,
+                             size_t os)
 {
     const int64_t n8 = nb / 8 * 8; /* blocks in whole eight-block groups */
     __m256i ypair[(TOK_TILE - 1) * GEMM_MAX_BLOCKS];
     if (nt >= TOK_TILE || nb > GEMM_MAX_BLOCKS || n8 == 0) {
-        gemv_q4_0_by_block(nb, w, ws, nr, x, xs, nt, dxs, cxs, out, os);
+        gemv_q4_0(nb, w, ws, nr, x, xs, nt, dxs, oxs, out, os);
         return;
     }
     for (int t = 0; t < nt; t++) {
@@ -184,9 +176,9 @@ static void gemv_q4_0(int64_t nb, const uint8_t *w, size_t ws, int nr, const uin
         for (int t = 0; t < nt; t++) {
             const uint8_t *xt = x + (size_t)t * xs;
             const __m256i *yp = ypair + (size_t)t * nb;
-            const float *dx = dxs + (size_t)t * nb, *cx = cxs + (size_t)t * nb;
-            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-            __m256 c8 = _mm256_setzero_ps();
+            const float *dx = dxs + (size_t)t * nb;
+            const int32_t *ox = oxs + (size_t)t * nb;
+            __m256 a0 = _mm256_setzero_ps();
             int64_t b = 0;
             for (; b < n8; b += 8) {
                 const uint8_t *w0 = wr + b * GS_Q4_0_BYTES;
@@ -207,215 +199,70 @@ static void gemv_q4_0(int64_t nb, const uint8_t *w, size_t ws, int nr, const uin
                 }
                 const __m256i u = _mm256_hadd_epi32(_mm256_hadd_epi32(sj[0], sj[1]),
                                                     _mm256_hadd_epi32(sj[2], sj[3]));
-                const __m256i isum = _mm256_permutevar8x32_epi32(u, order);
+                const __m256i isum =
+                    _mm256_add_epi32(_mm256_permutevar8x32_epi32(u, order),
+                                     _mm256_loadu_si256((const __m256i *)(ox + b)));
                 const __m256 dw = scales8(w0, GS_Q4_0_BYTES, 0);
                 a0 = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_loadu_ps(dx + b)),
                                      _mm256_cvtepi32_ps(isum), a0);
-                c8 = _mm256_fmadd_ps(dw, _mm256_loadu_ps(cx + b), c8);
             }
-            float corr = hsum_ps(c8);
-            /* The blocks after the last whole group, as gemv_q4_0_by_block
-             * takes them. */
-            for (; b + 2 <= nb; b += 2) {
-                const uint8_t *w0 = wr + b * GS_Q4_0_BYTES, *w1 = w0 + GS_Q4_0_BYTES;
-                const __m256i y0 =
-                    _mm256_loadu_si256((const __m256i *)(xt + b * GS_Q8_0_BYTES + GS_Q8_0_QS));
-                const __m256i y1 = _mm256_loadu_si256(
-                    (const __m256i *)(xt + (b + 1) * GS_Q8_0_BYTES + GS_Q8_0_QS));
-                const __m256i s0 = dot_u8(q4_0_block_u(w0), y0);
-                const __m256i s1 = dot_u8(q4_0_block_u(w1), y1);
-                const float d0 = ld_f16(w0), d1 = ld_f16(w1);
-                a0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * dx[b]), _mm256_cvtepi32_ps(s0), a0);
-                a1 = _mm256_fmadd_ps(_mm256_set1_ps(d1 * dx[b + 1]), _mm256_cvtepi32_ps(s1), a1);
-                corr += d0 * cx[b] + d1 * cx[b + 1];
-            }
-            for (; b < nb; b++) {
-                const uint8_t *w0 = wr + b * GS_Q4_0_BYTES;
-                const __m256i y0 =
-                    _mm256_loadu_si256((const __m256i *)(xt + b * GS_Q8_0_BYTES + GS_Q8_0_QS));
-                const float d0 = ld_f16(w0);
-                a0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * dx[b]),
-                                     _mm256_cvtepi32_ps(dot_u8(q4_0_block_u(w0), y0)), a0);
-                corr += d0 * cx[b];
-            }
-            out[(size_t)t * os + r] = hsum_ps(_mm256_add_ps(a0, a1)) + corr;
+            if (b < nb)
+                a0 = q80_group(a0, q4_0_block_s, wr + b * GS_Q4_0_BYTES, GS_Q4_0_BYTES,
+                               xt + b * GS_Q8_0_BYTES, (int)(nb - b));
+            out[(size_t)t * os + r] = hsum_ps(a0);
         }
     }
 }
 
 /* The driver: token blocks; in each, the activation scales (and, for offset
- * formats, -offset * scale * sum) as f32, then tiles of 4 rows by up to
- * TOK_TILE tokens, then the rows left over (fewer than four) one by one. */
-#define GEMM_Q80(name, offset)                                                                  \
+ * formats, -offset * sum of the quants) per block, then tiles of 4 rows by up
+ * to TOK_TILE tokens, then the rows left over (fewer than four) one by one. */
+#define GEMM_Q80(name, offset, gemv)                                                               \
     void AVX2_FN(gemm_rows_##name)(int64_t n, const void *vw, size_t ws, int nr, const void *vx,   \
-                                   size_t xs, int nt, float *out, size_t os)                     \
-    {                                                                                            \
-        const int64_t nb = n / GS_QK;                                                            \
-        float dxs[TOK_BLOCK * GEMM_MAX_BLOCKS], cxs[TOK_BLOCK * GEMM_MAX_BLOCKS];                \
-        if (nb > GEMM_MAX_BLOCKS) {                                                              \
-            gs_cpu__gemm_generic(AVX2_FN(dot_##name), n, vw, ws, nr, vx, xs, nt, out, os);      \
-            return;                                                                              \
-        }                                                                                        \
-        for (int t0 = 0; t0 < nt; t0 += TOK_BLOCK) {                                             \
-            const int t1 = GS_MIN(nt, t0 + TOK_BLOCK);                                           \
-            for (int t = t0; t < t1; t++) {                                                      \
-                const uint8_t *xt = (const uint8_t *)vx + (size_t)t * xs;                        \
-                for (int64_t b = 0; b < nb; b++) {                                               \
-                    const float d = ld_f16(xt + b * GS_Q8_0_BYTES);                              \
-                    dxs[(t - t0) * nb + b] = d;                                                  \
-                    if (offset)                                                                  \
-                        cxs[(t - t0) * nb + b] =                                                 \
-                            -(float)(offset) * d * (float)block_sum(xt + b * GS_Q8_0_BYTES);    \
-                }                                                                                \
-            }                                                                                    \
-            if (t1 - t0 < TOK_TILE) {                                                            \
-                /* Few tokens: rows stream best one at a time (measured: 2x on decode). */        \
-                gemv_##name(nb, (const uint8_t *)vw, ws, nr, (const uint8_t *)vx + (size_t)t0 * xs, \
-                            xs, t1 - t0, dxs, cxs, out + (size_t)t0 * os, os);                   \
-                continue;                                                                        \
-            }                                                                                    \
-            int r = 0;                                                                           \
-            for (; r + 4 <= nr; r += 4)                                                          \
-                for (int t = t0; t < t1; t += TOK_TILE)                                          \
-                    gemm4_##name(nb, (const uint8_t *)vw + (size_t)r * ws, ws,                   \
-                                 (const uint8_t *)vx + (size_t)t * xs, xs, dxs + (t - t0) * nb,  \
-                                 cxs + (t - t0) * nb, out + (size_t)t * os + r, os,              \
-                                 GS_MIN(TOK_TILE, t1 - t));                                      \
-            for (; r < nr; r++)                                                                  \
-                for (int t = t0; t < t1; t++)                                                    \
-                    out[(size_t)t * os + r] = AVX2_FN(dot_##name)(                               \
-                        n, (const uint8_t *)vw + (size_t)r * ws,                                 \
-                        (const uint8_t *)vx + (size_t)t * xs);                                   \
-        }                                                                                        \
+                                   size_t xs, int nt, float *out, size_t os)                       \
+    {                                                                                              \
+        const int64_t nb = n / GS_QK;                                                              \
+        float dxs[TOK_BLOCK * GEMM_MAX_BLOCKS];                                                    \
+        int32_t oxs[TOK_BLOCK * GEMM_MAX_BLOCKS];                                                  \
+        if (nb > GEMM_MAX_BLOCKS) {                                                                \
+            gs_cpu__gemm_generic(AVX2_FN(dot_##name), n, vw, ws, nr, vx, xs, nt, out, os);         \
+            return;                                                                                \
+        }                                                                                          \
+        for (int t0 = 0; t0 < nt; t0 += TOK_BLOCK) {                                               \
+            const int t1 = GS_MIN(nt, t0 + TOK_BLOCK);                                             \
+            for (int t = t0; t < t1; t++) {                                                        \
+                const uint8_t *xt = (const uint8_t *)vx + (size_t)t * xs;                          \
+                for (int64_t b = 0; b < nb; b++) {                                                 \
+                    dxs[(t - t0) * nb + b] = ld_f16(xt + b * GS_Q8_0_BYTES);                       \
+                    oxs[(t - t0) * nb + b] =                                                       \
+                        (offset) ? -(offset)*block_sum(xt + b * GS_Q8_0_BYTES) : 0;                \
+                }                                                                                  \
+            }                                                                                      \
+            if (t1 - t0 < TOK_TILE) {                                                              \
+                /* Few tokens: rows stream best one at a time (measured: 2x on decode). */         \
+                gemv(nb, (const uint8_t *)vw, ws, nr, (const uint8_t *)vx + (size_t)t0 * xs, xs,   \
+                     t1 - t0, dxs, oxs, out + (size_t)t0 * os, os);                                \
+                continue;                                                                          \
+            }                                                                                      \
+            int r = 0;                                                                             \
+            for (; r + 4 <= nr; r += 4)                                                            \
+                for (int t = t0; t < t1; t += TOK_TILE)                                            \
+                    gemm4_##name(nb, (const uint8_t *)vw + (size_t)r * ws, ws,                     \
+                                 (const uint8_t *)vx + (size_t)t * xs, xs, dxs + (t - t0) * nb,    \
+                                 oxs + (t - t0) * nb, out + (size_t)t * os + r, os,                \
+                                 GS_MIN(TOK_TILE, t1 - t));                                        \
+            for (; r < nr; r++)                                                                    \
+                for (int t = t0; t < t1; t++)                                                      \
+                    out[(size_t)t * os + r] =                                                      \
+                        AVX2_FN(dot_##name)(n, (const uint8_t *)vw + (size_t)r * ws,               \
+                                            (const uint8_t *)vx + (size_t)t * xs);                 \
+        }                                                                                          \
     }
 
-GEMM_Q80(q4_0, 8)
-GEMM_Q80(q5_0, 16)
-GEMM_Q80(q8_0, 0)
+GEMM_Q80(q4_0, 8, gemv_q4_0_paired)
+GEMM_Q80(q5_0, 16, gemv_q5_0)
+GEMM_Q80(q8_0, 0, gemv_q8_0)
 #undef GEMM_Q80
-
-/* Drives a register-blocked kernel over token tiles within cache blocks. */
-typedef void (*tile_fn)(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out,
-                        size_t os);
-
-static inline void gemm_tiled(tile_fn tile, gs_cpu_dot_fn dot, int64_t n, const void *vw,
-                              size_t ws, int nr, const void *vx, size_t xs, int nt, float *out,
-                              size_t os)
-{
-    for (int t0 = 0; t0 < nt; t0 += TOK_BLOCK) {
-        const int t1 = GS_MIN(nt, t0 + TOK_BLOCK);
-        for (int r = 0; r < nr; r++) {
-            const uint8_t *wr = (const uint8_t *)vw + (size_t)r * ws;
-            int t = t0;
-            for (; t + TOK_TILE <= t1; t += TOK_TILE)
-                tile(n, wr, (const uint8_t *)vx + (size_t)t * xs, xs, out + (size_t)t * os + r, os);
-            for (; t < t1; t++)
-                out[(size_t)t * os + r] = dot(n, wr, (const uint8_t *)vx + (size_t)t * xs);
-        }
-    }
-}
-
-/* One q4_K row against TOK_TILE q8_K rows: each 32-quant run is unpacked once. */
-static void tile_q4_K(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out,
-                      size_t os)
-{
-    __m256 acc[TOK_TILE], accm[TOK_TILE];
-    for (int k = 0; k < TOK_TILE; k++)
-        acc[k] = accm[k] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q4_K_BYTES) {
-        uint8_t s[8], m[8];
-        k4_scales(w + GS_Q4_K_SCALES, s, m);
-        uint64_t m64;
-        memcpy(&m64, m, 8);
-        const __m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m64));
-        const float dw = ld_f16(w + GS_Q4_K_D), dmw = ld_f16(w + GS_Q4_K_DMIN);
-        __m256i sumi[TOK_TILE];
-        for (int k = 0; k < TOK_TILE; k++)
-            sumi[k] = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(w + GS_Q4_K_QS + 32 * j));
-            const __m256i lo = _mm256_and_si256(q, m4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            const __m256i slo = _mm256_set1_epi16((short)s[2 * j]);
-            const __m256i shi = _mm256_set1_epi16((short)s[2 * j + 1]);
-            for (int k = 0; k < TOK_TILE; k++) {
-                const uint8_t *xb = x + (size_t)k * xs + b * GS_Q8_K_BYTES + GS_Q8_K_QS + 64 * j;
-                const __m256i ylo = _mm256_loadu_si256((const __m256i *)xb);
-                const __m256i yhi = _mm256_loadu_si256((const __m256i *)(xb + 32));
-                sumi[k] = _mm256_add_epi32(
-                    sumi[k], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), slo),
-                                              _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), shi)));
-            }
-        }
-        for (int k = 0; k < TOK_TILE; k++) {
-            const uint8_t *xb = x + (size_t)k * xs + b * GS_Q8_K_BYTES;
-            const float dx = ld_f32(xb + GS_Q8_K_D);
-            const __m256i pairs = _mm256_madd_epi16(
-                _mm256_loadu_si256((const __m256i *)(xb + GS_Q8_K_BSUMS)), _mm256_set1_epi16(1));
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dw), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
-            accm[k] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dmw),
-                                      _mm256_cvtepi32_ps(_mm256_mullo_epi32(pairs, mins)), accm[k]);
-        }
-    }
-    for (int k = 0; k < TOK_TILE; k++)
-        out[(size_t)k * os] = hsum_ps(_mm256_sub_ps(acc[k], accm[k]));
-}
-
-/* One q6_K row against TOK_TILE q8_K rows. */
-static void tile_q6_K(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out,
-                      size_t os)
-{
-    __m256 acc[TOK_TILE];
-    for (int k = 0; k < TOK_TILE; k++)
-        acc[k] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / GS_QK_K; b++, w += GS_Q6_K_BYTES) {
-        const int8_t *sc = (const int8_t *)(w + GS_Q6_K_SCALES);
-        __m256i sumi[TOK_TILE];
-        for (int k = 0; k < TOK_TILE; k++) {
-            const uint8_t *xb = x + (size_t)k * xs + b * GS_Q8_K_BYTES;
-            int off = 0;
-            for (int g = 0; g < 16; g++)
-                off += sc[g] * bsum(xb, g);
-            sumi[k] = _mm256_setr_epi32(-32 * off, 0, 0, 0, 0, 0, 0, 0);
-        }
-        for (int h = 0; h < 2; h++) {
-            __m256i q[4], scv[4];
-            q6_K_runs(w, h, q);
-            for (int j = 0; j < 4; j++) {
-                const int g = 8 * h + 2 * j;
-                scv[j] = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
-            }
-            for (int k = 0; k < TOK_TILE; k++) {
-                const uint8_t *xb = x + (size_t)k * xs + b * GS_Q8_K_BYTES + GS_Q8_K_QS + 128 * h;
-                for (int j = 0; j < 4; j++) {
-                    const __m256i y = _mm256_loadu_si256((const __m256i *)(xb + 32 * j));
-                    sumi[k] = _mm256_add_epi32(
-                        sumi[k], _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], y), scv[j]));
-                }
-            }
-        }
-        const float dw = ld_f16(w + GS_Q6_K_D);
-        for (int k = 0; k < TOK_TILE; k++) {
-            const float d = dw * ld_f32(x + (size_t)k * xs + b * GS_Q8_K_BYTES + GS_Q8_K_D);
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
-        }
-    }
-    for (int k = 0; k < TOK_TILE; k++)
-        out[(size_t)k * os] = hsum_ps(acc[k]);
-}
-
-void AVX2_FN(gemm_q4_K)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs,
-                        int nt, float *out, size_t os)
-{
-    gemm_tiled(tile_q4_K, AVX2_FN(dot_q4_K), n, w, ws, nr, x, xs, nt, out, os);
-}
-
-void AVX2_FN(gemm_q6_K)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs,
-                        int nt, float *out, size_t os)
-{
-    gemm_tiled(tile_q6_K, AVX2_FN(dot_q6_K), n, w, ws, nr, x, xs, nt, out, os);
-}
 
 #define GEMM_OF(name)                                                                              \
     void AVX2_FN(gemm_##name)(int64_t n, const void *w, size_t ws, int nr, const void *x,         \
@@ -423,11 +270,16 @@ void AVX2_FN(gemm_q6_K)(int64_t n, const void *w, size_t ws, int nr, const void 
     {                                                                                              \
         gs_cpu__gemm_generic(AVX2_FN(dot_##name), n, w, ws, nr, x, xs, nt, out, os);              \
     }
+/* The K-quants' rows that their panels leave (fewer than a panel of rows or
+ * of tokens, or rows too long for the packed panel): the row dot, whose bits
+ * the panels reproduce. */
 GEMM_OF(q4_1)
 GEMM_OF(q5_1)
 GEMM_OF(q2_K)
 GEMM_OF(q3_K)
+GEMM_OF(q4_K)
 GEMM_OF(q5_K)
+GEMM_OF(q6_K)
 #ifndef GS_CPU_VNNI
 GEMM_OF(f16)
 GEMM_OF(bf16)

@@ -544,6 +544,128 @@ Test(cpu_models, tiny_k_quants_pass_goldens)
     check_quant_model("tiny-k-Q2_K");
 }
 
+/*
+ * Batch invariance on cpu: a decoding sequence's logits in a step that also
+ * decodes twelve others are bit for bit its logits when it decodes alone
+ * (each sequence's prompt is its own step in both runs). Thirteen rows take
+ * the many-token products (panels, four-row tiles) where one row takes the
+ * row dots; the kernels' contract (cpu.h) makes them agree exactly, and the
+ * row-wise ops and one-query attention do not depend on the batch.
+ */
+#define INV_SEQ    13
+#define INV_DECODE 3
+
+static void check_decode_batch_invariant(const char *model)
+{
+    struct llama_rig r;
+    llama_rig_open(&r, model, GS_TYPE_F16, true, 32);
+    rig_use(&r, "cpu");
+    const uint32_t nv = r.model->hp.n_vocab;
+    int32_t prompt[INV_SEQ][3];
+    for (int s = 0; s < INV_SEQ; s++) {
+        prompt[s][0] = 1;
+        prompt[s][1] = (int32_t)(260 + 17 * s % (nv - 260));
+        prompt[s][2] = (int32_t)(300 + 29 * s % (nv - 300));
+    }
+    /* Alone: prompt, then INV_DECODE one-row steps, greedy. */
+    float *alone = calloc((size_t)INV_SEQ * INV_DECODE * nv, sizeof(float));
+    int32_t first[INV_SEQ];
+    for (int s = 0; s < INV_SEQ; s++) {
+        r.n_past = 0;
+        const float *l = llama_rig_step(&r, prompt[s], 3, false);
+        int32_t next = first[s] = llama_argmax(l, nv);
+        for (int i = 0; i < INV_DECODE; i++) {
+            l = llama_rig_step(&r, &next, 1, false);
+            memcpy(alone + ((size_t)s * INV_DECODE + i) * nv, l, nv * sizeof(float));
+            next = llama_argmax(l, nv);
+        }
+    }
+
+    /* Together: each prompt in its own step, then one row per sequence. */
+    struct gs_err err = {0};
+    struct gs_kv_pool *pool;
+    const struct gs_kv_pool_cfg pc = {.n_layer = gs_model_kv_layers(r.model),
+                                      .kv_dim = gs_model_kv_dim(r.model),
+                                      .type = GS_TYPE_F16,
+                                      .page_tokens = 4,
+                                      .n_pages = 4 * INV_SEQ};
+    cr_assert_eq(gs_kv_pool_new(&pc, &pool, &err), GS_OK, "%s", err.msg);
+    const struct gs_kv_layout kl = gs_kv_pool_layout(pool);
+    struct gs_kv_view kv = {.base = kl.base,
+                            .type = GS_TYPE_F16,
+                            .n_pages = kl.n_pages,
+                            .page_tokens = kl.page_tokens,
+                            .n_layer = kl.n_layer,
+                            .kv_dim = kl.kv_dim,
+                            .page_bytes = kl.page_bytes};
+    struct gs_kv_seq seqs[INV_SEQ];
+    struct gs_seq_pages sp[INV_SEQ];
+    for (int s = 0; s < INV_SEQ; s++) {
+        gs_kv_seq_init(&seqs[s]);
+        cr_assert_eq(gs_kv_seq_reserve(pool, &seqs[s], 3 + INV_DECODE, &err), GS_OK, "%s", err.msg);
+        sp[s] = (struct gs_seq_pages){seqs[s].pages, seqs[s].n_pages};
+    }
+    float *logits = calloc((size_t)INV_SEQ * nv, sizeof(float));
+    int32_t tokens[INV_SEQ], pos[INV_SEQ];
+    uint32_t seq_of[INV_SEQ], out_rows[INV_SEQ];
+    for (int s = 0; s < INV_SEQ; s++) {
+        const int32_t p[3] = {0, 1, 2};
+        const uint32_t so[3] = {(uint32_t)s, (uint32_t)s, (uint32_t)s}, last = 2;
+        struct gs_step_io io = {.n_tokens = 3,
+                                .tokens = prompt[s],
+                                .pos = p,
+                                .seq = so,
+                                .n_seqs = INV_SEQ,
+                                .seqs = sp,
+                                .kv = &kv,
+                                .n_outputs = 1,
+                                .out_rows = &last,
+                                .logits = logits};
+        cr_assert_eq(gs_runner_step(r.run, &io, &err), GS_OK, "%s", err.msg);
+        tokens[s] = first[s];
+    }
+    for (int i = 0; i < INV_DECODE; i++) {
+        for (int s = 0; s < INV_SEQ; s++) {
+            pos[s] = 3 + i;
+            seq_of[s] = (uint32_t)s;
+            out_rows[s] = (uint32_t)s;
+        }
+        struct gs_step_io io = {.n_tokens = INV_SEQ,
+                                .tokens = tokens,
+                                .pos = pos,
+                                .seq = seq_of,
+                                .n_seqs = INV_SEQ,
+                                .seqs = sp,
+                                .kv = &kv,
+                                .n_outputs = INV_SEQ,
+                                .out_rows = out_rows,
+                                .logits = logits};
+        cr_assert_eq(gs_runner_step(r.run, &io, &err), GS_OK, "%s", err.msg);
+        for (int s = 0; s < INV_SEQ; s++) {
+            const float *got = logits + (size_t)s * nv;
+            const float *want = alone + ((size_t)s * INV_DECODE + i) * nv;
+            for (uint32_t v = 0; v < nv; v++)
+                cr_assert(memcmp(&got[v], &want[v], sizeof(float)) == 0,
+                          "%s (%s): step %d, sequence %d, logit %u: %a in %d rows, %a alone", model,
+                          gs_cpu_isa_name(gs_cpu_isa_best()), i, s, v, got[v], want[v], INV_SEQ);
+            tokens[s] = llama_argmax(want, nv);
+        }
+    }
+    for (int s = 0; s < INV_SEQ; s++)
+        gs_kv_seq_release(pool, &seqs[s]);
+    gs_kv_pool_free(pool);
+    free(logits);
+    free(alone);
+    llama_rig_close(&r);
+}
+
+Test(cpu_models, decoding_logits_do_not_depend_on_the_batch)
+{
+    check_decode_batch_invariant("models/stories260K-Q4_0.gguf");
+    check_decode_batch_invariant("models/stories260K-Q8_0.gguf");
+    check_decode_batch_invariant("models/tiny-k-Q4_K_M.gguf");
+}
+
 /* Steady state allocates nothing: once the one-token plan exists, decoding
  * far past the first context lengths runs with every allocation failing
  * (the attention score rows are sized for the KV pool up front). */

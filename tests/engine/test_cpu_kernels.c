@@ -12,6 +12,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -171,8 +172,8 @@ Test(cpu_kernels, gemm_matches_reference_for_batches_1_to_70)
                     out[i] = NAN;
                 /* out_stride > rows: the kernel must leave the gap alone. */
                 kr->gemm(o.n, o.w, o.w_stride, o.rows, o.x, o.x_stride, nt, out, GEMM_STRIDE);
-                /* Measured against the exact product, like the dot above: the
-                 * many-token kernels sum in another order than dot does. */
+                /* Measured against the exact product, like the dot above (that
+                 * gemm has dot's bits is the invariance test's below). */
                 double num = 0, den = 0;
                 for (int tk = 0; tk < nt; tk++) {
                     for (int r = 0; r < o.rows; r++) {
@@ -261,6 +262,83 @@ Test(cpu_kernels, f32_gemm_equals_dot_bit_for_bit)
             operands_free(&o);
         }
     }
+}
+
+/*
+ * Batch invariance: every tiled product gives dot's bits, whatever the token
+ * count and however rows and tokens are cut into calls (as the backend's
+ * threads and slices cut them), on every type and ISA. A token's outputs
+ * then do not depend on what else its step holds. Row lengths of 3 and 19
+ * blocks: fewer than one group of eight, and groups with a tail; 37 rows:
+ * whole panels of sixteen or eight and rows left over.
+ */
+enum { INV_ROWS = 37, INV_TOKS = 40 };
+
+static void expect_gemm_is_dot(const struct gs_cpu_kernels *kr, const struct operands *o,
+                               const float *want, int r0, int r1, int t0, int t1, float *out,
+                               const char *what)
+{
+    const size_t os = INV_ROWS;
+    kr->gemm(o->n, o->w + (size_t)r0 * o->w_stride, o->w_stride, r1 - r0,
+             o->x + (size_t)t0 * o->x_stride, o->x_stride, t1 - t0, out + (size_t)t0 * os + r0, os);
+    for (int tk = t0; tk < t1; tk++)
+        for (int r = r0; r < r1; r++) {
+            const float got = out[(size_t)tk * os + r], w = want[(size_t)tk * os + r];
+            cr_assert(memcmp(&got, &w, sizeof got) == 0,
+                      "%s n=%lld rows %d..%d tokens %d..%d: out[%d][%d] = %a, dot %a", what,
+                      (long long)o->n, r0, r1, t0, t1, tk, r, got, w);
+        }
+}
+
+Test(cpu_kernels, gemm_equals_dot_bit_for_bit_at_every_batch_and_split)
+{
+    /* The cross build's test shim runs every test in one process: leave the
+     * generator as found, so that the tests after this one see their usual data. */
+    const uint64_t rng_saved = rng_state;
+    for (int isa = 0; isa < GS_CPU_ISA_COUNT; isa++) {
+        for (size_t k = 0; k < GS_ARRAY_LEN(weight_types); k++) {
+            const enum gs_type t = weight_types[k];
+            const struct gs_cpu_kernels *kr = gs_cpu_kernels_for((enum gs_cpu_isa)isa, t);
+            if (!kr)
+                continue;
+            char what[64];
+            snprintf(what, sizeof what, "%s/%s", gs_cpu_isa_name((enum gs_cpu_isa)isa),
+                     gs_type_name(t));
+            int64_t sizes[4];
+            sizes_for(t, sizes);
+            const int64_t lens[] = {sizes[1], sizes[0] * 19};
+            for (size_t li = 0; li < GS_ARRAY_LEN(lens); li++) {
+                struct operands o;
+                operands_make(&o, t, lens[li], INV_ROWS, INV_TOKS);
+                float *want = malloc(sizeof(float) * INV_ROWS * INV_TOKS);
+                float *out = malloc(sizeof(float) * INV_ROWS * INV_TOKS);
+                for (int tk = 0; tk < INV_TOKS; tk++)
+                    for (int r = 0; r < INV_ROWS; r++)
+                        want[tk * INV_ROWS + r] =
+                            kr->dot(o.n, o.w + r * o.w_stride, o.x + tk * o.x_stride);
+                for (int nt = 1; nt <= INV_TOKS; nt++) {
+                    expect_gemm_is_dot(kr, &o, want, 0, INV_ROWS, 0, nt, out, what);
+                    /* Row cuts at a panel's edge and off it, and a token cut, at
+                     * and around the counts where the kernels change paths (4
+                     * tokens, AVX2 q8_0's 12, four-token tiles). */
+                    static const int cut_at[] = {1, 2, 3, 4, 5, 11, 12, 13, 16, 17, 33, 40};
+                    bool cut = false;
+                    for (size_t c = 0; c < GS_ARRAY_LEN(cut_at); c++)
+                        cut |= cut_at[c] == nt;
+                    if (!cut)
+                        continue;
+                    expect_gemm_is_dot(kr, &o, want, 16, INV_ROWS, 0, nt, out, what);
+                    expect_gemm_is_dot(kr, &o, want, 3, 30, 0, nt, out, what);
+                    if (nt > 1)
+                        expect_gemm_is_dot(kr, &o, want, 0, INV_ROWS, nt / 2, nt, out, what);
+                }
+                free(want);
+                free(out);
+                operands_free(&o);
+            }
+        }
+    }
+    rng_state = rng_saved;
 }
 
 /* gs_cpu_gemm_f32 (training's backward matmuls) against float64 on shapes
