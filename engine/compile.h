@@ -69,6 +69,17 @@ void gs_plan_cache_deinit(struct gs_plan_cache *c);
 enum gs_status gs_plan_cache_get(struct gs_plan_cache *c, uint32_t n_tokens, struct gs_plan **out,
                                  struct gs_err *err);
 
+/*
+ * Compiles every bucket a step of 1 to max_tokens tokens can use (1, 2, 4, ...
+ * up to max_tokens' bucket) that is not compiled yet, so that no such step
+ * compiles later. A long-lived holder of a cache uses it to make its plans'
+ * memory when it opens, not in between the allocations of later traffic.
+ * GS_INVAL for 0 or more than a bucket can hold; a failed compile leaves the
+ * buckets before it compiled.
+ */
+enum gs_status gs_plan_cache_prepare(struct gs_plan_cache *c, uint32_t max_tokens,
+                                     struct gs_err *err);
+
 /* Scratch bytes of all cached plans together. */
 uint64_t gs_plan_cache_scratch_bytes(const struct gs_plan_cache *c);
 

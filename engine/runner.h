@@ -50,4 +50,8 @@ void gs_runner_free(struct gs_runner *r); /* NULL is a no-op */
 enum gs_status gs_runner_step(struct gs_runner *r, const struct gs_step_io *io,
                               struct gs_err *err);
 
+/* Compiles the plans of every step size up to max_tokens now
+ * (gs_plan_cache_prepare), so that no later step of that size compiles. */
+enum gs_status gs_runner_prepare(struct gs_runner *r, uint32_t max_tokens, struct gs_err *err);
+
 #endif /* GS_RUNNER_H */

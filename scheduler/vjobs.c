@@ -79,7 +79,10 @@ void gs_sched__vjob_done(struct gs_sched *s, struct gs_val_report *report, const
 }
 
 /* Opens the reference runner on first use, on the graph as the serving
- * backend's passes rewrote it. */
+ * backend's passes rewrote it, with the plans of every chunk size compiled:
+ * the runner lives as long as the scheduler, and a plan compiled the first
+ * time a job's last chunk had a new size would be a long-lived block placed
+ * among a busy daemon's short-lived ones, holding the heap's top up. */
 static enum gs_status open_ref(struct gs_sched *s, struct gs_err *err)
 {
     if (s->ref)
@@ -92,7 +95,12 @@ static enum gs_status open_ref(struct gs_sched *s, struct gs_err *err)
     if (!s->ref_logits || !s->ref_pos || !s->ref_seq || !s->ref_rows)
         return gs_err_set(err, GS_NOMEM, "no memory for the reference evaluation");
     const struct gs_runner_cfg cfg = {.backend = "ref", .no_passes = true};
-    return gs_runner_new(s->model->graph, &cfg, &s->ref, err);
+    enum gs_status st = gs_runner_new(s->model->graph, &cfg, &s->ref, err);
+    if (!st && (st = gs_runner_prepare(s->ref, c, err))) {
+        gs_runner_free(s->ref);
+        s->ref = NULL;
+    }
+    return st;
 }
 
 void gs_sched__ref_free(struct gs_sched *s)

@@ -235,7 +235,13 @@ struct gs_srv_req {
 struct gs_srv {
     struct gs_srv_cfg cfg; /* strings below are copies owned by the server */
     char *host, *model_id, *chat_template_name;
-    uint8_t (*key_digests)[32];
+    uint8_t (*key_digests)[32]; /* in reload_map */
+    /* What a reload replaces, the keys' digests and the allowed host names, lives in
+     * one block mapped for it and unmapped when the next reload replaces it: from
+     * the heap, one SIGHUP's few bytes land among request garbage and hold the heap's
+     * resident top up once the traffic is gone. */
+    void *reload_map;
+    size_t reload_map_bytes;
     enum gs_srv_tmpl tmpl;
     struct gs_srv_jinja jinja; /* jinja_prompt.c: the Jinja template, when chats use one */
     /* How the template's model writes tool calls (tool_format.c); with jinja.tmpl. */
@@ -270,7 +276,7 @@ struct gs_srv {
     uint32_t n_conns;
     bool listens_on_loopback;     /* the bound address is 127.0.0.0/8 or ::1 */
     struct gs_srv_head_policy head_policy;
-    char **allowed_hosts;         /* owned copies behind head_policy */
+    char **allowed_hosts;         /* copies behind head_policy, in reload_map */
     char **cors_origins;          /* owned copies behind head_policy.origins */
     char **model_aliases;         /* owned copies behind cfg.model.aliases */
 

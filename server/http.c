@@ -26,6 +26,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -673,16 +674,6 @@ static bool is_loopback(const struct sockaddr_storage *ss)
     return false;
 }
 
-static void free_allowed_hosts(struct gs_srv *s)
-{
-    for (size_t i = 0; s->allowed_hosts && i < s->head_policy.n_allowed_hosts; i++)
-        gs_free(s->allowed_hosts[i]);
-    gs_free(s->allowed_hosts);
-    s->allowed_hosts = NULL;
-    s->head_policy.allowed_hosts = NULL;
-    s->head_policy.n_allowed_hosts = 0;
-}
-
 /* Names are checked when some are configured, or where a browser page could
  * reach an unauthenticated server through rebinding: on loopback, keyless. */
 static void update_head_policy(struct gs_srv *s)
@@ -691,22 +682,38 @@ static void update_head_policy(struct gs_srv *s)
                                 (s->listens_on_loopback && s->cfg.n_api_keys == 0);
 }
 
-static enum gs_status set_allowed_hosts(struct gs_srv *s, const struct gs_srv_cfg *cfg,
-                                        struct gs_err *err)
+/* Maps a new reload block (see gs_srv.reload_map) with cfg's key digests (one
+ * zeroed digest for no key) and allowed host names, and replaces the old block
+ * with it; on failure the old one stays in force. */
+static enum gs_status map_reloadable(struct gs_srv *s, const struct gs_srv_cfg *cfg,
+                                     struct gs_err *err)
 {
-    free_allowed_hosts(s);
-    if (!cfg->n_allowed_hosts)
-        return GS_OK;
-    s->allowed_hosts = gs_calloc(cfg->n_allowed_hosts, sizeof(char *));
-    if (!s->allowed_hosts)
-        return gs_err_set(err, GS_NOMEM, "out of memory");
-    for (size_t i = 0; i < cfg->n_allowed_hosts; i++) {
-        s->allowed_hosts[i] = gs_strdup(cfg->allowed_hosts[i]);
-        s->head_policy.n_allowed_hosts = i + 1;
-        if (!s->allowed_hosts[i])
-            return gs_err_set(err, GS_NOMEM, "out of memory");
+    size_t n_keys = cfg->n_api_keys ? cfg->n_api_keys : 1, n_hosts = cfg->n_allowed_hosts;
+    size_t bytes = n_keys * sizeof(*s->key_digests) + n_hosts * sizeof(char *);
+    for (size_t i = 0; i < n_hosts; i++)
+        bytes += strlen(cfg->allowed_hosts[i]) + 1;
+    void *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED)
+        return gs_err_set(err, GS_NOMEM, "out of memory mapping %zu bytes of keys and host names",
+                          bytes);
+    uint8_t(*digests)[32] = map; /* 32-byte records: the pointers after them stay aligned */
+    for (size_t i = 0; i < cfg->n_api_keys; i++)
+        gs_sha256(cfg->api_keys[i], strlen(cfg->api_keys[i]), digests[i]);
+    char **hosts = (char **)(digests + n_keys);
+    char *text = (char *)(hosts + n_hosts);
+    for (size_t i = 0; i < n_hosts; i++) {
+        size_t len = strlen(cfg->allowed_hosts[i]) + 1;
+        hosts[i] = memcpy(text, cfg->allowed_hosts[i], len);
+        text += len;
     }
+    if (s->reload_map)
+        munmap(s->reload_map, s->reload_map_bytes);
+    s->reload_map = map;
+    s->reload_map_bytes = bytes;
+    s->key_digests = digests;
+    s->allowed_hosts = n_hosts ? hosts : NULL;
     s->head_policy.allowed_hosts = (const char *const *)s->allowed_hosts;
+    s->head_policy.n_allowed_hosts = n_hosts;
     return GS_OK;
 }
 
@@ -736,15 +743,12 @@ static enum gs_status copy_cfg(struct gs_srv *s, const struct gs_srv_cfg *cfg, s
     s->cfg = *cfg;
     s->host = gs_strdup(cfg->host ? cfg->host : "127.0.0.1");
     s->model_id = gs_strdup(cfg->model.id ? cfg->model.id : "model");
-    s->key_digests = gs_calloc(cfg->n_api_keys ? cfg->n_api_keys : 1, sizeof(*s->key_digests));
-    if (!s->host || !s->model_id || !s->key_digests)
+    if (!s->host || !s->model_id)
         return gs_err_set(err, GS_NOMEM, "out of memory");
-    for (size_t i = 0; i < cfg->n_api_keys; i++)
-        gs_sha256(cfg->api_keys[i], strlen(cfg->api_keys[i]), s->key_digests[i]);
     s->cfg.host = s->host;
     s->cfg.model.id = s->model_id;
     s->cfg.api_keys = NULL; /* only digests are kept */
-    if (set_allowed_hosts(s, cfg, err) != GS_OK)
+    if (map_reloadable(s, cfg, err) != GS_OK)
         return err->code;
     s->cfg.allowed_hosts = NULL; /* s->head_policy has the copies */
     bool ok_origins, ok_aliases;
@@ -898,17 +902,8 @@ enum gs_status gs_srv_new(const struct gs_srv_cfg *cfg, struct gs_srv **out, str
 
 enum gs_status gs_srv_update(struct gs_srv *s, const struct gs_srv_cfg *cfg, struct gs_err *err)
 {
-    uint8_t(*digests)[32] = gs_calloc(cfg->n_api_keys ? cfg->n_api_keys : 1, sizeof(*digests));
-    if (!digests)
-        return gs_err_set(err, GS_NOMEM, "out of memory");
-    for (size_t i = 0; i < cfg->n_api_keys; i++)
-        gs_sha256(cfg->api_keys[i], strlen(cfg->api_keys[i]), digests[i]);
-    if (set_allowed_hosts(s, cfg, err) != GS_OK) {
-        gs_free(digests);
+    if (map_reloadable(s, cfg, err) != GS_OK)
         return err->code;
-    }
-    gs_free(s->key_digests);
-    s->key_digests = digests;
     s->cfg.n_api_keys = cfg->n_api_keys;
     s->cfg.metrics_public = cfg->metrics_public;
     update_head_policy(s);
@@ -994,8 +989,8 @@ void gs_srv_free(struct gs_srv *s)
     uv_mutex_destroy(&s->ready_mu);
     gs_free(s->host);
     gs_free(s->model_id);
-    gs_free(s->key_digests);
-    free_allowed_hosts(s);
+    if (s->reload_map)
+        munmap(s->reload_map, s->reload_map_bytes);
     free_strs(s->cors_origins, s->head_policy.n_origins);
     free_strs(s->model_aliases, s->cfg.model.n_aliases);
     gs_srv__jinja_free(s);

@@ -55,3 +55,8 @@ enum gs_status gs_runner_step(struct gs_runner *r, const struct gs_step_io *io,
     enum gs_status st = gs_plan_cache_get(&r->plans, io->n_tokens, &plan, err);
     return st ? st : gs_be_run(&r->be, plan, io, err);
 }
+
+enum gs_status gs_runner_prepare(struct gs_runner *r, uint32_t max_tokens, struct gs_err *err)
+{
+    return gs_plan_cache_prepare(&r->plans, max_tokens, err);
+}

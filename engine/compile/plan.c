@@ -230,6 +230,20 @@ enum gs_status gs_plan_cache_get(struct gs_plan_cache *c, uint32_t n_tokens, str
     return GS_OK;
 }
 
+enum gs_status gs_plan_cache_prepare(struct gs_plan_cache *c, uint32_t max_tokens,
+                                     struct gs_err *err)
+{
+    if (max_tokens == 0 || max_tokens > (1u << (GS_PLAN_CACHE_MAX - 1)))
+        return gs_err_set(err, GS_INVAL, "compile: preparing steps of up to %u tokens", max_tokens);
+    struct gs_plan *p;
+    for (uint32_t n = 1; n < gs_plan_bucket(max_tokens); n *= 2) {
+        enum gs_status st = gs_plan_cache_get(c, n, &p, err);
+        if (st)
+            return st;
+    }
+    return gs_plan_cache_get(c, max_tokens, &p, err);
+}
+
 uint64_t gs_plan_cache_scratch_bytes(const struct gs_plan_cache *c)
 {
     uint64_t total = 0;

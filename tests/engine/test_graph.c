@@ -637,6 +637,33 @@ Test(compile_plan, cache_compiles_each_bucket_once)
     gs_graph_free(g);
 }
 
+Test(compile_plan, prepare_compiles_every_bucket_up_to_the_bound_once)
+{
+    struct gs_graph *g = build_mlp();
+    struct gs_be be;
+    struct gs_err err = {0};
+    cr_assert_eq(gs_be_init(&be, "ref", NULL, &err), GS_OK);
+    struct gs_plan_cache c;
+    gs_plan_cache_init(&c, &be, g);
+    struct gs_plan *p;
+    cr_assert_eq(gs_plan_cache_get(&c, 3, &p, &err), GS_OK); /* bucket 4, before */
+    cr_assert_eq(gs_plan_cache_prepare(&c, 20, &err), GS_OK);
+    /* buckets 1, 2, 8, 16 and 32 new; 4 was there */
+    cr_assert_eq(c.n_compiles, 6);
+    for (uint32_t n = 1; n <= 20; n++) {
+        cr_assert_eq(gs_plan_cache_get(&c, n, &p, &err), GS_OK);
+        cr_assert_eq(p->shape.n_tokens, gs_plan_bucket(n));
+    }
+    cr_assert_eq(c.n_compiles, 6, "a step up to the prepared bound compiled a plan");
+    cr_assert_eq(gs_plan_cache_prepare(&c, 32, &err), GS_OK);
+    cr_assert_eq(c.n_compiles, 6);
+    cr_assert_eq(gs_plan_cache_prepare(&c, 0, &err), GS_INVAL);
+    cr_assert(strstr(err.msg, "0 tokens"), "%s", err.msg);
+    gs_plan_cache_deinit(&c);
+    gs_be_deinit(&be);
+    gs_graph_free(g);
+}
+
 Test(compile_plan, bucket_is_next_power_of_two)
 {
     cr_assert_eq(gs_plan_bucket(1), 1);

@@ -228,6 +228,52 @@ static void write_text(const char *path, const char *text)
     cr_assert_eq(fclose(f), 0);
 }
 
+/* The status of GET /v1/models sent with this key and Host header. */
+static long models_status(const struct e2e_daemon *d, const char *key, const char *host)
+{
+    char extra[200];
+    snprintf(extra, sizeof(extra), "-H 'Authorization: Bearer %s' -H 'Host: %s'", key, host);
+    struct e2e_resp r;
+    e2e_http(d, "GET", "/v1/models", NULL, extra, &r);
+    long status = r.status;
+    e2e_resp_free(&r);
+    return status;
+}
+
+/* A SIGHUP replaces the API keys and the allowed host names whole: after it
+ * the old key is refused and the new ones accepted, a name only the old list
+ * had is refused, and a second reload back to the first file restores it. */
+Test(service, sighup_replaces_api_keys_and_allowed_hosts, .timeout = 120)
+{
+    char cfg[600], extra[700];
+    snprintf(cfg, sizeof(cfg), "%s/reload-keys-%d.json", gs_test_tmpdir(), getpid());
+    const char *first = "{\"api_key\": [\"key-one\"], \"allowed_hosts\": [\"one.test\"]}\n";
+    write_text(cfg, first);
+    snprintf(extra, sizeof(extra), "--config '%s'", cfg);
+    struct e2e_daemon d;
+    e2e_start(&d, extra);
+    cr_expect_eq(models_status(&d, "key-one", "one.test"), 200);
+    cr_expect_eq(models_status(&d, "key-two", "one.test"), 401);
+    cr_expect_eq(models_status(&d, "key-one", "two.test"), 403);
+
+    write_text(cfg, "{\"api_key\": [\"key-two\", \"key-three\"], "
+                    "\"allowed_hosts\": [\"two.test\", \"three.test\"]}\n");
+    kill(d.pid, SIGHUP);
+    e2e_await_log(&d, "event=config_reload", 1);
+    cr_expect_eq(models_status(&d, "key-one", "two.test"), 401, "the old key after the reload");
+    cr_expect_eq(models_status(&d, "key-two", "two.test"), 200);
+    cr_expect_eq(models_status(&d, "key-three", "three.test"), 200);
+    cr_expect_eq(models_status(&d, "key-two", "one.test"), 403, "the old name after the reload");
+
+    write_text(cfg, first);
+    kill(d.pid, SIGHUP);
+    e2e_await_log(&d, "event=config_reload", 2);
+    cr_expect_eq(models_status(&d, "key-one", "one.test"), 200, "after the second reload");
+    cr_expect_eq(models_status(&d, "key-three", "one.test"), 401);
+    cr_expect_eq(models_status(&d, "key-one", "three.test"), 403);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
 /* What a reload changes is what config/table.c marks reloadable, and what it
  * does not change it names: a SIGHUP after the config file lowered max_tokens
  * and the connection limits applies the first (a request over the new cap is
