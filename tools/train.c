@@ -133,7 +133,8 @@ struct vocab {
 };
 
 /* The ids the tokenizer adds before a text: those of an encoding with
- * GS_TOK_ADD_SPECIAL ahead of the plain encoding of the same text. */
+ * GS_TOK_ADD_SPECIAL ahead of the plain encoding of the same text. A
+ * tokenizer that adds ids after the text is refused. */
 static int served_prefix(const char *path, struct vocab *v)
 {
     static const char probe[] = "the";
@@ -152,6 +153,15 @@ static int served_prefix(const char *path, struct vocab *v)
                          "--vocab %s: the tokenizer's special tokens around a text are not a "
                          "prefix of at most %d tokens",
                          path, MAX_PREFIX);
+    /* Tokens after the text (add_eos_token, WordPiece's SEP) would end every
+     * served prompt with a marker that running text never holds, so the model
+     * would be asked to continue from a place it was never trained at. */
+    if (!rc && k + n_plain < n_with)
+        rc = gs_cli_fail("train",
+                         "--vocab %s: the tokenizer adds %zu token(s) after a prompt's text "
+                         "(first id %d: add_eos_token, or a WordPiece SEP); a model trained on "
+                         "running text would see it at the end of every served prompt",
+                         path, n_with - k - n_plain, (int)with[k + n_plain]);
     for (size_t i = 0; !rc && i < k; i++)
         v->prefix[i] = with[i];
     v->n_prefix = rc ? 0 : (int)k;

@@ -450,8 +450,9 @@ Test(train_cli, vocab_bpe, .timeout = 600)
     check_vocab("models/vocab/ggml-vocab-deepseek-coder.gguf", 32256, "bpe.gguf");
 }
 
-/* A GGUF with no tokenizer, and a corpus long enough in bytes but not in the
- * vocabulary's tokens, are refused by name. */
+/* A GGUF with no tokenizer, a corpus long enough in bytes but not in the
+ * vocabulary's tokens, and a tokenizer that appends a token to every prompt
+ * are refused by name. */
 Test(train_cli, vocab_refusals)
 {
     /* GGUF v3, no tensors, one key: general.architecture = "llama" */
@@ -496,6 +497,16 @@ Test(train_cli, vocab_refusals)
     cr_expect_eq(graphserve(args, &out), 1, "%s", out);
     cr_expect(out && strstr(out, "training tokens by --vocab's tokenizer, fewer than one batch"),
               "%s", out);
+    free(out);
+
+    /* A tokenizer that ends every prompt with a token of its own (WordPiece's
+     * [SEP], id 102) is refused by what it adds. */
+    char wpm[4200];
+    snprintf(wpm, sizeof(wpm), "%s", gs_test_shared_path("models/vocab/ggml-vocab-bert-bge.gguf"));
+    snprintf(args, sizeof(args), "train -i %s -o %s --vocab %s --steps 2 " SMALL, in,
+             tmp_path("bad.gguf"), wpm);
+    cr_expect_eq(graphserve(args, &out), 1, "%s", out);
+    cr_expect(out && strstr(out, "adds 1 token(s) after a prompt's text (first id 102"), "%s", out);
     free(out);
 }
 
