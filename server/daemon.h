@@ -219,6 +219,7 @@ struct gs_srv_req {
     struct gs_srv_buf out; /* stream: SSE bytes not yet handed to MHD */
     bool stream_end;       /* "[DONE]" is in out */
     bool slow_reader;      /* out passed max_stream_buffer_bytes: cancelled, nothing more added */
+    uint32_t stalled_rounds; /* rounds ended over that limit with no read since (generate.c) */
     double t_last_out_ms;
     struct gs_srv_req_val val;
     struct gs_srv_resp_stream resp; /* /v1/responses streams */
@@ -319,6 +320,9 @@ struct gs_srv_route_hooks {
     /* The 1-second tick, for each request on the active list: its deadlines (the
      * validation reports'). */
     void (*tick)(struct gs_srv_req *r, double now_ms);
+    /* After each round of engine events, once MHD has run: a stream's backlog
+     * verdict (gs_srv__gen_after_round). r may leave the active list. */
+    void (*after_round)(struct gs_srv_req *r);
     /* The request ends (MHD's completion): frees what the route allocated for r.
      * Called for every request the route matched, answered or refused, whatever
      * its handler reached; http.c frees the rest (body, tok_job, out). */
@@ -449,6 +453,7 @@ void gs_srv__gen_try_end(struct gs_srv_req *r);
 /* After a change: try_end, resume the connection if it has something to
  * send or answer, leave the active list when nothing is awaited. */
 void gs_srv__gen_settle(struct gs_srv_req *r);
+void gs_srv__gen_after_round(struct gs_srv_req *r);
 
 /* openai.c: OpenAI's answer shapes (chat.completion and text_completion objects and
  * chunks), and their renderers: pure functions of r's state, each returning a new

@@ -281,15 +281,27 @@ void gs_srv__gen_try_end(struct gs_srv_req *r)
 }
 
 /*
- * A stream whose client does not read piles up in r->out. Past the limit the
- * request is cancelled and its stream closed with an error event, so that a
- * client's memory on this server stays bounded by the limit plus one event.
+ * A stream whose client does not read piles up in r->out. The verdict waits for
+ * the client to have had its chance: the loop may format a long run of events at
+ * once (an engine that got ahead of a busy loop thread), and those bytes are
+ * queued, not refused. So the limit is judged after each round of engine events,
+ * once MHD has run (gs_srv__gen_after_round): a stream still over it at the end of
+ * two rounds with no read by MHD between (gs_srv__sse_read resets the count) is
+ * cancelled and closed with an error event. A client's memory on this server
+ * stays bounded by the limit plus two rounds of its events; a stream whose
+ * generation has ended holds at most its own answer.
  */
-static void check_backlog(struct gs_srv_req *r)
+#define STALLED_ROUNDS 2
+
+void gs_srv__gen_after_round(struct gs_srv_req *r)
 {
     struct gs_srv *s = r->srv;
     uint64_t cap = s->cfg.limits.max_stream_buffer_bytes;
-    if (!r->streaming || r->slow_reader || r->stream_end || !cap || r->out.len <= cap)
+    if (!r->streaming || r->slow_reader || r->stream_end || !cap || r->out.len <= cap) {
+        r->stalled_rounds = 0;
+        return;
+    }
+    if (++r->stalled_rounds < STALLED_ROUNDS)
         return;
     gs_log(GS_LOG_WARN, "slow_reader", "id=%s queued_bytes=%zu max_stream_buffer_bytes=%llu", r->id,
            r->out.len, (unsigned long long)cap);
@@ -303,11 +315,13 @@ static void check_backlog(struct gs_srv_req *r)
              r->out.len, (unsigned long long)cap);
     r->shape->stream_fail(r, GS_SRV_E_SLOW_READER, msg);
     r->stream_end = true;
+    gs_srv__resume(r);
+    if (complete(r))
+        gs_srv__active_remove(r);
 }
 
 void gs_srv__gen_settle(struct gs_srv_req *r)
 {
-    check_backlog(r);
     gs_srv__gen_try_end(r);
     if (r->streaming ? r->out.len > 0 : complete(r))
         gs_srv__resume(r);
@@ -758,5 +772,6 @@ const struct gs_srv_route_hooks gs_srv__gen_hooks = {
     .resume = gs_srv__gen_respond,
     .cancel = gs_srv__gen_cancel,
     .tick = gs_srv__gen_tick,
+    .after_round = gs_srv__gen_after_round,
     .free = gs_srv__gen_free,
 };

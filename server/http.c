@@ -589,6 +589,18 @@ static void on_async(uv_async_t *h)
         gs_srv__debug_drain(s);
     }
     gs_srv__kick(s);
+    /* MHD has offered what the round queued: the streams' backlog verdicts. */
+    bool cut = false;
+    for (struct gs_srv_req *r = s->active, *next; r; r = next) {
+        next = r->next;
+        if (hooks_of(r)->after_round) {
+            bool was = r->slow_reader;
+            hooks_of(r)->after_round(r);
+            cut |= r->slow_reader != was;
+        }
+    }
+    if (cut)
+        gs_srv__kick(s);
     if (s->draining && s->n_reqs == 0)
         close_all(s);
 }

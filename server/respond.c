@@ -164,6 +164,7 @@ ssize_t gs_srv__sse_read(void *cls, uint64_t pos, char *buf, size_t max)
     struct gs_srv_req *r = cls;
     if (r->peer_gone || r->out.failed)
         return MHD_CONTENT_READER_END_WITH_ERROR;
+    r->stalled_rounds = 0; /* MHD has room: the client reads */
     if (r->out.len) {
         size_t n = GS_MIN(max, r->out.len);
         memcpy(buf, r->out.p, n);

@@ -348,5 +348,6 @@ const struct gs_srv_route_hooks gs_srv__responses_hooks = {
     .resume = gs_srv__gen_respond,
     .cancel = gs_srv__gen_cancel,
     .tick = gs_srv__gen_tick,
+    .after_round = gs_srv__gen_after_round,
     .free = responses_free,
 };

@@ -32,35 +32,45 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The loop-thread half of the scheduler contract, as the server calls it. */
+/* The loop-thread half of the scheduler contract, as the server calls it; ctx is
+ * the struct serve (below). */
+struct serve;
+static struct gs_sched *sched_of(void *ctx);
+static const struct gs_serve_test_hooks *hooks_of(void *ctx);
+
 static enum gs_status eng_submit(void *ctx, const struct gs_sched_request *req, struct gs_err *err)
 {
-    return gs_sched_submit(ctx, req, err);
+    return gs_sched_submit(sched_of(ctx), req, err);
 }
 
 static void eng_cancel(void *ctx, uint64_t id)
 {
-    gs_sched_cancel(ctx, id);
+    gs_sched_cancel(sched_of(ctx), id);
 }
 
 static size_t eng_poll(void *ctx, struct gs_sched_event *out, size_t cap)
 {
-    return gs_sched_poll(ctx, out, cap);
+    /* GS_TEST_EVENT_GATE: while the file exists the events wait in the scheduler's
+     * queue, as they do behind a busy loop thread. */
+    const char *gate = hooks_of(ctx)->event_gate_path;
+    if (gate && access(gate, F_OK) == 0)
+        return 0;
+    return gs_sched_poll(sched_of(ctx), out, cap);
 }
 
 static void eng_stats(void *ctx, struct gs_sched_stats *out)
 {
-    gs_sched_stats(ctx, out);
+    gs_sched_stats(sched_of(ctx), out);
 }
 
 static void eng_trace_watch(void *ctx, bool on)
 {
-    gs_sched_trace_watch(ctx, on);
+    gs_sched_trace_watch(sched_of(ctx), on);
 }
 
 static uint64_t eng_trace_take(void *ctx, char **text, size_t *len)
 {
-    return gs_sched_trace_take(ctx, text, len);
+    return gs_sched_trace_take(sched_of(ctx), text, len);
 }
 
 /* The graph in engine/graph.h's JSON form, for /debug/graph; NULL out of memory. */
@@ -140,9 +150,19 @@ struct serve {
     struct gs_srv *srv;
     struct wake_holder holder;
     struct gs_serve_receipt receipt;
-    struct gs_serve_test_hooks hooks; /* test only: GS_TEST_POISON_POS, GS_TEST_STEP_GATE */
+    struct gs_serve_test_hooks hooks; /* test only: the GS_TEST_ variables (serve_val.c) */
     bool known_answer_ok; /* READY=1 was (and may again be) sent */
 };
+
+static struct gs_sched *sched_of(void *ctx)
+{
+    return ((struct serve *)ctx)->sched;
+}
+
+static const struct gs_serve_test_hooks *hooks_of(void *ctx)
+{
+    return &((struct serve *)ctx)->hooks;
+}
 
 /* Reads the model file once through its mapping, hashing it for the
  * reproducibility receipt, with a progress bar on a terminal: the weights are
@@ -227,11 +247,13 @@ static int load(struct serve *sv)
     }
     if (gs_serve_test_hooks_from_env(&sv->hooks)) {
         gs_log(GS_LOG_WARN, "test_hook",
-               "poison_pos=%lld step_gate=%s step_gate_at=%u:%s validate_gate=%s reason=%s",
+               "poison_pos=%lld step_gate=%s step_gate_at=%u:%s validate_gate=%s event_gate=%s "
+               "reason=%s",
                sv->hooks.poison ? (long long)sv->hooks.poison_pos : -1LL,
                sv->hooks.gate_path ? sv->hooks.gate_path : "-", sv->hooks.gate_at,
                sv->hooks.gate_at_path ? sv->hooks.gate_at_path : "-",
                sv->hooks.validate_gate_path ? sv->hooks.validate_gate_path : "-",
+               sv->hooks.event_gate_path ? sv->hooks.event_gate_path : "-",
                "a GS_TEST_ variable is set (tests only)");
         sc.logits_hook = gs_serve_test_hook;
         sc.logits_hook_ctx = &sv->hooks;
@@ -447,7 +469,7 @@ static int serve(struct serve *sv)
     if (gs_srv_new(&c, &sv->srv, &err) != GS_OK)
         return gs_cli_fail("serve", "%s", err.msg);
     atomic_store(&sv->holder.srv, sv->srv);
-    struct gs_srv_engine eng = {sv->sched,  eng_submit,      eng_cancel,    eng_poll,
+    struct gs_srv_engine eng = {sv,         eng_submit,      eng_cancel,    eng_poll,
                                 eng_stats,  eng_trace_watch, eng_trace_take};
     gs_srv_set_engine(sv->srv, &eng);
     /* Known-answer check: the serving backend against ref on a fixed prompt,

@@ -62,7 +62,11 @@ bool gs_serve_test_hooks_from_env(struct gs_serve_test_hooks *h)
     v = getenv("GS_TEST_VALIDATE_GATE");
     if (v && *v)
         h->validate_gate_path = gs_strdup(v);
-    return h->poison || h->gate_path || h->gate_at_path || h->validate_gate_path;
+    v = getenv("GS_TEST_EVENT_GATE");
+    if (v && *v)
+        h->event_gate_path = gs_strdup(v);
+    return h->poison || h->gate_path || h->gate_at_path || h->validate_gate_path ||
+           h->event_gate_path;
 }
 
 void gs_serve_test_hooks_free(struct gs_serve_test_hooks *h)
@@ -70,7 +74,8 @@ void gs_serve_test_hooks_free(struct gs_serve_test_hooks *h)
     gs_free(h->gate_path);
     gs_free(h->gate_at_path);
     gs_free(h->validate_gate_path);
-    h->gate_path = h->gate_at_path = h->validate_gate_path = NULL;
+    gs_free(h->event_gate_path);
+    h->gate_path = h->gate_at_path = h->validate_gate_path = h->event_gate_path = NULL;
 }
 
 /* Waits while path exists, bounded so that a forgotten gate cannot hang a

@@ -47,6 +47,9 @@ struct gs_serve_test_hooks {
     uint32_t gate_at;
     char *gate_at_path; /* owned; NULL: no gate */
     char *validate_gate_path; /* owned; NULL: no gate */
+    /* GS_TEST_EVENT_GATE=FILE: while FILE exists the loop takes no engine events;
+     * they wait in the scheduler's queue, as behind a loop thread that fell behind. */
+    char *event_gate_path; /* owned; NULL: no gate */
 };
 
 /* Fills *h from the environment; returns whether any hook is on. */

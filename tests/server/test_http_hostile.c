@@ -440,6 +440,77 @@ Test(http_hostile, a_client_that_stops_reading_is_cancelled, .timeout = 600)
     cr_expect_eq(e2e_stop(&d), 0);
 }
 
+/* A client that reads is never cut, however much the loop queues at once. The
+ * event gate (GS_TEST_EVENT_GATE) keeps the engine's events in its queue until the
+ * engine has made the whole answer, as behind a loop thread that fell behind; the
+ * loop then formats 1500 tokens' events in one round, far past
+ * --max-stream-buffer-bytes. A second request's tokens keep the rounds coming while
+ * the first client reads its backlog: it gets every token and the end of its stream. */
+Test(http_hostile, a_client_that_reads_is_not_cut_by_a_burst_of_events, .timeout = 600)
+{
+    char gate[600], out_path[600];
+    snprintf(gate, sizeof(gate), "%s/burst-gate-%d", gs_test_tmpdir(), getpid());
+    snprintf(out_path, sizeof(out_path), "%s/burst-out-%d", gs_test_tmpdir(), getpid());
+    setenv("GS_TEST_EVENT_GATE", gate, 1);
+    struct e2e_daemon d;
+    e2e_start(&d, "--max-stream-buffer-bytes 64KiB");
+    unsetenv("GS_TEST_EVENT_GATE");
+    FILE *f = fopen(gate, "w");
+    cr_assert(f);
+    fclose(f);
+    struct e2e_resp m;
+    e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
+    double steps0 = e2e_metric(m.body, "graphserve_engine_steps_total");
+    e2e_resp_free(&m);
+    const char *body = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":1500,"
+                                     "\"ignore_eos\":true,\"logprobs\":5,\"stream\":true}");
+    char *cmd;
+    cr_assert(asprintf(&cmd, "curl -sN --max-time 550 --data-binary @%s -o %s %s/v1/completions",
+                       body, out_path, d.url) > 0);
+    FILE *bg = bg_start(cmd);
+    /* The engine has made every token (its counts are published after each step)
+     * and the loop has taken none of them. */
+    double steps = steps0, running = 1, waiting = 1;
+    for (int i = 0; i < 6000 && !(steps >= steps0 + 1000 && running == 0 && waiting == 0); i++) {
+        usleep(50 * 1000);
+        e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
+        steps = e2e_metric(m.body, "graphserve_engine_steps_total");
+        running = e2e_metric(m.body, "graphserve_requests_running");
+        waiting = e2e_metric(m.body, "graphserve_requests_waiting");
+        e2e_resp_free(&m);
+    }
+    cr_assert(steps >= steps0 + 1000 && running == 0 && waiting == 0,
+              "the engine did not finish the answer (%.0f steps, %.0f running)", steps - steps0,
+              running);
+    size_t len = 0;
+    if (access(out_path, F_OK) == 0) {
+        char *early = gs_test_read_file(out_path, &len);
+        cr_expect(!strstr(early, "data: {"), "the gate let events through");
+        free(early);
+    }
+    unlink(gate);
+    e2e_http(&d, "POST", "/v1/completions",
+             "{\"prompt\":\"Once\",\"max_tokens\":64,\"ignore_eos\":true}", NULL, &m);
+    cr_expect_eq(m.status, 200, "%s", m.body);
+    e2e_resp_free(&m);
+    free(bg_output(bg));
+    char *got = gs_test_read_file(out_path, &len);
+    cr_assert(got, "no stream");
+    cr_expect(!strstr(got, "stream_buffer_full"), "a reading client was cut");
+    cr_expect(strstr(got, "data: [DONE]"), "the stream did not end");
+    size_t tokens = 0;
+    for (const char *p = got; (p = strstr(p, "\"finish_reason\":null")); p++)
+        tokens++;
+    cr_expect(strstr(got, "\"finish_reason\":\"length\""), "the stream did not finish");
+    free(got);
+    cr_expect_eq(tokens, 1500, "%zu of 1500 tokens arrived", tokens);
+    e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
+    cr_expect_eq(e2e_metric(m.body, "graphserve_slow_reader_cancellations_total"), 0);
+    e2e_resp_free(&m);
+    unlink(out_path);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
 /* ---- request parameters that leave nothing to sample ------------------------------------------ */
 
 Test(http_hostile, logit_bias_that_bans_everything_or_misnames_ids_is_a_400, .timeout = 300)
