@@ -649,6 +649,27 @@ static const char *kv_rows_at(const struct attn_ctx *a, int which, int32_t pos)
     return a->q8 ? row : row + (uint64_t)a->kvh * a->hd * (a->f16 ? 2 : 4);
 }
 
+/* Asks for the head's slice of the K (which 0) or V (1) rows of the page holding
+ * pos, when pos <= last. A sequence's pages lie anywhere in the pool and a head
+ * reads a slice of each row, a pattern the hardware prefetchers do not follow
+ * across pages: decoding at depth waited on the first lines of every page. The
+ * page loops ask for the page ATTN_PREFETCH_PAGES past the next one: at depth 4096
+ * on the 135M shape one page ahead gained 1.4x, three 1.9x, more no further. */
+#define ATTN_PREFETCH_PAGES 3
+
+static void attn_prefetch_page(const struct attn_ctx *a, int which, int32_t pos, int32_t last)
+{
+    if (pos > last)
+        return;
+    const int32_t pt = (int32_t)a->kv->page_tokens;
+    const int32_t n = GS_MIN(pt - pos % pt, last - pos + 1);
+    const size_t slice = a->q8 ? a->row : (size_t)a->hd * (a->f16 ? 2 : 4);
+    const char *base = kv_rows_at(a, which, pos);
+    for (int32_t t = 0; t < n; t++)
+        for (size_t off = 0; off < slice; off += 64)
+            __builtin_prefetch(base + (size_t)t * a->row + off, 0, 3);
+}
+
 /* Scores sc[0..last] -> softmax weights, in place. */
 static void attn_weights(const struct gs_attn_params *p, float *sc, int32_t last, bool f16)
 {
@@ -816,6 +837,7 @@ static void attn_unit(const struct cpu_run *r, int64_t t0, int nt, int h0, int n
      * page is the piece it read when it was a unit of its own. */
     for (int32_t j0 = k_lo; j0 <= k_hi;) {
         const int32_t end = GS_MIN(j0 - j0 % pt + pt - 1, k_hi);
+        attn_prefetch_page(&a, 0, end + 1 + ATTN_PREFETCH_PAGES * pt, k_hi);
         for (int i = 0; i < nb; i++) {
             const int32_t from = GS_MAX(j0, blocks[i].first_lo), to = GS_MIN(end, blocks[i].hi);
             if (from <= to)
@@ -829,6 +851,7 @@ static void attn_unit(const struct cpu_run *r, int64_t t0, int nt, int h0, int n
                          blocks[i].last[j] - blocks[i].first[j], a.f16);
     for (int32_t j0 = v_lo; j0 <= v_hi;) {
         const int32_t end = GS_MIN(j0 - j0 % pt + pt - 1, v_hi);
+        attn_prefetch_page(&a, 1, end + 1 + ATTN_PREFETCH_PAGES * pt, v_hi);
         for (int i = 0; i < nb; i++) {
             const int32_t from = GS_MAX(j0, blocks[i].vlo), to = GS_MIN(end, blocks[i].vhi);
             if (from <= to)
