@@ -69,6 +69,18 @@ void e2e_start(struct e2e_daemon *d, const char *extra_args)
     snprintf(d->url, sizeof(d->url), "%s://127.0.0.1:%d", https ? "https" : "http", d->port);
 }
 
+void e2e_start_gated(struct e2e_daemon *d, const char *var, const char *gate,
+                     const char *extra_args)
+{
+    unlink(gate);
+    setenv(var, gate, 1);
+    e2e_start(d, extra_args);
+    unsetenv(var);
+    FILE *f = fopen(gate, "w");
+    cr_assert(f, "%s", gate);
+    fclose(f);
+}
+
 int e2e_stop(struct e2e_daemon *d)
 {
     if (d->pid <= 0)

@@ -21,6 +21,13 @@ struct e2e_daemon {
  * (a shell-quoted string, may be ""); waits for its "listening" line. */
 void e2e_start(struct e2e_daemon *d, const char *extra_args);
 
+/* e2e_start with the test gate `var` (GS_TEST_STEP_GATE, GS_TEST_EVENT_GATE, ...)
+ * naming the file `gate`, which is then created: the gate holds from the first
+ * request on (the known-answer check ran before it existed). Removing the file
+ * opens it. */
+void e2e_start_gated(struct e2e_daemon *d, const char *var, const char *gate,
+                     const char *extra_args);
+
 /* SIGTERM, wait; returns the exit status (128+signal when killed). Asserts
  * the daemon's log shows no sanitizer report. */
 int e2e_stop(struct e2e_daemon *d);

@@ -497,12 +497,8 @@ Test(http_opts, full_queue_is_429_with_retry_after, .timeout = 120)
     char gate[600];
     snprintf(gate, sizeof(gate), "%s/gate-%d", gs_test_tmpdir(), (int)getpid());
     struct e2e_daemon k;
-    setenv("GS_TEST_STEP_GATE", gate, 1);
-    e2e_start(&k, "--backend ref --max-seqs 1 --max-queue 1 --max-batch-tokens 64");
-    unsetenv("GS_TEST_STEP_GATE");
-    FILE *f = fopen(gate, "w"); /* closed from here: the known-answer check ran before */
-    cr_assert(f);
-    fclose(f);
+    e2e_start_gated(&k, "GS_TEST_STEP_GATE", gate,
+                    "--backend ref --max-seqs 1 --max-queue 1 --max-batch-tokens 64");
     char body[600];
     snprintf(body, sizeof(body), "%s",
              e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":8,"

@@ -288,13 +288,8 @@ Test(http_hostile, half_closed_clients_get_their_answer, .timeout = 300)
     snprintf(gate, sizeof(gate), "%s/halfclose-gate-%d", gs_test_tmpdir(), getpid());
     snprintf(go, sizeof(go), "%s/halfclose-go-%d", gs_test_tmpdir(), getpid());
     unlink(go);
-    setenv("GS_TEST_STEP_GATE", gate, 1);
     struct e2e_daemon d;
-    e2e_start(&d, "--backend ref");
-    unsetenv("GS_TEST_STEP_GATE");
-    FILE *f = fopen(gate, "w");
-    cr_assert(f);
-    fclose(f);
+    e2e_start_gated(&d, "GS_TEST_STEP_GATE", gate, "--backend ref");
     char whole[600], stream[600];
     snprintf(whole, sizeof(whole), "%s",
              e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"ignore_eos\":true}"));
@@ -318,7 +313,7 @@ Test(http_hostile, half_closed_clients_get_their_answer, .timeout = 300)
     FILE *bg = bg_start(both);
     cr_assert_geq(e2e_await_metric(&d, "graphserve_requests_in_flight", 2), 2,
                   "the two requests were not admitted");
-    f = fopen(go, "w");
+    FILE *f = fopen(go, "w");
     cr_assert(f);
     fclose(f);
     /* The check runs each second while requests wait; three give it its chance. */
@@ -451,13 +446,8 @@ Test(http_hostile, a_client_that_reads_is_not_cut_by_a_burst_of_events, .timeout
     char gate[600], out_path[600];
     snprintf(gate, sizeof(gate), "%s/burst-gate-%d", gs_test_tmpdir(), getpid());
     snprintf(out_path, sizeof(out_path), "%s/burst-out-%d", gs_test_tmpdir(), getpid());
-    setenv("GS_TEST_EVENT_GATE", gate, 1);
     struct e2e_daemon d;
-    e2e_start(&d, "--max-stream-buffer-bytes 64KiB");
-    unsetenv("GS_TEST_EVENT_GATE");
-    FILE *f = fopen(gate, "w");
-    cr_assert(f);
-    fclose(f);
+    e2e_start_gated(&d, "GS_TEST_EVENT_GATE", gate, "--max-stream-buffer-bytes 64KiB");
     struct e2e_resp m;
     e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
     double steps0 = e2e_metric(m.body, "graphserve_engine_steps_total");

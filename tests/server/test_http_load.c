@@ -400,13 +400,9 @@ Test(http_load, waiting_streams_cost_the_loop_no_cpu, .timeout = 300)
 {
     char gate[600];
     snprintf(gate, sizeof(gate), "%s/loopcpu-gate-%d", gs_test_tmpdir(), getpid());
-    setenv("GS_TEST_STEP_GATE", gate, 1);
     struct e2e_daemon d;
-    e2e_start(&d, "--backend ref --max-seqs 1 --max-batch-tokens 64 --drain-timeout-s 0");
-    unsetenv("GS_TEST_STEP_GATE");
-    FILE *f = fopen(gate, "w");
-    cr_assert(f);
-    fclose(f);
+    e2e_start_gated(&d, "GS_TEST_STEP_GATE", gate,
+                    "--backend ref --max-seqs 1 --max-batch-tokens 64 --drain-timeout-s 0");
     const char *body = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":8,"
                                      "\"ignore_eos\":true,\"stream\":true}");
     char *cmd;
