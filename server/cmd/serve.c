@@ -32,47 +32,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The loop-thread half of the scheduler contract, as the server calls it; ctx is
- * the struct serve (below). */
-struct serve;
-static struct gs_sched *sched_of(void *ctx);
-static const struct gs_serve_test_hooks *hooks_of(void *ctx);
-
-static enum gs_status eng_submit(void *ctx, const struct gs_sched_request *req, struct gs_err *err)
-{
-    return gs_sched_submit(sched_of(ctx), req, err);
-}
-
-static void eng_cancel(void *ctx, uint64_t id)
-{
-    gs_sched_cancel(sched_of(ctx), id);
-}
-
-static size_t eng_poll(void *ctx, struct gs_sched_event *out, size_t cap)
-{
-    /* GS_TEST_EVENT_GATE: while the file exists the events wait in the scheduler's
-     * queue, as they do behind a busy loop thread. */
-    const char *gate = hooks_of(ctx)->event_gate_path;
-    if (gate && access(gate, F_OK) == 0)
-        return 0;
-    return gs_sched_poll(sched_of(ctx), out, cap);
-}
-
-static void eng_stats(void *ctx, struct gs_sched_stats *out)
-{
-    gs_sched_stats(sched_of(ctx), out);
-}
-
-static void eng_trace_watch(void *ctx, bool on)
-{
-    gs_sched_trace_watch(sched_of(ctx), on);
-}
-
-static uint64_t eng_trace_take(void *ctx, char **text, size_t *len)
-{
-    return gs_sched_trace_take(sched_of(ctx), text, len);
-}
-
 /* The graph in engine/graph.h's JSON form, for /debug/graph; NULL out of memory. */
 static char *graph_json(const struct gs_graph *g)
 {
@@ -162,6 +121,43 @@ static struct gs_sched *sched_of(void *ctx)
 static const struct gs_serve_test_hooks *hooks_of(void *ctx)
 {
     return &((struct serve *)ctx)->hooks;
+}
+
+/* The loop-thread half of the scheduler contract, as the server calls it; ctx is
+ * the struct serve. */
+static enum gs_status eng_submit(void *ctx, const struct gs_sched_request *req, struct gs_err *err)
+{
+    return gs_sched_submit(sched_of(ctx), req, err);
+}
+
+static void eng_cancel(void *ctx, uint64_t id)
+{
+    gs_sched_cancel(sched_of(ctx), id);
+}
+
+static size_t eng_poll(void *ctx, struct gs_sched_event *out, size_t cap)
+{
+    /* GS_TEST_EVENT_GATE: while the file exists the events wait in the scheduler's
+     * queue, as they do behind a busy loop thread. */
+    const char *gate = hooks_of(ctx)->event_gate_path;
+    if (gate && access(gate, F_OK) == 0)
+        return 0;
+    return gs_sched_poll(sched_of(ctx), out, cap);
+}
+
+static void eng_stats(void *ctx, struct gs_sched_stats *out)
+{
+    gs_sched_stats(sched_of(ctx), out);
+}
+
+static void eng_trace_watch(void *ctx, bool on)
+{
+    gs_sched_trace_watch(sched_of(ctx), on);
+}
+
+static uint64_t eng_trace_take(void *ctx, char **text, size_t *len)
+{
+    return gs_sched_trace_take(sched_of(ctx), text, len);
 }
 
 /* Reads the model file once through its mapping, hashing it for the
