@@ -489,6 +489,7 @@ void gs_sched_stats(struct gs_sched *s, struct gs_sched_stats *out)
     pthread_mutex_lock(&s->mu);
     *out = s->stats;
     out->n_waiting += s->n_inbox;
+    out->event_bytes = (uint64_t)(s->cap_events + s->cap_borrowed) * sizeof(struct ev_item);
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -280,6 +280,9 @@ struct gs_sched_stats {
     /* Bytes held for the sequences the engine knows (running and waiting): token
      * arrays, page tables, grammar masks, pooled rows and validation logits. */
     uint64_t seq_bytes;
+    /* Bytes allocated for engine events: the queue the loop has not taken yet and
+     * the items of its last poll. A burst grows them; drained, they shrink back. */
+    uint64_t event_bytes;
 };
 
 struct gs_sched;

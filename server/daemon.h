@@ -524,6 +524,8 @@ extern const struct gs_srv_route_hooks gs_srv__debug_events_hooks;
     X(SCRATCH, "scratch", "activation scratch of the compiled plans")                              \
     X(SEQUENCES, "sequence_buffers",                                                               \
       "the engine's per-sequence buffers: tokens, page tables, masks, validation logits")          \
+    X(EVENTS, "event_queue",                                                                       \
+      "engine events not yet taken by the loop thread, and the last batch it took")                \
     X(STREAMS, "stream_buffers", "per-request bytes queued for clients, and request bodies")       \
     X(ARENAS, "request_arenas",                                                                    \
       "chunks mapped for requests in progress: records, bodies, queued bytes, prompts, choices' "  \

@@ -90,6 +90,7 @@ void gs_srv__ledger(const struct gs_srv *s, const struct gs_sched_stats *st, uin
     bytes[GS_SRV_LEDGER_DRAFT_KV_POOL] = st->draft_kv_bytes;
     bytes[GS_SRV_LEDGER_SCRATCH] = st->scratch_bytes;
     bytes[GS_SRV_LEDGER_SEQUENCES] = st->seq_bytes;
+    bytes[GS_SRV_LEDGER_EVENTS] = st->event_bytes;
 }
 
 void gs_srv__ledger_metrics(const struct gs_srv *s, const struct gs_sched_stats *st,

@@ -446,6 +446,49 @@ Test(sched, full_queue_says_busy)
     rig_close(&r);
 }
 
+/* A burst of events that the loop takes late (four streams that step 48 times
+ * before anyone polls: 196 events) grows the queue; once drained, the queue
+ * gives that memory back, so an idle daemon holds no more than before the burst
+ * (the daemon's /debug/memory row event_queue reads these bytes). */
+Test(sched, a_drained_burst_of_events_gives_its_memory_back)
+{
+    struct rig r;
+    rig_open(&r);
+    struct gs_sched *s = new_sched(&r, 4, 64, 256, false);
+    struct gs_sched_stats st;
+    gs_sched_stats(s, &st);
+    cr_assert_eq(st.event_bytes, 0, "a new scheduler holds no events");
+    struct job jobs[4];
+    unsigned seed = 5;
+    for (uint64_t i = 0; i < 4; i++) {
+        random_job(&jobs[i], &seed, 20);
+        jobs[i].max_tokens = MAX_GEN;
+        submit(s, &jobs[i], i);
+    }
+    struct gs_err err;
+    for (int guard = 0; !gs_sched_idle(s); guard++) {
+        cr_assert_lt(guard, 1000, "scheduler made no progress");
+        cr_assert_eq(gs_sched_step(s, &err), GS_OK, "%s", err.msg);
+    }
+    gs_sched_stats(s, &st);
+    uint64_t peak = st.event_bytes;
+    struct gs_sched_event ev[64];
+    size_t n, n_events = 0, n_finish = 0;
+    while ((n = gs_sched_poll(s, ev, 64)) > 0) {
+        for (size_t i = 0; i < n; i++)
+            n_finish += ev[i].kind == GS_SCHED_EV_FINISH;
+        n_events += n;
+    }
+    cr_assert_eq(n_events, 4 * (MAX_GEN + 1), "every token and finish arrives");
+    cr_assert_eq(n_finish, 4);
+    gs_sched_stats(s, &st);
+    cr_assert_leq(st.event_bytes * 2, peak,
+                  "the drained queue still holds %llu bytes of the burst's %llu",
+                  (unsigned long long)st.event_bytes, (unsigned long long)peak);
+    gs_sched_free(s);
+    rig_close(&r);
+}
+
 /* A q8_0 cache is refused where its blocks of 32 would take more bytes than f16:
  * llama-2-tiny-random's rows are 8 values (one padded block, 34 bytes, against 16). */
 Test(sched, q8_0_cache_refused_where_it_is_not_smaller)

@@ -191,6 +191,20 @@ Test(http_debug, graph_as_built_and_as_served, .timeout = 120)
     e2e_stop(&d);
 }
 
+/* The bytes of /debug/memory's row for kind; the test fails when it is missing. */
+static long long row_bytes(json_t *rows, const char *kind)
+{
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        if (!strcmp(json_string_value(json_object_get(row, "kind")), kind))
+            return json_integer_value(json_object_get(row, "bytes"));
+    }
+    cr_assert_fail("/debug/memory has no row %s", kind);
+    return -1;
+}
+
 Test(http_debug, memory_ledger_is_what_metrics_shows, .timeout = 120)
 {
     struct e2e_daemon d;
@@ -202,9 +216,9 @@ Test(http_debug, memory_ledger_is_what_metrics_shows, .timeout = 120)
     e2e_http(&d, "GET", "/debug/memory", NULL, NULL, &x);
     e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
     cr_assert_eq(x.status, 200, "%s", x.body);
-    const char *kinds[] = {"weights_mapped",   "kv_pool",        "kv_used",
-                           "prefix_cache",     "draft_kv_pool",  "scratch",
-                           "sequence_buffers", "stream_buffers", "request_arenas"};
+    const char *kinds[] = {"weights_mapped", "kv_pool",       "kv_used",          "prefix_cache",
+                           "draft_kv_pool",  "scratch",       "sequence_buffers", "event_queue",
+                           "stream_buffers", "request_arenas"};
     json_t *rows = json_object_get(x.json, "rows");
     cr_assert_eq(json_array_size(rows), GS_ARRAY_LEN(kinds));
     long long total = 0;
@@ -222,22 +236,20 @@ Test(http_debug, memory_ledger_is_what_metrics_shows, .timeout = 120)
     cr_assert_eq(json_integer_value(json_object_get(x.json, "total_bytes")), total);
     struct stat sb;
     cr_assert_eq(stat(gs_test_shared_path("models/stories260K.gguf"), &sb), 0);
-    cr_assert_eq(json_integer_value(json_object_get(json_array_get(rows, 0), "bytes")),
-                 (long long)sb.st_size);
+    cr_assert_eq(row_bytes(rows, "weights_mapped"), (long long)sb.st_size);
     json_t *kv = json_object_get(x.json, "kv");
     long long pages = json_integer_value(json_object_get(kv, "pages_total"));
-    cr_assert_eq(json_integer_value(json_object_get(json_array_get(rows, 1), "bytes")),
-                 pages * 10240, "stories260K: 10240 bytes a page");
+    cr_assert_eq(row_bytes(rows, "kv_pool"), pages * 10240, "stories260K: 10240 bytes a page");
     /* The prompt's full page stayed cached after the answer. */
     cr_assert_gt(json_integer_value(json_object_get(kv, "pages_cached")), 0);
-    cr_assert_eq(json_integer_value(json_object_get(json_array_get(rows, 3), "bytes")),
+    cr_assert_eq(row_bytes(rows, "prefix_cache"),
                  json_integer_value(json_object_get(kv, "pages_cached")) * 10240);
     /* no draft model: no draft pool; the plans' scratch is some */
-    cr_assert_eq(json_integer_value(json_object_get(json_array_get(rows, 4), "bytes")), 0);
-    cr_assert_gt(json_integer_value(json_object_get(json_array_get(rows, 5), "bytes")), 0);
+    cr_assert_eq(row_bytes(rows, "draft_kv_pool"), 0);
+    cr_assert_gt(row_bytes(rows, "scratch"), 0);
     /* Idle, no request holds an arena; an open /debug/events stream holds one, its
      * queued bytes inside it. */
-    cr_assert_eq(json_integer_value(json_object_get(json_array_get(rows, 8), "bytes")), 0);
+    cr_assert_eq(row_bytes(rows, "request_arenas"), 0);
     struct sub stream;
     sub_start(&stream, &d, NULL);
     free(sub_await(&stream, "\"type\":\"hello\"", 1));
@@ -245,8 +257,8 @@ Test(http_debug, memory_ledger_is_what_metrics_shows, .timeout = 120)
     e2e_http(&d, "GET", "/debug/memory", NULL, NULL, &y);
     cr_assert_eq(y.status, 200, "%s", y.body);
     json_t *yrows = json_object_get(y.json, "rows");
-    long long arenas = json_integer_value(json_object_get(json_array_get(yrows, 8), "bytes"));
-    long long streams = json_integer_value(json_object_get(json_array_get(yrows, 7), "bytes"));
+    long long arenas = row_bytes(yrows, "request_arenas");
+    long long streams = row_bytes(yrows, "stream_buffers");
     cr_assert_geq(arenas, 64 << 10, "one chunk at least: %lld", arenas);
     cr_assert_eq(arenas % 4096, 0, "whole pages: %lld", arenas);
     cr_assert_leq(streams, arenas);
