@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,9 +35,18 @@ void e2e_start(struct e2e_daemon *d, const char *extra_args)
     char *cmd;
     cr_assert(asprintf(&cmd, "exec '%s' serve -m '%s' --port 0 %s 2>'%s'", bin, model, extra_args,
                        d->log_path) > 0);
+    pid_t parent = getpid();
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
+        /* A test whose assertion fails exits without e2e_stop: its daemon goes with
+         * it rather than living on, holding a port and a core, after the suite. */
+#ifdef __linux__
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(127);
+#else
+        (void)parent;
+#endif
         dup2(pfd[1], 1);
         close(pfd[0]);
         close(pfd[1]);
