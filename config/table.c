@@ -147,8 +147,9 @@ static const struct gs_cfg_opt opts[] = {
     {"max-stream-buffer-bytes", 0, GS_CFG_BYTES, F(max_stream_buffer_bytes), g_limits, "4MiB",
      64 * KiB, GiB, NULL, R, "bytes",
      "Stream bytes queued for a client that does not read; past it, with nothing read "
-     "through two rounds of engine events, the request is cancelled. A client that reads is "
-     "not cut when the loop queues a burst."},
+     "through two rounds of engine events, the request is cancelled (or, if its answer has "
+     "ended, the rest of it dropped). A client that reads is not cut when the loop queues a "
+     "burst."},
     /* Not reloadable: libmicrohttpd takes both limits once, when the daemon starts. */
     {"max-conns", 0, GS_CFG_INT, F(max_conns), g_limits, "256", 1, 65536, NULL, 0, "connections",
      "Open client connections in total."},

@@ -287,32 +287,61 @@ void gs_srv__gen_try_end(struct gs_srv_req *r)
  * queued, not refused. So the limit is judged after each round of engine events,
  * once MHD has run (gs_srv__gen_after_round): a stream still over it at the end of
  * two rounds with no read by MHD between (gs_srv__sse_read resets the count) is
- * cancelled and closed with an error event. A client's memory on this server
- * stays bounded by the limit plus two rounds of its events; a stream whose
- * generation has ended holds at most its own answer.
+ * cut: cancelled if it still generates, its unsent events dropped if it has
+ * ended, and closed with an error event. A stream that ends over the limit stays
+ * on the active list until it is judged or its client has caught up, so an
+ * answer that a lagging loop formatted in two rounds is judged like any other.
+ * A client's memory on this server stays bounded by the limit plus two rounds of
+ * its events, and at most its own answer.
  */
 #define STALLED_ROUNDS 2
+
+/* Whether r is a stream over --max-stream-buffer-bytes that has not been cut. */
+static bool over_limit(const struct gs_srv_req *r)
+{
+    uint64_t cap = r->srv->cfg.limits.max_stream_buffer_bytes;
+    return r->streaming && !r->slow_reader && cap && r->out.len > cap;
+}
+
+/* An ended stream's queue loses its whole events past the one in flight (MHD may have
+ * sent part of it: events end with a blank line), so the error event follows a
+ * complete one. */
+static void drop_unsent_events(struct gs_srv_req *r)
+{
+    const char *p = r->out.p;
+    for (size_t i = 0; i + 1 < r->out.len; i++)
+        if (p[i] == '\n' && p[i + 1] == '\n') {
+            r->out.len = i + 2;
+            return;
+        }
+}
 
 void gs_srv__gen_after_round(struct gs_srv_req *r)
 {
     struct gs_srv *s = r->srv;
-    uint64_t cap = s->cfg.limits.max_stream_buffer_bytes;
-    if (!r->streaming || r->slow_reader || r->stream_end || !cap || r->out.len <= cap) {
+    if (!over_limit(r)) {
         r->stalled_rounds = 0;
+        if (complete(r))
+            gs_srv__active_remove(r); /* an ended stream whose client has caught up */
         return;
     }
     if (++r->stalled_rounds < STALLED_ROUNDS)
         return;
-    gs_log(GS_LOG_WARN, "slow_reader", "id=%s queued_bytes=%zu max_stream_buffer_bytes=%llu", r->id,
-           r->out.len, (unsigned long long)cap);
+    uint64_t cap = s->cfg.limits.max_stream_buffer_bytes;
+    gs_log(GS_LOG_WARN, "slow_reader",
+           "id=%s queued_bytes=%zu max_stream_buffer_bytes=%llu ended=%s", r->id, r->out.len,
+           (unsigned long long)cap, r->stream_end ? "true" : "false");
     r->slow_reader = true;
     s->metrics.slow_readers++;
-    gs_srv__gen_cancel(r);
-    char msg[160];
+    char msg[200];
     snprintf(msg, sizeof(msg),
-             "the client did not read the stream: %zu bytes were waiting (limit %llu); the request "
-             "was cancelled",
-             r->out.len, (unsigned long long)cap);
+             "the client did not read the stream: %zu bytes were waiting (limit %llu); %s",
+             r->out.len, (unsigned long long)cap,
+             r->stream_end ? "the rest of the answer was dropped" : "the request was cancelled");
+    if (r->stream_end)
+        drop_unsent_events(r);
+    else
+        gs_srv__gen_cancel(r);
     r->shape->stream_fail(r, GS_SRV_E_SLOW_READER, msg);
     r->stream_end = true;
     gs_srv__resume(r);
@@ -325,7 +354,7 @@ void gs_srv__gen_settle(struct gs_srv_req *r)
     gs_srv__gen_try_end(r);
     if (r->streaming ? r->out.len > 0 : complete(r))
         gs_srv__resume(r);
-    if (complete(r))
+    if (complete(r) && !over_limit(r))
         gs_srv__active_remove(r);
 }
 

@@ -27,6 +27,10 @@
 #define RELAY_BUF_BYTES   16384 /* one TLS record's worth of plaintext each way */
 #define ACCEPT_BACKOFF_MS 100   /* out of descriptors: retry accepting after this */
 #define ACCEPT_BATCH      64    /* accepts per wakeup, so that a flood cannot starve the loop */
+/* The client socket's kernel send buffer (Linux doubles it). Fixed because the kernel
+ * would otherwise grow it to megabytes (tcp_wmem) for a client that does not read, and
+ * hold what --max-stream-buffer-bytes means to bound; ample for a client that reads. */
+#define CLIENT_SNDBUF_BYTES (256 * 1024)
 #define MAX_SUITES        64
 
 /* A plain-HTTP request on the TLS port gets this, unencrypted (as nginx does). */
@@ -625,6 +629,8 @@ static void conn_accept(struct gs_srv_tls *t, int fd, const struct sockaddr_stor
         return;
     }
     mbedtls_ssl_set_bio(&c->ssl, c, bio_send, bio_recv, NULL);
+    int sndbuf = CLIENT_SNDBUF_BYTES;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
     c->t = t;
     c->fd = fd;
     c->pfd = -1;

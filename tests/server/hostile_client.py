@@ -10,8 +10,9 @@ test asserts on it. Every wait has a bound that only a hung daemon reaches.
   drip PORT BYTES                 one connection dripping BYTES of headers
   halfclose PORT PATH BODYFILE GO send, shut down the sending side once GO exists,
                                   read the answer
-  noread PORT BODYFILE GO         send a stream request with a small receive buffer
-                                  and read nothing until GO exists, then read to the end
+  noread PORT BODYFILE GO [PATH]  send a stream request (to PATH, default
+                                  /v1/completions) with a small receive buffer and
+                                  read nothing until GO exists, then read to the end
   finmany PORT N CLIENTS          CLIENTS threads each send N requests, each followed at
                                   once by a FIN, and count the whole answers
 """
@@ -188,14 +189,14 @@ def halfclose(port, path, body_file, go):
     return r
 
 
-def noread(port, body_file, go):
+def noread(port, body_file, go, path="/v1/completions"):
     body = open(body_file, "rb").read()
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.settimeout(HANG)
     s.connect(("127.0.0.1", port))
-    s.sendall(post("/v1/completions", [HOST, ("Content-Type", "application/json"),
-                                       ("Content-Length", str(len(body)))], body))
+    s.sendall(post(path, [HOST, ("Content-Type", "application/json"),
+                          ("Content-Length", str(len(body)))], body))
     end = time.monotonic() + HANG * 3
     while not os.path.exists(go) and time.monotonic() < end:
         time.sleep(0.05)

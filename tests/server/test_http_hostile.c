@@ -500,6 +500,81 @@ Test(http_hostile, a_client_that_reads_is_not_cut_by_a_burst_of_events, .timeout
     cr_expect_eq(e2e_stop(&d), 0);
 }
 
+/* A client that does not read is cut even when its answer ended before the verdict:
+ * the gate holds a stream's events (1500 tokens with 20 alternatives each, megabytes,
+ * more than the sockets between hold) until the engine has finished it, so the loop
+ * formats the whole answer, far past --max-stream-buffer-bytes, in the round
+ * that ends it (as behind a loop thread that fell behind). A second request's tokens
+ * keep the rounds coming; two of them without a read cut the stream, whose unsent
+ * events are dropped for the error event. Before, an answer that ended within its
+ * first rounds stayed queued whole for as long as the connection lived. */
+Test(http_hostile, a_client_that_does_not_read_is_cut_after_its_answer_ended, .timeout = 600)
+{
+    char gate[600], go[600];
+    snprintf(gate, sizeof(gate), "%s/noread-end-gate-%d", gs_test_tmpdir(), getpid());
+    snprintf(go, sizeof(go), "%s/noread-end-go-%d", gs_test_tmpdir(), getpid());
+    unlink(go);
+    struct e2e_daemon d;
+    e2e_start_gated(&d, "GS_TEST_EVENT_GATE", gate, "--max-stream-buffer-bytes 64KiB");
+    struct e2e_resp m;
+    e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
+    double steps0 = e2e_metric(m.body, "graphserve_engine_steps_total");
+    e2e_resp_free(&m);
+    char body[600];
+    snprintf(body, sizeof(body), "%s",
+             e2e_body_file("{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
+                           "\"max_tokens\":1500,\"ignore_eos\":true,\"logprobs\":true,"
+                           "\"top_logprobs\":20,\"stream\":true}"));
+    char args[1400];
+    snprintf(args, sizeof(args), "noread %d '%s' '%s' /v1/chat/completions", d.port, body, go);
+    FILE *bg = bg_start(client_cmd(args));
+    double steps = steps0, running = 1, waiting = 1;
+    for (int i = 0; i < 6000 && !(steps >= steps0 + 1000 && running == 0 && waiting == 0); i++) {
+        usleep(50 * 1000);
+        e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
+        steps = e2e_metric(m.body, "graphserve_engine_steps_total");
+        running = e2e_metric(m.body, "graphserve_requests_running");
+        waiting = e2e_metric(m.body, "graphserve_requests_waiting");
+        e2e_resp_free(&m);
+    }
+    cr_assert(steps >= steps0 + 1000 && running == 0 && waiting == 0,
+              "the engine did not finish the answer (%.0f steps, %.0f running)", steps - steps0,
+              running);
+    unlink(gate);
+    /* Each request's tokens are rounds; the cut comes at the second. */
+    double cut = 0;
+    for (int i = 0; i < 20 && cut < 1; i++) {
+        e2e_http(&d, "POST", "/v1/completions",
+                 "{\"prompt\":\"Once\",\"max_tokens\":8,\"ignore_eos\":true}", NULL, &m);
+        cr_expect_eq(m.status, 200, "%s", m.body);
+        e2e_resp_free(&m);
+        e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
+        cut = e2e_metric(m.body, "graphserve_slow_reader_cancellations_total");
+        e2e_resp_free(&m);
+    }
+    cr_expect_eq(cut, 1, "the ended stream was not cut");
+    FILE *f = fopen(go, "w");
+    cr_assert(f);
+    fclose(f);
+    char *out = bg_output(bg);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j, "%s", out);
+    free(out);
+    const char *tail = json_string_value(json_object_get(j, "tail"));
+    cr_expect(strstr(tail, "\"stream_buffer_full\""), "no error event at the end: %s", tail);
+    cr_expect(strstr(tail, "rest of the answer was dropped"), "%s", tail);
+    cr_expect(strstr(tail, "data: [DONE]"), "no [DONE] at the end: %s", tail);
+    /* The error follows a whole event: the one before it ends with a blank line. */
+    const char *err = strstr(tail, "data: {\"error\"");
+    cr_expect(err && err - tail >= 2 && err[-1] == '\n' && err[-2] == '\n', "%s", tail);
+    /* Far fewer events than the answer's 1500 tokens reached the client. */
+    cr_expect_lt(json_integer_value(json_object_get(j, "data_events")), 1500, "%s", tail);
+    json_decref(j);
+    unlink(go);
+    expect_serving(&d);
+    cr_expect_eq(e2e_stop(&d), 0);
+}
+
 /* ---- request parameters that leave nothing to sample ------------------------------------------ */
 
 Test(http_hostile, logit_bias_that_bans_everything_or_misnames_ids_is_a_400, .timeout = 300)
