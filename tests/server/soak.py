@@ -564,7 +564,10 @@ class Soak:
         event=slow_reader with its id; only then does the reader read on,
         slowly, and the stream must end with a stream_buffer_full error
         event and [DONE]. Waiting for the log line rather than for a time
-        keeps this independent of the engine's speed."""
+        keeps this independent of the engine's speed. The verdict comes after
+        rounds of engine events, so while it waits this client asks for a
+        two-token completion now and then: once the others have stopped (the
+        soak's end), its own requests are the rounds."""
         p = {'messages': [{'role': 'user', 'content': rng.choice(PROMPTS)}], 'max_tokens': 1000,
              'ignore_eos': True, 'logprobs': True, 'top_logprobs': 20, 'n': 2, 'stream': True}
         c = Conn(self.a.port, rcvbuf=4096)
@@ -574,11 +577,16 @@ class Soak:
             expect(status == 200, 'status %d' % status)
             rid = hdrs.get('x-request-id', '')
             end = time.monotonic() + IO_TIMEOUT_S
-            with self.log_cv:
-                while rid not in self.slow_ids:
-                    expect(time.monotonic() < end, 'no event=slow_reader for %s' % rid)
-                    self.log_cv.wait(0.5)
-                self.slow_ids.discard(rid)
+            while True:
+                with self.log_cv:
+                    if rid not in self.slow_ids:
+                        self.log_cv.wait(0.5)
+                    if rid in self.slow_ids:
+                        self.slow_ids.discard(rid)
+                        break
+                expect(time.monotonic() < end, 'no event=slow_reader for %s' % rid)
+                status2, _, _ = self.post('/v1/completions', {'prompt': 'Once', 'max_tokens': 2})
+                expect(status2 == 200, 'a nudge answered %d' % status2)
             c.read_size, c.read_pause_s = 2048, 0.01
             body = c.body(hdrs)
         finally:
