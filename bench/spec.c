@@ -4,7 +4,8 @@
  * prompts, as a ratio in one run.
  *
  *   gs-bench-spec -m MODEL [--draft-model FILE] [--backend cpu] [--prompts FILE]
- *                 [--gen N] [--reps R] [--max-draft K] [--threads T] [--step-cost]
+ *                 [--gen N] [--reps R] [--max-draft K] [--ngram N] [--threads T]
+ *                 [--step-cost]
  *
  * FILE is a JSON array of {"name": ..., "prompt": ...} (default
  * bench/spec_prompts.json: passages a request asks to repeat or edit). Each
@@ -13,6 +14,7 @@
  * R times and keeping each side's best decode rate (tokens after the first
  * over the time from the first token to the last, the scheduler's own
  * decode_ms). The outputs of the two sides are compared token for token.
+ * --ngram is the ngram drafter's longest lookup (the daemon's --spec-ngram).
  *
  * --step-cost instead times one engine step of n tokens of one sequence, for
  * n = 1 .. 1 + K (best of R, after a warm-up), as a ratio to n = 1: what a
@@ -32,7 +34,7 @@
 struct opts {
     const char *model, *draft_model, *backend, *prompts;
     struct gs_model *draft; /* opened from draft_model; NULL: the ngram drafter */
-    int gen, reps, max_draft, threads;
+    int gen, reps, max_draft, ngram, threads;
     bool step_cost;
 };
 
@@ -52,6 +54,7 @@ static int run_one(const struct opts *o, struct gs_model *m, const int32_t *prom
                                .n_ctx = n + (uint32_t)o->gen + 1,
                                .spec = spec,
                                .spec_max_draft = (uint32_t)o->max_draft,
+                               .spec_ngram = (uint32_t)o->ngram,
                                .draft_model = spec == GS_SPEC_DRAFT ? o->draft : NULL};
     struct gs_sched *s;
     struct gs_err err;
@@ -145,15 +148,15 @@ static int step_cost(const struct opts *o, struct gs_model *m)
 static int usage(void)
 {
     fprintf(stderr, "usage: gs-bench-spec -m MODEL [--draft-model FILE] [--backend cpu] "
-                    "[--prompts FILE] [--gen N] [--reps R] [--max-draft K] [--threads T] "
-                    "[--step-cost]\n");
+                    "[--prompts FILE] [--gen N] [--reps R] [--max-draft K] [--ngram N] "
+                    "[--threads T] [--step-cost]\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
     struct opts o = {.backend = "cpu", .prompts = "bench/spec_prompts.json", .gen = 128,
-                     .reps = 3, .max_draft = 8};
+                     .reps = 3, .max_draft = 8, .ngram = 4};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v && strcmp(a, "--step-cost"))
@@ -172,6 +175,8 @@ int main(int argc, char **argv)
             o.reps = atoi(v);
         else if (!strcmp(a, "--max-draft"))
             o.max_draft = atoi(v);
+        else if (!strcmp(a, "--ngram"))
+            o.ngram = atoi(v);
         else if (!strcmp(a, "--threads"))
             o.threads = atoi(v);
         else if (!strcmp(a, "--step-cost")) {
@@ -181,7 +186,8 @@ int main(int argc, char **argv)
             return usage();
         i++;
     }
-    if (!o.model || o.gen < 2 || o.reps < 1 || o.max_draft < 1 || o.max_draft > 64)
+    if (!o.model || o.gen < 2 || o.reps < 1 || o.max_draft < 1 || o.max_draft > 64 ||
+        o.ngram < 2 || o.ngram > 64)
         return usage();
     if (o.step_cost) {
         struct gs_gguf *f;
@@ -219,8 +225,9 @@ int main(int argc, char **argv)
     }
     const enum gs_spec spec = o.draft ? GS_SPEC_DRAFT : GS_SPEC_NGRAM;
     printf("model %s, drafter %s, backend %s, %d tokens greedy per run, best of %d alternated "
-           "runs, max draft %d\n\n",
-           o.model, o.draft_model ? o.draft_model : "ngram", o.backend, o.gen, o.reps, o.max_draft);
+           "runs, max draft %d, n-grams of %d down to 2\n\n",
+           o.model, o.draft_model ? o.draft_model : "ngram", o.backend, o.gen, o.reps, o.max_draft,
+           o.ngram);
     printf("| prompt | prompt tokens | plain t/s | spec t/s | ratio | drafted | kept | "
            "tokens per verify step | draft ms | same output |\n"
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
