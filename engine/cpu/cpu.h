@@ -146,9 +146,13 @@ struct gs_cpu_helpers {
 };
 void gs_cpu__helpers_avx2_fill(struct gs_cpu_helpers *h); /* x86-64 builds */
 void gs_cpu__helpers_neon_fill(struct gs_cpu_helpers *h); /* aarch64 builds */
-/* gemm_f32's AVX2 + FMA form (gemm_f32_avx2.c). */
+/* gemm_f32's AVX2 + FMA form and its AVX-512F form (gemm_f32_avx2.c, built twice): the
+ * same bits, 8 or 16 floats a vector. The 512-bit one is the helper where the VNNI
+ * kernels run (an AVX-512 CPU not capped below it by GS_CPU_ISA_MAX). */
 void gs_cpu__gemm_f32_avx2(float *c, size_t ldc, const float *a, size_t a_i, size_t a_p,
                            const float *b, size_t ldb, int64_t m, int64_t n, int64_t k);
+void gs_cpu__gemm_f32_avx512(float *c, size_t ldc, const float *a, size_t a_i, size_t a_p,
+                             const float *b, size_t ldb, int64_t m, int64_t n, int64_t k);
 
 /* The generic tiled product: dot over tokens in blocks, weight row by row. */
 void gs_cpu__gemm_generic(gs_cpu_dot_fn dot, int64_t n, const void *w, size_t w_stride,

@@ -139,6 +139,10 @@ static void detect(void)
     gs_cpu__helpers_neon_fill(&helpers); /* rounding, SwiGLU, softmax stay scalar */
 #endif
     cap_isa();
+#if GS_CPU_X86
+    if (isa_best == GS_CPU_ISA_VNNI)
+        helpers.gemm_f32 = gs_cpu__gemm_f32_avx512;
+#endif
 }
 
 enum gs_cpu_isa gs_cpu_isa_best(void)

@@ -403,6 +403,48 @@ Test(cpu_kernels, gemm_f32_matches_float64_and_any_tiling_gives_the_same_bits)
     free(cut);
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* The AVX-512F form of gemm_f32 (16 floats a vector) gives the AVX2 form's bits on
+ * every shape: each element is the same chain of FMAs. Runs where the CPU has
+ * AVX-512F, whatever GS_CPU_ISA_MAX says (both forms are called directly). */
+Test(cpu_kernels, gemm_f32_avx512_gives_the_avx2_bits)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2") ||
+        !__builtin_cpu_supports("fma")) {
+        cr_log_info("no AVX-512F here: nothing to compare");
+        return;
+    }
+    static const int64_t ms[] = {1, 6, 7, 100}, ns[] = {1, 8, 15, 16, 17, 31, 32, 33, 260},
+                         ks[] = {1, 130, 300};
+    enum { MAX = 300, LDC = 270 };
+    float *a = malloc(sizeof(float) * MAX * MAX), *b = malloc(sizeof(float) * MAX * MAX);
+    float *c2 = malloc(sizeof(float) * MAX * LDC), *c5 = malloc(sizeof(float) * MAX * LDC);
+    for (int i = 0; i < MAX * MAX; i++) {
+        a[i] = frand();
+        b[i] = frand();
+    }
+    for (int tr = 0; tr < 2; tr++)
+        for (size_t mi = 0; mi < GS_ARRAY_LEN(ms); mi++)
+            for (size_t ni = 0; ni < GS_ARRAY_LEN(ns); ni++)
+                for (size_t ki = 0; ki < GS_ARRAY_LEN(ks); ki++) {
+                    const int64_t m = ms[mi], n = ns[ni], k = ks[ki];
+                    const size_t a_i = tr ? 1 : (size_t)k, a_p = tr ? (size_t)m : 1;
+                    gs_cpu__gemm_f32_avx2(c2, LDC, a, a_i, a_p, b, (size_t)n, m, n, k);
+                    gs_cpu__gemm_f32_avx512(c5, LDC, a, a_i, a_p, b, (size_t)n, m, n, k);
+                    for (int64_t i = 0; i < m; i++)
+                        cr_assert(memcmp(c2 + i * LDC, c5 + i * LDC, (size_t)n * 4) == 0,
+                                  "m %lld n %lld k %lld%s: row %lld differs", (long long)m,
+                                  (long long)n, (long long)k, tr ? " transposed" : "",
+                                  (long long)i);
+                }
+    free(a);
+    free(b);
+    free(c2);
+    free(c5);
+}
+#endif
+
 Test(cpu_kernels, vector_helpers_match_scalar)
 {
     enum { N = 203 };
