@@ -379,6 +379,23 @@ Test(http_hostile, a_fin_sent_with_the_request_still_gets_its_answer, .timeout =
 
 /* ---- clients that do not read ----------------------------------------------------------------- */
 
+/* A noread client (hostile_client.py) reads on once GO exists: its result, whose
+ * stream must end with the stream_buffer_full error event and [DONE]. */
+static json_t *noread_result(FILE *bg, const char *go)
+{
+    FILE *f = fopen(go, "w");
+    cr_assert(f);
+    fclose(f);
+    char *out = bg_output(bg);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j, "%s", out);
+    free(out);
+    const char *tail = json_string_value(json_object_get(j, "tail"));
+    cr_expect(strstr(tail, "\"stream_buffer_full\""), "no error event at the end: %s", tail);
+    cr_expect(strstr(tail, "data: [DONE]"), "no [DONE] at the end: %s", tail);
+    return j;
+}
+
 /* Eight choices with five alternatives each make far more stream than the
  * client's 4 KiB window and the sockets hold; the daemon keeps at most
  * --max-stream-buffer-bytes of it, then cancels the request and closes the
@@ -409,16 +426,7 @@ Test(http_hostile, a_client_that_stops_reading_is_cancelled, .timeout = 600)
         usleep(50 * 1000);
     }
     cr_expect_eq(cut, 1, "the stream was not cut (generated %.0f tokens)", generated);
-    FILE *f = fopen(go, "w");
-    cr_assert(f);
-    fclose(f);
-    char *out = bg_output(bg);
-    json_t *j = json_loads(out, 0, NULL);
-    cr_assert(j, "%s", out);
-    free(out);
-    const char *tail = json_string_value(json_object_get(j, "tail"));
-    cr_expect(strstr(tail, "\"stream_buffer_full\""), "no error event at the end: %s", tail);
-    cr_expect(strstr(tail, "data: [DONE]"), "no [DONE] at the end: %s", tail);
+    json_t *j = noread_result(bg, go);
     json_decref(j);
     /* Every page comes back once the cancelled choices have ended. */
     double used = 1;
@@ -435,6 +443,35 @@ Test(http_hostile, a_client_that_stops_reading_is_cancelled, .timeout = 600)
     cr_expect_eq(e2e_stop(&d), 0);
 }
 
+/* The engine's step count (published after each step). */
+static double engine_steps(struct e2e_daemon *d)
+{
+    struct e2e_resp m;
+    e2e_http(d, "GET", "/metrics", NULL, NULL, &m);
+    double steps = e2e_metric(m.body, "graphserve_engine_steps_total");
+    e2e_resp_free(&m);
+    return steps;
+}
+
+/* Behind the event gate: waits until the engine has made a 1500-token answer (1000
+ * steps past steps0 and nothing running or waiting) while the loop took none of it. */
+static void await_gated_answer(struct e2e_daemon *d, double steps0)
+{
+    double steps = steps0, running = 1, waiting = 1;
+    for (int i = 0; i < 6000 && !(steps >= steps0 + 1000 && running == 0 && waiting == 0); i++) {
+        usleep(50 * 1000);
+        struct e2e_resp m;
+        e2e_http(d, "GET", "/metrics", NULL, NULL, &m);
+        steps = e2e_metric(m.body, "graphserve_engine_steps_total");
+        running = e2e_metric(m.body, "graphserve_requests_running");
+        waiting = e2e_metric(m.body, "graphserve_requests_waiting");
+        e2e_resp_free(&m);
+    }
+    cr_assert(steps >= steps0 + 1000 && running == 0 && waiting == 0,
+              "the engine did not finish the answer (%.0f steps, %.0f running)", steps - steps0,
+              running);
+}
+
 /* A client that reads is never cut, however much the loop queues at once. The
  * event gate (GS_TEST_EVENT_GATE) keeps the engine's events in its queue until the
  * engine has made the whole answer, as behind a loop thread that fell behind; the
@@ -449,9 +486,7 @@ Test(http_hostile, a_client_that_reads_is_not_cut_by_a_burst_of_events, .timeout
     struct e2e_daemon d;
     e2e_start_gated(&d, "GS_TEST_EVENT_GATE", gate, "--max-stream-buffer-bytes 64KiB");
     struct e2e_resp m;
-    e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
-    double steps0 = e2e_metric(m.body, "graphserve_engine_steps_total");
-    e2e_resp_free(&m);
+    double steps0 = engine_steps(&d);
     const char *body = e2e_body_file("{\"prompt\":\"Once upon a time\",\"max_tokens\":1500,"
                                      "\"ignore_eos\":true,\"logprobs\":5,\"stream\":true}");
     char *cmd;
@@ -460,18 +495,7 @@ Test(http_hostile, a_client_that_reads_is_not_cut_by_a_burst_of_events, .timeout
     FILE *bg = bg_start(cmd);
     /* The engine has made every token (its counts are published after each step)
      * and the loop has taken none of them. */
-    double steps = steps0, running = 1, waiting = 1;
-    for (int i = 0; i < 6000 && !(steps >= steps0 + 1000 && running == 0 && waiting == 0); i++) {
-        usleep(50 * 1000);
-        e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
-        steps = e2e_metric(m.body, "graphserve_engine_steps_total");
-        running = e2e_metric(m.body, "graphserve_requests_running");
-        waiting = e2e_metric(m.body, "graphserve_requests_waiting");
-        e2e_resp_free(&m);
-    }
-    cr_assert(steps >= steps0 + 1000 && running == 0 && waiting == 0,
-              "the engine did not finish the answer (%.0f steps, %.0f running)", steps - steps0,
-              running);
+    await_gated_answer(&d, steps0);
     if (access(out_path, F_OK) == 0) {
         char *early = gs_test_read_file(out_path, NULL);
         cr_expect(!strstr(early, "data: {"), "the gate let events through");
@@ -517,9 +541,7 @@ Test(http_hostile, a_client_that_does_not_read_is_cut_after_its_answer_ended, .t
     struct e2e_daemon d;
     e2e_start_gated(&d, "GS_TEST_EVENT_GATE", gate, "--max-stream-buffer-bytes 64KiB");
     struct e2e_resp m;
-    e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
-    double steps0 = e2e_metric(m.body, "graphserve_engine_steps_total");
-    e2e_resp_free(&m);
+    double steps0 = engine_steps(&d);
     char body[600];
     snprintf(body, sizeof(body), "%s",
              e2e_body_file("{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
@@ -528,18 +550,7 @@ Test(http_hostile, a_client_that_does_not_read_is_cut_after_its_answer_ended, .t
     char args[1400];
     snprintf(args, sizeof(args), "noread %d '%s' '%s' /v1/chat/completions", d.port, body, go);
     FILE *bg = bg_start(client_cmd(args));
-    double steps = steps0, running = 1, waiting = 1;
-    for (int i = 0; i < 6000 && !(steps >= steps0 + 1000 && running == 0 && waiting == 0); i++) {
-        usleep(50 * 1000);
-        e2e_http(&d, "GET", "/metrics", NULL, NULL, &m);
-        steps = e2e_metric(m.body, "graphserve_engine_steps_total");
-        running = e2e_metric(m.body, "graphserve_requests_running");
-        waiting = e2e_metric(m.body, "graphserve_requests_waiting");
-        e2e_resp_free(&m);
-    }
-    cr_assert(steps >= steps0 + 1000 && running == 0 && waiting == 0,
-              "the engine did not finish the answer (%.0f steps, %.0f running)", steps - steps0,
-              running);
+    await_gated_answer(&d, steps0);
     unlink(gate);
     /* Each request's tokens are rounds; the cut comes at the second. */
     double cut = 0;
@@ -553,17 +564,9 @@ Test(http_hostile, a_client_that_does_not_read_is_cut_after_its_answer_ended, .t
         e2e_resp_free(&m);
     }
     cr_expect_eq(cut, 1, "the ended stream was not cut");
-    FILE *f = fopen(go, "w");
-    cr_assert(f);
-    fclose(f);
-    char *out = bg_output(bg);
-    json_t *j = json_loads(out, 0, NULL);
-    cr_assert(j, "%s", out);
-    free(out);
+    json_t *j = noread_result(bg, go);
     const char *tail = json_string_value(json_object_get(j, "tail"));
-    cr_expect(strstr(tail, "\"stream_buffer_full\""), "no error event at the end: %s", tail);
     cr_expect(strstr(tail, "rest of the answer was dropped"), "%s", tail);
-    cr_expect(strstr(tail, "data: [DONE]"), "no [DONE] at the end: %s", tail);
     /* The error follows a whole event: the one before it ends with a blank line. */
     const char *err = strstr(tail, "data: {\"error\"");
     cr_expect(err && err - tail >= 2 && err[-1] == '\n' && err[-2] == '\n', "%s", tail);
