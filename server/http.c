@@ -34,7 +34,6 @@
 #define TICK_MS        1000 /* dead-peer checks while requests run */
 #define SWEEP_MS       1000 /* request deadlines, while connections are open */
 #define MAX_HEADERS    256  /* more headers than this is refused (MHD caps their bytes too) */
-#define CONN_SNDBUF_BYTES (256 * 1024) /* a connection's kernel send buffer (Linux doubles it) */
 #define KEEPALIVE_MS   2000 /* SSE comment on a stream quiet this long */
 #define DRAIN_GRACE_MS 3000 /* after the deadline, aborted requests get this long */
 #define TRIM_MS        1000 /* idle: hand freed heap back to the system at most this often */
@@ -454,11 +453,6 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         return; /* untracked: MHD's own idle timeout still applies */
     c->fd = ci->connect_fd;
     c->t_since_ms = gs_now_ms();
-    /* A fixed send buffer: the kernel would otherwise grow it to megabytes
-     * for a client that does not read, out of --max-stream-buffer-bytes'
-     * reach. It is ample for any answer a reading client takes. */
-    int sndbuf = CONN_SNDBUF_BYTES;
-    setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
     c->prev = s->conns_tail;
     if (s->conns_tail)
         s->conns_tail->next = c;

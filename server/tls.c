@@ -27,11 +27,13 @@
 #define RELAY_BUF_BYTES   16384 /* one TLS record's worth of plaintext each way */
 #define ACCEPT_BACKOFF_MS 100   /* out of descriptors: retry accepting after this */
 #define ACCEPT_BATCH      64    /* accepts per wakeup, so that a flood cannot starve the loop */
-/* The client socket's kernel send buffer (Linux doubles it). Fixed because the kernel
- * would otherwise grow it to megabytes (tcp_wmem) for a client that does not read, and
- * hold what --max-stream-buffer-bytes means to bound; ample for a client that reads. */
-#define CLIENT_SNDBUF_BYTES (256 * 1024)
 #define MAX_SUITES        64
+/* The kernel send buffer of both sockets on a connection's way out, the client's TCP
+ * socket and the daemon's end of the socketpair (Linux doubles it). Fixed because the
+ * kernel would otherwise grow it to megabytes (tcp_wmem) for a client that does not
+ * read, and hold what --max-stream-buffer-bytes means to bound; ample for a client
+ * that reads. */
+#define SNDBUF_BYTES (256 * 1024)
 
 /* A plain-HTTP request on the TLS port gets this, unencrypted (as nginx does). */
 static const char plain_http_answer[] =
@@ -309,6 +311,12 @@ static bool first_byte_ok(struct conn *c, bool *wait)
     return false;
 }
 
+static void fix_sndbuf(int fd)
+{
+    int bytes = SNDBUF_BYTES;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+}
+
 /* A connection ready for the relay (its handshake done, or plain): the socketpair
  * to the daemon, whose end is delivered to it. */
 static void relay_start(struct conn *c)
@@ -329,6 +337,7 @@ static void relay_start(struct conn *c)
     c->state = CONN_RELAY;
     c->pfd = sv[0];
     c->dfd = sv[1];
+    fix_sndbuf(c->dfd);
     uv_poll_init(t->loop, &c->plain_poll, c->pfd);
     c->plain_poll.data = c;
     c->n_handles++;
@@ -629,8 +638,7 @@ static void conn_accept(struct gs_srv_tls *t, int fd, const struct sockaddr_stor
         return;
     }
     mbedtls_ssl_set_bio(&c->ssl, c, bio_send, bio_recv, NULL);
-    int sndbuf = CLIENT_SNDBUF_BYTES;
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+    fix_sndbuf(fd);
     c->t = t;
     c->fd = fd;
     c->pfd = -1;
