@@ -27,6 +27,20 @@
  * byte tokens <0x00>..<0xFF>: any text encodes through byte fallback. Larger
  * vocabularies are padded with unused tokens so the output matrix has the
  * requested shape.
+ *
+ * --chain: weights whose greedy output is known. Speculative decoding gains
+ * only where drafts are right, and random weights never agree with a draft, so
+ * its benchmarks need a model of a real size whose next token a drafter can
+ * foresee. With --chain the printable ASCII bytes form one cycle (an order
+ * drawn from --chain-seed), and each token's greedy successor is the next byte
+ * of the cycle: the embeddings are large enough that every layer's random
+ * contribution leaves the final state pointing at the current token's
+ * embedding, and output row v is the unit direction of the embedding of v's
+ * predecessor (zero for the tokens outside the cycle, which are then never
+ * chosen). Every layer is still read and computed at its full size, so the
+ * model costs what its shape costs. A prompt that holds part of the cycle is
+ * continued exactly as the cycle reads; two files of any shapes with the same
+ * --chain-seed agree on every token (a draft model and its target).
  */
 #include "engine/gguf.h"
 #include "engine/quant.h"
@@ -39,6 +53,16 @@
 #include <string.h>
 
 #define N_BYTE_VOCAB 259 /* 3 specials + 256 byte tokens */
+#define BYTE_TOKEN0  3   /* the id of <0x00> */
+
+/* --chain: the cycle's members are the bytes CHAIN_FIRST..CHAIN_LAST, and the
+ * embeddings' standard deviation. 16 layers of random blocks add at most about
+ * 36 each to the residual of a 2048-wide model (their inputs are normalised);
+ * a 2048-wide embedding of this size has a norm of about 2,300. */
+#define CHAIN_FIRST    0x20
+#define CHAIN_LAST     0x7e
+#define CHAIN_LEN      (CHAIN_LAST - CHAIN_FIRST + 1)
+#define CHAIN_EMBD_STD 50.0
 
 /*
  * What a family's loader reads beyond Llama's block (engine/models/<arch>.c,
@@ -106,6 +130,8 @@ struct synth_cfg {
     int64_t seed;
     int64_t per_layer, laurel_rank; /* gemma3n */
     int64_t shared_kv;              /* gemma3n; -1: chosen from n_layer */
+    bool chain;                     /* the greedy successor of every token is fixed */
+    int64_t chain_seed;
     /* the command line's names, resolved after parsing */
     const char *arch_name, *type_name, *out_type_name, *vocab_path;
 };
@@ -154,6 +180,12 @@ static const struct gs_cfg_opt opt_rows[] = {
     {"init-std", 0, GS_CFG_FLOAT, O(init_std), NULL, "0.02", 0, 10, NULL, 0, NULL,
      "Standard deviation of matrix weights."},
     I("seed", seed, "1", 0, 9e18, "Random seed."),
+    {"chain", 0, GS_CFG_BOOL, O(chain), NULL, NULL, 0, 0, NULL, 0, NULL,
+     "Weights whose greedy output is a fixed cycle through the printable ASCII bytes (for "
+     "speculative-decoding benchmarks: a prompt holding part of the cycle is continued as it "
+     "reads); llama architecture, byte vocabulary, not --tied."},
+    I("chain-seed", chain_seed, "1", 0, 9e18,
+      "The cycle's order under --chain: files with the same one agree on every token."),
 };
 /* clang-format on */
 #undef O
@@ -239,10 +271,24 @@ static enum gs_type fit_type(enum gs_type t, int64_t row, const char *name)
 
 enum fill { FILL_MATRIX, FILL_NORM };
 
+static enum gs_status add_tensor_values(struct gs_gguf_writer *w, const struct synth_cfg *c,
+                                        struct rng *r, const char *name, enum gs_type t,
+                                        int64_t ne0, int64_t ne1, int64_t ne2, enum fill fill,
+                                        const float *values, struct gs_err *err);
+
 /* Generates one tensor [ne0, ne1, ne2], converts it to type t and adds it. */
 static enum gs_status add_tensor3(struct gs_gguf_writer *w, const struct synth_cfg *c,
                                   struct rng *r, const char *name, enum gs_type t, int64_t ne0,
                                   int64_t ne1, int64_t ne2, enum fill fill, struct gs_err *err)
+{
+    return add_tensor_values(w, c, r, name, t, ne0, ne1, ne2, fill, NULL, err);
+}
+
+/* add_tensor3, with the rows taken from values ([ne1 * ne2][ne0]) unless it is NULL. */
+static enum gs_status add_tensor_values(struct gs_gguf_writer *w, const struct synth_cfg *c,
+                                        struct rng *r, const char *name, enum gs_type t,
+                                        int64_t ne0, int64_t ne1, int64_t ne2, enum fill fill,
+                                        const float *values, struct gs_err *err)
 {
     uint32_t n_dims = ne2 > 1 ? 3 : ne1 > 1 ? 2 : 1;
     int64_t rows = ne1 * ne2;
@@ -261,9 +307,12 @@ static enum gs_status add_tensor3(struct gs_gguf_writer *w, const struct synth_c
                           rows);
     }
     for (int64_t i = 0; i < rows && !rc; i++) {
-        for (int64_t j = 0; j < ne0; j++)
-            row[j] = fill == FILL_NORM ? (float)(1.0 + 0.02 * rng_normal(r))
-                                       : (float)(c->init_std * rng_normal(r));
+        if (values)
+            memcpy(row, values + (size_t)i * (size_t)ne0, sizeof(float) * (size_t)ne0);
+        else
+            for (int64_t j = 0; j < ne0; j++)
+                row[j] = fill == FILL_NORM ? (float)(1.0 + 0.02 * rng_normal(r))
+                                           : (float)(c->init_std * rng_normal(r));
         rc = gs_quantize(t, row, data + (size_t)i * row_bytes, ne0);
     }
     if (rc) {
@@ -436,14 +485,17 @@ static enum gs_status add_metadata(struct gs_gguf_writer *w, const struct synth_
     char name[160];
     /* No family in the name: llama.cpp's vocabulary loader treats a name containing "phi3"
      * as Phi-3's own tokenizer and looks for tokens this vocabulary does not have. */
-    snprintf(name, sizeof(name), "graphserve synth %" PRId64 "x%" PRId64 " %s (random weights)",
-             c->n_embd, c->n_layer, gs_type_name(c->type));
+    snprintf(name, sizeof(name), "graphserve synth %" PRId64 "x%" PRId64 " %s (%s)", c->n_embd,
+             c->n_layer, gs_type_name(c->type), c->chain ? "chain" : "random weights");
     enum gs_status rc = GS_OK;
     rc |= gs_gguf_w_str(w, "general.architecture", c->arch->name);
     rc |= gs_gguf_w_str(w, "general.name", name);
     rc |= gs_gguf_w_str(w, "general.description",
-                        "Random weights written by graphserve synth: for tests and benchmarks, "
-                        "its output is noise.");
+                        c->chain ? "Random blocks written by graphserve synth --chain: its greedy "
+                                   "output cycles through the printable ASCII bytes in a fixed "
+                                   "order; for speculative-decoding benchmarks."
+                                 : "Random weights written by graphserve synth: for tests and "
+                                   "benchmarks, its output is noise.");
     rc |= gs_gguf_w_u32(w, "general.alignment", GS_GGUF_DEFAULT_ALIGNMENT);
     rc |= w_arch_u32(w, c, "context_length", c->n_ctx);
     rc |= w_arch_u32(w, c, "embedding_length", c->n_embd);
@@ -474,6 +526,57 @@ static enum gs_status add_metadata(struct gs_gguf_writer *w, const struct synth_
     return rc ? GS_NOMEM : GS_OK;
 }
 
+/*
+ * --chain's token_embd and output ([n_vocab][n_embd] each): embeddings ~
+ * N(0, CHAIN_EMBD_STD), and output row v the unit direction of the embedding of
+ * v's predecessor in the cycle, so that the final state of token t, which points
+ * along t's embedding, scores t's successor about sqrt(n_embd) and every other
+ * token about N(0, 1).
+ */
+static enum gs_status add_chain_tensors(struct gs_gguf_writer *w, const struct synth_cfg *c,
+                                        struct rng *r, struct gs_err *err)
+{
+    const int64_t e = c->n_embd, nv = c->n_vocab;
+    float *embd = gs_alloc_array((size_t)(nv * e), sizeof(float));
+    float *out = gs_calloc((size_t)(nv * e), sizeof(float));
+    if (!embd || !out) {
+        gs_free(embd);
+        gs_free(out);
+        return gs_err_set(err, GS_NOMEM, "--chain: no memory for %" PRId64 " x %" PRId64, e, nv);
+    }
+    for (int64_t i = 0; i < nv * e; i++)
+        embd[i] = (float)(CHAIN_EMBD_STD * rng_normal(r));
+    /* The cycle's order: a Fisher-Yates shuffle of its bytes by the chain's own seed. */
+    int cycle[CHAIN_LEN];
+    struct rng cr = {.s = (uint64_t)c->chain_seed};
+    for (int i = 0; i < CHAIN_LEN; i++)
+        cycle[i] = CHAIN_FIRST + i;
+    for (int i = CHAIN_LEN - 1; i > 0; i--) {
+        int j = (int)(rng_next(&cr) % (uint64_t)(i + 1)), t = cycle[i];
+        cycle[i] = cycle[j];
+        cycle[j] = t;
+    }
+    for (int i = 0; i < CHAIN_LEN; i++) {
+        const float *pe = embd + (size_t)(BYTE_TOKEN0 + cycle[(i + CHAIN_LEN - 1) % CHAIN_LEN]) * e;
+        float *o = out + (size_t)(BYTE_TOKEN0 + cycle[i]) * e;
+        double n2 = 0;
+        for (int64_t j = 0; j < e; j++)
+            n2 += (double)pe[j] * pe[j];
+        for (int64_t j = 0; j < e; j++)
+            o[j] = (float)(pe[j] / sqrt(n2));
+    }
+    enum gs_status rc = add_tensor_values(w, c, r, "token_embd.weight", c->embd_type, e, nv, 1,
+                                          FILL_MATRIX, embd, err);
+    if (!rc)
+        rc = add_tensor(w, c, r, "output_norm.weight", GS_TYPE_F32, e, 1, FILL_NORM, err);
+    if (!rc)
+        rc = add_tensor_values(w, c, r, "output.weight", c->out_type, e, nv, 1, FILL_MATRIX, out,
+                               err);
+    gs_free(embd);
+    gs_free(out);
+    return rc;
+}
+
 static enum gs_status write_model(const struct synth_cfg *c, struct gs_err *err)
 {
     struct gs_gguf_writer *w;
@@ -488,14 +591,16 @@ static enum gs_status write_model(const struct synth_cfg *c, struct gs_err *err)
         gs_err_set(err, rc, "no memory for metadata");
     if (!rc)
         rc = c->vocab_from ? copy_vocab(w, c->vocab_from, err) : add_vocab(w, c->n_vocab, err);
-    if (!rc)
+    if (!rc && c->chain)
+        rc = add_chain_tensors(w, c, &r, err);
+    if (!rc && !c->chain)
         rc = add_tensor(w, c, &r, "token_embd.weight", c->embd_type, e, c->n_vocab, FILL_MATRIX,
                         err);
     if (!rc && a->gemma3n)
         rc = add_gemma3n_globals(w, c, &r, err);
-    if (!rc)
+    if (!rc && !c->chain)
         rc = add_tensor(w, c, &r, "output_norm.weight", GS_TYPE_F32, e, 1, FILL_NORM, err);
-    if (!rc && !c->tied)
+    if (!rc && !c->tied && !c->chain)
         rc = add_tensor(w, c, &r, "output.weight", c->out_type, e, c->n_vocab, FILL_MATRIX, err);
     int64_t ms = G3N_STREAMS, P = c->per_layer, rank = c->laurel_rank;
     bool g3n = a->gemma3n;
@@ -653,6 +758,11 @@ int gs_cmd_synth(int argc, char **argv)
             return gs_cli_fail("synth", "unknown or unsupported --output-type '%s'", out_type);
         c.out_type = t;
     }
+    if (c.chain && (strcmp(c.arch->name, "llama") || c.tied || vocab_path))
+        return gs_cli_fail("synth", "--chain needs --arch llama, the byte vocabulary (no "
+                                    "--vocab-from) and an output matrix (no --tied)");
+    if (!c.chain && gs_cli_given(&gs_synth_spec, &args, "chain-seed"))
+        return gs_cli_fail("synth", "--chain-seed is --chain's");
     struct gs_err err;
     struct gs_gguf *vocab = NULL;
     if (vocab_path) {
@@ -676,8 +786,10 @@ int gs_cmd_synth(int argc, char **argv)
     fprintf(stderr,
             "graphserve synth: wrote %s (%s, n_embd %" PRId64 ", %" PRId64 " layers, %" PRId64
             " heads, %" PRId64 " kv heads, head %" PRId64 ", ffn %" PRId64 ", vocab %" PRId64
-            ", %s) in %.1f s. Its weights are random: the model produces noise.\n",
+            ", %s) in %.1f s. %s\n",
             c.out, c.arch->name, c.n_embd, c.n_layer, c.n_head, c.n_head_kv, head_dim(&c), c.n_ff,
-            c.n_vocab, gs_type_name(c.type), (gs_now_ms() - t0) / 1000.0);
+            c.n_vocab, gs_type_name(c.type), (gs_now_ms() - t0) / 1000.0,
+            c.chain ? "Its greedy output is the --chain cycle."
+                    : "Its weights are random: the model produces noise.");
     return 0;
 }

@@ -192,6 +192,67 @@ Test(spec_ngram, proposes_the_continuation_of_the_latest_longest_match)
     cr_assert_eq(gs_spec_ngram_draft(a, 12, 4, out, 0), 0);
 }
 
+/*
+ * A context that repeats. A `synth --chain` model continues the cycle of
+ * printable bytes its context holds (tools/synth.c), so once the context holds
+ * one period of it every n-gram draft is right: the drafter must find them and
+ * the verification keep them all. Equal outputs alone would also pass a
+ * drafter whose drafts were never kept.
+ */
+Test(spec_ngram, keeps_every_draft_of_a_context_that_repeats, .timeout = 300)
+{
+    char path[4200], cmd[9000];
+    snprintf(path, sizeof(path), "%s/chain.gguf", gs_test_tmpdir());
+    snprintf(cmd, sizeof(cmd),
+             "%s synth -o %s --chain --n-embd 64 --n-layer 2 --n-head 4 --type q8_0 --n-ctx 512",
+             gs_test_build_path("server/graphserve"), path);
+    char *log = NULL;
+    cr_assert_eq(gs_test_run(cmd, 1, &log), 0, "%s: %s", cmd, log);
+    free(log);
+    struct rig r;
+    struct gs_err err;
+    cr_assert_eq(gs_gguf_open(path, &r.file, &err), GS_OK, "%s", err.msg);
+    cr_assert_eq(gs_model_load(r.file, &r.model, &err), GS_OK, "%s", err.msg);
+    /* BOS and the byte 'a' (byte tokens start at id 3): the cycle from 'a'. */
+    enum { PERIOD = 0x7e - 0x20 + 1 };
+    static const int32_t start[] = {1, 3 + 'a'};
+    struct job first = {.prompt = start, .n_prompt = 2, .max_tokens = MAX_OUT, .ignore_eos = true};
+    struct run_cfg c = {.backend = "ref", .max_seqs = 1, .max_batch = 256};
+    run_jobs(&r, &c, &first, 1);
+    cr_assert_eq(first.n_out, MAX_OUT);
+    bool seen[256] = {false};
+    for (int i = 0; i < PERIOD; i++) {
+        const int32_t b = first.out[i] - 3;
+        cr_assert(b >= 0x20 && b <= 0x7e && !seen[b], "token %d of the cycle is %d", i, b + 3);
+        seen[b] = true;
+    }
+    cr_assert_eq(first.out[PERIOD], first.out[0], "the chain's output does not cycle");
+    /* The prompt holds a whole period; the answer is the cycle again. */
+    int32_t prompt[2 + MAX_OUT];
+    memcpy(prompt, start, sizeof(start));
+    memcpy(prompt + 2, first.out, sizeof(first.out));
+    static const char *const backends[] = {"ref", "cpu"};
+    for (size_t k = 0; k < GS_ARRAY_LEN(backends); k++) {
+        struct job plain = {.prompt = prompt,
+                            .n_prompt = 2 + MAX_OUT,
+                            .max_tokens = MAX_OUT,
+                            .ignore_eos = true},
+                   spec = plain;
+        c.backend = backends[k];
+        c.spec = GS_SPEC_OFF;
+        run_jobs(&r, &c, &plain, 1);
+        c.spec = GS_SPEC_NGRAM;
+        struct gs_sched_stats st = run_jobs(&r, &c, &spec, 1);
+        assert_same_outputs(&plain, &spec, 1, backends[k]);
+        cr_assert_eq(st.n_draft_accepted, st.n_drafted, "%s: %llu of %llu drafts kept",
+                     backends[k], (unsigned long long)st.n_draft_accepted,
+                     (unsigned long long)st.n_drafted);
+        cr_assert_geq(st.n_drafted, MAX_OUT * 3 / 4, "%s: only %llu of %d tokens drafted",
+                      backends[k], (unsigned long long)st.n_drafted, MAX_OUT);
+    }
+    rig_close(&r);
+}
+
 /* ---- greedy: the same tokens --------------------------------------------------------- */
 
 /* Figures over the golden prompts: tokens drafted and kept, by drafter. */

@@ -118,6 +118,72 @@ Test(cli_synth, falls_back_when_rows_do_not_fit_the_block)
     gs_gguf_close(g);
 }
 
+/* The text `run` generates greedily from prompt p on a model at path. */
+static char *greedy_text(const char *path, const char *backend, const char *p, int n)
+{
+    char *out;
+    cr_assert_eq(run(&out, "run -m %s --backend %s -p '%s' -n %d --json 2>/dev/null", path, backend,
+                     p, n),
+                 0, "%s", out);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert_not_null(j, "not JSON: %s", out);
+    char *text = strdup(json_string_value(json_object_get(j, "text")));
+    json_decref(j);
+    free(out);
+    return text;
+}
+
+/* --chain: the greedy output is one cycle through the 95 printable ASCII
+ * bytes, on both backends, whatever the model's shape and weight type; the
+ * chain's seed alone orders it. */
+Test(cli_synth, chain_models_cycle_through_the_printable_bytes)
+{
+    static const char *const shapes[] = {
+        "--n-embd 64 --n-layer 2 --n-head 4 --type q8_0 --chain-seed 3",
+        "--n-embd 128 --n-layer 3 --n-head 4 --n-head-kv 2 --type q4_0 --seed 9 --chain-seed 3",
+        "--n-embd 64 --n-layer 2 --n-head 4 --type q8_0 --chain-seed 4",
+    };
+    enum { PERIOD = 0x7e - 0x20 + 1, N = PERIOD + 40 };
+    char *text[3][2];
+    for (int i = 0; i < 3; i++) {
+        char path[4200], *out;
+        snprintf(path, sizeof(path), "%s/chain%d.gguf", gs_test_tmpdir(), i);
+        cr_assert_eq(run(&out, "synth -o %s --chain %s", path, shapes[i]), 0, "%s", out);
+        cr_assert(strstr(out, "--chain cycle"), "%s", out);
+        free(out);
+        for (int b = 0; b < 2; b++) {
+            text[i][b] = greedy_text(path, b ? "cpu" : "ref", "Once", N);
+            const char *t = text[i][b];
+            cr_assert_eq(strlen(t), (size_t)N, "%s: %s", shapes[i], t);
+            bool seen[128] = {false};
+            for (int k = 0; k < PERIOD; k++) {
+                cr_assert(t[k] >= 0x20 && t[k] <= 0x7e && !seen[(int)t[k]],
+                          "%s: byte %d of %s repeats or is not printable", shapes[i], k, t);
+                seen[(int)t[k]] = true;
+            }
+            for (int k = PERIOD; k < N; k++)
+                cr_assert_eq(t[k], t[k - PERIOD], "%s: not a cycle: %s", shapes[i], t);
+        }
+        cr_assert_str_eq(text[i][0], text[i][1], "%s: ref and cpu differ", shapes[i]);
+    }
+    cr_assert_str_eq(text[0][0], text[1][0], "the same chain seed, other shapes: other cycles");
+    cr_assert_str_neq(text[0][0], text[2][0], "another chain seed, the same cycle");
+    for (int i = 0; i < 3; i++)
+        for (int b = 0; b < 2; b++)
+            free(text[i][b]);
+    char *out;
+    static const char *const refused[] = {"--chain --tied", "--chain --arch qwen2",
+                                          "--chain --vocab-from /dev/null"};
+    for (size_t i = 0; i < GS_ARRAY_LEN(refused); i++) {
+        cr_assert_eq(run(&out, "synth -o /dev/null %s", refused[i]), 1, "%s: %s", refused[i], out);
+        cr_assert(strstr(out, "--chain needs --arch llama"), "%s: %s", refused[i], out);
+        free(out);
+    }
+    cr_assert_eq(run(&out, "synth -o /dev/null --chain-seed 2"), 1, "%s", out);
+    cr_assert(strstr(out, "--chain-seed is --chain's"), "%s", out);
+    free(out);
+}
+
 Test(cli_synth, refuses_inconsistent_shapes)
 {
     char *out;
