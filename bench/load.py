@@ -10,8 +10,11 @@ with the end-of-text token ignored so every server generates the same count.
 Every round sends the same prompts, so a server that keeps a finished
 request's whole prompt (llama-server's slots, graphserve's prefix cache) can
 serve a later round from it; --fresh-prompts puts the round and a number drawn
-at start into each prompt's last words, so that no prompt is ever sent twice
-and each round's prompts cost a server what new ones do.
+at start into each prompt's first words, so that no prompt is ever sent twice
+and each round's prompts cost a server what new ones do (in its last words, the
+rest of each prompt would be the same as the previous round's, and a server
+that reuses a cached prefix of any length would compute only the last few
+tokens).
 Time to first token is the first chunk with text, so the model's tokens must
 decode to text: a `graphserve synth` file needs --vocab-from (its default
 vocabulary streams nothing).
@@ -54,11 +57,13 @@ NAMES = ["Anna", "Ben", "Sara", "Max", "Mia", "Leo", "Zoe", "Sam", "Ivy", "Tim",
 
 def prompt(client, request, salt=0):
     """A distinct prompt per (client, request): no two requests share a prefix past a few words.
-    A nonzero salt changes only the house number, the prompt's last words."""
+    A nonzero salt opens the prompt with a number, so that no cached prefix of another
+    salt's prompts matches past the first token."""
     a = OPENINGS[(client + request) % len(OPENINGS)]
-    return "%s %s, who was %d years old and lived in house number %d." % (
+    text = "%s %s, who was %d years old and lived in house number %d." % (
         a, NAMES[client % len(NAMES)], 3 + (client * 7 + request) % 60,
-        100 + client * 13 + request + salt)
+        100 + client * 13 + request)
+    return "%d. %s" % (salt, text) if salt else text
 
 
 def percentile(xs, q):
@@ -166,7 +171,7 @@ def main():
     ap.add_argument("--json", action="store_true", help="also print every round as JSON")
     ap.add_argument("--fresh-prompts", action="store_true",
                     help="no prompt sent twice: each round's differ from every other round's "
-                         "and run's (the round and a random number in the last words)")
+                         "and run's (the round and a random number in the first words)")
     a = ap.parse_args()
     servers = []
     for s in a.server:
