@@ -173,43 +173,50 @@ static void gemv_q4_0_paired(int64_t nb, const uint8_t *w, size_t ws, int nr, co
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int r = 0; r < nr; r++) {
         const uint8_t *wr = w + (size_t)r * ws;
-        for (int t = 0; t < nt; t++) {
-            const uint8_t *xt = x + (size_t)t * xs;
-            const __m256i *yp = ypair + (size_t)t * nb;
-            const float *dx = dxs + (size_t)t * nb;
-            const int32_t *ox = oxs + (size_t)t * nb;
-            __m256 a0 = _mm256_setzero_ps();
-            int64_t b = 0;
-            for (; b < n8; b += 8) {
-                const uint8_t *w0 = wr + b * GS_Q4_0_BYTES;
+        __m256 acc[TOK_TILE - 1];
+        for (int t = 0; t < nt; t++)
+            acc[t] = _mm256_setzero_ps();
+        int64_t b = 0;
+        for (; b < n8; b += 8) {
+            /* The row's eight blocks unpacked once for every token (a verification
+             * step or a few streams: 2-3 tokens), then each token's sums. */
+            const uint8_t *w0 = wr + b * GS_Q4_0_BYTES;
+            __m256i lo[4], hi[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const uint8_t *wp = w0 + 2 * j * GS_Q4_0_BYTES + GS_Q4_0_QS;
+                const __m256i q =
+                    _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(wp + GS_Q4_0_BYTES)),
+                                     _mm_loadu_si128((const __m128i *)wp));
+                lo[j] = _mm256_and_si256(q, m4);
+                hi[j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            }
+            const __m256 dw = scales8(w0, GS_Q4_0_BYTES, 0);
+            for (int t = 0; t < nt; t++) {
+                const __m256i *yp = ypair + (size_t)t * nb + b;
                 __m256i sj[4];
 #pragma GCC unroll 4
                 for (int j = 0; j < 4; j++) {
-                    const uint8_t *wp = w0 + 2 * j * GS_Q4_0_BYTES + GS_Q4_0_QS;
-                    const __m256i q = _mm256_set_m128i(
-                        _mm_loadu_si128((const __m128i *)(wp + GS_Q4_0_BYTES)),
-                        _mm_loadu_si128((const __m128i *)wp));
-                    const __m256i lo = _mm256_and_si256(q, m4);
-                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                     /* Pair sums of 15 * 127 twice: far inside int16. */
-                    const __m256i s16 = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo, yp[b + 2 * j]),
-                        _mm256_maddubs_epi16(hi, yp[b + 2 * j + 1]));
+                    const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[j], yp[2 * j]),
+                                                         _mm256_maddubs_epi16(hi[j], yp[2 * j + 1]));
                     sj[j] = _mm256_madd_epi16(s16, ones);
                 }
                 const __m256i u = _mm256_hadd_epi32(_mm256_hadd_epi32(sj[0], sj[1]),
                                                     _mm256_hadd_epi32(sj[2], sj[3]));
                 const __m256i isum =
                     _mm256_add_epi32(_mm256_permutevar8x32_epi32(u, order),
-                                     _mm256_loadu_si256((const __m256i *)(ox + b)));
-                const __m256 dw = scales8(w0, GS_Q4_0_BYTES, 0);
-                a0 = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_loadu_ps(dx + b)),
-                                     _mm256_cvtepi32_ps(isum), a0);
+                                     _mm256_loadu_si256((const __m256i *)(oxs + (size_t)t * nb + b)));
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_loadu_ps(dxs + (size_t)t * nb + b)),
+                                         _mm256_cvtepi32_ps(isum), acc[t]);
             }
+        }
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *xt = x + (size_t)t * xs;
             if (b < nb)
-                a0 = q80_group(a0, q4_0_block_s, wr + b * GS_Q4_0_BYTES, GS_Q4_0_BYTES,
-                               xt + b * GS_Q8_0_BYTES, (int)(nb - b));
-            out[(size_t)t * os + r] = hsum_ps(a0);
+                acc[t] = q80_group(acc[t], q4_0_block_s, wr + b * GS_Q4_0_BYTES, GS_Q4_0_BYTES,
+                                   xt + b * GS_Q8_0_BYTES, (int)(nb - b));
+            out[(size_t)t * os + r] = hsum_ps(acc[t]);
         }
     }
 }
