@@ -87,7 +87,9 @@ GEMM4_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
  * Products for steps of fewer than TOK_TILE tokens (decoding): one weight row
  * at a time, which streams from memory best, with the activation scales (and
  * offset sums) already at hand: groups of eight blocks in the lanes of one
- * accumulator, the row dot's q80 order, and its last partial group.
+ * accumulator, the row dot's q80 order, and its last partial group. A group is
+ * unpacked once for all the step's tokens, each token with its own accumulator,
+ * so every token's integers and float chain are its row dot's.
  */
 #define GEMV_Q80(name, wbytes, unpack_u, signed_q, offset)                                         \
     static void gemv_##name(int64_t nb, const uint8_t *w, size_t ws, int nr, const uint8_t *x,     \
@@ -96,35 +98,41 @@ GEMM4_Q80(q8_0, GS_Q8_0_BYTES, q8_0_block, 0)
     {                                                                                              \
         for (int r = 0; r < nr; r++) {                                                             \
             const uint8_t *wr = w + (size_t)r * ws;                                                \
-            for (int t = 0; t < nt; t++) {                                                         \
-                const uint8_t *xt = x + (size_t)t * xs;                                            \
-                const float *dx = dxs + (size_t)t * nb;                                            \
-                const int32_t *ox = oxs + (size_t)t * nb;                                          \
-                __m256 acc = _mm256_setzero_ps();                                                  \
-                int64_t b = 0;                                                                     \
-                for (; b + 8 <= nb; b += 8) {                                                      \
-                    const uint8_t *w0 = wr + b * (wbytes);                                         \
-                    const uint8_t *y0 = xt + b * GS_Q8_0_BYTES + GS_Q8_0_QS;                       \
+            __m256 acc[TOK_TILE - 1];                                                              \
+            for (int t = 0; t < nt; t++)                                                           \
+                acc[t] = _mm256_setzero_ps();                                                      \
+            int64_t b = 0;                                                                         \
+            for (; b + 8 <= nb; b += 8) {                                                          \
+                /* The group's blocks unpacked once for the step's tokens. */                     \
+                const uint8_t *w0 = wr + b * (wbytes);                                             \
+                __m256i uw[8];                                                                     \
+                _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) uw[j] =                        \
+                    unpack_u(w0 + j * (wbytes));                                                   \
+                const __m256 dw = scales8(w0, (wbytes), 0);                                        \
+                for (int t = 0; t < nt; t++) {                                                     \
+                    const uint8_t *y0 = x + (size_t)t * xs + b * GS_Q8_0_BYTES + GS_Q8_0_QS;       \
                     __m256i sj[8];                                                                 \
                     _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)                            \
                     {                                                                              \
                         const __m256i y =                                                          \
                             _mm256_loadu_si256((const __m256i *)(y0 + j * GS_Q8_0_BYTES));         \
-                        sj[j] = (offset) ? dot_u8(unpack_u(w0 + j * (wbytes)), y)                  \
-                                         : dot_i8(unpack_u(w0 + j * (wbytes)), y);                 \
+                        sj[j] = (offset) ? dot_u8(uw[j], y) : dot_i8(uw[j], y);                    \
                     }                                                                              \
                     __m256i isum = hsum8_epi32(sj);                                                \
                     if (offset)                                                                    \
-                        isum =                                                                     \
-                            _mm256_add_epi32(isum, _mm256_loadu_si256((const __m256i *)(ox + b))); \
+                        isum = _mm256_add_epi32(                                                   \
+                            isum, _mm256_loadu_si256((const __m256i *)(oxs + (size_t)t * nb + b))); \
                     const __m256 s =                                                               \
-                        _mm256_mul_ps(scales8(w0, (wbytes), 0), _mm256_loadu_ps(dx + b));          \
-                    acc = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(isum), acc);                       \
+                        _mm256_mul_ps(dw, _mm256_loadu_ps(dxs + (size_t)t * nb + b));              \
+                    acc[t] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(isum), acc[t]);                 \
                 }                                                                                  \
+            }                                                                                      \
+            for (int t = 0; t < nt; t++) {                                                         \
+                const uint8_t *xt = x + (size_t)t * xs;                                            \
                 if (b < nb)                                                                        \
-                    acc = q80_group(acc, signed_q, wr + b * (wbytes), (wbytes),                    \
-                                    xt + b * GS_Q8_0_BYTES, (int)(nb - b));                        \
-                out[(size_t)t * os + r] = hsum_ps(acc);                                            \
+                    acc[t] = q80_group(acc[t], signed_q, wr + b * (wbytes), (wbytes),              \
+                                       xt + b * GS_Q8_0_BYTES, (int)(nb - b));                     \
+                out[(size_t)t * os + r] = hsum_ps(acc[t]);                                         \
             }                                                                                      \
         }                                                                                          \
     }
