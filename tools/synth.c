@@ -523,14 +523,15 @@ static enum gs_status add_metadata(struct gs_gguf_writer *w, const struct synth_
 }
 
 /*
- * --chain's token_embd and output ([n_vocab][n_embd] each): embeddings ~
- * N(0, CHAIN_EMBD_STD), and output row v the unit direction of the embedding of
- * v's predecessor in the cycle, so that the final state of token t, which points
- * along t's embedding, scores t's successor about sqrt(n_embd) and every other
- * token about N(0, 1).
+ * --chain's token_embd and output values ([n_vocab][n_embd] each, the caller's to
+ * free): embeddings ~ N(0, CHAIN_EMBD_STD) from r, where token_embd's would be
+ * drawn, and output row v the unit direction of the embedding of v's predecessor
+ * in the cycle, so that the final state of token t, which points along t's
+ * embedding, scores t's successor about sqrt(n_embd) and every other token about
+ * N(0, 1).
  */
-static enum gs_status add_chain_tensors(struct gs_gguf_writer *w, const struct synth_cfg *c,
-                                        struct rng *r, struct gs_err *err)
+static enum gs_status chain_values(const struct synth_cfg *c, struct rng *r, float **embd_out,
+                                   float **out_out, struct gs_err *err)
 {
     const int64_t e = c->n_embd, nv = c->n_vocab;
     float *embd = gs_alloc_array((size_t)(nv * e), sizeof(float));
@@ -561,16 +562,9 @@ static enum gs_status add_chain_tensors(struct gs_gguf_writer *w, const struct s
         for (int64_t j = 0; j < e; j++)
             o[j] = (float)(pe[j] / sqrt(n2));
     }
-    enum gs_status rc = add_tensor_values(w, c, r, "token_embd.weight", c->embd_type, e, nv, 1,
-                                          FILL_MATRIX, embd, err);
-    if (!rc)
-        rc = add_tensor(w, c, r, "output_norm.weight", GS_TYPE_F32, e, 1, FILL_NORM, err);
-    if (!rc)
-        rc = add_tensor_values(w, c, r, "output.weight", c->out_type, e, nv, 1, FILL_MATRIX, out,
-                               err);
-    gs_free(embd);
-    gs_free(out);
-    return rc;
+    *embd_out = embd;
+    *out_out = out;
+    return GS_OK;
 }
 
 static enum gs_status write_model(const struct synth_cfg *c, struct gs_err *err)
@@ -587,17 +581,21 @@ static enum gs_status write_model(const struct synth_cfg *c, struct gs_err *err)
         gs_err_set(err, rc, "no memory for metadata");
     if (!rc)
         rc = c->vocab_from ? copy_vocab(w, c->vocab_from, err) : add_vocab(w, c->n_vocab, err);
+    float *chain_embd = NULL, *chain_out = NULL; /* --chain's values; NULL: random */
     if (!rc && c->chain)
-        rc = add_chain_tensors(w, c, &r, err);
-    if (!rc && !c->chain)
-        rc = add_tensor(w, c, &r, "token_embd.weight", c->embd_type, e, c->n_vocab, FILL_MATRIX,
-                        err);
+        rc = chain_values(c, &r, &chain_embd, &chain_out, err);
+    if (!rc)
+        rc = add_tensor_values(w, c, &r, "token_embd.weight", c->embd_type, e, c->n_vocab, 1,
+                               FILL_MATRIX, chain_embd, err);
     if (!rc && a->gemma3n)
         rc = add_gemma3n_globals(w, c, &r, err);
-    if (!rc && !c->chain)
+    if (!rc)
         rc = add_tensor(w, c, &r, "output_norm.weight", GS_TYPE_F32, e, 1, FILL_NORM, err);
-    if (!rc && !c->tied && !c->chain)
-        rc = add_tensor(w, c, &r, "output.weight", c->out_type, e, c->n_vocab, FILL_MATRIX, err);
+    if (!rc && !c->tied)
+        rc = add_tensor_values(w, c, &r, "output.weight", c->out_type, e, c->n_vocab, 1,
+                               FILL_MATRIX, chain_out, err);
+    gs_free(chain_embd);
+    gs_free(chain_out);
     int64_t ms = G3N_STREAMS, P = c->per_layer, rank = c->laurel_rank;
     bool g3n = a->gemma3n;
     for (int64_t l = 0; l < c->n_layer && !rc; l++) {
