@@ -30,12 +30,17 @@ struct rig {
     struct gs_model *model;
 };
 
-static void rig_open(struct rig *r, const char *rel)
+static void rig_open_path(struct rig *r, const char *path)
 {
     struct gs_err err;
-    cr_assert_eq(gs_gguf_open(gs_test_shared_path(rel), &r->file, &err), GS_OK, "%s: %s", rel,
-                 err.msg);
-    cr_assert_eq(gs_model_load(r->file, &r->model, &err), GS_OK, "%s: %s", rel, err.msg);
+    cr_assert_eq(gs_gguf_open(path, &r->file, &err), GS_OK, "%s: %s", path, err.msg);
+    cr_assert_eq(gs_model_load(r->file, &r->model, &err), GS_OK, "%s: %s", path, err.msg);
+}
+
+/* rel: under the shared folder. */
+static void rig_open(struct rig *r, const char *rel)
+{
+    rig_open_path(r, gs_test_shared_path(rel));
 }
 
 static void rig_close(struct rig *r)
@@ -210,9 +215,7 @@ Test(spec_ngram, keeps_every_draft_of_a_context_that_repeats, .timeout = 300)
     cr_assert_eq(gs_test_run(cmd, 1, &log), 0, "%s: %s", cmd, log);
     free(log);
     struct rig r;
-    struct gs_err err;
-    cr_assert_eq(gs_gguf_open(path, &r.file, &err), GS_OK, "%s", err.msg);
-    cr_assert_eq(gs_model_load(r.file, &r.model, &err), GS_OK, "%s", err.msg);
+    rig_open_path(&r, path);
     /* BOS and the byte 'a' (byte tokens start at id 3): the cycle from 'a'. */
     enum { PERIOD = 0x7e - 0x20 + 1 };
     static const int32_t start[] = {1, 3 + 'a'};
@@ -749,15 +752,11 @@ Test(spec_draft, refuses_another_vocabulary_and_options_apart)
     char *out = NULL;
     cr_assert_eq(gs_test_run(cmd, 1, &out), 0, "%s: %s", cmd, out);
     free(out);
-    struct gs_gguf *f;
-    struct gs_model *m;
-    struct gs_err err;
-    cr_assert_eq(gs_gguf_open(path, &f, &err), GS_OK, "%s", err.msg);
-    cr_assert_eq(gs_model_load(f, &m, &err), GS_OK, "%s", err.msg);
-    cfg.draft_model = m;
+    struct rig other;
+    rig_open_path(&other, path);
+    cfg.draft_model = other.model;
     assert_refused(&cfg, r.model, "draft model: token ");
-    gs_model_free(m);
-    gs_gguf_close(f);
+    rig_close(&other);
     /* the target itself, a draft model without the drafter, the drafter without one */
     cfg.draft_model = r.model;
     assert_refused(&cfg, r.model, "a model of its own");
@@ -770,6 +769,7 @@ Test(spec_draft, refuses_another_vocabulary_and_options_apart)
     /* the same vocabulary in another quantization opens */
     cfg.draft_model = same.model;
     struct gs_sched *s;
+    struct gs_err err;
     cr_assert_eq(gs_sched_new(&cfg, r.model, &s, &err), GS_OK, "%s", err.msg);
     struct gs_sched_stats st;
     gs_sched_stats(s, &st);
