@@ -43,6 +43,19 @@ static void rig_open(struct rig *r, const char *rel)
     rig_open_path(r, gs_test_shared_path(rel));
 }
 
+/* A `graphserve synth ARGS` file, written as NAME in the test's folder, opened. */
+static void rig_synth(struct rig *r, const char *name, const char *args)
+{
+    char path[4200], cmd[9000];
+    snprintf(path, sizeof(path), "%s/%s", gs_test_tmpdir(), name);
+    snprintf(cmd, sizeof(cmd), "%s synth -o %s %s", gs_test_build_path("server/graphserve"), path,
+             args);
+    char *log = NULL;
+    cr_assert_eq(gs_test_run(cmd, 1, &log), 0, "%s: %s", cmd, log);
+    free(log);
+    rig_open_path(r, path);
+}
+
 static void rig_close(struct rig *r)
 {
     gs_model_free(r->model);
@@ -206,16 +219,8 @@ Test(spec_ngram, proposes_the_continuation_of_the_latest_longest_match)
  */
 Test(spec_ngram, keeps_every_draft_of_a_context_that_repeats, .timeout = 300)
 {
-    char path[4200], cmd[9000];
-    snprintf(path, sizeof(path), "%s/chain.gguf", gs_test_tmpdir());
-    snprintf(cmd, sizeof(cmd),
-             "%s synth -o %s --chain --n-embd 64 --n-layer 2 --n-head 4 --type q8_0 --n-ctx 512",
-             gs_test_build_path("server/graphserve"), path);
-    char *log = NULL;
-    cr_assert_eq(gs_test_run(cmd, 1, &log), 0, "%s: %s", cmd, log);
-    free(log);
     struct rig r;
-    rig_open_path(&r, path);
+    rig_synth(&r, "chain.gguf", "--chain --n-embd 64 --n-layer 2 --n-head 4 --type q8_0 --n-ctx 512");
     /* BOS and the byte 'a' (byte tokens start at id 3): the cycle from 'a'. */
     enum { PERIOD = 0x7e - 0x20 + 1 };
     static const int32_t start[] = {1, 3 + 'a'};
@@ -745,15 +750,8 @@ Test(spec_draft, refuses_another_vocabulary_and_options_apart)
     cfg.draft_model = big.model;
     assert_refused(&cfg, r.model, "its vocabulary has 32000 tokens, the target's 512");
     /* 512 tokens of synth's own vocabulary: the same size, other tokens */
-    char path[4200], cmd[9000];
-    snprintf(path, sizeof(path), "%s/synth-vocab.gguf", gs_test_tmpdir());
-    snprintf(cmd, sizeof(cmd), "%s synth -o %s --n-vocab 512 --n-ctx 64",
-             gs_test_build_path("server/graphserve"), path);
-    char *out = NULL;
-    cr_assert_eq(gs_test_run(cmd, 1, &out), 0, "%s: %s", cmd, out);
-    free(out);
     struct rig other;
-    rig_open_path(&other, path);
+    rig_synth(&other, "synth-vocab.gguf", "--n-vocab 512 --n-ctx 64");
     cfg.draft_model = other.model;
     assert_refused(&cfg, r.model, "draft model: token ");
     rig_close(&other);
